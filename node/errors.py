@@ -1,0 +1,48 @@
+"""Errors that say whose fault it was.
+
+- ConfigError: a bad option; raised before anything starts; the CLI exits 2 with one line.
+- ClientError: a client sent bad input; mapped to a 4xx with a JSON error body.
+- RemoteProtocolError: a peer sent something invalid; the link drops and reconnects.
+- PeerRefused: a peer was refused (or refused us) for a reason that retrying soon will not fix.
+- StorageError: the disk or the on-disk data failed us; the node stops.
+A broken invariant is an AssertionError: a bug, never caught."""
+
+
+class ReplogError(Exception):
+    """Base of replog's own errors."""
+
+
+class ConfigError(ReplogError):
+    def __init__(self, option: str, reason: str):
+        super().__init__(f"{option}: {reason}")
+        self.option = option
+        self.reason = reason
+
+
+class ClientError(ReplogError):
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class RemoteProtocolError(ReplogError):
+    """The peer broke the protocol: drop the link, reconnect with backoff."""
+
+
+class PeerRefused(ReplogError):
+    """A handshake was refused for a lasting reason (secret, cluster, options, fencing)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class StorageError(ReplogError):
+    """The WAL or the store is unusable; the node must stop."""
+
+
+class RecoveryError(StorageError):
+    """The WAL cannot be recovered without operator action (see --force-recovery)."""

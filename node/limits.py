@@ -1,0 +1,44 @@
+"""Every bound replog keeps, in one place, each with its unit last and a line on why.
+
+Modules import these names instead of writing numbers inline, so a reviewer can see
+every queue, frame and retry limit at a glance (TigerBeetle's habit)."""
+
+# --- client API -------------------------------------------------------------
+key_bytes_max = 1024                 # SPEC: keys are UTF-8 strings up to 1 KiB
+value_bytes_max = 1024 * 1024        # SPEC: values up to 1 MiB (encoded size)
+space_name_chars_max = 64            # SPEC: [A-Za-z_][A-Za-z0-9_]{0,63}
+body_bytes_max = 8 * 1024 * 1024     # one HTTP body; a 1000-op txn of small values fits easily
+txn_ops_max = 10_000                 # one client transaction; keeps one WAL frame bounded
+range_limit_default = 100            # GET .../keys without limit
+range_limit_max = 10_000             # one page of a range read
+spaces_max = 4096                    # user + system spaces per node
+
+# --- WAL ----------------------------------------------------------------------
+frame_bytes_max = 64 * 1024 * 1024   # one WAL frame (one or a few transactions)
+segment_bytes_max = 64 * 1024 * 1024 # rotate a segment past this size
+segment_header_bytes_max = 16 * 1024 * 1024  # header holds the whole _cluster table
+group_commit_txns_max = 4096         # transactions that share one write (and one fsync)
+group_commit_bytes_max = 8 * 1024 * 1024  # bytes that share one write
+
+# --- cluster ------------------------------------------------------------------
+members_max = 4096                   # SPEC asks for at least 255; ids are plain ints
+replica_id_max = 1 << 31             # ids fit msgpack's int32 comfortably
+
+# --- replication --------------------------------------------------------------
+message_bytes_max = 16 * 1024 * 1024 # one WebSocket message (a batch of txns or a snapshot chunk)
+relay_batch_txns_max = 1024          # txns per relay message
+relay_batch_bytes_max = 1024 * 1024  # bytes per relay message (before framing)
+snapshot_chunk_rows_max = 4096       # rows per snapshot chunk during JOIN
+applier_queue_batches_max = 8        # batches an applier may have in flight to the WAL
+heartbeat_interval_s = 1.0           # idle links send a heartbeat this often
+peer_timeout_s = 10.0                # no message for this long: the link is dead
+handshake_timeout_s = 10.0           # a peer must finish auth + greeting within this
+reconnect_backoff_min_s = 0.1        # first retry after a broken link
+reconnect_backoff_max_s = 5.0        # retries back off to at most this
+refused_backoff_s = 10.0             # a peer that refused us (wrong secret, cluster) is retried this slowly
+ack_interval_s = 0.05                # appliers send ACKs at most this often (batched)
+
+# --- lifecycle ----------------------------------------------------------------
+shutdown_deadline_s = 10.0           # orderly shutdown gives up waiting after this
+checkpoint_interval_s = 60.0         # LMDB is synced and WAL collected this often
+anon_ttl_s = 3600.0                  # an anonymous replica's position holds WAL this long

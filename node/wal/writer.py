@@ -1,0 +1,139 @@
+"""Appending to the WAL: segment creation, rotation by size, write and fsync.
+
+The writer is synchronous and single-threaded by contract: the node's commit loop calls
+it from one executor thread at a time, with a whole group-commit batch already framed,
+so many concurrent transactions share one write() and, in fsync mode, one fsync.
+Durability contract per wal_mode:
+  write: the batch is in the OS page cache when write_batch returns (survives a crash
+         of the process);
+  fsync: the batch is on stable storage when write_batch returns (survives power loss).
+  none:  no Wal object exists at all.
+`position` (segment, end offset) only ever covers whole frames: relays never read past it."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable
+
+from node import limits
+from node.wal import format as fmt
+from node.wal.reader import list_segments
+
+log = logging.getLogger("replog.wal")
+
+MODES = ("none", "write", "fsync")
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class WalWriter:
+    def __init__(
+        self,
+        wal_dir: str,
+        mode: str,
+        instance_uuid: str,
+        *,
+        segment_bytes_max: int = limits.segment_bytes_max,
+        fsync: Callable[[int], None] = os.fsync,
+    ):
+        assert mode in ("write", "fsync"), mode
+        self.dir = wal_dir
+        self.mode = mode
+        self.uuid = instance_uuid
+        self.segment_bytes_max = segment_bytes_max
+        self._fsync = fsync            # injectable: tests fail or drop it at this point
+        self._fd: int | None = None
+        self.segment: str | None = None
+        self.end = 0                   # bytes of whole frames in the current segment
+        self.bytes_written = 0
+        self.fsyncs = 0
+        os.makedirs(wal_dir, exist_ok=True)
+
+    # --- opening ---------------------------------------------------------------
+    def open_last(self, valid_end: int | None) -> None:
+        """Continue the last segment after recovery; cut it at valid_end (torn tail)."""
+        segs = list_segments(self.dir)
+        if not segs:
+            return
+        name = segs[-1]
+        path = os.path.join(self.dir, name)
+        fd = os.open(path, os.O_WRONLY)
+        size = os.fstat(fd).st_size
+        end = size if valid_end is None else valid_end
+        if end < size:
+            os.ftruncate(fd, end)
+            os.fsync(fd)
+        if end == 0:
+            # The segment never got a whole header: drop it and start afresh.
+            os.close(fd)
+            os.unlink(path)
+            return
+        os.lseek(fd, end, os.SEEK_SET)
+        self._fd, self.segment, self.end = fd, name, end
+
+    def rotate(self, vclock: dict[int, int], cluster: list[list]) -> None:
+        """Start a new segment whose header records the state at its start."""
+        self.close()
+        sig = sum(vclock.values())
+        name = fmt.segment_name(sig)
+        path = os.path.join(self.dir, name)
+        if os.path.exists(path):
+            # Same signature as the previous segment: it ended empty; reuse the name.
+            os.unlink(path)
+        hdr = fmt.SegmentHeader(fmt.FORMAT_VERSION, self.uuid, dict(vclock), cluster, time.time())
+        data = hdr.to_bytes()
+        tmp = path + ".inprogress"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, data)
+        os.fsync(fd)
+        os.rename(tmp, path)
+        fsync_dir(self.dir)
+        self._fd, self.segment, self.end = fd, name, len(data)
+        log.info("wal: new segment %s at vclock %s", name, vclock)
+
+    @property
+    def needs_rotation(self) -> bool:
+        return self._fd is None or self.end >= self.segment_bytes_max
+
+    # --- writing ---------------------------------------------------------------
+    def write_batch(self, data: bytes) -> tuple[str, int, int]:
+        """Append whole frames; returns (segment, start offset, end offset)."""
+        assert self._fd is not None and self.segment is not None
+        start = self.end
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        if self.mode == "fsync":
+            self._fsync(self._fd)
+            self.fsyncs += 1
+        self.end = start + len(data)
+        self.bytes_written += len(data)
+        return self.segment, start, self.end
+
+    def close(self) -> None:
+        if self._fd is not None:
+            if self.mode == "fsync":
+                os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+
+    def remove_segments_before(self, keep_signature: int) -> list[str]:
+        """Delete whole segments that end at or before keep_signature (never the current one)."""
+        segs = list_segments(self.dir)
+        removed = []
+        for i, name in enumerate(segs[:-1]):
+            nxt = fmt.segment_signature(segs[i + 1])
+            if nxt <= keep_signature and name != self.segment:
+                os.unlink(os.path.join(self.dir, name))
+                removed.append(name)
+        if removed:
+            fsync_dir(self.dir)
+        return removed
