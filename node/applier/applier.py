@@ -1,0 +1,174 @@
+"""The applier: the client side of a replication link, one per upstream peer.
+
+Loop: connect -> auth -> greeting (the core builds this peer's id map and registers
+unknown members before anything is applied) -> SUBSCRIBE from our vclock permuted into
+the peer's ids -> apply ROWS, ACK in the peer's ids. A broken link reconnects with
+capped exponential backoff; a refusal (secret, cluster, options) is logged and retried
+slowly. `run_once` raises; `run` is the one place that maps errors to next steps."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from node import limits
+from node.applier.conn import Conn, check_greeting, client_auth, connect
+from node.core import messages as m
+from node.core.rows import txn_from_wire
+from node.errors import PeerRefused, RemoteProtocolError, StorageError
+from node.wal import format as walfmt
+
+if TYPE_CHECKING:
+    from node.server import Node
+
+log = logging.getLogger("replog.applier")
+
+
+async def open_link(node: "Node", session: aiohttp.ClientSession, address: str) -> tuple[Conn, dict]:
+    """Connect, authenticate and exchange greetings; returns the link and the peer's greeting."""
+    conn = await connect(session, address)
+    try:
+        await client_auth(conn, node.cfg.secret)
+        mine = node.greeting()
+        await conn.send(m.GREETING, **mine)
+        theirs = (await conn.expect(m.GREETING, timeout=limits.handshake_timeout_s)).body
+        check_greeting(mine, theirs, address)
+        node.check_peer_greeting(theirs)
+        return conn, theirs
+    except BaseException:
+        await conn.close()
+        raise
+
+
+class Applier:
+    def __init__(self, node: "Node", address: str):
+        self.node = node
+        self.address = address
+        self.peer_uuid: str | None = None
+        self.status = "connecting"
+        self.error = ""
+        self.lag_s = 0.0
+        self.last_row_at = 0.0
+        self.rows = 0
+        self.task: asyncio.Task | None = None
+        self._rng = random.Random()
+
+    def info(self) -> dict:
+        peer = self.node.core.peers.get(self.peer_uuid) if (self.node.core and self.peer_uuid) else None
+        return {"uuid": self.peer_uuid, "address": self.address, "status": self.status,
+                "lag_s": round(self.lag_s, 6), "error": self.error,
+                "id_map": {str(k): v for k, v in (peer.map.as_dict() if peer else {}).items()},
+                "gaps": peer.stats.gaps if peer else 0}
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.run(), name=f"applier-{self.address}")
+
+    async def stop(self) -> None:
+        if self.task:
+            self.task.cancel()
+            try:
+                await self.task
+            except asyncio.CancelledError:
+                pass
+        self.status = "stopped"
+
+    async def run(self) -> None:
+        backoff = limits.reconnect_backoff_min_s
+        while True:
+            started = time.monotonic()
+            try:
+                await self.run_once()
+                delay = limits.reconnect_backoff_min_s       # the peer said BYE: come back soon
+            except asyncio.CancelledError:
+                raise
+            except PeerRefused as e:
+                # A lasting reason (secret, cluster, options, expelled): say it once per try, slowly.
+                self.status, self.error = "refused", str(e)
+                log.error("applier %s: refused: %s", self.address, e)
+                delay = limits.refused_backoff_s
+            except RemoteProtocolError as e:
+                # The peer sent something we cannot use (or the link broke mid-message).
+                self.status, self.error = "disconnected", str(e)
+                log.warning("applier %s: %s", self.address, e)
+                delay = backoff
+            except (ConnectionError, OSError, asyncio.TimeoutError, aiohttp.ClientError) as e:
+                self.status, self.error = "disconnected", str(e) or type(e).__name__
+                log.info("applier %s: %s", self.address, self.error)
+                delay = backoff
+            except StorageError:
+                raise                                          # the node stops; not ours to handle
+            if time.monotonic() - started > 10 * limits.reconnect_backoff_max_s:
+                backoff = limits.reconnect_backoff_min_s       # the link was healthy for a while
+            else:
+                backoff = min(backoff * 2, limits.reconnect_backoff_max_s)
+            if self.peer_uuid and self.node.core:
+                self.node.core.drop_peer(self.peer_uuid)
+            await asyncio.sleep(delay * (0.5 + self._rng.random()))   # jittered backoff, not sync
+
+    async def run_once(self) -> None:
+        node = self.node
+        self.status = "connecting"
+        conn, theirs = await open_link(node, node.http_session, self.address)
+        try:
+            if not theirs["cluster_uuid"]:
+                raise RemoteProtocolError(f"{self.address} has not joined a cluster yet")
+            self.peer_uuid = theirs["uuid"]
+            core = node.core
+            regs = core.greeting(self.peer_uuid, theirs["cluster"], node.wall_us())
+            for txn in regs:
+                node.journal.submit_nowait([txn], want_future=False)
+            vclock = core.subscribe_vclock(self.peer_uuid)
+            await conn.send(m.SUBSCRIBE, vclock=vclock.to_dict())
+            await conn.expect(m.SUBSCRIBED, timeout=limits.handshake_timeout_s)
+            self.status, self.error = "follow", ""
+            log.info("applier %s: subscribed to %s from %s", self.address, self.peer_uuid, vclock)
+            await self._stream(conn)
+        finally:
+            await conn.close()
+
+    async def _stream(self, conn: Conn) -> None:
+        node, core, journal = self.node, self.node.core, self.node.journal
+        peer = self.peer_uuid
+        last_ack = 0.0
+        acked_sig = -1
+        while True:
+            msg = await conn.recv(timeout=limits.peer_timeout_s)
+            now = time.time()
+            if msg.type == m.ROWS:
+                wall_us = int(now * 1e6)
+                last_ts = 0
+                for body in msg["frames"]:
+                    if not isinstance(body, bytes):
+                        raise RemoteProtocolError("ROWS frame is not binary")
+                    try:
+                        _, txns = walfmt.unpack_frame(body)
+                    except (walfmt.FormatError, ValueError, TypeError) as e:
+                        raise RemoteProtocolError(f"undecodable ROWS frame: {e}") from None
+                    except Exception as e:  # msgpack's own exception types for junk bytes
+                        raise RemoteProtocolError(f"undecodable ROWS frame: {type(e).__name__}") from None
+                    for raw in txns:
+                        txn = txn_from_wire(raw)
+                        out = core.receive(peer, txn, wall_us)   # check + claim: no await before submit
+                        if out:
+                            journal.submit_nowait(out, want_future=False)
+                            self.rows += len(txn.ops)
+                        last_ts = txn.timestamp
+                if last_ts:
+                    self.lag_s = max(0.0, now - last_ts / 1e6)
+                    self.last_row_at = now
+                if journal.pending > limits.group_commit_txns_max * limits.applier_queue_batches_max:
+                    await journal.changed(timeout=1.0)
+            elif msg.type == m.HEARTBEAT:
+                if journal.pending == 0:
+                    self.lag_s = max(0.0, now - msg["now_us"] / 1e6)
+            else:
+                raise RemoteProtocolError(f"unexpected {msg.name} while streaming")
+            if now - last_ack >= limits.ack_interval_s:
+                v = core.ack_vclock(peer)
+                if v.signature != acked_sig or now - last_ack >= limits.heartbeat_interval_s:
+                    await conn.send(m.ACK, vclock=v.to_dict(), lag_us=int(self.lag_s * 1e6))
+                    acked_sig, last_ack = v.signature, now

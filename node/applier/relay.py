@@ -1,0 +1,252 @@
+"""The relay: the server side of a replication link (`/v1/replication`).
+
+After auth and greeting it serves one request: JOIN (register + snapshot), FETCH_SNAPSHOT
+(anonymous bootstrap), REGISTER (anonymous -> member) or SUBSCRIBE (stream the WAL from
+the subscriber's vclock). Rows go out in this node's ids, in WAL order, whole
+transactions, never rows of local spaces; the subscriber translates them."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import TYPE_CHECKING
+
+import msgpack
+from aiohttp import web
+
+from node import limits
+from node.applier.conn import Conn, check_greeting, server_auth
+from node.cluster_space.table import STATE_EXPELLED
+from node.core import messages as m
+from node.core.replicaset import relay_wants
+from node.errors import PeerRefused, RemoteProtocolError
+from node.wal import format as walfmt
+from node.wal.reader import list_segments, read_header
+
+if TYPE_CHECKING:
+    from node.server import Node
+
+log = logging.getLogger("replog.relay")
+_pack = msgpack.Packer(use_bin_type=True).pack
+
+
+class WalCursor:
+    """Reads whole frames from the WAL, never past the journal's durable position."""
+
+    def __init__(self, wal_dir: str, sub_vclock: dict[int, int]):
+        self.dir = wal_dir
+        self.sub = dict(sub_vclock)
+        self.segment: str | None = None
+        self.offset = 0
+
+    def _start(self) -> bool:
+        segs = list_segments(self.dir)
+        if not segs:
+            return False
+        start = 0
+        for i in range(1, len(segs)):
+            hv = read_header(os.path.join(self.dir, segs[i])).vclock
+            if all(lsn <= self.sub.get(rid, 0) for rid, lsn in hv.items() if rid != 0):
+                start = i
+            else:
+                break
+        self.segment = segs[start]
+        self.offset = 0
+        return True
+
+    def read(self, position: tuple[str | None, int], max_bytes: int) -> list[bytes]:
+        """Frame payloads to send (already filtered, re-packed when filtering dropped txns)."""
+        if self.segment is None and not self._start():
+            return []
+        out: list[bytes] = []
+        budget = max_bytes
+        while budget > 0:
+            path = os.path.join(self.dir, self.segment)  # type: ignore[arg-type]
+            active = self.segment == position[0]
+            try:
+                size = position[1] if active else os.path.getsize(path)
+            except FileNotFoundError:
+                raise RemoteProtocolError(f"WAL segment {self.segment} was collected under the relay") from None
+            if self.offset == 0:
+                with open(path, "rb") as f:
+                    _, self.offset = walfmt.decode_header(f.read(limits.segment_header_bytes_max))
+            if self.offset >= size:
+                if active:
+                    break
+                segs = list_segments(self.dir)
+                nxt = [s for s in segs if walfmt.segment_signature(s) > walfmt.segment_signature(self.segment)]  # type: ignore[arg-type]
+                if not nxt:
+                    break
+                self.segment, self.offset = nxt[0], 0
+                continue
+            with open(path, "rb") as f:
+                buf = os.pread(f.fileno(), min(size - self.offset, max(budget, 1 << 20)), self.offset)
+            pos = 0
+            while pos < len(buf):
+                try:
+                    body, nxt_pos = walfmt.decode_frame(buf, pos)
+                except walfmt.FormatError as e:
+                    if e.torn:
+                        if pos == 0:  # one frame larger than what we read: read it whole
+                            with open(path, "rb") as f:
+                                buf = os.pread(f.fileno(), size - self.offset, self.offset)
+                            continue
+                        break
+                    raise
+                pos = nxt_pos
+                written_us, txns = walfmt.unpack_frame(body)
+                keep = [t for t in txns if relay_wants(t, self.sub)]
+                if keep:
+                    out.append(body if len(keep) == len(txns) else _pack([written_us, keep]))
+                    budget -= len(body)
+                if budget <= 0:
+                    break
+            self.offset += pos
+            if pos == 0:
+                break
+        return out
+
+
+async def handle_replication(node: "Node", request: web.Request) -> web.StreamResponse:
+    ws = web.WebSocketResponse(max_msg_size=limits.message_bytes_max, autoping=True)
+    await ws.prepare(request)
+    peer = f"{request.remote}"
+    conn = Conn(ws, peer)
+    try:
+        await server_auth(conn, node.cfg.secret)
+        hello = await conn.expect(m.GREETING, timeout=limits.handshake_timeout_s)
+        theirs = hello.body
+        conn.peer = f"{theirs['address']} ({theirs['uuid'][:8]})"
+        mine = node.greeting()
+        try:
+            check_greeting(mine, theirs, conn.peer)
+            node.check_peer_greeting(theirs)
+        except PeerRefused as e:
+            await conn.refuse(e.code, e.message)
+            raise
+        me = node.core.table.get(theirs["uuid"]) if node.core else None
+        if me is not None and me.state == STATE_EXPELLED:
+            await conn.refuse("expelled", f"{theirs['uuid']} was expelled from this cluster")
+            raise PeerRefused("expelled", f"refused expelled member {theirs['uuid']}")
+        await conn.send(m.GREETING, **mine)
+        req = await conn.expect(m.JOIN, m.FETCH_SNAPSHOT, m.REGISTER, m.SUBSCRIBE, m.BYE,
+                                timeout=limits.handshake_timeout_s)
+        if req.type == m.BYE:
+            return ws
+        if node.core is None:
+            await conn.refuse("not_ready", "this node has not joined a cluster yet")
+            return ws
+        if req.type in (m.JOIN, m.REGISTER):
+            if node.core.anon:
+                await conn.refuse("anon", "an anonymous replica cannot register members")
+                return ws
+            await node.register_member(theirs["uuid"], theirs["address"])
+            if req.type == m.REGISTER:
+                await conn.send(m.REGISTERED, id=node.core.table.id_of(theirs["uuid"]))
+                req = await conn.expect(m.SUBSCRIBE, m.BYE, timeout=limits.handshake_timeout_s)
+        if req.type in (m.JOIN, m.FETCH_SNAPSHOT):
+            await send_snapshot(node, conn)
+            req = await conn.expect(m.SUBSCRIBE, m.BYE, timeout=limits.handshake_timeout_s)
+        if req.type == m.SUBSCRIBE:
+            await Relay(node, conn, theirs, m.vclock_from_wire(req["vclock"])).run()
+    except PeerRefused as e:
+        log.warning("relay: refused %s: %s", conn.peer, e)
+    except RemoteProtocolError as e:
+        log.info("relay: link to %s dropped: %s", conn.peer, e)
+        await conn.refuse("protocol", str(e))
+    except (ConnectionError, asyncio.TimeoutError) as e:
+        log.info("relay: link to %s lost: %s", conn.peer, e)
+    finally:
+        await conn.close()
+    return ws
+
+
+async def send_snapshot(node: "Node", conn: Conn) -> None:
+    loop = asyncio.get_running_loop()
+    it = node.store.snapshot()
+    kind, meta = await loop.run_in_executor(None, next, it)
+    assert kind == "meta"
+    await conn.send(m.SNAPSHOT, **meta)
+    while True:
+        item = await loop.run_in_executor(None, next, it, None)
+        if item is None:
+            break
+        space, rows = item[1]
+        await conn.send(m.SNAPSHOT_ROWS, space=space, rows=rows)
+    await conn.send(m.SNAPSHOT_END)
+
+
+class Relay:
+    def __init__(self, node: "Node", conn: Conn, greeting: dict, sub_vclock: dict[int, int]):
+        self.node = node
+        self.conn = conn
+        self.uuid = greeting["uuid"]
+        self.address = greeting["address"]
+        self.anon = greeting["anon"]
+        self.status = "subscribed"
+        self.acked: dict[int, int] = dict(sub_vclock)
+        self.acked_at = time.monotonic()
+        self.last_sent_at = 0.0
+        self.lag_s = 0.0
+        self.error = ""
+        self.cursor = WalCursor(node.wal_dir, sub_vclock)
+
+    def info(self) -> dict:
+        return {"uuid": self.uuid, "address": self.address, "status": self.status, "anon": self.anon,
+                "lag_s": round(self.lag_s, 6), "error": self.error,
+                "vclock": {str(k): v for k, v in sorted(self.acked.items())}}
+
+    async def run(self) -> None:
+        node = self.node
+        if node.journal is None or node.journal.wal is None:
+            await self.conn.refuse("wal_mode", "wal_mode = none: this node keeps no WAL and cannot serve replicas")
+            return
+        await self.conn.send(m.SUBSCRIBED, vclock={k: v for k, v in node.core.vclock.items() if k})
+        node.relays.add(self)
+        sender = asyncio.create_task(self._send_loop(), name=f"relay-send-{self.uuid[:8]}")
+        try:
+            await self._recv_loop(sender)
+        finally:
+            sender.cancel()
+            try:
+                await sender
+            except asyncio.CancelledError:
+                pass
+            except (ConnectionError, RemoteProtocolError, RuntimeError) as e:
+                self.error = str(e)
+            node.relays.discard(self)
+            self.status = "stopped"
+
+    async def _recv_loop(self, sender: asyncio.Task) -> None:
+        while not sender.done():
+            msg = await self.conn.recv(timeout=limits.peer_timeout_s)
+            if msg.type == m.ACK:
+                self.acked = m.vclock_from_wire(msg["vclock"])
+                self.acked_at = time.monotonic()
+                lag_us = msg.get("lag_us")
+                self.lag_s = lag_us / 1e6 if isinstance(lag_us, int) and lag_us >= 0 else 0.0
+                self.node.on_ack(self)
+            elif msg.type == m.BYE:
+                return
+            elif msg.type != m.HEARTBEAT:
+                raise RemoteProtocolError(f"unexpected {msg.name} from subscriber")
+        await sender  # re-raise its error
+
+    async def _send_loop(self) -> None:
+        node = self.node
+        loop = asyncio.get_running_loop()
+        last_send = time.monotonic()
+        while True:
+            frames = await loop.run_in_executor(None, self.cursor.read, node.journal.position,
+                                                limits.relay_batch_bytes_max)
+            if frames:
+                await self.conn.send(m.ROWS, frames=frames)
+                last_send = time.monotonic()
+                continue
+            wait = limits.heartbeat_interval_s - (time.monotonic() - last_send)
+            if wait <= 0:
+                await self.conn.send(m.HEARTBEAT, now_us=time.time_ns() // 1000)
+                last_send = time.monotonic()
+                continue
+            await node.journal.changed(timeout=wait)

@@ -1,0 +1,275 @@
+"""`replog` command line: serve, status, put/get/delete, wal dump|verify, demo, admin, analyze.
+
+User errors end with one line on stderr and exit code 2; never a traceback."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+from node import config as config_mod
+from node.errors import ConfigError, ReplogError, StorageError
+
+log = logging.getLogger("replog")
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
+        self.exit(2, f"replog: error: {message}\n")
+
+
+def fail(message: str, code: int = 2) -> None:
+    sys.stderr.write(f"replog: error: {message}\n")
+    raise SystemExit(code)
+
+
+# --- serve ------------------------------------------------------------------------------
+SERVE_FLAGS: list[tuple[str, dict]] = [
+    ("--data-dir", {"dest": "data_dir"}),
+    ("--listen", {}),
+    ("--advertise", {}),
+    ("--peers", {"help": "comma-separated host:port list of replication sources"}),
+    ("--cluster-name", {"dest": "cluster_name"}),
+    ("--cluster-wait-for", {"dest": "cluster_wait_for"}),
+    ("--anon", {"action": "store_const", "const": True}),
+    ("--read-only", {"dest": "read_only", "action": "store_const", "const": True}),
+    ("--wal-mode", {"dest": "wal_mode"}),
+    ("--secret-file", {"dest": "secret_file"}),
+    ("--token-file", {"dest": "token_file"}),
+    ("--identity", {}),
+    ("--lease-store", {"dest": "lease_store"}),
+    ("--cluster-size", {"dest": "cluster_size"}),
+    ("--lease-duration-s", {"dest": "lease_duration_s"}),
+    ("--task-id", {"dest": "task_id"}),
+    ("--transient", {"action": "store_const", "const": True}),
+    ("--force-recovery", {"dest": "force_recovery", "action": "store_const", "const": True}),
+    ("--insecure", {"action": "store_const", "const": True}),
+    ("--log-level", {"dest": "log_level"}),
+    ("--log-format", {"dest": "log_format"}),
+    ("--segment-bytes-max", {"dest": "segment_bytes_max"}),
+]
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    flags = {k: getattr(args, k, None) for k in config_mod.OPTION_TYPES}
+    try:
+        cfg = config_mod.load(flags, args.config)
+    except ConfigError as e:
+        fail(str(e))
+    from node.logsetup import setup
+    setup(cfg.log_level, cfg.log_format)
+    return asyncio.run(serve(cfg))
+
+
+async def serve(cfg) -> int:
+    from node.server import Node
+    node = Node(cfg)
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def on_signal() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts > 1:
+            log.warning("second interrupt: exiting now")
+            os._exit(130)
+        node.stopped.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        await node.start()
+    except ConfigError as e:
+        sys.stderr.write(f"replog: error: {e}\n")
+        await node.stop()
+        return 2
+    except OSError as e:
+        sys.stderr.write(f"replog: error: listen: cannot listen on {cfg.listen}: {e.strerror}\n")
+        await node.stop()
+        return 2
+    except StorageError as e:
+        sys.stderr.write(f"replog: error: {e}\n")
+        await node.stop()
+        return 1
+    await node.stopped.wait()
+    errors = await node.stop()
+    if node.fatal is not None:
+        if isinstance(node.fatal, ConfigError):
+            sys.stderr.write(f"replog: error: {node.fatal}\n")
+            return 2
+        return 1
+    return 1 if errors else 0
+
+
+# --- client commands ----------------------------------------------------------------------
+def http(method: str, url: str, body: Any = None, token: str | None = None, timeout: float = 10) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    token = token or os.environ.get("REPLOG_TOKEN")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        try:
+            return e.code, json.loads(e.read() or b"null")
+        except ValueError:
+            return e.code, {"error": {"code": "http", "message": str(e)}}
+
+
+def base_url(u: str) -> str:
+    return (u if u.startswith("http") else f"http://{u}").rstrip("/")
+
+
+def _client(args: argparse.Namespace, method: str, path: str, body: Any = None) -> int:
+    try:
+        status, doc = http(method, base_url(args.url) + path, body, args.token)
+    except (urllib.error.URLError, OSError) as e:
+        fail(f"cannot reach {args.url}: {getattr(e, 'reason', e)}", 1)
+    print(json.dumps(doc, indent=2, ensure_ascii=False))
+    return 0 if status < 400 else 1
+
+
+def cmd_put(args: argparse.Namespace) -> int:
+    try:
+        value = json.loads(args.value)
+    except ValueError:
+        value = args.value
+    return _client(args, "PUT", f"/v1/spaces/{args.space}/keys/{urllib.parse.quote(args.key, safe='')}", value)
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    return _client(args, "GET", f"/v1/spaces/{args.space}/keys/{urllib.parse.quote(args.key, safe='')}")
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    return _client(args, "DELETE", f"/v1/spaces/{args.space}/keys/{urllib.parse.quote(args.key, safe='')}")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from node.status import status_table
+    try:
+        print(status_table([base_url(u) for u in args.url], args.token))
+    except (urllib.error.URLError, OSError) as e:
+        fail(f"cannot reach {args.url}: {getattr(e, 'reason', e)}", 1)
+    return 0
+
+
+def cmd_wal(args: argparse.Namespace) -> int:
+    from node.wal import dump
+    if not os.path.isdir(args.dir):
+        fail(f"{args.dir}: not a directory")
+    try:
+        if args.wal_cmd == "dump":
+            dump.dump(args.dir)
+            return 0
+        return dump.verify(args.dir)
+    except BrokenPipeError:
+        return 0
+    except ReplogError as e:
+        fail(str(e), 1)
+    return 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from node.demo import run_demo
+    return run_demo(args)
+
+
+def cmd_analyze(args: argparse.Namespace, rest: list[str]) -> int:
+    try:
+        from spark.analyze import main as analyze_main
+    except ImportError as e:
+        fail(f"analyze needs pyspark: pip install 'replog[spark]' ({e})")
+    return analyze_main(rest)
+
+
+def cmd_admin(args: argparse.Namespace) -> int:
+    from node import admin
+    return admin.main(args)
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="replog", description="replog: multi-master replicated log and key-value store")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
+
+    s = sub.add_parser("serve", help="run one node")
+    s.add_argument("--config", help="TOML file with options")
+    for flag, kw in SERVE_FLAGS:
+        s.add_argument(flag, **kw)
+
+    for name, fn in (("put", cmd_put), ("get", cmd_get), ("delete", cmd_delete)):
+        c = sub.add_parser(name, help=f"{name} one key")
+        c.add_argument("url")
+        c.add_argument("space")
+        c.add_argument("key")
+        if name == "put":
+            c.add_argument("value", help="JSON value (or a plain string)")
+        c.add_argument("--token")
+        c.set_defaults(fn=fn)
+
+    st = sub.add_parser("status", help="members, ids on each node, vclocks, lag")
+    st.add_argument("url", nargs="+")
+    st.add_argument("--token")
+
+    w = sub.add_parser("wal", help="inspect WAL segments")
+    wsub = w.add_subparsers(dest="wal_cmd", required=True, parser_class=Parser)
+    for n in ("dump", "verify"):
+        x = wsub.add_parser(n)
+        x.add_argument("dir")
+
+    d = sub.add_parser("demo", help="run a local multi-master cluster with a workload")
+    d.add_argument("--dir", help="data directory (default: a temporary one)")
+    d.add_argument("--masters", type=int, default=3)
+    d.add_argument("--anon", type=int, default=1)
+    d.add_argument("--base-port", type=int, default=7301)
+    d.add_argument("--rate", type=float, default=20.0, help="writes per second per master")
+    d.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until Ctrl-C)")
+
+    a = sub.add_parser("admin", help="manual recovery tools")
+    asub = a.add_subparsers(dest="admin_cmd", required=True, parser_class=Parser)
+    x = asub.add_parser("inspect")
+    x.add_argument("dir")
+    x = asub.add_parser("compare")
+    x.add_argument("dirs", nargs="+")
+    x = asub.add_parser("mark-clean")
+    x.add_argument("dir")
+
+    sub.add_parser("analyze", help="Spark analysis of WAL dumps (see replog analyze --help)", add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "analyze":
+        return cmd_analyze(argparse.Namespace(), argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        if args.cmd == "serve":
+            return cmd_serve(args)
+        if args.cmd == "status":
+            return cmd_status(args)
+        if args.cmd == "wal":
+            return cmd_wal(args)
+        if args.cmd == "demo":
+            return cmd_demo(args)
+        if args.cmd == "admin":
+            return cmd_admin(args)
+        return args.fn(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+import urllib.parse  # noqa: E402  (used by the client commands)
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Replication wire messages: one msgpack `[type, body]` per WebSocket binary message.
+
+Pure encoding and validation: `decode()` turns any bytes into a Message or raises
+RemoteProtocolError — nothing else — so a peer sending garbage only drops its link.
+
+Conversation (client = the subscribing node, server = the relay):
+  S: HELLO {version, nonce}                         nothing else before auth succeeds
+  C: AUTH {nonce, mac}                              mac = HMAC(secret, "client"|s_nonce|c_nonce)
+  S: AUTH_OK {mac}                                  mac = HMAC(secret, "server"|c_nonce|s_nonce)
+  C: GREETING {...}     S: GREETING {...} | ERROR   uuid, cluster, options digest, whole _cluster
+  C: JOIN {code} | FETCH_SNAPSHOT | REGISTER {code} | SUBSCRIBE {vclock} | BYE
+  S: SNAPSHOT {meta} SNAPSHOT_ROWS* SNAPSHOT_END   (JOIN, FETCH_SNAPSHOT)
+  S: REGISTERED {id}                                (REGISTER)
+  S: SUBSCRIBED {vclock}  then ROWS / HEARTBEAT     (SUBSCRIBE)
+  C: ACK {vclock}                                   in the relay's ids
+Vclocks on the wire are maps {id: lsn} in the *receiver's* id space."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from node import limits
+from node.errors import RemoteProtocolError
+
+PROTOCOL_VERSION = 1
+
+HELLO, AUTH, AUTH_OK, GREETING, ERROR = 1, 2, 3, 4, 5
+JOIN, FETCH_SNAPSHOT, SUBSCRIBE, REGISTER, BYE = 10, 11, 12, 13, 14
+SNAPSHOT, SNAPSHOT_ROWS, SNAPSHOT_END, SUBSCRIBED, REGISTERED = 20, 21, 22, 23, 24
+ROWS, ACK, HEARTBEAT = 30, 31, 32
+
+NAMES = {
+    HELLO: "HELLO", AUTH: "AUTH", AUTH_OK: "AUTH_OK", GREETING: "GREETING", ERROR: "ERROR",
+    JOIN: "JOIN", FETCH_SNAPSHOT: "FETCH_SNAPSHOT", SUBSCRIBE: "SUBSCRIBE", REGISTER: "REGISTER",
+    BYE: "BYE", SNAPSHOT: "SNAPSHOT", SNAPSHOT_ROWS: "SNAPSHOT_ROWS", SNAPSHOT_END: "SNAPSHOT_END",
+    SUBSCRIBED: "SUBSCRIBED", REGISTERED: "REGISTERED", ROWS: "ROWS", ACK: "ACK", HEARTBEAT: "HEARTBEAT",
+}
+
+# Body schema: field -> accepted python types. Extra fields are ignored (forward compatible).
+_STR, _INT, _BYTES, _BOOL = (str,), (int,), (bytes,), (bool,)
+_OPT_STR = (str, type(None))
+SCHEMA: dict[int, dict[str, tuple]] = {
+    HELLO: {"version": _INT, "nonce": _BYTES},
+    AUTH: {"nonce": _BYTES, "mac": _BYTES},
+    AUTH_OK: {"mac": _BYTES},
+    GREETING: {"uuid": _STR, "cluster_uuid": _OPT_STR, "cluster_name": _STR, "options_digest": _STR,
+               "anon": _BOOL, "address": _STR, "cluster": (list,), "status": _STR},
+    ERROR: {"code": _STR, "message": _STR},
+    JOIN: {},
+    FETCH_SNAPSHOT: {},
+    SUBSCRIBE: {"vclock": (dict,)},
+    REGISTER: {},
+    BYE: {},
+    SNAPSHOT: {"vclock": (dict,), "cluster": (list,), "spaces": (dict,)},
+    SNAPSHOT_ROWS: {"space": _STR, "rows": (list,)},
+    SNAPSHOT_END: {},
+    SUBSCRIBED: {"vclock": (dict,)},
+    REGISTERED: {"id": _INT},
+    ROWS: {"frames": (list,)},
+    ACK: {"vclock": (dict,)},
+    HEARTBEAT: {"now_us": _INT},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    type: int
+    body: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return NAMES.get(self.type, str(self.type))
+
+    def __getitem__(self, k: str) -> Any:
+        return self.body[k]
+
+    def get(self, k: str, default: Any = None) -> Any:
+        return self.body.get(k, default)
+
+
+_packer = msgpack.Packer(use_bin_type=True)
+
+
+def encode(mtype: int, **body: Any) -> bytes:
+    assert mtype in SCHEMA, mtype
+    return _packer.pack([mtype, body])
+
+
+def decode(data: bytes) -> Message:
+    if not isinstance(data, (bytes, bytearray)):
+        raise RemoteProtocolError("replication messages are binary")
+    if len(data) > limits.message_bytes_max:
+        raise RemoteProtocolError(f"message of {len(data)} bytes exceeds {limits.message_bytes_max}")
+    try:
+        raw = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as e:  # msgpack raises several unrelated types for junk
+        raise RemoteProtocolError(f"undecodable message: {type(e).__name__}") from None
+    if not isinstance(raw, list) or len(raw) != 2 or not isinstance(raw[0], int) or not isinstance(raw[1], dict):
+        raise RemoteProtocolError("message is not [type, {body}]")
+    mtype, body = raw
+    schema = SCHEMA.get(mtype)
+    if schema is None:
+        raise RemoteProtocolError(f"unknown message type {mtype}")
+    for k, types in schema.items():
+        v = body.get(k)
+        if not isinstance(v, types) or (types is _INT and isinstance(v, bool)):
+            raise RemoteProtocolError(f"{NAMES[mtype]}: field {k!r} missing or of the wrong type")
+    return Message(mtype, body)
+
+
+def vclock_from_wire(d: dict) -> dict[int, int]:
+    out = {}
+    for k, v in d.items():
+        if not isinstance(k, int) or not isinstance(v, int) or k < 0 or v < 0 or isinstance(v, bool):
+            raise RemoteProtocolError("malformed vclock")
+        if v:
+            out[k] = v
+    return out
+
+
+def auth_mac(secret: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
+    return hmac.new(secret, role + b"|" + first + b"|" + second, hashlib.sha256).digest()
+
+
+def auth_ok(secret: bytes, role: bytes, first: bytes, second: bytes, mac: bytes) -> bool:
+    return hmac.compare_digest(auth_mac(secret, role, first, second), mac)

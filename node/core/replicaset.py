@@ -1,0 +1,226 @@
+"""The replication core of one node: lsn claims, id translation, `_cluster` handling,
+relay filtering. Pure: no asyncio, no sockets, no LMDB, no clock (time is an argument).
+
+The shell calls it in this order for every transaction it will persist:
+    txns = core.local_txn(...) | core.receive(peer, txn) | core.greeting(...)   # decide + claim
+    persist txns to the WAL, then LMDB, in the order they were returned
+    core.commit(txns)                                                            # durable vclock
+Rules kept here:
+- an lsn is checked and claimed in one call with no await in between, so two appliers
+  receiving one origin's rows by two routes never both apply the same lsn;
+- a row whose replica id the peer's map cannot translate is refused, never guessed;
+- each origin's rows are applied contiguously: a row past a gap is not applied (it will
+  come again by a route that has the rows before it);
+- on learning a member this node writes its own `_cluster` row for it, in the same WAL
+  frame, before any row of that member, so a downstream always learns this node's id for
+  an origin before that origin's rows;
+- a `_cluster` row states its *origin's* ids: it teaches the map of a directly connected
+  peer only when that peer is the origin."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from node.cluster_space.idmap import IdMap
+from node.cluster_space.resolver import resolve_cluster_replace
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
+from node.core.hlc import HLC
+from node.core.rows import (CLUSTER_SPACE, GROUP_CLUSTER, GROUP_LOCAL, OP_CLUSTER, Op, Txn)
+from node.core.vclock import VClock
+from node.errors import RemoteProtocolError
+
+log = logging.getLogger("replog.core")
+
+
+@dataclass
+class ReceiveStats:
+    applied: int = 0
+    duplicates: int = 0
+    gaps: int = 0
+    expelled: int = 0
+
+
+@dataclass
+class Peer:
+    """What the core knows of one directly connected upstream."""
+    uuid: str
+    map: IdMap = field(default_factory=IdMap)
+    stats: ReceiveStats = field(default_factory=ReceiveStats)
+
+
+def cluster_op(m: Member) -> Op:
+    return Op(OP_CLUSTER, CLUSTER_SPACE, m.uuid, {"id": m.id, "address": m.address, "state": m.state})
+
+
+class NodeCore:
+    def __init__(self, uuid: str, table: ClusterTable, vclock: VClock, *, hlc_last: int = 0):
+        me = table.get(uuid)
+        assert me is not None, "a node's own uuid is always in its _cluster"
+        self.uuid = uuid
+        self.table = table
+        self.vclock = vclock.copy()      # durable: what the WAL holds
+        self.claimed = vclock.copy()     # durable + in flight to the WAL
+        self.hlc = HLC(hlc_last)
+        self.peers: dict[str, Peer] = {}
+        # (origin uuid, member uuid) -> the origin's id for the member, from its _cluster rows
+        self.knowledge: dict[tuple[str, str], int] = {}
+
+    # --- identity ----------------------------------------------------------------
+    @property
+    def self_id(self) -> int:
+        return self.table.id_of(self.uuid)  # type: ignore[return-value]
+
+    @property
+    def anon(self) -> bool:
+        return self.table.get(self.uuid).state == STATE_ANON  # type: ignore[union-attr]
+
+    def vclock_by_uuid(self, vclock: VClock | None = None) -> dict[str, int]:
+        v = vclock if vclock is not None else self.vclock
+        out = {}
+        for rid, lsn in v.items():
+            if rid == 0:
+                continue
+            u = self.table.uuid_of(rid)
+            if u is not None:
+                out[u] = lsn
+        return out
+
+    # --- local writes ------------------------------------------------------------
+    def local_txn(self, ops: list[Op], group: int, wall_us: int) -> Txn:
+        """Claim the next lsns for a transaction written on this node."""
+        component = 0 if group == GROUP_LOCAL else self.self_id
+        lsn = self.claimed.get(component) + 1
+        txn = Txn(self.self_id, lsn, group, self.hlc.now(wall_us), tuple(ops))
+        self.claimed.follow(component, txn.last_lsn)
+        return txn
+
+    def register_member(self, uuid: str, address: str, wall_us: int,
+                        proposed_id: int = 0, state: str = STATE_MEMBER) -> tuple[int, Txn | None]:
+        """Register (or re-state) a member on this node: JOIN, REGISTER, expel, a new
+        address. Returns its local id and the own `_cluster` txn to write, if any."""
+        res = resolve_cluster_replace(self.table, uuid, proposed_id, address, state, from_self=True)
+        if not res.changed:
+            return res.local_id, None
+        self.table.upsert(res.member)
+        txn = self.local_txn([cluster_op(res.member)], GROUP_CLUSTER, wall_us)
+        res.member.lsn = txn.lsn
+        log.info("_cluster: %s %s as id %d", res.reason, uuid, res.local_id)
+        return res.local_id, txn
+
+    # --- handshake ---------------------------------------------------------------
+    def greeting(self, peer_uuid: str, peer_rows: list[list], wall_us: int) -> list[Txn]:
+        """An upstream's greeting carried its whole `_cluster`; build its id map before
+        SUBSCRIBE is sent (the answer to the reference's open question) and register
+        every member it knows that we do not, before any of its rows is applied."""
+        peer = self.peers.setdefault(peer_uuid, Peer(peer_uuid))
+        out: list[Txn] = []
+        own_ops: list[Op] = []
+        for row in peer_rows:
+            m = Member.from_row(row)
+            if m.state == STATE_ANON and m.uuid != peer_uuid:
+                continue            # the peer's private entry for someone else: not ours
+            local = self.table.get(m.uuid)
+            if local is None:
+                res = resolve_cluster_replace(self.table, m.uuid, m.id, m.address, m.state, from_self=False)
+                self.table.upsert(res.member)
+                own_ops.append(cluster_op(res.member))
+                log.info("_cluster: %s %s as id %d (from %s's greeting)", res.reason, m.uuid, res.local_id, peer_uuid)
+                local = res.member
+            self.knowledge[(peer_uuid, m.uuid)] = m.id
+            peer.map.learn(m.id, local.id)
+        if own_ops:
+            txn = self.local_txn(own_ops, GROUP_CLUSTER, wall_us)
+            for op in own_ops:
+                self.table.get(op.key).lsn = txn.lsn  # type: ignore[union-attr]
+            out.append(txn)
+        return out
+
+    def subscribe_vclock(self, peer_uuid: str) -> VClock:
+        """What we ask the peer for, in the peer's ids (unknown components left out)."""
+        return self.peers[peer_uuid].map.vclock_to_peer(self.claimed)
+
+    def ack_vclock(self, peer_uuid: str) -> VClock:
+        return self.peers[peer_uuid].map.vclock_to_peer(self.vclock)
+
+    def drop_peer(self, peer_uuid: str) -> None:
+        self.peers.pop(peer_uuid, None)
+
+    # --- remote rows ---------------------------------------------------------------
+    def receive(self, peer_uuid: str, raw: Txn, wall_us: int) -> list[Txn]:
+        """Decide one transaction from an upstream. Returns what to persist, in order:
+        [] (already have it, or refused), or [translated txn] plus, for `_cluster` rows,
+        this node's own `_cluster` txn. Claims lsns before returning (no await inside)."""
+        peer = self.peers[peer_uuid]
+        origin = peer.map.to_local.get(raw.replica_id)
+        if origin is None:
+            raise RemoteProtocolError(
+                f"row {raw.replica_id}:{raw.lsn} from {peer_uuid}: id {raw.replica_id} is unknown "
+                "to this node's map of that peer; refusing to guess")
+        if raw.group == GROUP_LOCAL:
+            raise RemoteProtocolError(f"peer {peer_uuid} sent a row of a local space")
+        member = self.table.by_id(origin)
+        assert member is not None
+        have = self.claimed.get(origin)
+        if raw.last_lsn <= have:
+            peer.stats.duplicates += 1
+            return []
+        if raw.lsn != have + 1:
+            if raw.lsn <= have:
+                raise RemoteProtocolError(f"row {origin}:{raw.lsn}..{raw.last_lsn} overlaps claimed {have}")
+            peer.stats.gaps += 1
+            return []
+        if member.state == STATE_EXPELLED:
+            peer.stats.expelled += 1
+            return []
+        self.claimed.follow(origin, raw.last_lsn)
+        self.hlc.observe(raw.timestamp)
+        peer.stats.applied += 1
+        txn = raw.with_replica_id(origin)
+        out = [txn]
+        if raw.group == GROUP_CLUSTER:
+            own = self._follow_cluster_rows(peer, member, txn, wall_us)
+            if own is not None:
+                out.append(own)
+        return out
+
+    def _follow_cluster_rows(self, peer: Peer, origin: Member, txn: Txn, wall_us: int) -> Txn | None:
+        own_ops: list[Op] = []
+        for op in txn.ops:
+            if op.kind != OP_CLUSTER:
+                continue
+            v = op.value
+            their_id, address, state = int(v["id"]), str(v.get("address") or ""), str(v.get("state") or STATE_MEMBER)
+            self.knowledge[(origin.uuid, op.key)] = their_id
+            if op.key == self.uuid and state == STATE_EXPELLED:
+                log.error("_cluster: %s says this node is expelled", origin.uuid)
+            res = resolve_cluster_replace(self.table, op.key, their_id, address, state,
+                                          from_self=(op.key == origin.uuid))
+            if res.changed:
+                self.table.upsert(res.member)
+                own_ops.append(cluster_op(res.member))
+                log.info("_cluster: %s %s as id %d (row of %s)", res.reason, op.key, res.local_id, origin.uuid)
+            if origin.uuid == peer.uuid:
+                peer.map.learn(their_id, res.local_id)
+        if not own_ops:
+            return None
+        own = self.local_txn(own_ops, GROUP_CLUSTER, wall_us)
+        for op in own_ops:
+            self.table.get(op.key).lsn = own.lsn  # type: ignore[union-attr]
+        return own
+
+    # --- after persistence -----------------------------------------------------------
+    def commit(self, txns: list[Txn]) -> None:
+        for t in txns:
+            c = t.component
+            if t.last_lsn > self.vclock.get(c):
+                self.vclock.follow(c, t.last_lsn)
+
+
+# --- relay side ----------------------------------------------------------------------
+def relay_wants(txn_wire: list, sub_vclock: dict[int, int]) -> bool:
+    """Should a relay send this WAL txn (wire form, relay's ids) to a subscriber whose
+    vclock (in the relay's ids) is sub_vclock? Local rows never leave the node."""
+    rid, lsn, group = txn_wire[0], txn_wire[1], txn_wire[2]
+    if group == GROUP_LOCAL:
+        return False
+    return lsn + len(txn_wire[4]) - 1 > sub_vclock.get(rid, 0)

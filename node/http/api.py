@@ -1,0 +1,296 @@
+"""The client HTTP API (`/v1`, JSON; msgpack when asked) and the replication endpoint.
+
+Every handler validates input before touching the node; every refusal is a ClientError
+mapped by one middleware to `{"error": {"code", "message"}}` with a 4xx status.
+Malformed input is never a 500 and never stops the node."""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+from aiohttp import web
+
+from node import limits
+from node.applier.relay import handle_replication
+from node.core.rows import OP_DELETE, OP_PUT, OP_SPACE, Op
+from node.errors import ClientError
+from node.http.metrics import metrics_handler
+
+if TYPE_CHECKING:
+    from node.server import Node
+
+log = logging.getLogger("replog.http")
+
+SPACE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+MSGPACK = "application/msgpack"
+NODE = web.AppKey("node", object)
+OPEN_PATHS = ("/v1/health", "/metrics", "/v1/replication")
+
+
+# --- encoding ---------------------------------------------------------------------------
+def reply(request: web.Request, data: Any, status: int = 200) -> web.Response:
+    if MSGPACK in request.headers.get("Accept", ""):
+        return web.Response(body=msgpack.packb(data, use_bin_type=True), status=status, content_type=MSGPACK)
+    return web.Response(text=json.dumps(data, ensure_ascii=False), status=status, content_type="application/json")
+
+
+def error_body(code: str, message: str) -> dict:
+    return {"error": {"code": code, "message": message}}
+
+
+async def read_body(request: web.Request) -> Any:
+    if request.content_length is not None and request.content_length > limits.body_bytes_max:
+        raise ClientError(413, "body_too_large", f"body exceeds {limits.body_bytes_max} bytes")
+    raw = await request.read()
+    if len(raw) > limits.body_bytes_max:
+        raise ClientError(413, "body_too_large", f"body exceeds {limits.body_bytes_max} bytes")
+    if not raw:
+        raise ClientError(400, "empty_body", "a body is required")
+    if request.content_type == MSGPACK:
+        try:
+            return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        except Exception:  # msgpack raises many types for junk
+            raise ClientError(400, "bad_msgpack", "body is not valid msgpack") from None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ClientError(400, "bad_json", "body is not valid JSON") from None
+
+
+def check_space(name: str, *, write: bool) -> str:
+    if not SPACE_RE.match(name):
+        raise ClientError(400, "bad_space_name", "space names match [A-Za-z_][A-Za-z0-9_]{0,63}")
+    if write and name.startswith("_"):
+        raise ClientError(403, "system_space", f"{name!r} is a system space; clients cannot write it")
+    return name
+
+
+def check_key(key: Any) -> str:
+    if not isinstance(key, str):
+        raise ClientError(400, "bad_key", "keys are strings")
+    try:
+        n = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ClientError(400, "bad_key", "keys are valid UTF-8") from None
+    if n == 0 or n > limits.key_bytes_max:
+        raise ClientError(400, "bad_key", f"keys are 1..{limits.key_bytes_max} bytes of UTF-8")
+    return key
+
+
+def check_value(value: Any) -> Any:
+    try:
+        size = len(msgpack.packb(value, use_bin_type=True))
+    except (TypeError, ValueError, OverflowError):
+        raise ClientError(400, "bad_value", "value cannot be stored") from None
+    if size > limits.value_bytes_max:
+        raise ClientError(413, "value_too_large", f"values are at most {limits.value_bytes_max} bytes")
+    return value
+
+
+# --- middleware ------------------------------------------------------------------------
+@web.middleware
+async def errors_mw(request: web.Request, handler):
+    try:
+        return await handler(request)
+    except ClientError as e:
+        return reply(request, error_body(e.code, e.message), e.status)
+    except web.HTTPException as e:
+        if e.status >= 400:
+            code = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(e.status, "http_error")
+            return reply(request, error_body(code, e.reason), e.status)
+        raise
+
+
+@web.middleware
+async def auth_mw(request: web.Request, handler):
+    node: Node = request.app[NODE]
+    token = node.cfg.token
+    if token and not request.path.startswith(OPEN_PATHS):
+        got = request.headers.get("Authorization", "")
+        import hmac
+        if not hmac.compare_digest(got.encode(), f"Bearer {token}".encode()):
+            raise ClientError(401, "unauthorized", "a valid 'Authorization: Bearer <token>' header is required")
+    return await handler(request)
+
+
+# --- handlers ----------------------------------------------------------------------------
+def _node(request: web.Request) -> "Node":
+    return request.app[NODE]
+
+
+async def put_space(request: web.Request) -> web.Response:
+    node = _node(request)
+    name = check_space(request.match_info["space"], write=True)
+    body = await read_body(request) if (request.content_length or 0) > 0 else {}
+    if not isinstance(body, dict):
+        raise ClientError(400, "bad_body", "body is an object like {\"local\": false}")
+    local = body.get("local", False)
+    conflict = body.get("conflict", "lww")
+    if not isinstance(local, bool):
+        raise ClientError(400, "bad_option", "'local' is true or false")
+    from node.cluster_space.resolver import DATA_RESOLVERS
+    if conflict not in DATA_RESOLVERS:
+        raise ClientError(400, "bad_option", f"'conflict' is one of {', '.join(sorted(DATA_RESOLVERS))}")
+    existing = node.store.spaces.get(name) if node.store else None
+    if existing is not None:
+        if existing.local != local or existing.conflict != conflict:
+            raise ClientError(409, "space_exists", f"space {name!r} exists with other options {existing.to_dict()}")
+        return reply(request, {"space": name, **existing.to_dict(), "created": False})
+    if len(node.store.spaces) >= limits.spaces_max:
+        raise ClientError(409, "too_many_spaces", f"at most {limits.spaces_max} spaces")
+    res = await node.write([Op(OP_SPACE, name, "", {"local": local, "conflict": conflict})])
+    return reply(request, {"space": name, "local": local, "conflict": conflict, "created": True, **res}, 201)
+
+
+async def list_spaces(request: web.Request) -> web.Response:
+    node = _node(request)
+    spaces = node.store.spaces if node.store else {}
+    return reply(request, {"spaces": [{"name": n, **d.to_dict()} for n, d in sorted(spaces.items())]})
+
+
+async def put_key(request: web.Request) -> web.Response:
+    space = check_space(request.match_info["space"], write=True)
+    key = check_key(request.match_info["key"])
+    value = check_value(await read_body(request))
+    return reply(request, await _node(request).write([Op(OP_PUT, space, key, value)]))
+
+
+async def delete_key(request: web.Request) -> web.Response:
+    space = check_space(request.match_info["space"], write=True)
+    key = check_key(request.match_info["key"])
+    return reply(request, await _node(request).write([Op(OP_DELETE, space, key, None)]))
+
+
+def _space_for_read(node: "Node", name: str) -> None:
+    check_space(name, write=False)
+    if node.store is None or name not in node.store.spaces:
+        raise ClientError(404, "no_such_space", f"space {name!r} does not exist")
+
+
+async def get_key(request: web.Request) -> web.Response:
+    node = _node(request)
+    space = request.match_info["space"]
+    _space_for_read(node, space)
+    key = check_key(request.match_info["key"])
+    rec = node.store.get(space, key)
+    if rec is None or rec.deleted:
+        raise ClientError(404, "no_such_key", f"key {key!r} is not in {space!r}")
+    origin = node.uuid if rec.origin_id == 0 else node.store.table.uuid_of(rec.origin_id)
+    return reply(request, {"key": key, "value": rec.value, "origin": origin, "lsn": rec.lsn})
+
+
+async def range_keys(request: web.Request) -> web.Response:
+    node = _node(request)
+    space = request.match_info["space"]
+    _space_for_read(node, space)
+    after = request.query.get("after")
+    if after is not None:
+        check_key(after)
+    try:
+        limit = int(request.query.get("limit", limits.range_limit_default))
+    except ValueError:
+        raise ClientError(400, "bad_limit", "limit is an integer") from None
+    if not (1 <= limit <= limits.range_limit_max):
+        raise ClientError(400, "bad_limit", f"limit is 1..{limits.range_limit_max}")
+    recs, nxt = node.store.range(space, after, limit)
+    uuid_of = node.store.table.uuid_of
+    items = [{"key": r.key, "value": r.value, "origin": node.uuid if r.origin_id == 0 else uuid_of(r.origin_id),
+              "lsn": r.lsn} for r in recs]
+    return reply(request, {"items": items, "next": nxt})
+
+
+async def post_txn(request: web.Request) -> web.Response:
+    body = await read_body(request)
+    if not isinstance(body, dict) or not isinstance(body.get("ops"), list) or not body["ops"]:
+        raise ClientError(400, "bad_txn", "body is {\"ops\": [{\"op\": \"put\"|\"delete\", \"space\", \"key\", \"value\"}]}")
+    if len(body["ops"]) > limits.txn_ops_max:
+        raise ClientError(413, "txn_too_large", f"at most {limits.txn_ops_max} ops in one transaction")
+    ops = []
+    for i, o in enumerate(body["ops"]):
+        if not isinstance(o, dict) or o.get("op") not in ("put", "delete") or not isinstance(o.get("space"), str):
+            raise ClientError(400, "bad_op", f"op {i} is not {{\"op\": \"put\"|\"delete\", \"space\", \"key\", ...}}")
+        space = check_space(o["space"], write=True)
+        key = check_key(o.get("key"))
+        if o["op"] == "put":
+            if "value" not in o:
+                raise ClientError(400, "bad_op", f"op {i}: put needs a value")
+            ops.append(Op(OP_PUT, space, key, check_value(o["value"])))
+        else:
+            ops.append(Op(OP_DELETE, space, key, None))
+    return reply(request, await _node(request).write(ops))
+
+
+async def get_info(request: web.Request) -> web.Response:
+    return reply(request, _node(request).info())
+
+
+async def get_cluster(request: web.Request) -> web.Response:
+    return reply(request, _node(request).cluster_view())
+
+
+async def delete_member(request: web.Request) -> web.Response:
+    return reply(request, await _node(request).expel(request.match_info["uuid"]))
+
+
+async def put_peers(request: web.Request) -> web.Response:
+    from node.config import _check_addr
+    from node.errors import ConfigError
+    body = await read_body(request)
+    if not isinstance(body, dict) or not isinstance(body.get("peers"), list) or \
+            not all(isinstance(p, str) for p in body["peers"]):
+        raise ClientError(400, "bad_peers", "body is {\"peers\": [\"host:port\", ...]}")
+    try:
+        for p in body["peers"]:
+            _check_addr("peers", p)
+    except ConfigError as e:
+        raise ClientError(400, "bad_peers", str(e)) from None
+    node = _node(request)
+    if node.status != "running":
+        raise ClientError(503, "not_ready", f"node is {node.status}")
+    node.set_peers(list(dict.fromkeys(body["peers"])))
+    return reply(request, {"peers": list(node.appliers)})
+
+
+async def post_shutdown(request: web.Request) -> web.Response:
+    node = _node(request)
+    body = await read_body(request) if (request.content_length or 0) > 0 else {}
+    if not isinstance(body, dict) or not isinstance(body.get("cluster", False), bool):
+        raise ClientError(400, "bad_body", "body is {\"cluster\": true|false}")
+    result = await node.request_shutdown(cluster=body.get("cluster", False))
+    return reply(request, result, 202)
+
+
+async def get_health(request: web.Request) -> web.Response:
+    node = _node(request)
+    if node.status == "running":
+        return reply(request, {"status": "ok"})
+    return reply(request, {"status": node.status, "reason": node.status_reason}, 503)
+
+
+async def replication(request: web.Request) -> web.StreamResponse:
+    return await handle_replication(_node(request), request)
+
+
+def make_app(node: "Node") -> web.Application:
+    app = web.Application(middlewares=[errors_mw, auth_mw], client_max_size=limits.body_bytes_max)
+    app[NODE] = node
+    r = app.router
+    r.add_get("/v1/health", get_health)
+    r.add_get("/metrics", metrics_handler)
+    r.add_get("/v1/replication", replication)
+    r.add_get("/v1/spaces", list_spaces)
+    r.add_put("/v1/spaces/{space}", put_space)
+    r.add_get("/v1/spaces/{space}/keys", range_keys)
+    r.add_put("/v1/spaces/{space}/keys/{key:.+}", put_key)
+    r.add_get("/v1/spaces/{space}/keys/{key:.+}", get_key)
+    r.add_delete("/v1/spaces/{space}/keys/{key:.+}", delete_key)
+    r.add_post("/v1/txn", post_txn)
+    r.add_get("/v1/info", get_info)
+    r.add_get("/v1/cluster", get_cluster)
+    r.add_delete("/v1/cluster/{uuid}", delete_member)
+    r.add_put("/v1/admin/peers", put_peers)
+    r.add_post("/v1/admin/shutdown", post_shutdown)
+    return app

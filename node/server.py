@@ -1,0 +1,445 @@
+"""The node process: owns the store, the WAL, the core, the journal, the HTTP server,
+the appliers and the relays, and runs their lifecycle in one order.
+
+Start-up:  open store -> recover WAL -> load `_cluster` into the core -> serve HTTP
+           -> bootstrap / join / subscribe (appliers).
+Shutdown:  the same, backwards, each step under a deadline; errors are collected.
+The node makes no protocol decisions itself: it asks the core and performs the effects."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+import uuid as uuidlib
+
+import aiohttp
+from aiohttp import web
+
+from node import limits
+from node.applier.applier import Applier, open_link
+from node.applier.relay import Relay, handle_replication
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, Member
+from node.config import Config
+from node.core import messages as m
+from node.core.replicaset import NodeCore, cluster_op
+from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, Op
+from node.core.vclock import VClock
+from node.errors import ClientError, PeerRefused, RemoteProtocolError, StorageError
+from node.journal import Journal
+from node.storage.store import Store
+from node.wal.recovery import recover
+from node.wal.writer import WalWriter
+
+log = logging.getLogger("replog.node")
+
+
+class Node:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.data_dir = os.path.abspath(cfg.data_dir)
+        self.wal_dir = os.path.join(self.data_dir, "wal")
+        self.store: Store | None = None
+        self.core: NodeCore | None = None
+        self.journal: Journal | None = None
+        self.uuid = ""
+        self.status = "loading"
+        self.status_reason = "opening the store"
+        self.appliers: dict[str, Applier] = {}
+        self.relays: set[Relay] = set()
+        self.http_session: aiohttp.ClientSession | None = None
+        self.stopped = asyncio.Event()
+        self.fatal: BaseException | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self.started_at = time.time()
+        self.metrics = None  # set by node.http.metrics
+
+    # --- small helpers ---------------------------------------------------------------
+    @staticmethod
+    def wall_us() -> int:
+        return time.time_ns() // 1000
+
+    @property
+    def options_digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.cfg.must_match(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def greeting(self) -> dict:
+        table = self.core.table if self.core else None
+        return {
+            "uuid": self.uuid,
+            "cluster_uuid": self.store.get_meta("cluster_uuid") if self.store else None,
+            "cluster_name": self.cfg.cluster_name,
+            "options_digest": self.options_digest,
+            "options": self.cfg.must_match(),
+            "anon": self.cfg.anon,
+            "address": self.cfg.address,
+            "cluster": table.rows() if table else [],
+            "status": self.status,
+        }
+
+    def check_peer_greeting(self, theirs: dict) -> None:
+        """Hook for checks beyond check_greeting (fencing, join protocol)."""
+
+    def spawn(self, coro, name: str) -> asyncio.Task:
+        t = asyncio.create_task(coro, name=name)
+        self._tasks.add(t)
+        t.add_done_callback(self._task_done)
+        return t
+
+    def _task_done(self, t: asyncio.Task) -> None:
+        self._tasks.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            self.on_fatal(t.exception())
+
+    def on_fatal(self, e: BaseException) -> None:
+        if self.fatal is None:
+            self.fatal = e
+            log.critical("node: stopping after a fatal error: %s", e, exc_info=e)
+            self.status, self.status_reason = "failed", str(e)
+            self.stopped.set()
+
+    # --- start-up ----------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.cfg
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(cfg.wal_mode == "fsync"))
+        self.uuid = self.store.get_meta("uuid") or ""
+        if not self.uuid:
+            self.uuid = str(uuidlib.uuid4())
+            self.store.set_meta(uuid=self.uuid)
+        if self.store.is_empty:
+            self._wipe_partial_join()
+        else:
+            self._check_store_matches()
+            self._open_bootstrapped()
+        self.http_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5))
+        from node.http.api import make_app
+        app = make_app(self)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
+        await site.start()
+        log.info("node %s listening on %s (data %s)", self.uuid, cfg.listen, self.data_dir)
+        self.spawn(self._start_replication(), "start-replication")
+
+    def _wipe_partial_join(self) -> None:
+        if self.store.spaces or len(self.store.table) or os.path.isdir(self.wal_dir):
+            log.warning("store: an interrupted join left partial data; starting the join afresh")
+            uid = self.uuid
+            self.store.close()
+            shutil.rmtree(os.path.join(self.data_dir, "store"), ignore_errors=True)
+            shutil.rmtree(self.wal_dir, ignore_errors=True)
+            self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"))
+            self.store.set_meta(uuid=uid)
+
+    def _check_store_matches(self) -> None:
+        was_anon = self.store.get_meta("anon")
+        if was_anon is False and self.cfg.anon:
+            from node.errors import ConfigError
+            raise ConfigError("anon", "this store belongs to a registered member; it cannot go back to anonymous")
+
+    def _open_bootstrapped(self) -> None:
+        store = self.store
+        res = recover(store, self.wal_dir, self.uuid, force_recovery=self.cfg.force_recovery)
+        wal = None
+        if self.cfg.wal_mode != "none":
+            wal = WalWriter(self.wal_dir, self.cfg.wal_mode, self.uuid, segment_bytes_max=self.cfg.segment_bytes_max)
+            wal.open_last(res.last_valid_end)
+        self.core = NodeCore(self.uuid, store.table.copy(), store.vclock, hlc_last=store.get_meta("hlc") or 0)
+        self.core.knowledge = store.load_knowledge()
+        self.journal = Journal(self.core, store, wal, self.on_fatal)
+        self.journal.start()
+        log.info("node: store open; vclock %s; %d members", store.vclock, len(store.table))
+
+    async def _start_replication(self) -> None:
+        cfg = self.cfg
+        if self.core is None:
+            if cfg.anon:
+                await self._bootstrap_anon()
+            elif not cfg.peers:
+                await self._bootstrap_new_cluster()
+            else:
+                await self._join_or_bootstrap()
+        elif not cfg.anon and self.core.anon:
+            await self._register_anon()
+        self.status, self.status_reason = "running", ""
+        self.set_peers(list(cfg.peers))
+
+    async def _bootstrap_new_cluster(self) -> None:
+        self.status, self.status_reason = "bootstrapping", "creating a new cluster"
+        cluster_uuid = str(uuidlib.uuid4())
+        self.store.put_cluster_member(Member(self.uuid, 1, self.cfg.address, STATE_MEMBER))
+        self.store.set_meta(cluster_uuid=cluster_uuid, cluster_name=self.cfg.cluster_name,
+                            anon=False, created_s=time.time(), founders=[self.uuid])
+        self._open_bootstrapped()
+        me = self.core.table.get(self.uuid)
+        txn = self.core.local_txn([cluster_op(me)], GROUP_CLUSTER, self.wall_us())
+        await self.journal.submit([txn])
+        log.info("node: bootstrapped cluster %s as id 1", cluster_uuid)
+
+    async def _join_or_bootstrap(self) -> None:
+        """No store, peers listed: join through a booted peer; if every peer is fresh too,
+        the lowest uuid among all of us bootstraps and the others join it."""
+        self.status, self.status_reason = "joining", "looking for a booted peer"
+        delay = limits.reconnect_backoff_min_s
+        while True:
+            fresh: dict[str, str] = {}
+            for address in self.cfg.peers:
+                try:
+                    conn, theirs = await open_link(self, self.http_session, address)
+                except (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
+                        aiohttp.ClientError) as e:
+                    log.info("join: %s not usable yet: %s", address, e)
+                    continue
+                if theirs["cluster_uuid"] and theirs["status"] == "running":
+                    try:
+                        await self._fetch_snapshot(conn, theirs, join=True)
+                        return
+                    except (RemoteProtocolError, ConnectionError, asyncio.TimeoutError, aiohttp.ClientError) as e:
+                        log.warning("join via %s failed: %s; retrying", address, e)
+                        self._wipe_partial_join()
+                        continue
+                    finally:
+                        await conn.close()
+                await conn.send(m.BYE)
+                await conn.close()
+                if not theirs["cluster_uuid"]:
+                    fresh[address] = theirs["uuid"]
+            if len(fresh) == len(self.cfg.peers) and all(self.uuid < u for u in fresh.values()):
+                log.info("join: every peer is fresh and this node has the lowest uuid: bootstrapping")
+                await self._bootstrap_new_cluster()
+                return
+            self.status_reason = f"waiting for a booted peer ({len(fresh)} of {len(self.cfg.peers)} peers fresh)"
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def _bootstrap_anon(self) -> None:
+        self.status, self.status_reason = "joining", "fetching a snapshot (anonymous)"
+        while True:
+            for address in self.cfg.peers:
+                try:
+                    conn, theirs = await open_link(self, self.http_session, address)
+                except (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
+                        aiohttp.ClientError) as e:
+                    log.info("anon: %s not usable yet: %s", address, e)
+                    continue
+                try:
+                    if theirs["cluster_uuid"] and theirs["status"] == "running":
+                        await self._fetch_snapshot(conn, theirs, join=False)
+                        return
+                    await conn.send(m.BYE)
+                except (RemoteProtocolError, ConnectionError, asyncio.TimeoutError, aiohttp.ClientError) as e:
+                    log.warning("anon: fetching a snapshot from %s failed: %s", address, e)
+                    self._wipe_partial_join()
+                finally:
+                    await conn.close()
+            await asyncio.sleep(0.5)
+
+    async def _fetch_snapshot(self, conn, theirs: dict, *, join: bool) -> None:
+        await conn.send(m.JOIN if join else m.FETCH_SNAPSHOT)
+        snap = await conn.expect(m.SNAPSHOT, timeout=60)
+        vclock = m.vclock_from_wire(snap["vclock"])
+        cluster = [list(r) for r in snap["cluster"]]
+        self.store.install_snapshot({"cluster_name": theirs["cluster_name"]}, snap["spaces"], cluster, vclock)
+        n = 0
+        while True:
+            msg = await conn.expect(m.SNAPSHOT_ROWS, m.SNAPSHOT_END, timeout=60)
+            if msg.type == m.SNAPSHOT_END:
+                break
+            if msg["space"] not in snap["spaces"]:
+                raise RemoteProtocolError(f"snapshot rows for unknown space {msg['space']!r}")
+            self.store.install_records(msg["space"], msg["rows"])
+            n += len(msg["rows"])
+        await conn.send(m.BYE)
+        if join:
+            if self.store.table.get(self.uuid) is None:
+                raise RemoteProtocolError("the donor's snapshot does not register this node")
+        else:
+            me = Member(self.uuid, self.store.table.lowest_free_id(), self.cfg.address, STATE_ANON)
+            self.store.put_cluster_member(me)
+        self.store.set_meta(cluster_uuid=theirs["cluster_uuid"], anon=not join,
+                            created_s=time.time(), founders=[])
+        self._open_bootstrapped()
+        self.journal.wal and self.journal.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
+        log.info("node: %s via %s: %d rows at vclock %s; this node is id %d",
+                 "joined" if join else "fetched a snapshot", theirs["address"], n, vclock, self.core.self_id)
+
+    async def _register_anon(self) -> None:
+        """An anonymous replica restarted without --anon becomes a member: every master
+        registers its uuid; it keeps its uuid, its local id and its local rows."""
+        self.status, self.status_reason = "registering", "registering an anonymous replica"
+        while True:
+            for address in self.cfg.peers:
+                try:
+                    conn, theirs = await open_link(self, self.http_session, address)
+                except (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
+                        aiohttp.ClientError) as e:
+                    log.info("register: %s not usable yet: %s", address, e)
+                    continue
+                try:
+                    await conn.send(m.REGISTER)
+                    await conn.expect(m.REGISTERED, timeout=limits.handshake_timeout_s)
+                    await conn.send(m.BYE)
+                except (RemoteProtocolError, PeerRefused, ConnectionError, asyncio.TimeoutError) as e:
+                    log.warning("register via %s failed: %s", address, e)
+                    continue
+                finally:
+                    await conn.close()
+                _, txn = self.core.register_member(self.uuid, self.cfg.address, self.wall_us())
+                if txn is not None:
+                    await self.journal.submit([txn])
+                self.store.set_meta(anon=False)
+                log.info("node: registered as a member via %s", address)
+                return
+            await asyncio.sleep(0.5)
+
+    # --- run-time changes ----------------------------------------------------------------
+    def set_peers(self, peers: list[str]) -> None:
+        for addr in list(self.appliers):
+            if addr not in peers:
+                a = self.appliers.pop(addr)
+                self.spawn(a.stop(), f"stop-applier-{addr}")
+        for addr in peers:
+            if addr not in self.appliers and addr != self.cfg.address:
+                a = Applier(self, addr)
+                self.appliers[addr] = a
+                a.start()
+
+    async def register_member(self, uuid: str, address: str, state: str = STATE_MEMBER) -> int:
+        local_id, txn = self.core.register_member(uuid, address, self.wall_us(), state=state)
+        if txn is not None:
+            await self.journal.submit([txn])
+        return local_id
+
+    def on_ack(self, relay: Relay) -> None:
+        """A subscriber acknowledged rows (WAL retention reads these)."""
+
+    # --- client writes ---------------------------------------------------------------------
+    async def write(self, ops: list[Op]) -> dict:
+        if self.status != "running" or self.core is None:
+            raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
+        store = self.store
+        local_ops, repl_ops = [], []
+        for op in ops:
+            if op.kind == 3:
+                sdef_local = bool(op.value.get("local"))
+            else:
+                sdef = store.spaces.get(op.space)
+                if sdef is None:
+                    raise ClientError(404, "no_such_space", f"space {op.space!r} does not exist")
+                sdef_local = sdef.local
+            (local_ops if sdef_local else repl_ops).append(op)
+        if repl_ops and (self.cfg.read_only or self.core.anon):
+            why = "an anonymous replica" if self.core.anon else "read_only"
+            raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
+        txns = []
+        now = self.wall_us()
+        if repl_ops:
+            txns.append(self.core.local_txn(repl_ops, GROUP_DEFAULT, now))
+        if local_ops:
+            txns.append(self.core.local_txn(local_ops, GROUP_LOCAL, now))
+        await self.journal.submit(txns)
+        t = txns[0]
+        return {"lsn": t.last_lsn, "vclock": {str(k): v for k, v in self.core.vclock.items()}}
+
+    async def expel(self, uuid: str) -> dict:
+        core = self.core
+        if core is None or self.status != "running":
+            raise ClientError(503, "not_ready", f"node is {self.status}")
+        if core.anon or self.cfg.read_only:
+            raise ClientError(409, "read_only", "expel needs a writable member")
+        mem = core.table.get(uuid)
+        if mem is None:
+            raise ClientError(404, "no_such_member", f"{uuid} is not in _cluster")
+        if uuid == self.uuid:
+            raise ClientError(400, "expel_self", "a node cannot expel itself; expel it from another member")
+        local_id = await self.register_member(uuid, mem.address, state=STATE_EXPELLED)
+        for r in list(self.relays):
+            if r.uuid == uuid:
+                await r.conn.close()
+        return {"uuid": uuid, "id": local_id, "state": STATE_EXPELLED}
+
+    # --- views -------------------------------------------------------------------------
+    def info(self) -> dict:
+        core = self.core
+        vc = core.vclock if core else VClock()
+        return {
+            "uuid": self.uuid,
+            "id": core.self_id if core else None,
+            "cluster_uuid": self.store.get_meta("cluster_uuid") if self.store else None,
+            "cluster_name": self.cfg.cluster_name,
+            "status": self.status,
+            "status_reason": self.status_reason,
+            "read_only": self.cfg.read_only or bool(core and core.anon),
+            "anon": bool(core.anon) if core else self.cfg.anon,
+            "address": self.cfg.address,
+            "wal_mode": self.cfg.wal_mode,
+            "vclock": {str(k): v for k, v in vc.items()},
+            "vclock_uuid": core.vclock_by_uuid() if core else {},
+            "upstreams": [a.info() for a in self.appliers.values()],
+            "downstreams": [r.info() for r in self.relays],
+            "uptime_s": round(time.time() - self.started_at, 3),
+        }
+
+    def cluster_view(self) -> dict:
+        core = self.core
+        if core is None:
+            return {"members": []}
+        out = []
+        for mem in self.store.table.members():
+            ids = {o: i for (o, mu), i in core.knowledge.items() if mu == mem.uuid}
+            ids[self.uuid] = mem.id
+            out.append({"uuid": mem.uuid, "id": mem.id, "address": mem.address, "state": mem.state,
+                        "lsn": core.vclock.get(mem.id), "ids": ids})
+        return {"members": out}
+
+    # --- shutdown -------------------------------------------------------------------------
+    async def request_shutdown(self, cluster: bool) -> dict:
+        """Orderly shutdown of this node, answered before it happens."""
+        self.shutdown_cluster = cluster
+        asyncio.get_running_loop().call_later(0.05, self.stopped.set)
+        return {"status": "stopping", "cluster": cluster}
+
+    async def stop(self) -> list[BaseException]:
+        errors: list[BaseException] = []
+
+        async def step(name: str, coro) -> None:
+            try:
+                await asyncio.wait_for(coro, limits.shutdown_deadline_s)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as e:  # shutdown collects every cleanup error and goes on
+                log.error("shutdown: %s failed: %s", name, e)
+                errors.append(e)
+
+        self.status, self.status_reason = "stopping", "shutting down"
+        for a in list(self.appliers.values()):
+            await step(f"applier {a.address}", a.stop())
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        for r in list(self.relays):
+            await step("relay", r.conn.close())
+        if self._runner:
+            await step("http", self._runner.cleanup())
+        if self.http_session:
+            await step("http client", self.http_session.close())
+        if self.journal:
+            await step("journal", self.journal.stop())
+        if self.store:
+            try:
+                self.store.sync()
+                self.store.close()
+            except Exception as e:  # noqa: BLE001 - collected, reported by the caller
+                errors.append(e)
+        self.status = "stopped"
+        return errors
+

@@ -1,0 +1,60 @@
+"""`replog status`: one table of every member, its id on each node, vclocks and lag."""
+from __future__ import annotations
+
+import urllib.error
+
+from node.cli import http
+
+
+def status_table(urls: list[str], token: str | None = None) -> str:
+    infos, clusters = {}, {}
+    queue = list(urls)
+    seen = set()
+    while queue:
+        u = queue.pop(0)
+        if u in seen:
+            continue
+        seen.add(u)
+        try:
+            _, info = http("GET", u + "/v1/info", token=token, timeout=3)
+            _, cl = http("GET", u + "/v1/cluster", token=token, timeout=3)
+        except (urllib.error.URLError, OSError):
+            continue
+        if not isinstance(info, dict) or "uuid" not in info:
+            continue
+        infos[info["uuid"]], clusters[info["uuid"]] = info, cl
+        for mem in cl.get("members", []):
+            if mem.get("address") and mem["state"] != "expelled":
+                queue.append("http://" + mem["address"])
+    nodes = list(infos)
+    uuids = []
+    for n in nodes:
+        for mem in clusters[n].get("members", []):
+            if mem["uuid"] not in uuids:
+                uuids.append(mem["uuid"])
+    for n in nodes:
+        if n not in uuids:
+            uuids.append(n)
+    head = ["member", "state", "address"] + [f"id@{n[:8]}" for n in nodes] + ["lsn (max)", "lag_s"]
+    rows = []
+    for u in uuids:
+        ids, state, addr, lsn = [], "", "", 0
+        for n in nodes:
+            mem = next((x for x in clusters[n].get("members", []) if x["uuid"] == u), None)
+            ids.append(str(mem["id"]) if mem else "-")
+            if mem:
+                state, addr = mem["state"], mem["address"]
+            lsn = max(lsn, infos[n].get("vclock_uuid", {}).get(u, 0))
+        info = infos.get(u)
+        if info and info.get("anon"):
+            state = "anonymous"
+            addr = info.get("address", addr)
+        lag = max([x.get("lag_s", 0) for x in (info or {}).get("upstreams", [])] or [0])
+        rows.append([u[:8], state, addr] + ids + [str(lsn), f"{lag:.3f}" if info else "-"])
+    widths = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in [head] + rows]
+    lines.append("")
+    for n in nodes:
+        i = infos[n]
+        lines.append(f"{n[:8]} {i['status']:<8} vclock {i['vclock']}")
+    return "\n".join(lines)

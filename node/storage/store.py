@@ -1,0 +1,258 @@
+"""LMDB state: spaces, `_cluster`, and the vclock the state reflects — all changed in one
+LMDB transaction per batch, so recovery replays exactly the WAL rows past that vclock.
+
+Sub-databases:
+  _meta          node facts: uuid, cluster uuid/name, vclock, hlc, store status, signatures
+  _spaces        space name -> {"local", "conflict"}
+  _cluster       member uuid -> [uuid, id, address, state, lsn] (this node's ids)
+  _cluster_ids   origin uuid NUL member uuid -> the origin's id for the member
+  s:<space>      key -> [value, origin id, lsn, hlc, deleted]
+Records keep tombstones (deleted=True) so last-writer-wins converges after deletes.
+This is the only module that imports lmdb."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import lmdb
+import msgpack
+
+from node import limits
+from node.cluster_space.table import ClusterTable, Member
+from node.core.apply import apply_txn
+from node.core.rows import Txn
+from node.core.vclock import VClock
+from node.errors import StorageError
+
+_pack = msgpack.Packer(use_bin_type=True).pack
+
+
+def _unpack(b: bytes) -> Any:
+    return msgpack.unpackb(b, raw=False, strict_map_key=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceDef:
+    name: str
+    local: bool = False
+    conflict: str = "lww"
+
+    def to_dict(self) -> dict:
+        return {"local": self.local, "conflict": self.conflict}
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    key: str
+    value: Any
+    origin_id: int
+    lsn: int
+    hlc: int
+    deleted: bool
+
+
+class Store:
+    def __init__(self, path: str, *, sync: bool = False, map_size: int = 1 << 36):
+        os.makedirs(path, exist_ok=True)
+        try:
+            self.env = lmdb.open(path, map_size=map_size, max_dbs=limits.spaces_max + 8,
+                                 sync=sync, metasync=False, writemap=False, max_readers=256)
+        except lmdb.Error as e:
+            raise StorageError(f"cannot open store {path}: {e}") from None
+        self.path = path
+        self._meta = self.env.open_db(b"_meta")
+        self._spaces_db = self.env.open_db(b"_spaces")
+        self._cluster_db = self.env.open_db(b"_cluster")
+        self._ids_db = self.env.open_db(b"_cluster_ids")
+        self.spaces: dict[str, SpaceDef] = {}
+        self._dbs: dict[str, Any] = {}
+        with self.env.begin() as t:
+            for k, v in t.cursor(db=self._spaces_db):
+                d = _unpack(v)
+                name = k.decode()
+                self.spaces[name] = SpaceDef(name, bool(d.get("local")), d.get("conflict", "lww"))
+        for name in self.spaces:
+            self._dbs[name] = self.env.open_db(b"s:" + name.encode())
+        self.table = self.load_cluster()
+        self.vclock = VClock(self.get_meta("vclock") or {})
+
+    # --- meta --------------------------------------------------------------------
+    def get_meta(self, key: str) -> Any:
+        with self.env.begin(db=self._meta) as t:
+            v = t.get(key.encode())
+        return None if v is None else _unpack(v)
+
+    def set_meta(self, **items: Any) -> None:
+        with self.env.begin(db=self._meta, write=True) as t:
+            for k, v in items.items():
+                if v is None:
+                    t.delete(k.encode())
+                else:
+                    t.put(k.encode(), _pack(v))
+
+    @property
+    def is_empty(self) -> bool:
+        return self.get_meta("uuid") is None or self.get_meta("cluster_uuid") is None
+
+    def load_cluster(self) -> ClusterTable:
+        with self.env.begin(db=self._cluster_db) as t:
+            return ClusterTable(Member.from_row(_unpack(v)) for _, v in t.cursor())
+
+    def load_knowledge(self) -> dict[tuple[str, str], int]:
+        out = {}
+        with self.env.begin(db=self._ids_db) as t:
+            for k, v in t.cursor():
+                o, _, m = k.decode().partition("\0")
+                out[(o, m)] = _unpack(v)
+        return out
+
+    # --- applying ------------------------------------------------------------------
+    def _db(self, space: str):
+        db = self._dbs.get(space)
+        if db is None:
+            db = self._dbs[space] = self.env.open_db(b"s:" + space.encode())
+        return db
+
+    def apply(self, txns: list[Txn], self_uuid: str, hlc_last: int) -> None:
+        """Apply a batch of WAL transactions (in WAL order) and the vclock after them."""
+        try:
+            with self.env.begin(write=True) as t:
+                view = _TxnView(self, t)
+                for txn in txns:
+                    apply_txn(view, txn, self_uuid)
+                t.put(b"vclock", _pack(self.vclock.to_dict()), db=self._meta)
+                t.put(b"hlc", _pack(hlc_last), db=self._meta)
+        except lmdb.Error as e:
+            raise StorageError(f"store write failed: {e}") from None
+
+    def install_snapshot(self, meta: dict, spaces: dict[str, dict], cluster_rows: list[list],
+                         vclock: dict[int, int]) -> None:
+        """A JOIN/FETCH_SNAPSHOT: adopt the donor's `_cluster`, spaces and vclock."""
+        with self.env.begin(write=True) as t:
+            for name, d in spaces.items():
+                sdef = SpaceDef(name, bool(d.get("local")), d.get("conflict", "lww"))
+                self.spaces[name] = sdef
+                self._dbs[name] = self.env.open_db(b"s:" + name.encode(), txn=t)
+                t.put(name.encode(), _pack(sdef.to_dict()), db=self._spaces_db)
+            for row in cluster_rows:
+                m = Member.from_row(row)
+                self.table.upsert(m)
+                t.put(m.uuid.encode(), _pack(m.to_row()), db=self._cluster_db)
+            self.vclock = VClock(vclock)
+            t.put(b"vclock", _pack(self.vclock.to_dict()), db=self._meta)
+            for k, v in meta.items():
+                t.put(k.encode(), _pack(v), db=self._meta)
+
+    def install_records(self, space: str, items: list[list]) -> None:
+        with self.env.begin(write=True) as t:
+            db = self._db(space)
+            for key, rec in items:
+                t.put(key.encode(), _pack(rec), db=db)
+
+    def put_cluster_member(self, m: Member) -> None:
+        """Write one `_cluster` tuple outside the WAL (bootstrap of this node's own entry)."""
+        self.table.upsert(m)
+        with self.env.begin(write=True, db=self._cluster_db) as t:
+            t.put(m.uuid.encode(), _pack(m.to_row()))
+
+    # --- reading -----------------------------------------------------------------------
+    def get(self, space: str, key: str) -> Record | None:
+        db = self._dbs.get(space)
+        if db is None:
+            return None
+        with self.env.begin(db=db) as t:
+            b = t.get(key.encode())
+        if b is None:
+            return None
+        o = _unpack(b)
+        return Record(key, o[0], o[1], o[2], o[3], bool(o[4]))
+
+    def range(self, space: str, after: str | None, limit: int) -> tuple[list[Record], str | None]:
+        db = self._dbs[space]
+        out: list[Record] = []
+        with self.env.begin(db=db) as t:
+            cur = t.cursor()
+            ok = cur.set_range(after.encode()) if after is not None else cur.first()
+            while ok:
+                k, v = cur.item()
+                key = k.decode()
+                if after is not None and key == after:
+                    ok = cur.next()
+                    continue
+                o = _unpack(v)
+                if not o[4]:
+                    if len(out) == limit:
+                        return out, out[-1].key
+                    out.append(Record(key, o[0], o[1], o[2], o[3], False))
+                ok = cur.next()
+        return out, None
+
+    def snapshot(self, chunk_rows: int = limits.snapshot_chunk_rows_max) -> Iterator[tuple[str, Any]]:
+        """A consistent snapshot of the replicated state, from one LMDB read transaction:
+        ("meta", {vclock, cluster, spaces}) then ("rows", (space, [[key, record], ...])) chunks.
+        Local spaces, and component 0 of the vclock, are never part of it."""
+        t = self.env.begin()
+        try:
+            vclock = _unpack(t.get(b"vclock", db=self._meta) or _pack({}))
+            vclock.pop(0, None)
+            cluster = [_unpack(v) for _, v in t.cursor(db=self._cluster_db)]
+            spaces = {k.decode(): _unpack(v) for k, v in t.cursor(db=self._spaces_db)}
+            spaces = {n: d for n, d in spaces.items() if not d.get("local")}
+            yield "meta", {"vclock": vclock, "cluster": cluster, "spaces": spaces}
+            for name in sorted(spaces):
+                chunk: list[list] = []
+                for k, v in t.cursor(db=self._db(name)):
+                    chunk.append([k.decode(), _unpack(v)])
+                    if len(chunk) >= chunk_rows:
+                        yield "rows", (name, chunk)
+                        chunk = []
+                if chunk:
+                    yield "rows", (name, chunk)
+        finally:
+            t.abort()
+
+    def count(self, space: str) -> int:
+        with self.env.begin(db=self._dbs[space]) as t:
+            return t.stat(self._dbs[space])["entries"]
+
+    def sync(self) -> None:
+        self.env.sync(True)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class _TxnView:
+    """The StateView of node.core.apply over one LMDB write transaction."""
+    __slots__ = ("s", "t", "table", "vclock")
+
+    def __init__(self, store: Store, t):
+        self.s, self.t = store, t
+        self.table, self.vclock = store.table, store.vclock
+
+    def space(self, name: str):
+        d = self.s.spaces.get(name)
+        return None if d is None else (d.local, d.conflict)
+
+    def create_space(self, name: str, local: bool, conflict: str) -> None:
+        sdef = SpaceDef(name, local, conflict)
+        self.s.spaces[name] = sdef
+        self.s._dbs[name] = self.s.env.open_db(b"s:" + name.encode(), txn=self.t)
+        self.t.put(name.encode(), _pack(sdef.to_dict()), db=self.s._spaces_db)
+
+    def get(self, space: str, key: str):
+        b = self.t.get(key.encode(), db=self.s._dbs[space])
+        return None if b is None else _unpack(b)
+
+    def put(self, space: str, key: str, record: list) -> None:
+        self.t.put(key.encode(), _pack(record), db=self.s._dbs[space])
+
+    def delete(self, space: str, key: str) -> None:
+        self.t.delete(key.encode(), db=self.s._dbs[space])
+
+    def put_member(self, m: Member) -> None:
+        self.t.put(m.uuid.encode(), _pack(m.to_row()), db=self.s._cluster_db)
+
+    def put_knowledge(self, origin_uuid: str, member_uuid: str, their_id: int) -> None:
+        self.t.put(f"{origin_uuid}\0{member_uuid}".encode(), _pack(their_id), db=self.s._ids_db)
