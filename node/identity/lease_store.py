@@ -30,6 +30,7 @@ import fcntl
 import hashlib
 import os
 import tempfile
+import threading
 import time
 from typing import Iterator
 from urllib.parse import urlparse
@@ -44,6 +45,8 @@ s3_timeout_s_default = 5.0           # connect and read timeout of one S3 reques
 s3_attempts_max = 2                  # one retry inside botocore; the runner retries again until the deadline
 
 
+_boto3_session = None                # shared by every S3LeaseStore in the process
+_boto3_session_lock = threading.Lock()
 _CONFLICT = object()                 # an S3 error that is an answer ("no"), not a failure
 
 
@@ -211,13 +214,16 @@ class S3LeaseStore(LeaseStore):
         self.bucket = bucket
         self.prefix = prefix
         self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
-        session = boto3.session.Session()
         config = Config(connect_timeout=timeout_s, read_timeout=timeout_s,
                         retries={"max_attempts": s3_attempts_max, "mode": "standard"},
                         s3={"addressing_style": "path"} if endpoint_url else None)
-        self._client = session.client("s3", endpoint_url=endpoint_url,
-                                      region_name=session.region_name or "us-east-1",
-                                      config=config)
+        global _boto3_session
+        with _boto3_session_lock:   # sessions are not thread-safe; one shared session loads the S3 model once
+            if _boto3_session is None:
+                _boto3_session = boto3.session.Session()
+            self._client = _boto3_session.client("s3", endpoint_url=endpoint_url,
+                                                 region_name=_boto3_session.region_name or "us-east-1",
+                                                 config=config)
 
     def _key(self, slot: int) -> str:
         return f"{self.prefix}/{slot}.json" if self.prefix else f"{slot}.json"
