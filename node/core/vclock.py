@@ -24,10 +24,16 @@ class VClock:
         self._sig = 0
         if components:
             items = components.items() if isinstance(components, Mapping) else components
+            seen: set[int] = set()
             for rid, lsn in items:
                 rid, lsn = int(rid), int(lsn)
                 if rid < 0 or lsn < 0:
                     raise ValueError(f"vclock component {rid}: {lsn} is negative")
+                if rid in seen:
+                    # pairs (parse_vclock) may repeat an id; counting it twice would
+                    # leave a cached signature that disagrees with the components
+                    raise ValueError(f"vclock component {rid} is given twice")
+                seen.add(rid)
                 if lsn:
                     self._c[rid] = lsn
                     self._sig += lsn

@@ -1,0 +1,12 @@
+import pytest
+
+from tests.integration.harness import ReplogProcess
+
+
+@pytest.fixture
+def procs():
+    """Every ReplogProcess a test registers here is stopped at the end, logs printed on failure."""
+    started: list[ReplogProcess] = []
+    yield started
+    for p in started:
+        p.kill9()

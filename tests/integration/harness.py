@@ -1,0 +1,207 @@
+"""Real `replog serve` processes on 127.0.0.1 for integration tests.
+
+Processes are started with a free port and a data dir under the test's tmp_path, waited
+for through /v1/health with a deadline (never a bare sleep), killed with SIGKILL for
+crash tests or stopped with SIGTERM. Logs go to a file that failures print."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable
+
+REPLOG = [sys.executable, "-m", "node"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition", interval: float = 0.05) -> Any:
+    """Poll cond() until it returns a truthy value; fail with `what` after timeout."""
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            v = cond()
+            if v:
+                return v
+        except (OSError, urllib.error.URLError, ValueError, KeyError) as e:
+            last_exc = e
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
+
+
+def request(method: str, url: str, body: Any = None, *, raw: bytes | None = None, token: str | None = None,
+            headers: dict | None = None, timeout: float = 10.0) -> tuple[int, Any]:
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            payload = r.read()
+            return r.status, json.loads(payload) if payload else None
+    except urllib.error.HTTPError as e:
+        payload = e.read()
+        try:
+            return e.code, json.loads(payload) if payload else None
+        except ValueError:
+            return e.code, payload
+
+
+class ReplogProcess:
+    def __init__(self, tmp, name: str, *, port: int | None = None, peers: list["ReplogProcess"] | list[str] = (),
+                 extra: list[str] | None = None, token: str | None = None):
+        self.name = name
+        self.dir = os.path.join(str(tmp), name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.data_dir = os.path.join(self.dir, "data")
+        self.port = port or free_port()
+        self.peers = [p.address if isinstance(p, ReplogProcess) else p for p in peers]
+        self.extra = list(extra or [])
+        self.token = token
+        self.proc: subprocess.Popen | None = None
+        self.log_path = os.path.join(self.dir, "node.log")
+        self.starts = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def argv(self) -> list[str]:
+        a = REPLOG + ["serve", "--data-dir", self.data_dir, "--listen", self.address, "--log-level", "debug"]
+        if self.peers:
+            a += ["--peers", ",".join(self.peers)]
+        return a + self.extra
+
+    def start(self, wait: bool = True, timeout: float = 30.0) -> "ReplogProcess":
+        assert self.proc is None or self.proc.poll() is not None, f"{self.name} is already running"
+        self.starts += 1
+        log = open(self.log_path, "ab")
+        log.write(f"\n===== start #{self.starts}: {' '.join(self.argv())}\n".encode())
+        log.flush()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        log.close()
+        if wait:
+            self.wait_healthy(timeout)
+        return self
+
+    def wait_healthy(self, timeout: float = 30.0) -> None:
+        def ok():
+            if self.proc and self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            return self.get("/v1/health")[0] == 200
+        try:
+            wait_for(ok, timeout, f"{self.name} healthy")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n--- {self.name} log ---\n{self.log_tail()}") from None
+
+    def kill9(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"\n".join(f.read().splitlines()[-n:]).decode(errors="replace")
+        except OSError:
+            return ""
+
+    def log_text(self) -> str:
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    # --- HTTP ----------------------------------------------------------------------------
+    def get(self, path: str, **kw) -> tuple[int, Any]:
+        return request("GET", self.url + path, token=kw.pop("token", self.token), **kw)
+
+    def put(self, path: str, body: Any = None, **kw) -> tuple[int, Any]:
+        return request("PUT", self.url + path, body, token=kw.pop("token", self.token), **kw)
+
+    def post(self, path: str, body: Any = None, **kw) -> tuple[int, Any]:
+        return request("POST", self.url + path, body, token=kw.pop("token", self.token), **kw)
+
+    def delete(self, path: str, **kw) -> tuple[int, Any]:
+        return request("DELETE", self.url + path, token=kw.pop("token", self.token), **kw)
+
+    def info(self) -> dict:
+        s, d = self.get("/v1/info")
+        assert s == 200, (s, d)
+        return d
+
+    def cluster(self) -> dict[str, dict]:
+        s, d = self.get("/v1/cluster")
+        assert s == 200, (s, d)
+        return {m["uuid"]: m for m in d["members"]}
+
+    def uuid(self) -> str:
+        return self.info()["uuid"]
+
+    def kv_put(self, space: str, key: str, value: Any) -> dict:
+        s, d = self.put(f"/v1/spaces/{space}/keys/{key}", value)
+        assert s == 200, (s, d)
+        return d
+
+    def kv_get(self, space: str, key: str) -> tuple[int, Any]:
+        return self.get(f"/v1/spaces/{space}/keys/{key}")
+
+    def create_space(self, space: str, local: bool = False) -> None:
+        s, d = self.put(f"/v1/spaces/{space}", {"local": local})
+        assert s in (200, 201), (s, d)
+
+    def set_peers(self, peers: list["ReplogProcess"]) -> None:
+        s, d = self.put("/v1/admin/peers", {"peers": [p.address for p in peers]})
+        assert s == 200, (s, d)
+
+
+def vclocks_converged(nodes: list[ReplogProcess], ignore: set[str] = frozenset()) -> bool:
+    vcs = []
+    for n in nodes:
+        v = {u: l for u, l in n.info()["vclock_uuid"].items() if u not in ignore}
+        vcs.append(v)
+    return all(v == vcs[0] for v in vcs)
+
+
+def mesh(tmp, n: int, extra: list[str] | None = None) -> list[ReplogProcess]:
+    """n fresh nodes listing each other: they form one cluster (simultaneous join)."""
+    ports = [free_port() for _ in range(n)]
+    nodes = []
+    for i in range(n):
+        peers = [f"127.0.0.1:{p}" for j, p in enumerate(ports) if j != i]
+        nodes.append(ReplogProcess(tmp, f"n{i + 1}", port=ports[i], peers=peers, extra=extra))
+    for node in nodes:
+        node.start(wait=False)
+    for node in nodes:
+        node.wait_healthy(60)
+    return nodes
