@@ -56,9 +56,12 @@ class Node:
         self._runner: web.AppRunner | None = None
         self._tasks: set[asyncio.Task] = set()
         self.started_at = time.time()
-        self.metrics = None  # set by node.http.metrics
+        self.lease = None    # node.identity.lease_node.LeaseIdentity when identity = "lease"
 
     # --- small helpers ---------------------------------------------------------------
+    def extra_metrics(self) -> list:
+        return self.lease.metrics() if self.lease else []
+
     @staticmethod
     def wall_us() -> int:
         return time.time_ns() // 1000
@@ -79,10 +82,13 @@ class Node:
             "address": self.cfg.address,
             "cluster": table.rows() if table else [],
             "status": self.status,
+            "lease": self.lease.greeting_field() if self.lease else None,
         }
 
     def check_peer_greeting(self, theirs: dict) -> None:
-        """Hook for checks beyond check_greeting (fencing, join protocol)."""
+        """Checks beyond check_greeting: lease fencing (raises PeerRefused)."""
+        if self.lease:
+            self.lease.check_peer(theirs)
 
     def spawn(self, coro, name: str) -> asyncio.Task:
         t = asyncio.create_task(coro, name=name)
@@ -105,11 +111,20 @@ class Node:
     # --- start-up ----------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.cfg
+        if cfg.identity == "lease":
+            # A stateless container: take an identity slot first; it decides uuid and data dir.
+            from node.identity.lease_node import LeaseIdentity
+            self.lease = LeaseIdentity(self)
+            await self.lease.acquire()
+            self.wal_dir = os.path.join(self.data_dir, "wal")
         os.makedirs(self.data_dir, exist_ok=True)
         self.store = Store(os.path.join(self.data_dir, "store"), sync=(cfg.wal_mode == "fsync"))
         self.uuid = self.store.get_meta("uuid") or ""
+        wanted = self.lease.member_uuid if self.lease else None
+        if self.uuid and wanted and self.uuid != wanted:
+            raise StorageError(f"store {self.data_dir} belongs to {self.uuid}, the lease slot to {wanted}")
         if not self.uuid:
-            self.uuid = str(uuidlib.uuid4())
+            self.uuid = wanted or str(uuidlib.uuid4())
             self.store.set_meta(uuid=self.uuid)
         if self.store.is_empty:
             self._wipe_partial_join()
@@ -383,6 +398,7 @@ class Node:
             "upstreams": [a.info() for a in self.appliers.values()],
             "downstreams": [r.info() for r in self.relays],
             "uptime_s": round(time.time() - self.started_at, 3),
+            "lease": self.lease.info() if self.lease else None,
         }
 
     def cluster_view(self) -> dict:
@@ -434,6 +450,8 @@ class Node:
             await step("http client", self.http_session.close())
         if self.journal:
             await step("journal", self.journal.stop())
+        if self.lease:
+            await step("lease release", self.lease.release())
         if self.store:
             try:
                 self.store.sync()

@@ -1,0 +1,130 @@
+"""`replog demo`: a local multi-master cluster on embedded defaults.
+
+Starts N masters in full mesh and M anonymous replicas as real `replog serve` processes
+under a temporary (or given) directory, runs a small write workload on every master,
+and prints a live status table (members, their id on each node, vclocks, lag) until
+Ctrl-C or --duration; then stops every process with SIGTERM and waits for each."""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+
+from node.cli import http
+from node.status import status_table
+
+
+def _spawn(argv: list[str], log_path: str) -> subprocess.Popen:
+    log = open(log_path, "ab")
+    try:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        log.close()
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            if http("GET", url + "/v1/health", timeout=2)[0] == 200:
+                return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    base = args.dir or tempfile.mkdtemp(prefix="replog-demo-")
+    os.makedirs(base, exist_ok=True)
+    exe = [sys.executable, "-m", "node", "serve", "--log-level", "info"]
+    ports = [args.base_port + i for i in range(args.masters + args.anon)]
+    addrs = [f"127.0.0.1:{p}" for p in ports]
+    masters = addrs[: args.masters]
+    procs: list[tuple[str, subprocess.Popen]] = []
+    print(f"replog demo: {args.masters} masters in full mesh + {args.anon} anonymous replica(s) under {base}")
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        for i, addr in enumerate(addrs):
+            name = f"master{i + 1}" if i < args.masters else f"anon{i - args.masters + 1}"
+            peers = [a for a in masters if a != addr]
+            argv = exe + ["--data-dir", os.path.join(base, name), "--listen", addr]
+            if peers:
+                argv += ["--peers", ",".join(peers)]
+            if i >= args.masters:
+                argv += ["--anon"]
+            procs.append((addr, _spawn(argv, os.path.join(base, f"{name}.log"))))
+            print(f"  started {name} on {addr} (log {os.path.join(base, name + '.log')})")
+        for addr, p in procs:
+            if not _wait_healthy("http://" + addr, p, 60):
+                print(f"replog demo: {addr} did not become healthy; see its log", file=sys.stderr)
+                return 1
+        m0 = "http://" + masters[0]
+        http("PUT", m0 + "/v1/spaces/demo", {"local": False})
+        for addr in masters:
+            http("PUT", f"http://{addr}/v1/spaces/scratch_local", {"local": True})
+        print("  all nodes healthy; space 'demo' created; workload running (Ctrl-C to stop)\n")
+
+        def workload(addr: str, seed: int) -> None:
+            rng = random.Random(seed)
+            i = 0
+            while not stop.is_set():
+                key = f"k{rng.randrange(1000)}"
+                try:
+                    http("PUT", f"http://{addr}/v1/spaces/demo/keys/{key}", {"by": addr, "n": i}, timeout=5)
+                except (urllib.error.URLError, OSError):
+                    pass
+                i += 1
+                stop.wait(1.0 / max(args.rate, 0.1))
+
+        threads = [threading.Thread(target=workload, args=(a, n), daemon=True) for n, a in enumerate(masters)]
+        for t in threads:
+            t.start()
+        started = time.monotonic()
+        tty = sys.stdout.isatty()
+        while not stop.is_set():
+            table = status_table(["http://" + a for a in addrs])
+            if tty:
+                sys.stdout.write("\x1b[H\x1b[2J")
+            print(f"replog demo — {time.strftime('%H:%M:%S')} — {base}\n{table}\n", flush=True)
+            if args.duration and time.monotonic() - started >= args.duration:
+                break
+            stop.wait(1.0)
+        stop.set()
+        for t in threads:
+            t.join(5)
+        return 0
+    finally:
+        print("replog demo: stopping every node ...")
+        for _, p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        failed = 0
+        for addr, p in procs:
+            try:
+                rc = p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                rc = p.wait(5)
+            failed += rc != 0
+            print(f"  {addr} exited with {rc}")
+        if not args.dir and not failed:
+            shutil.rmtree(base, ignore_errors=True)
+        elif args.dir:
+            print(f"data kept in {base} (try: replog analyze {base}/master1 {base}/master2 {base}/master3)")
