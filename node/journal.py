@@ -90,6 +90,7 @@ class Journal:
     # --- the writer -----------------------------------------------------------------
     async def _run(self) -> None:
         loop = self._loop
+        batch: list[tuple[list[Txn], asyncio.Future | None]] = []
         try:
             while True:
                 if not self._queue:
@@ -120,6 +121,10 @@ class Journal:
         except BaseException as e:  # a persistence failure: nothing after it may be acknowledged
             self.failed = e
             log.critical("journal: cannot persist: %s", e)
+            # the batch that failed was already taken off the queue: its waiters too
+            for _, fut in batch:
+                if fut is not None and not fut.done():
+                    fut.set_exception(e)
             while self._queue:
                 _, fut = self._queue.popleft()
                 if fut is not None and not fut.done():
