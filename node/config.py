@@ -6,6 +6,7 @@ starts; the CLI prints it as one line and exits 2."""
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -171,8 +172,8 @@ def validate(cfg: Config) -> Config:
             raise ConfigError("lease_store", "identity = lease needs lease_store = file:///dir or s3://bucket/prefix")
         if cfg.cluster_size < 1:
             raise ConfigError("cluster_size", "identity = lease needs cluster_size >= 1")
-    if cfg.lease_duration_s <= 0:
-        raise ConfigError("lease_duration_s", "must be positive")
+    if not (0 < cfg.lease_duration_s < math.inf):   # also refuses nan, which compares false
+        raise ConfigError("lease_duration_s", "must be a positive number of seconds")
     if cfg.cluster_wait_for < 0:
         raise ConfigError("cluster_wait_for", "must be >= 0")
     if not cfg.cluster_name or len(cfg.cluster_name) > 64:
