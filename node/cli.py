@@ -54,6 +54,8 @@ SERVE_FLAGS: list[tuple[str, dict]] = [
     ("--log-level", {"dest": "log_level"}),
     ("--log-format", {"dest": "log_format"}),
     ("--segment-bytes-max", {"dest": "segment_bytes_max"}),
+    ("--checkpoint-interval-s", {"dest": "checkpoint_interval_s"}),
+    ("--anon-ttl-s", {"dest": "anon_ttl_s"}),
 ]
 
 

@@ -42,6 +42,8 @@ class Config:
     log_level: str = "info"
     log_format: str = "text"
     segment_bytes_max: int = 64 * 1024 * 1024
+    checkpoint_interval_s: float = 60.0
+    anon_ttl_s: float = 3600.0
 
     # derived, filled by load()
     secret: bytes = field(default=b"", repr=False)
@@ -178,6 +180,10 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("cluster_wait_for", "must be >= 0")
     if not cfg.cluster_name or len(cfg.cluster_name) > 64:
         raise ConfigError("cluster_name", "must be 1..64 characters")
+    if cfg.checkpoint_interval_s <= 0:
+        raise ConfigError("checkpoint_interval_s", "must be positive")
+    if cfg.anon_ttl_s <= 0:
+        raise ConfigError("anon_ttl_s", "must be positive")
     if cfg.segment_bytes_max < 4096:
         raise ConfigError("segment_bytes_max", "must be at least 4096")
     secret = _read_secret("secret_file", cfg.secret_file) if cfg.secret_file else b""

@@ -57,6 +57,10 @@ class Node:
         self._tasks: set[asyncio.Task] = set()
         self.started_at = time.time()
         self.lease = None    # node.identity.lease_node.LeaseIdentity when identity = "lease"
+        # subscriber uuid -> {"vclock": acked (our ids), "seen_s": wall time, "anon": bool}; holds WAL
+        self.acks: dict[str, dict] = {}
+        self._rejoining = False
+        self._prev_self_id: int | None = None
 
     # --- small helpers ---------------------------------------------------------------
     def extra_metrics(self) -> list:
@@ -140,6 +144,7 @@ class Node:
         await site.start()
         log.info("node %s listening on %s (data %s)", self.uuid, cfg.listen, self.data_dir)
         self.spawn(self._start_replication(), "start-replication")
+        self.spawn(self._checkpoint_loop(), "checkpoint")
 
     def _wipe_partial_join(self) -> None:
         if self.store.spaces or len(self.store.table) or os.path.isdir(self.wal_dir):
@@ -166,6 +171,7 @@ class Node:
             wal.open_last(res.last_valid_end)
         self.core = NodeCore(self.uuid, store.table.copy(), store.vclock, hlc_last=store.get_meta("hlc") or 0)
         self.core.knowledge = store.load_knowledge()
+        self.acks = store.get_meta("acks") or {}
         self.journal = Journal(self.core, store, wal, self.on_fatal)
         self.journal.start()
         log.info("node: store open; vclock %s; %d members", store.vclock, len(store.table))
@@ -274,7 +280,9 @@ class Node:
             if self.store.table.get(self.uuid) is None:
                 raise RemoteProtocolError("the donor's snapshot does not register this node")
         else:
-            me = Member(self.uuid, self.store.table.lowest_free_id(), self.cfg.address, STATE_ANON)
+            prev = self._prev_self_id
+            my_id = prev if prev and self.store.table.by_id(prev) is None else self.store.table.lowest_free_id()
+            me = Member(self.uuid, my_id, self.cfg.address, STATE_ANON)
             self.store.put_cluster_member(me)
         self.store.set_meta(cluster_uuid=theirs["cluster_uuid"], anon=not join,
                             created_s=time.time(), founders=[])
@@ -331,7 +339,85 @@ class Node:
         return local_id
 
     def on_ack(self, relay: Relay) -> None:
-        """A subscriber acknowledged rows (WAL retention reads these)."""
+        """A subscriber acknowledged rows: its position holds the WAL (see node/wal/gc.py)."""
+        self.acks[relay.uuid] = {"vclock": dict(relay.acked), "seen_s": time.time(), "anon": relay.anon}
+
+    # --- checkpoints and WAL retention ------------------------------------------------------
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.checkpoint_interval_s)
+            if self.journal is not None and self.journal.wal is not None and not self._rejoining:
+                await self.checkpoint()
+
+    async def checkpoint(self) -> list[str]:
+        """Sync the store, then remove WAL segments nobody needs any more."""
+        from node.wal.gc import collectable, keep_vclock
+        store, core = self.store, self.core
+        synced = store.vclock.to_dict()          # everything up to here is durable after sync()
+        await asyncio.get_running_loop().run_in_executor(None, store.sync)
+        now = time.time()
+        positions = []
+        for uuid, a in self.acks.items():
+            if a.get("anon"):
+                if now - a["seen_s"] <= self.cfg.anon_ttl_s:
+                    positions.append(a["vclock"])
+            else:
+                mem = core.table.get(uuid)
+                if mem is not None and mem.state != STATE_EXPELLED:
+                    positions.append(a["vclock"])
+        keep = keep_vclock(synced, positions)
+        removable, gc_vclock = collectable(self.wal_dir, keep)
+        reading = {r.cursor.segment for r in self.relays if r.cursor.segment}
+        kept_from = next((i for i, n in enumerate(removable) if n in reading), None)
+        if kept_from is not None:
+            removable = removable[:kept_from]
+            gc_vclock = None if not removable else gc_vclock
+        for name in removable:
+            os.unlink(os.path.join(self.wal_dir, name))
+        if removable:
+            from node.wal.reader import list_segments, read_header
+            first = list_segments(self.wal_dir)[0]
+            gc_vclock = read_header(os.path.join(self.wal_dir, first)).vclock
+            store.set_meta(gc_vclock=gc_vclock)
+            log.info("checkpoint: removed %d WAL segments; oldest kept starts at %s", len(removable), gc_vclock)
+        store.set_meta(acks=self.acks)
+        return removable
+
+    # --- rejoin -------------------------------------------------------------------------------
+    def schedule_rejoin(self, address: str, reason: str) -> None:
+        """An upstream collected WAL this node still needs: start again from a snapshot,
+        keeping this node's uuid (and, on the masters, its id)."""
+        if self._rejoining:
+            return
+        self._rejoining = True
+        self.spawn(self._rejoin(address, reason), "rejoin")
+
+    async def _rejoin(self, address: str, reason: str) -> None:
+        log.warning("node: rejoining from a snapshot: %s", reason)
+        self.status, self.status_reason = "rejoining", reason
+        anon = self.core.anon
+        self._prev_self_id = self.core.self_id
+        for a in list(self.appliers.values()):
+            await a.stop()
+        self.appliers.clear()
+        for r in list(self.relays):
+            await r.conn.close()
+        await self.journal.stop()
+        self.journal, self.core = None, None
+        uid = self.uuid
+        self.store.close()
+        shutil.rmtree(os.path.join(self.data_dir, "store"), ignore_errors=True)
+        shutil.rmtree(self.wal_dir, ignore_errors=True)
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"))
+        self.store.set_meta(uuid=uid)
+        if anon:
+            await self._bootstrap_anon()
+        else:
+            await self._join_or_bootstrap()
+        self._rejoining = False
+        self.status, self.status_reason = "running", ""
+        self.set_peers(list(self.cfg.peers))
+        log.info("node: rejoined; vclock %s", self.core.vclock)
 
     # --- client writes ---------------------------------------------------------------------
     async def write(self, ops: list[Op]) -> dict:
@@ -399,7 +485,14 @@ class Node:
             "downstreams": [r.info() for r in self.relays],
             "uptime_s": round(time.time() - self.started_at, 3),
             "lease": self.lease.info() if self.lease else None,
+            "wal": self._wal_info(),
         }
+
+    def _wal_info(self) -> dict:
+        from node.wal.reader import list_segments
+        return {"segments": len(list_segments(self.wal_dir)),
+                "gc_vclock": {str(k): v for k, v in (self.store.get_meta("gc_vclock") or {}).items()}
+                if self.store else {}}
 
     def cluster_view(self) -> dict:
         core = self.core

@@ -86,6 +86,11 @@ class Applier:
             except asyncio.CancelledError:
                 raise
             except PeerRefused as e:
+                if e.code == "need_rejoin":
+                    # The upstream collected rows we still need: only a snapshot can help.
+                    self.status, self.error = "rejoin", str(e)
+                    self.node.schedule_rejoin(self.address, str(e))
+                    return
                 # A lasting reason (secret, cluster, options, expelled): say it once per try, slowly.
                 self.status, self.error = "refused", str(e)
                 log.error("applier %s: refused: %s", self.address, e)

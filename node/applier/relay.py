@@ -22,6 +22,7 @@ from node.core import messages as m
 from node.core.replicaset import relay_wants
 from node.errors import PeerRefused, RemoteProtocolError
 from node.wal import format as walfmt
+from node.wal.gc import behind
 from node.wal.reader import list_segments, read_header
 
 if TYPE_CHECKING:
@@ -201,6 +202,13 @@ class Relay:
         node = self.node
         if node.journal is None or node.journal.wal is None:
             await self.conn.refuse("wal_mode", "wal_mode = none: this node keeps no WAL and cannot serve replicas")
+            return
+        gc_vclock = node.store.get_meta("gc_vclock") or {}
+        missing = behind(self.acked, gc_vclock)
+        if missing:
+            await self.conn.refuse("need_rejoin", f"rows of components {missing} below {gc_vclock} were "
+                                   "collected from this node's WAL; rejoin from a snapshot")
+            log.warning("relay: %s is behind collected WAL %s: told to rejoin", self.uuid, gc_vclock)
             return
         await self.conn.send(m.SUBSCRIBED, vclock={k: v for k, v in node.core.vclock.items() if k})
         node.relays.add(self)

@@ -1,0 +1,47 @@
+"""WAL retention: which segments may go.
+
+A segment may be removed only when everything in it is below all of:
+- the store's vclock after a checkpoint (LMDB synced), so recovery never needs it;
+- every member's acknowledged position (the vclock it last ACKed to this node);
+- every anonymous replica's acknowledged position while it is within its TTL.
+Segment i holds rows from its own header vclock up to the header vclock of segment i+1,
+so it is removable when segment i+1's start is at or below the keep vclock. The current
+(last) segment is never removed. After a removal, the start of the oldest kept segment is
+the `gc_vclock`: a subscriber behind it in any component must rejoin from a snapshot."""
+from __future__ import annotations
+
+import os
+
+from node.wal.reader import list_segments, read_header
+
+
+def keep_vclock(store_vclock: dict[int, int], positions: list[dict[int, int]]) -> dict[int, int]:
+    """Component-wise minimum of the store's vclock and every position that holds the WAL."""
+    keep = dict(store_vclock)
+    for pos in positions:
+        for rid in list(keep):
+            if rid == 0:
+                continue  # local rows are never sent: only recovery (the store) holds them
+            keep[rid] = min(keep[rid], pos.get(rid, 0))
+    return keep
+
+
+def collectable(wal_dir: str, keep: dict[int, int]) -> tuple[list[str], dict[int, int] | None]:
+    """Segments that may be removed, and the start vclock of the oldest one that stays."""
+    segs = list_segments(wal_dir)
+    removable: list[str] = []
+    for i in range(len(segs) - 1):
+        nxt = read_header(os.path.join(wal_dir, segs[i + 1])).vclock
+        if all(lsn <= keep.get(rid, 0) for rid, lsn in nxt.items()):
+            removable.append(segs[i])
+        else:
+            break
+    if not removable:
+        return [], None
+    first_kept = segs[len(removable)]
+    return removable, read_header(os.path.join(wal_dir, first_kept)).vclock
+
+
+def behind(sub_vclock: dict[int, int], gc_vclock: dict[int, int]) -> list[int]:
+    """Components in which a subscriber needs rows that were collected."""
+    return sorted(rid for rid, lsn in gc_vclock.items() if rid != 0 and sub_vclock.get(rid, 0) < lsn)

@@ -1,0 +1,52 @@
+"""WAL retention: members' acknowledged positions hold segments, anonymous replicas only
+within their TTL; a replica behind collected WAL rejoins from a snapshot, same uuid and id."""
+from __future__ import annotations
+
+from tests.integration.harness import ReplogProcess, vclocks_converged, wait_for
+
+SMALL = ["--segment-bytes-max", "4096", "--checkpoint-interval-s", "0.3", "--anon-ttl-s", "1.5"]
+
+
+def test_lagging_anonymous_replica_behind_collected_wal_rejoins(tmp_path, procs):
+    a = ReplogProcess(tmp_path, "a", extra=SMALL).start()
+    procs.append(a)
+    a.create_space("kv")
+    r = ReplogProcess(tmp_path, "r", peers=[a], extra=["--anon"]).start()
+    procs.append(r)
+    for i in range(20):
+        a.kv_put("kv", f"k{i}", "x" * 100)
+    wait_for(lambda: r.kv_get("kv", "k19")[0] == 200, 20, "replica caught up")
+    ru, rid = r.uuid(), r.info()["id"]
+    wait_for(lambda: ru in {d["uuid"] for d in a.info()["downstreams"]}, 10, "replica is a downstream")
+    r.stop()
+    for i in range(20, 300):
+        a.kv_put("kv", f"k{i}", "x" * 100)
+    # Once the replica's TTL has passed, its position no longer holds the WAL.
+    wait_for(lambda: a.info()["wal"]["gc_vclock"].get("1", 0) > 100, 30, "WAL collected past the replica")
+    r.start(wait=False)
+    wait_for(lambda: "rejoin" in r.log_text(), 30, "replica told to rejoin")
+    r.wait_healthy(60)
+    wait_for(lambda: r.kv_get("kv", "k299")[0] == 200, 30, "rejoined replica has the data")
+    assert r.uuid() == ru and r.info()["id"] == rid
+    assert r.kv_get("kv", "k0")[1]["value"] == "x" * 100
+
+
+def test_member_position_holds_the_wal(tmp_path, procs):
+    a = ReplogProcess(tmp_path, "a", extra=SMALL).start()
+    procs.append(a)
+    a.create_space("kv")
+    b = ReplogProcess(tmp_path, "b", peers=[a]).start()
+    procs.append(b)
+    a.set_peers([b])
+    a.kv_put("kv", "first", 1)
+    wait_for(lambda: b.kv_get("kv", "first")[0] == 200, 20, "member caught up")
+    wait_for(lambda: b.uuid() in {d["uuid"] for d in a.info()["downstreams"]}, 10, "member subscribed")
+    b.stop()
+    for i in range(300):
+        a.kv_put("kv", f"k{i}", "y" * 100)
+    segments = a.info()["wal"]["segments"]
+    assert segments > 5
+    b.start()
+    wait_for(lambda: b.kv_get("kv", "k299")[0] == 200, 30, "member catches up from the WAL")
+    assert "rejoin" not in b.log_text()
+    wait_for(lambda: vclocks_converged([a, b]), 20, "converged")
