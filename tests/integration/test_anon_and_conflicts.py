@@ -98,3 +98,19 @@ def test_apply_resolver_keeps_arrival_order(tmp_path, procs):
     wait_for(lambda: b.kv_get("arrival", "k")[0] == 200, 20, "row on B")
     b.kv_put("arrival", "k", 2)
     wait_for(lambda: a.kv_get("arrival", "k")[1]["value"] == 2, 20, "later arrival wins on A")
+
+
+def test_anonymous_replica_follows_another_anonymous_replica(tmp_path, procs):
+    m = ReplogProcess(tmp_path, "m").start()
+    procs.append(m)
+    m.create_space("kv")
+    m.kv_put("kv", "before", 1)
+    r1 = ReplogProcess(tmp_path, "r1", peers=[m], extra=["--anon"]).start()
+    procs.append(r1)
+    r2 = ReplogProcess(tmp_path, "r2", peers=[r1], extra=["--anon"]).start()
+    procs.append(r2)
+    m.kv_put("kv", "after", 2)
+    wait_for(lambda: r2.kv_get("kv", "after")[0] == 200, 30, "row reaches the second-hop replica")
+    assert r2.kv_get("kv", "before")[1]["value"] == 1
+    assert r2.kv_get("kv", "after")[1]["origin"] == m.uuid()
+    assert set(m.cluster()) == {m.uuid()}, "neither anonymous replica is registered on the master"
