@@ -1,14 +1,9 @@
 #!/usr/bin/env bash
-# Set up a venv with replog and its test tools, then run the default test suite.
-# pytest's exit code 5 (no tests collected) is a failure here, not a pass.
+# Set up the venv, then run the default test suite. pytest's exit code 5 (no tests
+# collected) is a failure here, not a pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-    "$PY" -m venv .venv
-fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[dev]'
+./scripts/setup.sh
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 rc=$?
