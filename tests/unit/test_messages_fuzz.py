@@ -1,0 +1,254 @@
+"""Fuzzing what a peer or a damaged file can hand us (node/core/messages.py, node/core/rows.py).
+
+`messages.decode` turns any bytes into a Message or raises RemoteProtocolError, nothing
+else; `rows.txn_from_wire` does the same for any msgpack-able structure; valid messages
+and transactions survive a round trip unchanged."""
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from node import limits
+from node.core import messages as m
+from node.core.rows import (CLUSTER_SPACE, GROUPS, OP_CLUSTER, OP_DELETE, OP_NOP, OP_PUT, OP_SPACE, OPS, Op,
+                            Txn, txn_from_wire)
+from node.errors import RemoteProtocolError
+
+FUZZ = settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+
+# --- strategies -------------------------------------------------------------------------------
+
+INTS = st.one_of(st.integers(-3, 40), st.integers(-(2 ** 63), 2 ** 64 - 1))
+SCALARS = st.one_of(st.none(), st.booleans(), INTS, st.floats(allow_nan=True), st.text(max_size=20),
+                    st.binary(max_size=20))
+KEYS = st.one_of(st.text(max_size=10), INTS, st.booleans(), st.none(), st.binary(max_size=4))
+
+
+def msgpackable(leaves=SCALARS):
+    return st.recursive(leaves, lambda inner: st.one_of(
+        st.lists(inner, max_size=6),
+        st.dictionaries(KEYS, inner, max_size=6)), max_leaves=25)
+
+
+ANY = msgpackable()
+# values that compare equal to themselves after a round trip (no nan)
+EQ = msgpackable(st.one_of(st.none(), st.booleans(), INTS, st.floats(allow_nan=False), st.text(max_size=20),
+                           st.binary(max_size=20)))
+SCHEMA_VALUES = {
+    (int,): INTS, (str,): st.text(max_size=12), (bytes,): st.binary(max_size=12), (bool,): st.booleans(),
+    (str, type(None)): st.one_of(st.none(), st.text(max_size=12)), (list,): st.lists(EQ, max_size=4),
+    (dict,): st.dictionaries(KEYS, EQ, max_size=4),
+}
+
+
+def valid_body(mtype: int):
+    fields = {k: SCHEMA_VALUES[types] for k, types in m.SCHEMA[mtype].items()}
+    extra = st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda k: k not in m.SCHEMA[mtype]),
+                            EQ, max_size=2)
+    return st.tuples(st.fixed_dictionaries(fields), extra).map(lambda p: {**p[1], **p[0]})
+
+
+VALID_MESSAGES = st.sampled_from(sorted(m.SCHEMA)).flatmap(lambda t: st.tuples(st.just(t), valid_body(t)))
+
+
+def mutated_body(mtype: int):
+    """A valid body with one field dropped or replaced by anything."""
+    body = valid_body(mtype)
+    fields = sorted(m.SCHEMA[mtype])
+    if not fields:
+        return body
+    return st.tuples(body, st.sampled_from(fields), st.one_of(st.just(None), ANY), st.booleans()).map(
+        lambda p: ({k: v for k, v in p[0].items() if k != p[1]} if p[3] else {**p[0], p[1]: p[2]}))
+
+
+NEAR_MESSAGES = st.one_of(
+    VALID_MESSAGES.map(list),
+    st.tuples(st.one_of(st.sampled_from(sorted(m.SCHEMA)), INTS, st.booleans(), ANY),
+              st.sampled_from(sorted(m.SCHEMA)).flatmap(mutated_body)).map(list),
+    st.lists(ANY, max_size=3),
+    ANY,
+)
+
+
+def decode_or_refuse(data: bytes):
+    try:
+        msg = m.decode(data)
+    except RemoteProtocolError:
+        return None
+    assert isinstance(msg, m.Message)
+    return msg
+
+
+# --- messages.decode --------------------------------------------------------------------------
+
+@FUZZ
+@given(st.binary(max_size=256))
+def test_any_bytes_decode_to_a_message_or_a_remote_protocol_error(data):
+    decode_or_refuse(data)
+
+
+@FUZZ
+@given(NEAR_MESSAGES)
+def test_any_msgpack_structure_decodes_to_a_message_or_a_remote_protocol_error(raw):
+    msg = decode_or_refuse(msgpack.packb(raw, use_bin_type=True))
+    if msg is not None:
+        # what is accepted has every field of its schema with the right type
+        assert msg.type in m.SCHEMA
+        for k, types in m.SCHEMA[msg.type].items():
+            assert isinstance(msg.body[k], types)
+            assert not (types == (int,) and isinstance(msg.body[k], bool))
+
+
+@FUZZ
+@given(VALID_MESSAGES, st.integers(0, 10_000), st.integers(0, 255))
+def test_a_damaged_valid_message_still_decodes_or_is_refused(msg, pos, byte):
+    data = bytearray(m.encode(msg[0], **msg[1]))
+    data[pos % len(data)] = byte
+    decode_or_refuse(bytes(data))
+    decode_or_refuse(bytes(data[: pos % len(data)]))
+
+
+@FUZZ
+@given(VALID_MESSAGES)
+def test_valid_messages_round_trip(msg):
+    mtype, body = msg
+    out = m.decode(m.encode(mtype, **body))
+    assert out.type == mtype and out.name == m.NAMES[mtype]
+    assert out.body == msgpack.unpackb(msgpack.packb(body, use_bin_type=True), raw=False, strict_map_key=False)
+    for k in m.SCHEMA[mtype]:
+        assert out[k] == body[k]
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"\xc1", b"\x92\x01", b"\x92\x01\x80\x00", b"\x91" * 100_000, b"\xdd\xff\xff\xff\xff",
+    msgpack.packb([99, {}]), msgpack.packb([m.HELLO, {"version": True, "nonce": b"n"}]),
+    msgpack.packb([m.HELLO, {"version": 1, "nonce": "not-bytes"}]), msgpack.packb({"type": 1}),
+    msgpack.packb([m.SUBSCRIBE, {"vclock": [1, 2]}]), msgpack.packb([m.HELLO, {"version": 1}, 3]),
+])
+def test_known_garbage_is_refused(data):
+    with pytest.raises(RemoteProtocolError):
+        m.decode(data)
+
+
+def test_a_message_over_the_size_limit_is_refused_before_decoding():
+    with pytest.raises(RemoteProtocolError):
+        m.decode(b"\x00" * (limits.message_bytes_max + 1))
+
+
+@pytest.mark.parametrize("data", ["text", None, 12, memoryview(b"\x92\x01\x80")])
+def test_non_bytes_frames_are_refused(data):
+    with pytest.raises(RemoteProtocolError):
+        m.decode(data)
+
+
+@FUZZ
+@given(ANY)
+def test_vclock_from_wire_returns_a_vclock_or_refuses(raw):
+    if not isinstance(raw, dict):
+        return
+    try:
+        out = m.vclock_from_wire(raw)
+    except RemoteProtocolError:
+        return
+    assert all(isinstance(k, int) and k >= 0 and isinstance(v, int) and v > 0 for k, v in out.items())
+
+
+# --- rows.txn_from_wire ---------------------------------------------------------------------------
+
+TEXT = st.text(max_size=12)
+JSONISH = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-(2 ** 63), 2 ** 63 - 1),
+                                 st.floats(allow_nan=False), TEXT, st.binary(max_size=8)),
+                       lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                               st.dictionaries(TEXT, inner, max_size=4)), max_leaves=12)
+SPACE = st.text(st.characters(min_codepoint=48, max_codepoint=122), min_size=1,
+                max_size=limits.space_name_chars_max)
+
+
+def valid_op():
+    return st.one_of(
+        st.builds(Op, st.just(OP_PUT), SPACE, TEXT, JSONISH),
+        st.builds(Op, st.just(OP_DELETE), SPACE, TEXT, st.none()),
+        st.builds(Op, st.just(OP_NOP), SPACE, TEXT, st.none()),
+        st.builds(Op, st.just(OP_SPACE), SPACE, st.just(""),
+                  st.fixed_dictionaries({"local": st.booleans(), "conflict": st.sampled_from(["lww", "apply"])})),
+        st.builds(Op, st.just(OP_CLUSTER), st.just(CLUSTER_SPACE), st.uuids().map(str),
+                  st.fixed_dictionaries({"id": st.integers(1, 4096), "address": TEXT,
+                                         "state": st.sampled_from(["member", "anonymous", "expelled"])})),
+    )
+
+
+VALID_TXNS = st.builds(Txn, st.integers(0, limits.replica_id_max), st.integers(1, 2 ** 62),
+                       st.sampled_from(GROUPS), st.integers(0, 2 ** 63), st.lists(valid_op(), min_size=1,
+                                                                                 max_size=5).map(tuple))
+
+
+def mutate(wire, path_choice, replacement):
+    """Replace one element of a txn's wire form (or of one of its ops) by anything."""
+    wire = [list(x) if isinstance(x, list) else x for x in wire]
+    wire[4] = [list(o) for o in wire[4]]
+    i = path_choice % 9
+    if i < 5:
+        wire[i] = replacement
+    else:
+        op = wire[4][path_choice % len(wire[4])]
+        op[i - 5] = replacement
+    return wire
+
+
+NEAR_TXNS = st.one_of(
+    VALID_TXNS.map(lambda t: t.to_wire()),
+    st.tuples(VALID_TXNS, st.integers(0, 1000), ANY).map(lambda p: mutate(p[0].to_wire(), p[1], p[2])),
+    st.lists(ANY, min_size=5, max_size=5),
+    st.tuples(INTS, INTS, st.one_of(st.sampled_from(GROUPS), ANY), INTS,
+              st.lists(st.one_of(st.lists(ANY, min_size=4, max_size=4),
+                                 st.tuples(st.sampled_from(OPS), TEXT, TEXT, ANY).map(list), ANY),
+                       max_size=3)).map(list),
+    ANY,
+)
+
+
+def from_wire_or_refuse(raw):
+    try:
+        txn = txn_from_wire(raw)
+    except RemoteProtocolError:
+        return None
+    assert isinstance(txn, Txn)
+    return txn
+
+
+@FUZZ
+@given(NEAR_TXNS)
+def test_any_structure_is_a_txn_or_a_remote_protocol_error(raw):
+    # the structure as it arrives: through msgpack, like the wire and the WAL
+    try:
+        data = msgpack.packb(raw, use_bin_type=True)
+    except (OverflowError, ValueError, TypeError):
+        assume(False)
+    raw = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    txn = from_wire_or_refuse(raw)
+    if txn is not None:
+        assert 1 <= txn.lsn and 0 <= txn.replica_id <= limits.replica_id_max and txn.group in GROUPS
+        assert 1 <= len(txn.ops) <= limits.txn_ops_max
+        assert all(op.kind in OPS and isinstance(op.space, str) and isinstance(op.key, str) for op in txn.ops)
+
+
+@FUZZ
+@given(VALID_TXNS)
+def test_valid_txns_round_trip_through_msgpack(txn):
+    raw = msgpack.unpackb(msgpack.packb(txn.to_wire(), use_bin_type=True), raw=False, strict_map_key=False)
+    assert txn_from_wire(raw) == txn
+
+
+@pytest.mark.parametrize("raw", [
+    None, [], [1, 1, 0, 0], [1, 1, 0, 0, []], [1, 0, 0, 0, [[1, "s", "k", 1]]],
+    [-1, 1, 0, 0, [[1, "s", "k", 1]]], [limits.replica_id_max + 1, 1, 0, 0, [[1, "s", "k", 1]]],
+    [1, 1, 7, 0, [[1, "s", "k", 1]]], [1, 1, 0, -5, [[1, "s", "k", 1]]], [True, 1, 0, 0, [[1, "s", "k", 1]]],
+    [1, 1, 0, 0, [[9, "s", "k", 1]]], [1, 1, 0, 0, [[1, "", "k", 1]]], [1, 1, 0, 0, [[1, "s", 5, 1]]],
+    [1, 1, 0, 0, [[1, "s" * 65, "k", 1]]], [1, 1, 0, 0, [[1, "s", "k" * (limits.key_bytes_max + 1), 1]]],
+    [1, 1, 2, 0, [[OP_CLUSTER, "data", "u", {"id": 1}]]], [1, 1, 2, 0, [[OP_CLUSTER, CLUSTER_SPACE, "u", {}]]],
+    [1, 1, 0, 0, [[OP_SPACE, "s", "", None]]], [1, 1, 0, 0, [[1, "s", "k"]]],
+    [1, 1, 0, 0, [[1, "s", "k", 1]] * (limits.txn_ops_max + 1)],
+])
+def test_known_malformed_txns_are_refused(raw):
+    with pytest.raises(RemoteProtocolError):
+        txn_from_wire(raw)
