@@ -180,10 +180,9 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("cluster_wait_for", "must be >= 0")
     if not cfg.cluster_name or len(cfg.cluster_name) > 64:
         raise ConfigError("cluster_name", "must be 1..64 characters")
-    if cfg.checkpoint_interval_s <= 0:
-        raise ConfigError("checkpoint_interval_s", "must be positive")
-    if cfg.anon_ttl_s <= 0:
-        raise ConfigError("anon_ttl_s", "must be positive")
+    for name in ("checkpoint_interval_s", "anon_ttl_s"):
+        if not (0 < getattr(cfg, name) < math.inf):   # also refuses nan
+            raise ConfigError(name, "must be a positive number of seconds")
     if cfg.segment_bytes_max < 4096:
         raise ConfigError("segment_bytes_max", "must be at least 4096")
     secret = _read_secret("secret_file", cfg.secret_file) if cfg.secret_file else b""

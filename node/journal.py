@@ -138,6 +138,6 @@ class Journal:
             if self.wal.needs_rotation:
                 self.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
             now_us = time.time_ns() // 1000
-            data = b"".join(walfmt.encode_frame([t.to_wire() for t in entry], now_us) for entry, _ in batch)
+            data = b"".join(walfmt.encode_frame(entry, now_us) for entry, _ in batch)
             self.wal.write_batch(data)
         self.store.apply(txns, self.core.uuid, self.core.hlc.last)

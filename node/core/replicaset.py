@@ -88,6 +88,7 @@ class NodeCore:
     # --- local writes ------------------------------------------------------------
     def local_txn(self, ops: list[Op], group: int, wall_us: int) -> Txn:
         """Claim the next lsns for a transaction written on this node."""
+        assert ops, "a transaction has at least one row"
         component = 0 if group == GROUP_LOCAL else self.self_id
         lsn = self.claimed.get(component) + 1
         txn = Txn(self.self_id, lsn, group, self.hlc.now(wall_us), tuple(ops))
