@@ -41,6 +41,7 @@ class Journal:
         self.rows_written = 0
         self.txns_written = 0
         self.batches = 0
+        self.pending_rows = 0       # rows queued, not yet durable: appliers pause above a bound
         # (segment, end offset) of whole durable frames: relays never read past it
         self.position: tuple[str | None, int] = (wal.segment, wal.end) if wal else (None, 0)
 
@@ -68,6 +69,7 @@ class Journal:
             raise self.failed
         fut = self._loop.create_future() if want_future else None
         self._queue.append((txns, fut))
+        self.pending_rows += sum(len(t.ops) for t in txns)
         self._wake.set()
         return fut
 
@@ -110,7 +112,9 @@ class Journal:
                 self.core.commit(txns)
                 self.batches += 1
                 self.txns_written += len(txns)
-                self.rows_written += sum(len(t.ops) for t in txns)
+                rows = sum(len(t.ops) for t in txns)
+                self.rows_written += rows
+                self.pending_rows -= rows
                 for _, fut in batch:
                     if fut is not None and not fut.done():
                         fut.set_result(None)

@@ -18,7 +18,7 @@ import aiohttp
 from node import limits
 from node.applier.conn import Conn, check_greeting, client_auth, connect
 from node.core import messages as m
-from node.core.rows import txn_from_wire
+from node.core.rows import GROUP_CLUSTER, txn_from_wire
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
 from node.wal import format as walfmt
 
@@ -146,6 +146,7 @@ class Applier:
             if msg.type == m.ROWS:
                 wall_us = int(now * 1e6)
                 last_ts = 0
+                entry: list = []          # consecutive plain txns share one WAL frame
                 for body in msg["frames"]:
                     if not isinstance(body, bytes):
                         raise RemoteProtocolError("ROWS frame is not binary")
@@ -159,14 +160,22 @@ class Applier:
                         txn = txn_from_wire(raw)
                         out = core.receive(peer, txn, wall_us)   # check + claim: no await before submit
                         if out:
-                            journal.submit_nowait(out, want_future=False)
                             self.rows += len(txn.ops)
+                            if len(out) == 1 and txn.group != GROUP_CLUSTER:
+                                entry.append(out[0])
+                            else:                                 # with our own _cluster row: one frame
+                                if entry:
+                                    journal.submit_nowait(entry, want_future=False)
+                                    entry = []
+                                journal.submit_nowait(out, want_future=False)
                         last_ts = txn.timestamp
+                if entry:
+                    journal.submit_nowait(entry, want_future=False)
                 if last_ts:
                     self.lag_s = max(0.0, now - last_ts / 1e6)
                     self.last_row_at = now
-                if journal.pending > limits.group_commit_txns_max * limits.applier_queue_batches_max:
-                    await journal.changed(timeout=1.0)
+                while journal.pending_rows > limits.applier_pending_rows_max and journal.failed is None:
+                    await journal.changed(timeout=1.0)      # back-pressure: stop reading the socket
             elif msg.type == m.HEARTBEAT:
                 if journal.pending == 0:
                     self.lag_s = max(0.0, now - msg["now_us"] / 1e6)

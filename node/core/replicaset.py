@@ -176,7 +176,7 @@ class NodeCore:
         self.claimed.follow(origin, raw.last_lsn)
         self.hlc.observe(raw.timestamp)
         peer.stats.applied += 1
-        txn = raw.with_replica_id(origin)
+        txn = raw if origin == raw.replica_id else raw.with_replica_id(origin)
         out = [txn]
         if raw.group == GROUP_CLUSTER:
             own = self._follow_cluster_rows(peer, member, txn, wall_us)
