@@ -1,0 +1,89 @@
+"""The `replog` command as a user runs it: client commands, status, demo, log formats,
+wal_mode none, and local spaces that never leave their node."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+from tests.integration.harness import REPLOG, ReplogProcess, free_port, mesh, request, wait_for
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(REPLOG + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+def test_put_get_delete_and_status_commands(tmp_path, procs):
+    n = ReplogProcess(tmp_path, "cli").start()
+    procs.append(n)
+    n.create_space("kv")
+    r = run("put", n.address, "kv", "k1", '{"a": 1}')
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["lsn"] >= 1
+    r = run("get", n.address, "kv", "k1")
+    assert r.returncode == 0 and json.loads(r.stdout)["value"] == {"a": 1}
+    r = run("put", n.address, "kv", "plain", "not json")
+    assert r.returncode == 0 and n.kv_get("kv", "plain")[1]["value"] == "not json"
+    r = run("delete", n.address, "kv", "k1")
+    assert r.returncode == 0
+    r = run("get", n.address, "kv", "k1")
+    assert r.returncode == 1 and json.loads(r.stdout)["error"]["code"] == "no_such_key"
+    r = run("status", n.address)
+    assert r.returncode == 0 and n.uuid()[:8] in r.stdout and "running" in r.stdout
+    r = run("get", f"127.0.0.1:{free_port()}", "kv", "k1")
+    assert r.returncode == 1 and "cannot reach" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_status_shows_every_members_id_on_every_node(tmp_path, procs):
+    nodes = mesh(tmp_path, 3)
+    procs.extend(nodes)
+    r = run("status", nodes[0].address)
+    assert r.returncode == 0
+    for n in nodes:
+        assert n.uuid()[:8] in r.stdout
+    header = r.stdout.splitlines()[0]
+    assert header.count("id@") == 3
+
+
+def test_json_logs(tmp_path, procs):
+    n = ReplogProcess(tmp_path, "json", extra=["--log-format", "json"]).start()
+    procs.append(n)
+    lines = [line for line in n.log_text().splitlines() if line.startswith("{")]
+    assert lines, n.log_text()
+    rec = json.loads(lines[0])
+    assert {"ts", "level", "logger", "msg"} <= rec.keys()
+
+
+def test_wal_mode_none_serves_clients_but_not_replicas(tmp_path, procs):
+    a = ReplogProcess(tmp_path, "nowal", extra=["--wal-mode", "none"]).start()
+    procs.append(a)
+    a.create_space("kv")
+    a.kv_put("kv", "k", 1)
+    assert a.info()["wal"]["segments"] == 0
+    b = ReplogProcess(tmp_path, "b", peers=[a]).start()
+    procs.append(b)
+    wait_for(lambda: any("wal_mode" in u["error"] for u in b.info()["upstreams"]), 20,
+             "subscriber told that wal_mode none cannot serve replicas")
+    assert a.stop() == 0
+    a.start()
+    assert a.kv_get("kv", "k")[1]["value"] == 1
+
+
+def test_local_space_rows_never_leave_the_node(tmp_path, procs):
+    a, b = mesh(tmp_path, 2)
+    procs.extend([a, b])
+    a.create_space("kv")
+    a.create_space("mine", local=True)
+    a.kv_put("mine", "secret", "stays")
+    a.kv_put("kv", "shared", "goes")
+    wait_for(lambda: b.kv_get("kv", "shared")[0] == 200, 20, "replicated row arrives")
+    assert "mine" not in [s["name"] for s in b.get("/v1/spaces")[1]["spaces"]]
+    assert b.kv_get("mine", "secret")[0] == 404
+    assert "0" not in b.info()["vclock"], "local rows count in component 0 on their own node only"
+    assert a.info()["vclock"]["0"] >= 2
+
+
+def test_demo_runs_masters_and_an_anonymous_replica_and_stops_cleanly(tmp_path):
+    r = run("demo", "--dir", str(tmp_path / "demo"), "--duration", "4", "--base-port", str(free_port()),
+            timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "anonymous" in r.stdout and r.stdout.count("exited with 0") == 4
