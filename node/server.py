@@ -187,6 +187,8 @@ class Node:
                 await self._join_or_bootstrap()
         elif not cfg.anon and self.core.anon:
             await self._register_anon()
+        if self.lease:
+            await self.lease.wait_ready()   # a slot taken from a holder that did not release: peers fence it first
         self.status, self.status_reason = "running", ""
         self.set_peers(list(cfg.peers))
 

@@ -1,0 +1,479 @@
+"""Lease identity in a running node: take a slot before anything else, serve as the slot's
+member, keep the lease renewed, fence off older holders of any slot, and stop when the
+lease is gone.
+
+The node (node/server.py) drives it in this order: `acquire()` before the store opens
+(it decides the member uuid and the data dir `<data_dir>/slot-<k>`), `wait_ready()` before
+the node reports "running", `check_peer()` on every handshake, `release()` on orderly
+shutdown. Decisions about leases come from lease.py, store steps from lease_manager.py,
+renewal timing from lease_runner.py; this module only wires them to the node.
+
+Rules it keeps:
+- No slot, no store: `acquire()` returns only holding a lease. While every slot is held it
+  polls (logging progress) until one is released or expires; a store that stays
+  unavailable for `acquire_store_retry_s_max` ends start-up with the store's error.
+- Fencing: `seen` maps slot -> highest version this node has seen, from the lease store at
+  acquisition and from every peer greeting (the peer's own slot and its whole `seen`). A
+  handshake claiming a slot at an older version is refused (PeerRefused "lease_fenced").
+  A peer showing a newer version of *our* slot means we are the stale holder: the lease is
+  lost at once, without waiting for the next renewal.
+- Taking over a slot whose holder did not release (crash, pause): the node does not report
+  "running" until every listed peer's greeting shows it has seen our version, or
+  `lease.peer_wait_until_ms` passes. It probes the peers itself meanwhile.
+- Lease lost (a renewal failed up to the deadline, or superseded): status "lease_lost"
+  at once (health 503, writes refused), appliers and relays stopped, handshakes refused;
+  after a short grace that lets health checks see why, the process stops with
+  `node.fatal = LeaseLost` (exit code 1) well before the lease expires.
+- Store calls block (flock, boto3), so they run on daemon threads: a hung call can delay
+  neither the event loop nor the process exit. After a loss the process also skips the
+  interpreter's teardown once the node has stopped (see `_exit_at_once`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import logging
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from node import limits
+from node.applier.applier import open_link
+from node.core import messages as m
+from node.errors import PeerRefused, RemoteProtocolError, StorageError
+from node.identity import lease as core
+from node.identity.lease import LeaseLost
+from node.identity.lease_manager import LeaseManager
+from node.identity.lease_runner import run_lease
+from node.identity.lease_store import LeaseStore, LeaseStoreUnavailable, open_store
+
+if TYPE_CHECKING:
+    from node.server import Node
+
+log = logging.getLogger("replog.identity.lease")
+
+# --- limits (unit last; why on each line) --------------------------------------
+acquire_store_retry_s_max = 30.0     # a lease store unreachable this long at start-up is a setup error: exit
+acquire_retry_s_min = 0.1            # first retry after the store did not answer
+acquire_retry_s_max = 5.0            # backoff cap while the store does not answer
+acquire_poll_divisor = 6             # all slots held: look again every duration/6 (a freed slot is seen soon)
+acquire_progress_log_s = 10.0        # "still waiting for a slot" at most this often
+peer_probe_s_min = 0.05              # re-probe a peer that answered but had not seen our version yet
+peer_probe_s_max = 1.0               # back-off cap for a peer that does not answer
+lost_grace_divisor = 3               # after a loss keep answering 503 for safety_margin/3 before exiting ...
+lost_grace_ms_max = 1000             # ... but at most this: the exit must come well before the expiry
+wind_down_step_s = 2.0               # stopping one applier after a loss; the exit must not wait on it
+
+
+class NoLeaseSlot(StorageError):
+    """Start-up ended without a lease slot (the node was told to stop while every slot was held).
+
+    Not a bug: the lease store's slots were all taken by other nodes."""
+
+
+class _DaemonThreadExecutor(concurrent.futures.Executor):
+    """Runs each call on a fresh daemon thread. ThreadPoolExecutor's threads are joined at
+    interpreter exit, so one store call hanging on the network would hold the process up
+    after the lease is lost; a daemon thread is simply abandoned."""
+
+    def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+                fut.set_exception(e)
+
+        threading.Thread(target=run, name="lease-store", daemon=True).start()
+        return fut
+
+
+def _exit_at_once(code: int) -> None:
+    """atexit handler registered on a lease loss. By the time it runs the node has stopped
+    (store closed, WAL closed, non-daemon threads joined); what is left is the interpreter's
+    teardown, which with boto3 loaded takes a second or more of CPU on a busy host. Skipping
+    it is never worse than kill -9, which the WAL and store survive by design, and it keeps
+    the exit well before the lease expires."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def default_task_id() -> str:
+    """Unique per process: host, pid and a random suffix (a restarted container may reuse a pid)."""
+    return f"{socket.gethostname()[:200]}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def parse_greeting_lease(theirs: dict) -> tuple[int, int, dict[int, int]]:
+    """(slot, version, seen) from a peer greeting's "lease" field; a malformed field is the
+    peer's protocol error."""
+    peer = f"{theirs.get('address')} ({str(theirs.get('uuid'))[:8]})"
+    f = theirs.get("lease")
+    if not isinstance(f, dict):
+        raise RemoteProtocolError(f"{peer}: greeting has no lease field although identity = lease")
+    slot, version, seen = f.get("slot"), f.get("version"), f.get("seen", {})
+    if any(type(x) is not int for x in (slot, version)) or not (0 <= slot < core.cluster_size_max) or version < 0:
+        raise RemoteProtocolError(f"{peer}: greeting's lease slot/version are not valid: {f!r:.200}")
+    if not isinstance(seen, dict) or len(seen) > core.cluster_size_max:
+        raise RemoteProtocolError(f"{peer}: greeting's lease 'seen' is not a map of at most "
+                                  f"{core.cluster_size_max} slots")
+    out: dict[int, int] = {}
+    for k, v in seen.items():
+        try:
+            s = int(k)
+        except (TypeError, ValueError):
+            raise RemoteProtocolError(f"{peer}: greeting's lease 'seen' has a bad slot {k!r:.50}") from None
+        if type(v) is not int or v < 0 or not (0 <= s < core.cluster_size_max):
+            raise RemoteProtocolError(f"{peer}: greeting's lease 'seen' has a bad entry {k!r:.50}: {v!r:.50}")
+        out[s] = v
+    return slot, version, out
+
+
+class LeaseIdentity:
+    def __init__(self, node: "Node", *, exit_at_once_on_loss: bool = True):
+        """`exit_at_once_on_loss=False` is for tests that run a LeaseIdentity inside the test
+        process: a loss must not end that process (see _exit_at_once)."""
+        self.node = node
+        self._exit_at_once_on_loss = exit_at_once_on_loss
+        cfg = node.cfg
+        self.task_id = cfg.task_id or default_task_id()
+        self.store: LeaseStore | None = None
+        self._store_closed = False
+        self.manager: LeaseManager | None = None
+        self._executor = _DaemonThreadExecutor()
+        self._stop = asyncio.Event()
+        self._runner: asyncio.Task | None = None
+        self._wind_down_task: asyncio.Task | None = None
+        # Our lease as acquired; kept after a loss so greetings and /v1/info still say what it was.
+        self.slot: int | None = None
+        self.version: int | None = None
+        self.member_uuid: str | None = None
+        self.seen: dict[int, int] = {}               # fencing: slot -> highest version seen
+        self.fenced = 0                              # handshakes refused for an older version
+        self.lost_reason: str | None = None
+        self.released: bool | None = None
+        # Taking over from a holder that did not release: wait for peers (see module doc).
+        self.peer_wait_until_ms: int | None = None
+        self.peers_confirmed: set[str] = set()       # peer addresses whose greeting showed our version
+        self.peer_wait_outcome: str | None = None    # "confirmed" | "timed_out" | None (no wait needed)
+        self._peers_changed = asyncio.Event()
+
+    # --- start-up --------------------------------------------------------------------
+    async def acquire(self) -> None:
+        """Take a slot (waiting while all are held), set the node's data dir and start renewing."""
+        node, cfg = self.node, self.node.cfg
+        self.store = open_store(cfg.lease_store)
+        self.manager = mgr = LeaseManager(self.store, cfg.cluster_size, self.task_id, cfg.lease_duration_s)
+        node.status_reason = f"acquiring a lease slot in {self.store.url}"
+        log.info("lease: task %s looking for a slot among %d in %s", self.task_id, cfg.cluster_size, self.store.url)
+        await self._store_step("bootstrap", mgr.bootstrap)
+        started = time.monotonic()
+        last_logged: float | None = None
+        poll_s = max(mgr.duration_ms / acquire_poll_divisor / 1000, acquire_retry_s_min)
+        while True:
+            lease = await self._store_step("acquire", mgr.acquire)
+            if lease is not None:
+                break
+            waited = time.monotonic() - started
+            node.status_reason = f"all {cfg.cluster_size} lease slots in {self.store.url} are held; waiting"
+            if last_logged is None or time.monotonic() - last_logged >= acquire_progress_log_s:
+                log.info("lease: all %d slots in %s are held by other nodes; waiting for one to be released "
+                         "or expire (waited %.0f s)", cfg.cluster_size, self.store.url, waited)
+                last_logged = time.monotonic()
+            if await self._stopped_within(poll_s):
+                raise NoLeaseSlot(f"stopped after {waited:.0f} s without a lease slot: all {cfg.cluster_size} "
+                                  f"slots in {self.store.url} are held by other nodes")
+        self.slot, self.version, self.member_uuid = lease.slot, lease.version, lease.member_uuid
+        for slot, version in mgr.known_versions.items():
+            if version:   # version 0: never held, fences nothing
+                self.seen = core.note_version(self.seen, slot, version)
+        self.seen = core.note_version(self.seen, lease.slot, lease.version)
+        if mgr.wait_for_peers:
+            self.peer_wait_until_ms = mgr.peer_wait_until_ms
+        node.data_dir = os.path.join(os.path.abspath(cfg.data_dir), f"slot-{lease.slot}")
+        log.info("lease: serving as member %s of slot %d at version %d; data in %s", lease.member_uuid,
+                 lease.slot, lease.version, node.data_dir)
+        self._runner = asyncio.create_task(run_lease(mgr, self._on_lost, self._stop, executor=self._executor),
+                                           name="lease-renew")
+        self._runner.add_done_callback(self._runner_done)
+
+    async def _store_step(self, what: str, fn) -> Any:
+        """One blocking manager step off the loop; retries while the store does not answer."""
+        loop = asyncio.get_running_loop()
+        first_failure: float | None = None
+        delay = acquire_retry_s_min
+        while True:
+            try:
+                return await loop.run_in_executor(self._executor, fn)
+            except LeaseStoreUnavailable as e:
+                now = time.monotonic()
+                first_failure = first_failure or now
+                if now - first_failure >= acquire_store_retry_s_max:
+                    log.error("lease: %s gave up after %.0f s: %s", what, now - first_failure, e)
+                    raise
+                log.warning("lease: %s: %s; retrying", what, e)
+                if await self._stopped_within(delay):
+                    raise
+                delay = min(delay * 2, acquire_retry_s_max)
+
+    async def _stopped_within(self, timeout_s: float) -> bool:
+        """Wait up to timeout_s for the node to be told to stop; True if it was."""
+        try:
+            await asyncio.wait_for(self.node.stopped.wait(), timeout_s)
+        except TimeoutError:
+            pass
+        return self.node.stopped.is_set()
+
+    def _runner_done(self, t: asyncio.Task) -> None:
+        if not t.cancelled() and t.exception() is not None:
+            self.node.on_fatal(t.exception())   # a bug in the renewal path: stop rather than serve unrenewed
+
+    # --- wait for peers --------------------------------------------------------------
+    def _peer_addresses(self) -> list[str]:
+        return [p for p in self.node.cfg.peers if p != self.node.cfg.address]
+
+    def ready(self) -> bool:
+        """May the node report "running"? False after a loss, and while waiting for peers."""
+        if self.lost_reason is not None:
+            return False
+        if self.peer_wait_until_ms is None or self.peer_wait_outcome is not None:
+            return True
+        return (self.manager.now_ms() >= self.peer_wait_until_ms
+                or all(p in self.peers_confirmed for p in self._peer_addresses()))
+
+    async def wait_ready(self) -> None:
+        """Return when ready() holds; raise LeaseLost if the lease is lost meanwhile. Probes the
+        peers that have not yet shown our version (a greeting a peer sends is built before it
+        reads ours, so the second handshake with a reachable peer confirms it)."""
+        node = self.node
+        if self.peer_wait_until_ms is not None and self.peer_wait_outcome is None:
+            log.info("lease: slot %d was not released by its previous holder; waiting until peers %s have "
+                     "seen version %d (at most %.1f s)", self.slot, ", ".join(self._peer_addresses()) or "(none)",
+                     self.version, max(0, self.peer_wait_until_ms - self.manager.now_ms()) / 1000)
+        delay = peer_probe_s_min
+        while not self.ready():
+            if self.lost_reason is not None:
+                break
+            pending = [p for p in self._peer_addresses() if p not in self.peers_confirmed]
+            node.status_reason = (f"waiting until peers see lease slot {self.slot} version {self.version}: "
+                                  f"{', '.join(pending)}")
+            answered = await asyncio.gather(*(self._probe(p) for p in pending))
+            if self.ready():
+                break
+            delay = peer_probe_s_min if any(answered) else min(delay * 2, peer_probe_s_max)
+            remaining_s = (self.peer_wait_until_ms - self.manager.now_ms()) / 1000
+            self._peers_changed.clear()
+            try:
+                await asyncio.wait_for(self._peers_changed.wait(), max(0.0, min(delay, remaining_s)))
+            except TimeoutError:
+                pass
+        if self.lost_reason is not None:
+            raise LeaseLost(self.slot, self.lost_reason)
+        if self.peer_wait_until_ms is not None and self.peer_wait_outcome is None:
+            missing = [p for p in self._peer_addresses() if p not in self.peers_confirmed]
+            self.peer_wait_outcome = "timed_out" if missing else "confirmed"
+            if missing:
+                log.warning("lease: peers %s did not confirm slot %d version %d before the wait ended; "
+                            "serving anyway (the previous holder's deadline has passed)",
+                            ", ".join(missing), self.slot, self.version)
+            else:
+                log.info("lease: every peer has seen slot %d version %d", self.slot, self.version)
+
+    async def _probe(self, address: str) -> bool:
+        """One handshake with a peer (check_peer records what its greeting shows). True if it answered."""
+        node = self.node
+        try:
+            conn, _ = await asyncio.wait_for(open_link(node, node.http_session, address),
+                                             limits.handshake_timeout_s)
+        except (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
+                aiohttp.ClientError) as e:
+            log.debug("lease: peer %s not reachable for the version check: %s", address, e)
+            return False
+        try:
+            await conn.send(m.BYE)
+        except (ConnectionError, RuntimeError, aiohttp.ClientError):
+            pass
+        finally:
+            await conn.close()
+        return True
+
+    # --- handshakes ------------------------------------------------------------------
+    def greeting_field(self) -> dict:
+        return {"slot": self.slot, "version": self.version,
+                "seen": {str(k): v for k, v in sorted(self.seen.items())}}
+
+    def check_peer(self, theirs: dict) -> None:
+        """Fencing for one peer greeting (either side of a handshake): raises PeerRefused to refuse."""
+        peer = f"{theirs.get('address')} ({str(theirs.get('uuid'))[:8]})"
+        if self.lost_reason is not None:
+            raise PeerRefused("lease_lost", f"this node lost lease slot {self.slot} ({self.lost_reason}); "
+                                            f"it no longer replicates")
+        slot, version, their_seen = parse_greeting_lease(theirs)
+        if not core.check_fencing(self.seen, slot, version):
+            self.fenced += 1
+            raise PeerRefused("lease_fenced", f"{peer} claims lease slot {slot} at version {version}, but version "
+                                              f"{self.seen[slot]} of that slot exists: the peer is a stale holder "
+                                              f"and must stop")
+        newest_of_ours = max(version if slot == self.slot else 0, their_seen.get(self.slot, 0))
+        if self.version is not None and newest_of_ours > self.version:
+            reason = (f"{peer} has seen lease slot {self.slot} at version {newest_of_ours}, newer than this "
+                      f"node's {self.version}: another node took the slot over")
+            self._lose_now(reason)
+            raise PeerRefused("lease_superseded", reason)
+        for s, v in [(slot, version), *their_seen.items()]:
+            if v > self.seen.get(s, 0):
+                self.seen = core.note_version(self.seen, s, v)
+                if self.manager is not None:
+                    self.manager.note_version(s, v)   # written to the store at the next renewal
+        if self.version is not None and their_seen.get(self.slot, 0) >= self.version:
+            address = theirs.get("address")
+            if isinstance(address, str) and address not in self.peers_confirmed:
+                self.peers_confirmed.add(address)
+                self._peers_changed.set()
+
+    # --- loss ------------------------------------------------------------------------
+    async def _on_lost(self, reason: str) -> None:
+        """The runner's on_lost: called once when no renewal succeeded or the slot was taken."""
+        if self._begin_loss(reason):
+            await self._wind_down()
+
+    def _lose_now(self, reason: str) -> None:
+        """A loss seen outside the runner (a peer showed a newer version of our slot)."""
+        if self._begin_loss(reason):
+            self._stop.set()   # the runner ends without calling on_lost again
+            self._wind_down_task = asyncio.get_running_loop().create_task(self._wind_down(), name="lease-lost")
+
+    def _begin_loss(self, reason: str) -> bool:
+        """Stop serving at once (synchronously: no await before writes are refused). False if already lost."""
+        if self.lost_reason is not None:
+            return False
+        node = self.node
+        self.lost_reason = reason
+        node.fatal = node.fatal or LeaseLost(self.slot, reason)
+        node.status, node.status_reason = "lease_lost", f"lease slot {self.slot} lost: {reason}; exiting"
+        log.critical("lease: slot %s version %s lost: %s; stopped serving, exiting", self.slot, self.version, reason)
+        if self._exit_at_once_on_loss:
+            atexit.register(_exit_at_once, 1)   # serve() returns 1 for node.fatal; keep that code
+        return True
+
+    async def _wind_down(self) -> None:
+        node = self.node
+        me = asyncio.current_task()
+        for t in list(node._tasks):   # start-up steps (join, bootstrap) must not resume serving
+            if t is not me:
+                t.cancel()
+        for a in list(node.appliers.values()):
+            try:
+                await asyncio.wait_for(a.stop(), wind_down_step_s)
+            except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - the exit must not wait on one applier
+                log.error("lease: stopping applier %s after the loss failed: %s", a.address, e)
+        node.appliers.clear()
+        for r in list(node.relays):
+            await r.conn.close()
+        # Keep answering 503 (with the reason) briefly so health checks see why, then exit;
+        # by construction this ends well before the lease expires.
+        grace_ms = min(core.safety_margin_ms(self.manager.duration_ms) // lost_grace_divisor, lost_grace_ms_max)
+        await self._stopped_within(grace_ms / 1000)
+        node.stopped.set()
+
+    # --- shutdown --------------------------------------------------------------------
+    async def release(self) -> None:
+        """Orderly shutdown: stop renewing and give the slot back (not after a loss)."""
+        self._stop.set()
+        for t in (self._runner, self._wind_down_task):
+            if t is not None and not t.done():
+                try:
+                    await t
+                except asyncio.CancelledError:
+                    if asyncio.current_task().cancelling():
+                        raise
+                except Exception:  # noqa: BLE001 - already reported by _runner_done / on_fatal
+                    pass
+        try:
+            mgr = self.manager
+            if mgr is None or mgr.lease is None or self.lost_reason is not None:
+                if self.slot is not None:
+                    log.info("lease: slot %s not released (%s)", self.slot, self.lost_reason or "not held")
+                return
+            loop = asyncio.get_running_loop()
+            self.released = await loop.run_in_executor(self._executor, mgr.release)
+        finally:
+            if self.store is not None and not self._store_closed:
+                self._store_closed = True
+                self.store.close()   # a call still hanging on a daemon thread just fails
+
+    # --- views -----------------------------------------------------------------------
+    def state(self) -> str:
+        if self.lost_reason is not None:
+            return "lost"
+        if self.released:
+            return "released"
+        if self.slot is None:
+            return "acquiring"
+        if not self.ready():
+            return "waiting_for_peers"
+        return "held"
+
+    def info(self) -> dict:
+        mgr = self.manager
+        lease = mgr.lease if mgr else None
+        now = mgr.now_ms() if mgr else 0
+        expires_ms = lease.expires_ms if lease else None
+        return {
+            "state": self.state(),
+            "slot": self.slot,
+            "version": self.version,
+            "member_uuid": self.member_uuid,
+            "task_id": self.task_id,
+            "store": self.store.url if self.store else self.node.cfg.lease_store,
+            "cluster_size": self.node.cfg.cluster_size,
+            "duration_s": mgr.duration_ms / 1000 if mgr else self.node.cfg.lease_duration_s,
+            "expires_ms": expires_ms,
+            "expires_in_s": round((expires_ms - now) / 1000, 3) if expires_ms else None,
+            "renew_deadline_ms": mgr.renew_deadline_ms if mgr else None,
+            "renewals": mgr.renewals if mgr else 0,
+            "renew_failures": mgr.renew_failures if mgr else 0,
+            "fenced": self.fenced,
+            "seen": {str(k): v for k, v in sorted(self.seen.items())},
+            "lost_reason": self.lost_reason,
+            "peer_wait": None if self.peer_wait_until_ms is None else {
+                "until_ms": self.peer_wait_until_ms, "outcome": self.peer_wait_outcome,
+                "confirmed": sorted(self.peers_confirmed)},
+        }
+
+    def metrics(self) -> list:
+        mgr = self.manager
+        lease = mgr.lease if mgr else None
+        labels = [str(self.slot) if self.slot is not None else ""]
+        renewals = CounterMetricFamily("replog_lease_renewals", "Successful lease renewals", labels=["slot"])
+        renewals.add_metric(labels, mgr.renewals if mgr else 0)
+        failures = CounterMetricFamily("replog_lease_renew_failures",
+                                       "Lease renewals that failed (store unavailable, or the lease lost)",
+                                       labels=["slot"])
+        failures.add_metric(labels, mgr.renew_failures if mgr else 0)
+        fenced = CounterMetricFamily("replog_lease_fenced",
+                                     "Handshakes refused because the peer's lease version was stale")
+        fenced.add_metric([], self.fenced)
+        held = GaugeMetricFamily("replog_lease_held", "1 while this node holds its lease slot", labels=["slot"])
+        held.add_metric(labels, 1 if lease is not None and self.lost_reason is None else 0)
+        version = GaugeMetricFamily("replog_lease_version", "Version of the held lease slot", labels=["slot"])
+        version.add_metric(labels, self.version or 0)
+        expiry = GaugeMetricFamily("replog_lease_expires_in_seconds",
+                                   "Seconds until the held lease expires unless renewed", labels=["slot"])
+        expiry.add_metric(labels, (lease.expires_ms - mgr.now_ms()) / 1000 if lease else 0)
+        return [renewals, failures, fenced, held, version, expiry]
