@@ -31,18 +31,27 @@ Also printed, per shape:
           Txn objects, no id translation. `vs floor` = rows/s / floor rows/s.
   RSS     the replica process's peak resident set (VmHWM from /proc/<pid>/status, read
           while it runs, after it caught up).
-  CPU     replica (and master) CPU time during the catch-up, % of one core.
+  CPU     replica (and master) CPU time during the catch-up, % of one core; and the
+          replica's CPU microseconds per row, which other load on the machine disturbs far
+          less than rows/s (a starved replica waits longer but does the same work).
 
     python -m bench.applier                                  # 1M rows, 1- and 100-row txns, 3 runs each
     python -m bench.applier --rows 200000 --runs 1           # a quick look
     python -m bench.applier --only replog --txn-rows 100
     python -m bench.applier --profile --rows 300000 --txn-rows 1   # py-spy on the replica's catch-up
+    python -m bench.applier --only replog --gc-stats --replica-prelude "import gc; gc.freeze()"
+
+`--gc-stats` times the replog replica's cyclic garbage collector (gc.callbacks, CPU time of
+the collecting thread) and `--replica-prelude` runs a line of Python in the replica before
+the node starts: together they let a change be tried on the real workload without editing
+node/ (the replica then runs as `python -c <prelude + runpy node>`, otherwise identical).
 
 Figures only: nothing here asserts on timing."""
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -50,7 +59,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,10 +69,11 @@ import msgpack
 from bench.common import LoadWatch, dump_json, machine, median, print_load, print_machine, print_table
 from bench.procs import (BenchError, ReplogNode, TarantoolNode, code_version, proc_cpu_s, proc_status_kib,
                          wait_for)
+from bench.pyspy import child_pid, print_profile, summarize_pyspy
 from node import limits
+from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_DEFAULT, OP_PUT, Op
 from node.journal import Journal
-from node.core.replicaset import NodeCore
 from node.storage.store import Store
 from node.wal import format as walfmt
 from node.wal.reader import iter_segment, list_segments
@@ -99,6 +108,8 @@ class Run:
     load_s: float = float("nan")     # loading the master (not part of the figure)
     rss_anon_kib: int | None = None  # the replica's resident set when it caught up: anonymous
     rss_file_kib: int | None = None  # ... and file-backed (LMDB's map; Tarantool has none)
+    gc_cpu_s: float = float("nan")   # --gc-stats: CPU the replica's cyclic GC took (its whole life)
+    gc_full: int | None = None       # --gc-stats: full (generation 2) collections
 
     @property
     def rows_s(self) -> float:
@@ -146,7 +157,6 @@ async def _direct_load(data_dir: str, rows: int, txn_rows: int, writers: int, fi
 
 async def _http_load(url: str, rows: int, txn_rows: int, clients: int, first: int) -> None:
     import aiohttp
-    import json
 
     def bodies():
         for ops in txn_ops(rows, txn_rows, first):
@@ -235,15 +245,55 @@ def replog_prepare(base: str, rows: int, txn_rows: int, args: argparse.Namespace
         raise
 
 
+# The replica under --replica-prelude / --gc-stats: `python -c` runs the prelude, then the
+# node exactly as `python -m node` would. gc.callbacks time every collection on the thread
+# that ran it; the totals are written at exit (the node exits normally on SIGTERM).
+_GC_STATS = """
+import atexit, gc, json, time
+_gc = {{"cpu_s": [0.0, 0.0, 0.0], "n": [0, 0, 0], "t": 0.0}}
+def _gc_cb(phase, info):
+    if phase == "start":
+        _gc["t"] = time.thread_time()
+    else:
+        g = info["generation"]
+        _gc["n"][g] += 1
+        _gc["cpu_s"][g] += time.thread_time() - _gc["t"]
+gc.callbacks.append(_gc_cb)
+def _gc_dump():
+    with open({path!r}, "w") as f:
+        json.dump(_gc, f)
+atexit.register(_gc_dump)
+"""
+_RUN_NODE = "import runpy, sys; sys.argv = ['node'] + sys.argv[1:]; runpy.run_module('node', run_name='__main__')"
+
+
+def _start_replica(replica: ReplogNode, args: argparse.Namespace, gc_path: str) -> None:
+    if not args.replica_prelude and not args.gc_stats:
+        replica.start(wait=False)
+        return
+    code = (_GC_STATS.format(path=gc_path) if args.gc_stats else "") + "\n" + (args.replica_prelude or "")
+    argv = replica.argv()
+    assert argv[1:3] == ["-m", "node"], argv
+    replica._spawn([argv[0], "-c", code + "\n" + _RUN_NODE] + argv[3:], {"PYTHONUNBUFFERED": "1"})
+
+
 def replog_run(base: str, rows: int, txn_rows: int, args: argparse.Namespace) -> tuple[Run, list[list[bytes]]]:
     """One replog run; also returns the backlog's frames in relay batches for the floor."""
     master, replica, master_uuid, before, target, load_s = replog_prepare(base, rows, txn_rows, args)
+    gc_path = os.path.join(base, "replica-gc.json")
     try:
-        replica.start(wait=False)
+        _start_replica(replica, args, gc_path)
         run = _catch_up(replica, master, master_uuid, target, target - before, txn_rows)
         run.load_s = load_s
     finally:
         _stop_all(replica, master)
+    if args.gc_stats:
+        try:
+            with open(gc_path) as f:
+                st = json.load(f)
+            run.gc_cpu_s, run.gc_full = sum(st["cpu_s"]), st["n"][2]
+        except (OSError, ValueError, KeyError):
+            pass                     # the replica did not exit normally: no figure
     return run, backlog_batches(os.path.join(master.data_dir, "wal"), before)
 
 
@@ -332,76 +382,6 @@ def floor_run(batches: list[list[bytes]], out_dir: str, txn_rows: int) -> Run:
 
 
 # --- profiling the replica ------------------------------------------------------------------
-# Leaf frames where a thread waits rather than works (py-spy --idle keeps them).
-IDLE_LEAVES = ("EpollSelector.select (selectors.py)", "select (selectors.py)",
-               "_worker (concurrent/futures/thread.py)", "Condition.wait (threading.py)",
-               "Thread._wait_for_tstate_lock (threading.py)")
-
-
-def _frame_name(frame: str) -> str:
-    """`func (path/to/file.py:123)` -> `func (file.py)`, the path cut after the venv's
-    site-packages, the stdlib or the repo, so all of one function's lines add up."""
-    name, _, loc = frame.rpartition(" (")
-    path = loc.rstrip(")").rsplit(":", 1)[0]
-    for marker in ("site-packages/", "/lib/python3.", REPO_MARK):
-        if marker in path:
-            path = path.split(marker, 1)[1]
-            if marker == "/lib/python3.":
-                path = path.split("/", 1)[1] if "/" in path else path
-            break
-    return f"{name} ({path})"
-
-
-REPO_MARK = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/"
-
-
-def summarize_pyspy(raw_path: str, top: int) -> dict[str, Any]:
-    """Threads grouped by role (MainThread: the event loop; asyncio: the default executor's
-    threads, where Journal._persist runs); per role the samples, the idle ones, and the top
-    functions by self and by inclusive samples, as % of that role's samples. Inclusive
-    lists keep the project's own functions (node/) and the libraries it calls."""
-    tid_name: dict[str, str] = {}
-    lines: list[tuple[str, list[str], int]] = []
-    with open(raw_path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            stack, _, count = line.rstrip("\n").rpartition(" ")
-            if not stack:
-                continue
-            frames = stack.split(";")
-            head = frames[0]                      # "thread (1234)" or "thread (1234): Name"
-            tid, _, tname = head.partition(": ")
-            if tname:
-                tid_name[tid] = tname
-            lines.append((tid, [_frame_name(fr) for fr in frames[1:] if fr], int(count)))
-    roles: dict[str, dict[str, Any]] = defaultdict(lambda: {"samples": 0, "idle": 0, "threads": set(),
-                                                             "self": Counter(), "incl": Counter()})
-    for tid, names, n in lines:
-        tname = tid_name.get(tid, tid)
-        role = tname.rstrip("0123456789").rstrip("_") or tname
-        r = roles[role]
-        r["samples"] += n
-        r["threads"].add(tid)
-        if not names or names[-1] in IDLE_LEAVES:
-            r["idle"] += n
-            continue
-        r["self"][names[-1]] += n
-        for nm in set(names):
-            r["incl"][nm] += n
-    all_samples = sum(r["samples"] for r in roles.values()) or 1
-    out: dict[str, Any] = {"samples": all_samples, "roles": []}
-    for role, r in sorted(roles.items(), key=lambda kv: -kv[1]["samples"]):
-        n = r["samples"] or 1
-        busy = r["samples"] - r["idle"]
-        incl = [(nm, c, 100.0 * c / n) for nm, c in r["incl"].most_common()
-                if ("(node/" in nm or "(msgpack/" in nm or "(lmdb/" in nm or "(aiohttp/" in nm) and c < busy]
-        out["roles"].append({
-            "role": role, "threads": len(r["threads"]), "samples": r["samples"], "idle": r["idle"], "busy": busy,
-            "top_self": [(nm, c, 100.0 * c / n) for nm, c in r["self"].most_common(top)],
-            "top_incl": incl[:top],
-        })
-    return out
-
-
 def profile_run(base: str, rows: int, txn_rows: int, args: argparse.Namespace) -> dict[str, Any]:
     """One replog catch-up with the replica started under `py-spy record` (raw collapsed
     stacks, per thread, idle frames included so waiting can be told from work)."""
@@ -414,7 +394,7 @@ def profile_run(base: str, rows: int, txn_rows: int, args: argparse.Namespace) -
         argv = [pyspy, "record", "--format", "raw", "--threads", "--rate", str(args.profile_rate), "-o", raw]
         argv += ["--gil"] if args.profile_gil else ["--idle"]
         replica._spawn(argv + ["--"] + replica.argv(), {"PYTHONUNBUFFERED": "1"})
-        child = wait_for(lambda: _child_pid(replica.pid), 30, "py-spy's child")
+        child = wait_for(lambda: child_pid(replica.pid), 30, "py-spy's child")
         proxy = _PidView(replica, child)
         run = _catch_up(proxy, master, master_uuid, target, target - before, txn_rows)
         os.kill(child, signal.SIGTERM)       # py-spy writes its output when its child exits
@@ -426,15 +406,6 @@ def profile_run(base: str, rows: int, txn_rows: int, args: argparse.Namespace) -
                rows_s_under_profiler=run.rows_s, rate_hz=args.profile_rate, raw=raw,
                gil=args.profile_gil)
     return doc
-
-
-def _child_pid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            kids = f.read().split()
-        return int(kids[0]) if kids else None
-    except OSError:
-        return None
 
 
 class _PidView:
@@ -460,22 +431,6 @@ class _PidView:
         return proc_status_kib(self._pid, "RssAnon"), proc_status_kib(self._pid, "RssFile")
 
 
-def print_profile(doc: dict[str, Any]) -> None:
-    mode = "GIL holder only (--gil)" if doc["gil"] else "all threads, idle included"
-    print(f"profile: replog replica catching up {doc['rows']:,} rows in {doc['txn_rows']}-row txns under py-spy "
-          f"({doc['rate_hz']} Hz, {mode}): {doc['seconds_under_profiler']:.1f} s, "
-          f"{doc['rows_s_under_profiler']:,.0f} rows/s")
-    print(f"raw stacks: {doc['raw']}")
-    for r in doc["roles"]:
-        n = r["samples"] or 1
-        print(f"\n{r['role']} ({r['threads']} thread(s)): {r['samples']} samples "
-              f"({100.0 * r['samples'] / doc['samples']:.1f}% of all), busy {100.0 * r['busy'] / n:.1f}%, "
-              f"idle {100.0 * r['idle'] / n:.1f}% (% below: of this role's samples)")
-        print_table(["self: function", "samples", "%"], [list(x) for x in r["top_self"]])
-        print()
-        print_table(["inclusive: function", "samples", "%"], [list(x) for x in r["top_incl"]])
-
-
 # --- the matrix --------------------------------------------------------------------------------
 def summarize(runs: list[Run]) -> dict[str, Any]:
     r = runs[0]
@@ -489,8 +444,11 @@ def summarize(runs: list[Run]) -> dict[str, Any]:
         "end_rss_anon_mib": median((x.rss_anon_kib or float("nan")) / 1024 for x in runs),
         "end_rss_file_mib": median((x.rss_file_kib or float("nan")) / 1024 for x in runs),
         "replica_cpu_pct": median(100.0 * x.replica_cpu_s / x.seconds for x in runs),
+        # CPU per row moves much less than rows/s when other work shares the machine
+        "replica_cpu_us_row": median(1e6 * x.replica_cpu_s / x.rows for x in runs),
         "master_cpu_pct": median(100.0 * x.master_cpu_s / x.seconds for x in runs),
         "load_s": median(x.load_s for x in runs),
+        "gc_cpu_s": median(x.gc_cpu_s for x in runs),
     }
 
 
@@ -520,7 +478,9 @@ def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
                     print(f"  {system:9} {txn_rows:>3}-row txns run {i + 1}/{args.runs}: {run.rows:,} rows in "
                           f"{run.seconds:.2f} s = {run.rows_s:,.0f} rows/s (start-up {run.startup_s:.2f} s, "
                           f"peak RSS {(run.peak_rss_kib or 0) / 1024:.0f} MiB [at the end: anon {(run.rss_anon_kib or 0) / 1024:.0f}, "
-                          f"file {(run.rss_file_kib or 0) / 1024:.0f}], load {run.load_s:.1f} s){extra}"
+                          f"file {(run.rss_file_kib or 0) / 1024:.0f}], load {run.load_s:.1f} s"
+                          + (f", GC {run.gc_cpu_s:.2f} CPU-s / {run.gc_full} full" if run.gc_full is not None else "")
+                          + f"){extra}"
                           + (f" [{base}]" if args.keep else ""), file=sys.stderr, flush=True)
         summary = {s: summarize(r) for s, r in runs.items() if r}
         fl = summary.get("floor")
@@ -533,11 +493,15 @@ def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def print_cases(cases: list[dict[str, Any]]) -> None:
+    gc = any(c["gc_cpu_s"] == c["gc_cpu_s"] for c in cases)
     rows = [[c["system"], c["txn_rows"], c["rows"], c["runs"], c["rows_s"], c["seconds"], c["startup_s"],
-             c["peak_rss_mib"], c["replica_cpu_pct"], c["master_cpu_pct"], c["vs_floor"],
-             c.get("vs_tarantool", float("nan")), " ".join(f"{x:,}" for x in c["each_rows_s"])] for c in cases]
+             c["peak_rss_mib"], c["replica_cpu_pct"], c["replica_cpu_us_row"], c["master_cpu_pct"]]
+            + ([c["gc_cpu_s"]] if gc else [])
+            + [c["vs_floor"], c.get("vs_tarantool", float("nan")), " ".join(f"{x:,}" for x in c["each_rows_s"])]
+            for c in cases]
     print_table(["system", "txn rows", "rows", "runs", "rows/s", "catch-up s", "start-up s", "peak RSS MiB",
-                 "replica CPU %", "master CPU %", "vs floor", "vs Tarantool", "each run rows/s"], rows)
+                 "replica CPU %", "replica CPU us/row", "master CPU %"] + (["GC CPU-s"] if gc else [])
+                + ["vs floor", "vs Tarantool", "each run rows/s"], rows)
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -552,6 +516,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--writers", type=int, default=WRITERS_DEFAULT, help="--load direct: submitting tasks")
     p.add_argument("--http-clients", type=int, default=HTTP_CLIENTS_DEFAULT, help="--load http: clients")
     p.add_argument("--memtx-mb", type=int, default=TARANTOOL_MEMTX_MB, help="Tarantool memtx_memory in MiB")
+    p.add_argument("--gc-stats", action="store_true",
+                   help="replog replica: time its cyclic GC (gc.callbacks) and print GC CPU-s per run")
+    p.add_argument("--replica-prelude", metavar="PYTHON", default="",
+                   help="replog replica: Python run before the node starts, to try a change without editing "
+                        "node/, e.g. \"import gc; gc.freeze()\" or \"import node.limits as L; "
+                        "L.applier_pending_rows_max = 20000\"")
     p.add_argument("--dir", default=None, help="where temp data dirs go (default: the system temp dir)")
     p.add_argument("--keep", action="store_true", help="keep each run's data dirs and logs")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
