@@ -1,0 +1,203 @@
+"""Benchmark of the WAL analysis: the Spark jobs beside the single-process oracle, same input.
+
+    .venv/bin/python bench/analyze.py [--nodes 8] [--rows 1000000] [--seed 1] [--master local[2]]
+                                      [--workdir DIR] [--skip-oracle]
+
+The input is spark.generate's synthetic cluster (`--rows` rows written by the origins; every node
+holds about that many, so row observations ~ nodes x rows), generated once into the workdir and
+reused. Each side runs in a child process of its own, so its wall time and peak memory are its
+own: for Spark, the driver's Python (getrusage), the JVM (driver and, on local[*], the executor:
+VmHWM from /proc) and the Python workers (VmHWM, largest and sum), sampled before the session
+stops; for the oracle, its getrusage. Figures: wall time end to end (process start to tables and
+plots written), the jobs alone (session ready to tables written), row observations per second,
+CPU seconds of the whole process tree. Prints the figures; writes nothing but the workdir."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+_HZ = os.sysconf("SC_CLK_TCK")
+
+
+# --- /proc helpers -----------------------------------------------------------------------
+def _procs() -> dict[int, tuple[int, str, float]]:
+    """pid -> (ppid, comm, cpu seconds incl. reaped children)."""
+    out = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                s = f.read()
+        except OSError:
+            continue
+        comm = s[s.index("(") + 1: s.rindex(")")]
+        rest = s[s.rindex(")") + 2:].split()
+        out[int(p)] = (int(rest[1]), comm, sum(int(x) for x in rest[11:15]) / _HZ)
+    return out
+
+
+def _descendants(root: int, procs: dict) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        kids.setdefault(ppid, []).append(pid)
+    out, stack = [], [root]
+    while stack:
+        p = stack.pop()
+        for k in kids.get(p, []):
+            out.append(k)
+            stack.append(k)
+    return out
+
+
+def _hwm_mib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _tree_cpu_s() -> float:
+    procs = _procs()
+    me = os.getpid()
+    return procs[me][2] + sum(procs[p][2] for p in _descendants(me, procs))
+
+
+# --- the two sides (each in its own child process) -------------------------------------------
+def _dirs(workdir: str) -> list[str]:
+    with open(os.path.join(workdir, "input", "manifest.json")) as f:
+        m = json.load(f)
+    return [os.path.join(workdir, "input", n["dir"]) for n in m["nodes"]]
+
+
+def run_spark(workdir: str, master: str) -> dict:
+    t0 = time.monotonic()
+    from spark import jobs, plots
+    spark = jobs.session(master, app_name="replog-analyze-bench")
+    spark.sparkContext.setLogLevel("ERROR")
+    jobs.ship_code(spark)
+    t_ready = time.monotonic()
+    out = os.path.join(workdir, "spark-out")
+    s, points = jobs.run(spark, _dirs(workdir), out)
+    t_tables = time.monotonic()
+    plots.draw(points, os.path.join(out, "plots"))
+    t_done = time.monotonic()
+    procs = _procs()
+    tree = _descendants(os.getpid(), procs)
+    jvm = [p for p in tree if procs[p][1] == "java"]
+    workers = [p for p in tree if procs[p][1].startswith("python")]
+    cpu = _tree_cpu_s()
+    spark.stop()
+    return {
+        "rows": s["rows"], "nodes": len(s["nodes"]), "divergent_rows": len(s["divergent_rows"]),
+        "concurrent_writes": s["concurrent_writes"],
+        "wall_s": t_done - t0, "session_start_s": t_ready - t0, "jobs_s": t_tables - t_ready,
+        "plots_s": t_done - t_tables, "cpu_s": cpu,
+        "driver_python_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "jvm_peak_mib": max((_hwm_mib(p) for p in jvm), default=0.0),
+        "python_worker_peak_mib": max((_hwm_mib(p) for p in workers), default=0.0),
+        "python_workers_peak_sum_mib": sum(_hwm_mib(p) for p in workers),
+        "python_workers": len(workers),
+    }
+
+
+def run_oracle(workdir: str) -> dict:
+    t0 = time.monotonic()
+    from spark import oracle
+    r = oracle.analyze(_dirs(workdir))
+    return {"rows": len(r["rows"]), "divergent_rows": len(r["summary"]["divergent_rows"]),
+            "concurrent_writes": len(r["concurrent_writes"]),
+            "wall_s": time.monotonic() - t0, "cpu_s": _tree_cpu_s(),
+            "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _child(side: str, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--workdir", args.workdir,
+           "--master", args.master]
+    t = time.monotonic()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, cwd=ROOT, check=True, text=True)
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    r["process_wall_s"] = time.monotonic() - t
+    return r
+
+
+# --- the benchmark ---------------------------------------------------------------------------
+def _input(args: argparse.Namespace) -> dict:
+    from spark import generate
+    path = os.path.join(args.workdir, "input")
+    mpath = os.path.join(path, "manifest.json")
+    if os.path.exists(mpath):
+        with open(mpath) as f:
+            m = json.load(f)
+        if m["seed"] == args.seed and len(m["nodes"]) == args.nodes and m.get("rows_target") == args.rows:
+            print(f"input: reusing {path}", flush=True)
+            return m
+        raise SystemExit(f"{args.workdir} holds another input; choose another --workdir")
+    t = time.monotonic()
+    m = generate.generate(path, nodes=args.nodes, rows=args.rows, seed=args.seed)
+    m["rows_target"] = args.rows
+    with open(mpath, "w") as f:
+        json.dump(m, f)
+    print(f"input: generated {args.nodes} nodes x {args.rows:,} rows in {time.monotonic() - t:.1f}s", flush=True)
+    return m
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", type=int, default=8)
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--skip-oracle", action="store_true")
+    p.add_argument("--child", choices=("spark", "oracle"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        r = run_spark(args.workdir, args.master) if args.child == "spark" else run_oracle(args.workdir)
+        print(json.dumps(r))
+        return 0
+    args.workdir = args.workdir or f"/tmp/replog-bench-analyze-{args.nodes}x{args.rows}-s{args.seed}"
+    os.makedirs(args.workdir, exist_ok=True)
+    _input(args)
+    size = sum(os.path.getsize(os.path.join(d, "wal", f)) for d in _dirs(args.workdir)
+               for f in os.listdir(os.path.join(d, "wal")))
+    print(f"machine: {os.cpu_count()} cpus, {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.1f} GiB;"
+          f" input {size / 2**20:.0f} MiB of WAL; master {args.master}", flush=True)
+    sp = _child("spark", args)
+    rows = sp["rows"]
+    print(f"spark:  {rows:,} row observations ({sp['nodes']} nodes)")
+    print(f"  wall end to end      {sp['wall_s']:8.1f} s   {rows / sp['wall_s']:>12,.0f} rows/s")
+    print(f"  session start        {sp['session_start_s']:8.1f} s")
+    print(f"  jobs (tables)        {sp['jobs_s']:8.1f} s   {rows / sp['jobs_s']:>12,.0f} rows/s")
+    print(f"  plots                {sp['plots_s']:8.1f} s")
+    print(f"  cpu, process tree    {sp['cpu_s']:8.1f} s")
+    print(f"  peak memory: driver python {sp['driver_python_peak_mib']:.0f} MiB, JVM (driver+executor) "
+          f"{sp['jvm_peak_mib']:.0f} MiB, python workers {sp['python_worker_peak_mib']:.0f} MiB each at most "
+          f"({sp['python_workers']} workers, {sp['python_workers_peak_sum_mib']:.0f} MiB together)")
+    print(f"  divergent rows {sp['divergent_rows']}, concurrent write pairs {sp['concurrent_writes']:,}")
+    if not args.skip_oracle:
+        o = _child("oracle", args)
+        assert o["rows"] == rows and o["divergent_rows"] == sp["divergent_rows"] \
+            and o["concurrent_writes"] == sp["concurrent_writes"], (o, sp)
+        print(f"oracle: wall {o['wall_s']:.1f} s, {rows / o['wall_s']:,.0f} rows/s, cpu {o['cpu_s']:.1f} s, "
+              f"peak {o['peak_mib']:.0f} MiB")
+        print(f"spark vs oracle: {o['wall_s'] / sp['wall_s']:.2f}x end to end, "
+              f"{o['wall_s'] / sp['jobs_s']:.2f}x jobs alone")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

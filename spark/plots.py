@@ -1,0 +1,42 @@
+"""Progress plots: one PNG per node, each origin's lsn on that node over time.
+
+Input is the small list of points spark.jobs.progress_points collects (node, origin, seconds,
+lsn); nothing here touches Spark. matplotlib runs on its file-only Agg backend (no display)."""
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def draw(points: list[tuple[str, str, float, int]], out_dir: str,
+         node_dirs: dict[str, str] | None = None) -> list[str]:
+    """Write progress-<node uuid>.png for every node in points; returns the paths."""
+    node_dirs = node_dirs or {}
+    by_node: dict[str, dict[str, list[tuple[float, int]]]] = defaultdict(lambda: defaultdict(list))
+    for node, origin, t, lsn in points:
+        by_node[node][origin].append((t, lsn))
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    for node in sorted(by_node):
+        fig, ax = plt.subplots(figsize=(9, 5), dpi=100)
+        for origin in sorted(by_node[node]):
+            pts = sorted(by_node[node][origin])
+            label = origin[:8] + (" (self)" if origin == node else "")
+            ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=label, linewidth=1.2)
+        ax.set_title(f"node {node[:8]} {os.path.basename(os.path.normpath(node_dirs.get(node, '')))}: "
+                     "rows applied per origin")
+        ax.set_xlabel("seconds since the first frame of any node")
+        ax.set_ylabel("origin lsn")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small", loc="upper left", title="origin")
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"progress-{node}.png")
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written
