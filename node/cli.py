@@ -106,6 +106,8 @@ async def serve(cfg) -> int:
         if isinstance(node.fatal, ConfigError):
             sys.stderr.write(f"replog: error: {node.fatal}\n")
             return 2
+        if isinstance(node.fatal, StorageError):   # e.g. Cannot recover, no clean store; wrong store
+            sys.stderr.write(f"replog: error: {node.fatal}\n")
         return 1
     return 1 if errors else 0
 

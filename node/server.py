@@ -29,7 +29,10 @@ from node.core.replicaset import NodeCore, cluster_op
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, Op
 from node.core.vclock import VClock
 from node.errors import ClientError, PeerRefused, RemoteProtocolError, StorageError
+from node.identity.identity_file import IdentityFileError
+from node.identity.signature import InitialSignature
 from node.journal import Journal
+from node.lifecycle import Aborted, Lifecycle, initial_from_wire, initial_to_wire, install_fault_points
 from node.storage.store import Store
 from node.wal.recovery import recover
 from node.wal.writer import WalWriter
@@ -57,6 +60,7 @@ class Node:
         self._tasks: set[asyncio.Task] = set()
         self.started_at = time.time()
         self.lease = None    # node.identity.lease_node.LeaseIdentity when identity = "lease"
+        self.life = Lifecycle(self)   # identity files, join protocol, cluster shutdown (node/lifecycle.py)
         # subscriber uuid -> {"vclock": acked (our ids), "seen_s": wall time, "anon": bool}; holds WAL
         self.acks: dict[str, dict] = {}
         self._rejoining = False
@@ -87,12 +91,14 @@ class Node:
             "cluster": table.rows() if table else [],
             "status": self.status,
             "lease": self.lease.greeting_field() if self.lease else None,
+            **self.life.greeting_fields(),   # store status, signatures, vclock by uuid (join protocol)
         }
 
     def check_peer_greeting(self, theirs: dict) -> None:
         """Checks beyond check_greeting: lease fencing (raises PeerRefused)."""
         if self.lease:
             self.lease.check_peer(theirs)
+        self.life.observe_greeting(theirs)
 
     def spawn(self, coro, name: str) -> asyncio.Task:
         t = asyncio.create_task(coro, name=name)
@@ -121,10 +127,15 @@ class Node:
             self.lease = LeaseIdentity(self)
             await self.lease.acquire()
             self.wal_dir = os.path.join(self.data_dir, "wal")
+        install_fault_points()
         os.makedirs(self.data_dir, exist_ok=True)
+        self.life.lock_data_dir()
+        file_uuid = self.life.open_identity()    # a damaged identity file ends start-up here
         self.store = Store(os.path.join(self.data_dir, "store"), sync=(cfg.wal_mode == "fsync"))
         self.uuid = self.store.get_meta("uuid") or ""
-        wanted = self.lease.member_uuid if self.lease else None
+        if self.uuid and file_uuid and self.uuid != file_uuid:
+            raise StorageError(f"identity files in {self.data_dir} name uuid {file_uuid}, the store {self.uuid}")
+        wanted = (self.lease.member_uuid if self.lease else None) or file_uuid
         if self.uuid and wanted and self.uuid != wanted:
             raise StorageError(f"store {self.data_dir} belongs to {self.uuid}, the lease slot to {wanted}")
         if not self.uuid:
@@ -135,6 +146,7 @@ class Node:
         else:
             self._check_store_matches()
             self._open_bootstrapped()
+            self.life.after_open()
         self.http_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5))
         from node.http.api import make_app
         app = make_app(self)
@@ -178,67 +190,49 @@ class Node:
 
     async def _start_replication(self) -> None:
         cfg = self.cfg
-        if self.core is None:
-            if cfg.anon:
-                await self._bootstrap_anon()
-            elif not cfg.peers:
-                await self._bootstrap_new_cluster()
+        try:
+            if self.core is None:
+                if cfg.anon:
+                    await self._bootstrap_anon()
+                else:
+                    await self._join_or_bootstrap()    # founds a cluster when no peer has one
             else:
-                await self._join_or_bootstrap()
-        elif not cfg.anon and self.core.anon:
-            await self._register_anon()
+                await self.life.initialize_from_store()   # Qpid: wait for N, clean/dirty, wrong store
+                if not cfg.anon and self.core.anon:
+                    await self._register_anon()
+        except (Aborted, IdentityFileError) as e:
+            self.life.abort(e)
+            return
         if self.lease:
             await self.lease.wait_ready()   # a slot taken from a holder that did not release: peers fence it first
+        await self.life.go_active()
         self.status, self.status_reason = "running", ""
         self.set_peers(list(cfg.peers))
 
-    async def _bootstrap_new_cluster(self) -> None:
+    async def _bootstrap_new_cluster(self, initial: InitialSignature | None = None) -> None:
+        """Found a cluster; `initial` (cluster uuid, creation time, founders) is its initial
+        signature, set here once and copied by every member that joins."""
         self.status, self.status_reason = "bootstrapping", "creating a new cluster"
-        cluster_uuid = str(uuidlib.uuid4())
+        if initial is None:
+            initial = InitialSignature(str(uuidlib.uuid4()), time.time(), (self.uuid,))
+        cluster_uuid = initial.cluster_uuid
         self.store.put_cluster_member(Member(self.uuid, 1, self.cfg.address, STATE_MEMBER))
-        self.store.set_meta(cluster_uuid=cluster_uuid, cluster_name=self.cfg.cluster_name,
-                            anon=False, created_s=time.time(), founders=[self.uuid])
+        self.store.set_meta(cluster_name=self.cfg.cluster_name, anon=False, created_s=initial.created_s,
+                            founders=list(initial.founders), initial_signature=initial_to_wire(initial),
+                            store_status="dirty")
+        self.store.set_meta(cluster_uuid=cluster_uuid)   # last: a store is non-empty from here on
         self._open_bootstrapped()
+        self.life.after_open()                           # the founder's identity file
         me = self.core.table.get(self.uuid)
         txn = self.core.local_txn([cluster_op(me)], GROUP_CLUSTER, self.wall_us())
         await self.journal.submit([txn])
         log.info("node: bootstrapped cluster %s as id 1", cluster_uuid)
 
     async def _join_or_bootstrap(self) -> None:
-        """No store, peers listed: join through a booted peer; if every peer is fresh too,
-        the lowest uuid among all of us bootstraps and the others join it."""
-        self.status, self.status_reason = "joining", "looking for a booted peer"
-        delay = limits.reconnect_backoff_min_s
-        while True:
-            fresh: dict[str, str] = {}
-            for address in self.cfg.peers:
-                try:
-                    conn, theirs = await open_link(self, self.http_session, address)
-                except (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
-                        aiohttp.ClientError) as e:
-                    log.info("join: %s not usable yet: %s", address, e)
-                    continue
-                if theirs["cluster_uuid"] and theirs["status"] == "running":
-                    try:
-                        await self._fetch_snapshot(conn, theirs, join=True)
-                        return
-                    except (RemoteProtocolError, ConnectionError, asyncio.TimeoutError, aiohttp.ClientError) as e:
-                        log.warning("join via %s failed: %s; retrying", address, e)
-                        self._wipe_partial_join()
-                        continue
-                    finally:
-                        await conn.close()
-                await conn.send(m.BYE)
-                await conn.close()
-                if not theirs["cluster_uuid"]:
-                    fresh[address] = theirs["uuid"]
-            if len(fresh) == len(self.cfg.peers) and all(self.uuid < u for u in fresh.values()):
-                log.info("join: every peer is fresh and this node has the lowest uuid: bootstrapping")
-                await self._bootstrap_new_cluster()
-                return
-            self.status_reason = f"waiting for a booted peer ({len(fresh)} of {len(self.cfg.peers)} peers fresh)"
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+        """No store: join through a running peer (crash-safe registration, then its snapshot);
+        if every peer is fresh too, the lowest uuid among all of us bootstraps and the others
+        join it. See Lifecycle.join_or_bootstrap."""
+        await self.life.join_or_bootstrap()
 
     async def _bootstrap_anon(self) -> None:
         self.status, self.status_reason = "joining", "fetching a snapshot (anonymous)"
@@ -263,7 +257,10 @@ class Node:
             await asyncio.sleep(0.5)
 
     async def _fetch_snapshot(self, conn, theirs: dict, *, join: bool) -> None:
-        await conn.send(m.JOIN if join else m.FETCH_SNAPSHOT)
+        """Install the donor's snapshot. join=True: JOIN was sent and REGISTERED received
+        already (Lifecycle.join_via); otherwise FETCH_SNAPSHOT is sent here."""
+        if not join:
+            await conn.send(m.FETCH_SNAPSHOT)
         snap = await conn.expect(m.SNAPSHOT, timeout=60)
         vclock = m.vclock_from_wire(snap["vclock"])
         cluster = [list(r) for r in snap["cluster"]]
@@ -286,41 +283,23 @@ class Node:
             my_id = prev if prev and self.store.table.by_id(prev) is None else self.store.table.lowest_free_id()
             me = Member(self.uuid, my_id, self.cfg.address, STATE_ANON)
             self.store.put_cluster_member(me)
-        self.store.set_meta(cluster_uuid=theirs["cluster_uuid"], anon=not join,
-                            created_s=time.time(), founders=[])
+        initial = initial_from_wire((theirs.get("store") or {}).get("initial"))
+        if initial is not None:   # the cluster's initial signature, set once at its creation
+            self.store.set_meta(created_s=initial.created_s, founders=list(initial.founders),
+                                initial_signature=initial_to_wire(initial))
+        self.store.set_meta(anon=not join, store_status="dirty")
+        self.store.set_meta(cluster_uuid=theirs["cluster_uuid"])   # last: a store is non-empty from here on
         self._open_bootstrapped()
+        self.life.after_open()
         self.journal.wal and self.journal.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
         log.info("node: %s via %s: %d rows at vclock %s; this node is id %d",
                  "joined" if join else "fetched a snapshot", theirs["address"], n, vclock, self.core.self_id)
 
     async def _register_anon(self) -> None:
         """An anonymous replica restarted without --anon becomes a member: every master
-        registers its uuid; it keeps its uuid, its local id and its local rows."""
-        self.status, self.status_reason = "registering", "registering an anonymous replica"
-        while True:
-            for address in self.cfg.peers:
-                try:
-                    conn, theirs = await open_link(self, self.http_session, address)
-                except (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
-                        aiohttp.ClientError) as e:
-                    log.info("register: %s not usable yet: %s", address, e)
-                    continue
-                try:
-                    await conn.send(m.REGISTER)
-                    await conn.expect(m.REGISTERED, timeout=limits.handshake_timeout_s)
-                    await conn.send(m.BYE)
-                except (RemoteProtocolError, PeerRefused, ConnectionError, asyncio.TimeoutError) as e:
-                    log.warning("register via %s failed: %s", address, e)
-                    continue
-                finally:
-                    await conn.close()
-                _, txn = self.core.register_member(self.uuid, self.cfg.address, self.wall_us())
-                if txn is not None:
-                    await self.journal.submit([txn])
-                self.store.set_meta(anon=False)
-                log.info("node: registered as a member via %s", address)
-                return
-            await asyncio.sleep(0.5)
+        registers its uuid; it keeps its uuid, its local id and its local rows. See
+        Lifecycle.register_anon (crash-safe, like JOIN)."""
+        await self.life.register_anon()
 
     # --- run-time changes ----------------------------------------------------------------
     def set_peers(self, peers: list[str]) -> None:
@@ -509,11 +488,12 @@ class Node:
         return {"members": out}
 
     # --- shutdown -------------------------------------------------------------------------
-    async def request_shutdown(self, cluster: bool) -> dict:
-        """Orderly shutdown of this node, answered before it happens."""
+    async def request_shutdown(self, cluster: bool, **phase) -> dict:
+        """Orderly shutdown of this node, or (cluster=true) of every member, which marks every
+        store clean; answered before it happens. `phase` carries a coordinator's steps
+        (Lifecycle.request_shutdown)."""
         self.shutdown_cluster = cluster
-        asyncio.get_running_loop().call_later(0.05, self.stopped.set)
-        return {"status": "stopping", "cluster": cluster}
+        return await self.life.request_shutdown(cluster, phase)
 
     async def stop(self) -> list[BaseException]:
         errors: list[BaseException] = []
@@ -549,10 +529,12 @@ class Node:
             await step("lease release", self.lease.release())
         if self.store:
             try:
+                self.life.on_stop()      # an agreed cluster shutdown marks the store clean
                 self.store.sync()
                 self.store.close()
             except Exception as e:  # noqa: BLE001 - collected, reported by the caller
                 errors.append(e)
+        self.life.unlock_data_dir()
         self.status = "stopped"
         return errors
 

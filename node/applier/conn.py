@@ -17,6 +17,7 @@ from aiohttp import web
 from node import limits
 from node.core import messages as m
 from node.errors import PeerRefused, RemoteProtocolError
+from node.identity.signature import first_mismatch
 
 
 class Conn:
@@ -46,7 +47,9 @@ class Conn:
             self.bytes_in += len(msg.data)
             out = m.decode(msg.data)
             if out.type == m.ERROR:
-                raise PeerRefused(out["code"], out["message"])
+                refused = PeerRefused(out["code"], out["message"])
+                refused.body = out.body     # extra fields, e.g. next_id of a register_rejected
+                raise refused
             return out
         if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
             raise RemoteProtocolError(f"{self.peer}: connection closed")
@@ -106,8 +109,15 @@ def check_greeting(mine: dict, theirs: dict, peer: str) -> None:
         raise PeerRefused("cluster_name", f"{peer} has cluster_name {theirs['cluster_name']!r}, "
                           f"this node {mine['cluster_name']!r}")
     if mine["options_digest"] != theirs["options_digest"]:
-        diff = [k for k in (mine.get("options") or {}) if (mine.get("options") or {}).get(k) != (theirs.get("options") or {}).get(k)]
-        raise PeerRefused("options", f"{peer} has different must-match options: {', '.join(diff) or 'digest differs'}")
+        ours, others = mine.get("options") or {}, theirs.get("options") or {}
+        if not isinstance(others, dict):
+            others = {}
+        name = first_mismatch(ours, others)
+        if name is None:
+            raise PeerRefused("options", f"{peer} has different must-match options (digest "
+                              f"{theirs['options_digest']}, this node {mine['options_digest']})")
+        raise PeerRefused("options", f"{peer} has different must-match options: {name} is {others.get(name)!r} "
+                          f"there, {ours.get(name)!r} here")
 
 
 async def connect(session: aiohttp.ClientSession, address: str) -> Conn:

@@ -21,6 +21,7 @@ from node.cluster_space.table import STATE_EXPELLED
 from node.core import messages as m
 from node.core.replicaset import relay_wants
 from node.errors import PeerRefused, RemoteProtocolError
+from node.lifecycle import fault
 from node.wal import format as walfmt
 from node.wal.gc import behind
 from node.wal.reader import list_segments, read_header
@@ -139,12 +140,23 @@ async def handle_replication(node: "Node", request: web.Request) -> web.StreamRe
             await conn.refuse("not_ready", "this node has not joined a cluster yet")
             return ws
         if req.type in (m.JOIN, m.REGISTER):
+            # Crash-safe registration (node/lifecycle.py): the apply is idempotent for one uuid +
+            # register code; REGISTERED {id} answers it, an ERROR register_rejected refuses it.
             if node.core.anon:
                 await conn.refuse("anon", "an anonymous replica cannot register members")
                 return ws
-            await node.register_member(theirs["uuid"], theirs["address"])
+            if node.status != "running":
+                await conn.refuse("not_ready", f"this node is {node.status}: {node.status_reason}")
+                return ws
+            applied = await node.life.apply_registration(theirs, req.body)
+            if not applied.ok:
+                await conn.send(m.ERROR, code="register_rejected", message=applied.reason, next_id=applied.next_id)
+                return ws
+            if fault("lose_apply_answer"):
+                log.warning("relay: fault point lose_apply_answer: dropping the answer to %s", conn.peer)
+                return ws
+            await conn.send(m.REGISTERED, id=applied.id)
             if req.type == m.REGISTER:
-                await conn.send(m.REGISTERED, id=node.core.table.id_of(theirs["uuid"]))
                 req = await conn.expect(m.SUBSCRIBE, m.BYE, timeout=limits.handshake_timeout_s)
         if req.type in (m.JOIN, m.FETCH_SNAPSHOT):
             await send_snapshot(node, conn)

@@ -8,9 +8,9 @@ Conversation (client = the subscribing node, server = the relay):
   C: AUTH {nonce, mac}                              mac = HMAC(secret, "client"|s_nonce|c_nonce)
   S: AUTH_OK {mac}                                  mac = HMAC(secret, "server"|c_nonce|s_nonce)
   C: GREETING {...}     S: GREETING {...} | ERROR   uuid, cluster, options digest, whole _cluster
-  C: JOIN {code} | FETCH_SNAPSHOT | REGISTER {code} | SUBSCRIBE {vclock} | BYE
+  C: JOIN {code, id} | FETCH_SNAPSHOT | REGISTER {code, id} | SUBSCRIBE {vclock} | BYE
+  S: REGISTERED {id} | ERROR register_rejected      (JOIN, REGISTER; node/lifecycle.py)
   S: SNAPSHOT {meta} SNAPSHOT_ROWS* SNAPSHOT_END   (JOIN, FETCH_SNAPSHOT)
-  S: REGISTERED {id}                                (REGISTER)
   S: SUBSCRIBED {vclock}  then ROWS / HEARTBEAT     (SUBSCRIBE)
   C: ACK {vclock}                                   in the relay's ids
 Vclocks on the wire are maps {id: lsn} in the *receiver's* id space."""

@@ -259,7 +259,8 @@ async def post_shutdown(request: web.Request) -> web.Response:
     body = await read_body(request) if (request.content_length or 0) > 0 else {}
     if not isinstance(body, dict) or not isinstance(body.get("cluster", False), bool):
         raise ClientError(400, "bad_body", "body is {\"cluster\": true|false}")
-    result = await node.request_shutdown(cluster=body.get("cluster", False))
+    phase = {k: body[k] for k in ("phase", "shutdown_id", "final") if k in body}   # cluster shutdown steps
+    result = await node.request_shutdown(cluster=body.get("cluster", False), **phase)
     return reply(request, result, 202)
 
 

@@ -256,3 +256,33 @@ class _TxnView:
 
     def put_knowledge(self, origin_uuid: str, member_uuid: str, their_id: int) -> None:
         self.t.put(f"{origin_uuid}\0{member_uuid}".encode(), _pack(their_id), db=self.s._ids_db)
+
+
+def read_only_view(path: str) -> dict:
+    """`_meta` and `_cluster` of a store, read without writing to it (`replog admin`); works
+    while a node has the store open. {"meta": {key: value}, "cluster": [row, ...]}."""
+    if not os.path.isfile(os.path.join(path, "data.mdb")):
+        raise StorageError(f"{path}: no store here (no data.mdb)")
+    kw = dict(readonly=True, max_dbs=limits.spaces_max + 8, max_readers=256)
+    try:
+        env = lmdb.open(path, lock=True, **kw)
+    except lmdb.Error:
+        try:   # a read-only file system: no reader slot to take
+            env = lmdb.open(path, lock=False, **kw)
+        except lmdb.Error as e:
+            raise StorageError(f"cannot open store {path}: {e}") from None
+    try:
+        with env.begin() as t:
+            out: dict = {"meta": {}, "cluster": []}
+            try:
+                meta_db = env.open_db(b"_meta", txn=t, create=False)
+                cluster_db = env.open_db(b"_cluster", txn=t, create=False)
+            except lmdb.NotFoundError:
+                return out
+            out["meta"] = {k.decode(): _unpack(v) for k, v in t.cursor(db=meta_db)}
+            out["cluster"] = [_unpack(v) for _, v in t.cursor(db=cluster_db)]
+            return out
+    except lmdb.Error as e:
+        raise StorageError(f"cannot read store {path}: {e}") from None
+    finally:
+        env.close()
