@@ -91,6 +91,10 @@ TARANTOOL_MEMTX_MB = 1024            # memtx arena of each Tarantool instance (1
 CATCHUP_TIMEOUT_S = 600.0            # one catch-up; past it the run fails rather than hangs
 LOAD_TIMEOUT_S = 900.0               # one load over HTTP
 POLL_S = 0.02                        # replica vclock polling during a catch-up
+# No checkpoint during a run (Tarantool's scripts say checkpoint_interval = 0): a checkpoint
+# on the restarted master, which has not yet seen the stopped replica's ack, would collect
+# the backlog's WAL and turn the catch-up into a rejoin from a snapshot.
+NO_CHECKPOINT = ["--checkpoint-interval-s", "86400"]
 TARANTOOL_POLL_S = 0.005             # the done file a Tarantool replica writes
 MIB = 1024 * 1024
 
@@ -207,6 +211,8 @@ def _catch_up(replica, master, master_uuid: str, target: int, rows: int, txn_row
             raise BenchError(f"replica did not catch up within {CATCHUP_TIMEOUT_S:.0f} s (at {lsn} of {target})")
         time.sleep(POLL_S)
     seconds = now - t0
+    if "rejoin" in replica.log_tail(200):
+        raise BenchError(f"{replica.name} rejoined from a snapshot instead of catching up from the WAL")
     hwm = replica.peak_rss_kib() or hwm
     anon, file_backed = replica.rss_split_kib()
     return Run("replog", txn_rows, rows, seconds, startup, hwm, replica.cpu_s() or float("nan"),
@@ -218,13 +224,13 @@ def replog_prepare(base: str, rows: int, txn_rows: int, args: argparse.Namespace
     """Steps 1-3: master + joined replica, replica stopped, backlog written. Returns the
     nodes (master running, replica stopped), the master's uuid, the lsn before and after
     the backlog, and the seconds the load took."""
-    master = ReplogNode("master", os.path.join(base, "master"), log_level="warning").start()
+    master = ReplogNode("master", os.path.join(base, "master"), log_level="warning", extra=NO_CHECKPOINT).start()
     replica = None
     try:
         master.create_space(SPACE)
         master_uuid = master.info()["uuid"]
         replica = ReplogNode("replica", os.path.join(base, "replica"), peers=[master.address],
-                             log_level="warning").start()
+                             log_level="warning", extra=NO_CHECKPOINT).start()
         before = master.lsn_of(master_uuid)
         wait_for(lambda: replica.lsn_of(master_uuid) >= before, 60, "the replica to join")
         replica.stop()
@@ -417,6 +423,9 @@ class _PidView:
 
     def check_alive(self) -> None:
         self.node.check_alive()
+
+    def log_tail(self, n: int) -> str:
+        return self.node.log_tail(n)
 
     def lsn_of(self, uuid: str) -> int:
         return self.node.lsn_of(uuid)
