@@ -252,7 +252,7 @@ def replog_prepare(base: str, rows: int, txn_rows: int, args: argparse.Namespace
 
 
 # The replica under --replica-prelude / --gc-stats: `python -c` runs the prelude, then the
-# node exactly as `python -m node` would. gc.callbacks time every collection on the thread
+# node exactly as `python -m node` would (ReplogNode.argv). gc.callbacks time every collection on the thread
 # that ran it; the totals are written at exit (the node exits normally on SIGTERM).
 _GC_STATS = """
 import atexit, gc, json, time
@@ -270,17 +270,12 @@ def _gc_dump():
         json.dump(_gc, f)
 atexit.register(_gc_dump)
 """
-_RUN_NODE = "import runpy, sys; sys.argv = ['node'] + sys.argv[1:]; runpy.run_module('node', run_name='__main__')"
 
 
 def _start_replica(replica: ReplogNode, args: argparse.Namespace, gc_path: str) -> None:
-    if not args.replica_prelude and not args.gc_stats:
-        replica.start(wait=False)
-        return
-    code = (_GC_STATS.format(path=gc_path) if args.gc_stats else "") + "\n" + (args.replica_prelude or "")
-    argv = replica.argv()
-    assert argv[1:3] == ["-m", "node"], argv
-    replica._spawn([argv[0], "-c", code + "\n" + _RUN_NODE] + argv[3:], {"PYTHONUNBUFFERED": "1"})
+    gc_stats = _GC_STATS.format(path=gc_path) if args.gc_stats else ""
+    replica.prelude = (gc_stats + "\n" + args.replica_prelude).strip()
+    replica.start(wait=False)
 
 
 def replog_run(base: str, rows: int, txn_rows: int, args: argparse.Namespace) -> tuple[Run, list[list[bytes]]]:

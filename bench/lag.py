@@ -146,7 +146,8 @@ def wal_rows(wal_dir: str, origin_id: int) -> dict[int, tuple[int, int, int]]:
 def replog_lag(base: str, args: argparse.Namespace) -> dict[str, Any]:
     ports = [free_port() for _ in range(NODES)]
     nodes = [ReplogNode(f"n{i + 1}", os.path.join(base, f"n{i + 1}"), port=ports[i], log_level="warning",
-                        peers=[f"127.0.0.1:{p}" for j, p in enumerate(ports) if j != i]) for i in range(NODES)]
+                        peers=[f"127.0.0.1:{p}" for j, p in enumerate(ports) if j != i], prelude=args.node_prelude)
+             for i in range(NODES)]
     try:
         for n in nodes:
             n.start(wait=False)
@@ -261,6 +262,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--txn-rows", type=int, default=TXN_ROWS_DEFAULT, help="rows per transaction (default %(default)s)")
     p.add_argument("--clients", type=int, default=CLIENTS_DEFAULT, help="concurrent HTTP clients (default %(default)s)")
     p.add_argument("--only", choices=("replog", "tarantool"), help="run one system")
+    p.add_argument("--node-prelude", metavar="PYTHON", default="",
+                   help="replog nodes: Python run before each node starts, to try a change without editing node/, "
+                        "e.g. \"import sys; sys.setswitchinterval(0.0005)\"")
     p.add_argument("--dir", default=None, help="where temp data dirs go (default: the system temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the data dirs and logs")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")

@@ -138,6 +138,9 @@ class Proc:
 
 
 # --- replog ------------------------------------------------------------------------------
+RUN_NODE = "import runpy, sys; sys.argv = ['node'] + sys.argv[1:]; runpy.run_module('node', run_name='__main__')"
+
+
 def http_request(method: str, url: str, body: Any = None, timeout_s: float = HTTP_TIMEOUT_S) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
@@ -157,7 +160,8 @@ class ReplogNode(Proc):
     """`python -m node serve` on 127.0.0.1 with its data in <workdir>/data."""
 
     def __init__(self, name: str, workdir: str, *, peers: list[str] = (), wal_mode: str = "write",
-                 port: int | None = None, log_level: str = "info", extra: list[str] | None = None):
+                 port: int | None = None, log_level: str = "info", extra: list[str] | None = None,
+                 prelude: str = ""):
         super().__init__(name, workdir)
         self.data_dir = os.path.join(self.dir, "data")
         self.port = port or free_port()
@@ -165,6 +169,7 @@ class ReplogNode(Proc):
         self.wal_mode = wal_mode
         self.log_level = log_level
         self.extra = list(extra or [])
+        self.prelude = prelude
         self._poll_conn: http.client.HTTPConnection | None = None
 
     @property
@@ -176,8 +181,14 @@ class ReplogNode(Proc):
         return f"http://{self.address}"
 
     def argv(self) -> list[str]:
-        a = [sys.executable, "-m", "node", "serve", "--data-dir", self.data_dir, "--listen", self.address,
-             "--wal-mode", self.wal_mode, "--log-level", self.log_level]
+        """`python -m node serve ...`; with a prelude, `python -c "<prelude>; <run node>" serve ...`,
+        which runs the same node after a line of Python (a change tried without editing node/)."""
+        if self.prelude:
+            a = [sys.executable, "-c", self.prelude + "\n" + RUN_NODE]
+        else:
+            a = [sys.executable, "-m", "node"]
+        a += ["serve", "--data-dir", self.data_dir, "--listen", self.address,
+              "--wal-mode", self.wal_mode, "--log-level", self.log_level]
         if self.peers:
             a += ["--peers", ",".join(self.peers)]
         return a + self.extra
