@@ -147,30 +147,34 @@ class Applier:
                 wall_us = int(now * 1e6)
                 last_ts = 0
                 entry: list = []          # consecutive plain txns share one WAL frame
-                for body in msg["frames"]:
-                    if not isinstance(body, bytes):
-                        raise RemoteProtocolError("ROWS frame is not binary")
-                    try:
-                        _, txns = walfmt.unpack_frame(body)
-                    except (walfmt.FormatError, ValueError, TypeError) as e:
-                        raise RemoteProtocolError(f"undecodable ROWS frame: {e}") from None
-                    except Exception as e:  # msgpack's own exception types for junk bytes
-                        raise RemoteProtocolError(f"undecodable ROWS frame: {type(e).__name__}") from None
-                    for raw in txns:
-                        txn = txn_from_wire(raw)
-                        out = core.receive(peer, txn, wall_us)   # check + claim: no await before submit
-                        if out:
-                            self.rows += len(txn.ops)
-                            if len(out) == 1 and txn.group != GROUP_CLUSTER:
-                                entry.append(out[0])
-                            else:                                 # with our own _cluster row: one frame
-                                if entry:
-                                    journal.submit_nowait(entry, want_future=False)
-                                    entry = []
-                                journal.submit_nowait(out, want_future=False)
-                        last_ts = txn.timestamp
-                if entry:
-                    journal.submit_nowait(entry, want_future=False)
+                try:
+                    for body in msg["frames"]:
+                        if not isinstance(body, bytes):
+                            raise RemoteProtocolError("ROWS frame is not binary")
+                        try:
+                            _, txns = walfmt.unpack_frame(body)
+                        except (walfmt.FormatError, ValueError, TypeError) as e:
+                            raise RemoteProtocolError(f"undecodable ROWS frame: {e}") from None
+                        except Exception as e:  # msgpack's own exception types for junk bytes
+                            raise RemoteProtocolError(f"undecodable ROWS frame: {type(e).__name__}") from None
+                        for raw in txns:
+                            txn = txn_from_wire(raw)
+                            out = core.receive(peer, txn, wall_us)   # check + claim: no await before submit
+                            if out:
+                                self.rows += len(txn.ops)
+                                if len(out) == 1 and txn.group != GROUP_CLUSTER:
+                                    entry.append(out[0])
+                                else:                                 # with our own _cluster row: one frame
+                                    if entry:
+                                        journal.submit_nowait(entry, want_future=False)
+                                        entry = []
+                                    journal.submit_nowait(out, want_future=False)
+                            last_ts = txn.timestamp
+                finally:
+                    # Claimed rows must reach the WAL even if a later row of the message is
+                    # refused: a claim without a write would make the node skip them for ever.
+                    if entry:
+                        journal.submit_nowait(entry, want_future=False)
                 if last_ts:
                     self.lag_s = max(0.0, now - last_ts / 1e6)
                     self.last_row_at = now

@@ -60,10 +60,11 @@ DataResolver = Callable[[Record | None, Record], bool]
 
 
 def lww(old: Record | None, new: Record) -> bool:
-    """Last writer wins on (hybrid logical clock, origin uuid); deletes leave tombstones."""
+    """Last writer wins on (hybrid logical clock, origin uuid, lsn); deletes leave tombstones.
+    The lsn orders the ops of one transaction, which share its timestamp and origin."""
     if old is None:
         return True
-    return (new[3], new[1]) > (old[3], old[1])
+    return (new[3], new[1], new[2]) > (old[3], old[1], old[2])
 
 
 def apply_in_order(old: Record | None, new: Record) -> bool:

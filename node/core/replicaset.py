@@ -154,6 +154,8 @@ class NodeCore:
         peer = self.peers[peer_uuid]
         origin = peer.map.to_local.get(raw.replica_id)
         if origin is None:
+            origin = self._learn_from_knowledge(peer, raw.replica_id)
+        if origin is None:
             raise RemoteProtocolError(
                 f"row {raw.replica_id}:{raw.lsn} from {peer_uuid}: id {raw.replica_id} is unknown "
                 "to this node's map of that peer; refusing to guess")
@@ -164,6 +166,10 @@ class NodeCore:
         have = self.claimed.get(origin)
         if raw.last_lsn <= have:
             peer.stats.duplicates += 1
+            if raw.group == GROUP_CLUSTER and member.uuid == peer_uuid:
+                # The peer's own `_cluster` row came first through a third node: it is
+                # not applied again, but it still states this peer's ids.
+                self._learn_peer_ids(peer, raw.ops)
             return []
         if raw.lsn != have + 1:
             if raw.lsn <= have:
@@ -183,6 +189,23 @@ class NodeCore:
             if own is not None:
                 out.append(own)
         return out
+
+    def _learn_peer_ids(self, peer: Peer, ops: tuple) -> None:
+        for op in ops:
+            if op.kind == OP_CLUSTER:
+                local_id = self.table.id_of(op.key)
+                if local_id is not None:
+                    peer.map.learn(int(op.value["id"]), local_id)
+
+    def _learn_from_knowledge(self, peer: Peer, peer_id: int) -> int | None:
+        """The peer's id for a member, known from its `_cluster` rows however they came."""
+        for (origin, member), their_id in self.knowledge.items():
+            if origin == peer.uuid and their_id == peer_id:
+                local_id = self.table.id_of(member)
+                if local_id is not None:
+                    peer.map.learn(peer_id, local_id)
+                    return local_id
+        return None
 
     def _follow_cluster_rows(self, peer: Peer, origin: Member, txn: Txn, wall_us: int) -> Txn | None:
         own_ops: list[Op] = []

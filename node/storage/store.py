@@ -145,10 +145,16 @@ class Store:
                 t.put(k.encode(), _pack(v), db=self._meta)
 
     def install_records(self, space: str, items: list[list]) -> None:
+        """Snapshot rows; the HLC is raised above each record's, so this node's later
+        writes order after everything it received (last-writer-wins)."""
+        hlc = self.get_meta("hlc") or 0
         with self.env.begin(write=True) as t:
             db = self._db(space)
             for key, rec in items:
                 t.put(key.encode(), _pack(rec), db=db)
+                if rec[3] > hlc:
+                    hlc = rec[3]
+            t.put(b"hlc", _pack(hlc), db=self._meta)
 
     def put_cluster_member(self, m: Member) -> None:
         """Write one `_cluster` tuple outside the WAL (bootstrap of this node's own entry)."""

