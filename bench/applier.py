@@ -7,9 +7,12 @@ The workload, the same for both systems, per run and per transaction shape:
      of txn_rows rows (1: N separate single-row transactions; 100: 100-row transactions);
   4. the replica process is started again. The clock runs from just before its exec until
      its durable vclock reaches the master's (replog: `/v1/info` vclock_uuid, polled every
-     20 ms; Tarantool: a fiber in the replica polls box.info.vclock every 1 ms and writes
-     the CLOCK_MONOTONIC time it saw the target). rows/s = N / that time, process start-up
-     included, as in the reference figures.
+     20 ms over one keep-alive connection; Tarantool: a fiber in the replica polls
+     box.info.vclock every 1 ms and writes the CLOCK_MONOTONIC time it saw the target).
+     rows/s = N / that time, process start-up included, as in the reference figures.
+Neither system checkpoints during a run (replog: --checkpoint-interval-s 86400; Tarantool:
+checkpoint_interval = 0), and a replog catch-up that turned into a snapshot rejoin fails
+the run instead of reporting a figure.
 The two systems alternate (replog run 1, Tarantool run 1, replog run 2, ...); the tables show
 medians of --runs runs. Tarantool runs when `tarantool` is on PATH (Debian package
 `tarantool`; the Lua scripts are in bench/tarantool/).
@@ -25,8 +28,9 @@ much slower to load. Tarantool is loaded inside the master by 64 fibers.
 
 Also printed, per shape:
   floor   the same backlog rows (the master's WAL frames, read before timing) through
-          msgpack decode + crc32c + one WAL write per 1 MiB relay batch + one LMDB
-          transaction of puts per batch (records packed as the store packs them), in one
+          msgpack decode + crc32c + one WAL write per 1 MiB relay batch (the received
+          frame bytes, not re-encoded) + one LMDB transaction of puts per batch (records
+          packed as the store packs them), in one
           tight loop in this process: what Python can do with no network, no asyncio, no
           Txn objects, no id translation. `vs floor` = rows/s / floor rows/s.
   RSS     the replica process's peak resident set (VmHWM from /proc/<pid>/status, read
