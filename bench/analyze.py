@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import resource
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,15 +61,49 @@ def _descendants(root: int, procs: dict) -> list[int]:
     return out
 
 
-def _hwm_mib(pid: int) -> float:
+def _mem_mib(pid: int, field: str = "VmHWM") -> float:
+    """VmHWM (peak RSS) or VmRSS of a live process; 0 once it has exited."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
     return 0.0
+
+
+class _MemorySampler(threading.Thread):
+    """Peak memory of the JVM and of the Python workers under this process, sampled every
+    interval_s while Spark runs (workers come and go, so a look at the end would miss them)."""
+
+    def __init__(self, interval_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.interval_s = interval_s
+        self.done = threading.Event()
+        self.jvm_mib = 0.0
+        self.worker_mib: dict[int, float] = {}
+        self.workers_together_mib = 0.0
+
+    def run(self) -> None:
+        while not self.done.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> None:
+        procs = _procs()
+        together = 0.0
+        for p in _descendants(os.getpid(), procs):
+            comm = procs[p][1]
+            if comm == "java":
+                self.jvm_mib = max(self.jvm_mib, _mem_mib(p))
+            elif comm.startswith("python"):
+                self.worker_mib[p] = max(self.worker_mib.get(p, 0.0), _mem_mib(p))
+                together += _mem_mib(p, "VmRSS")
+        self.workers_together_mib = max(self.workers_together_mib, together)
+
+    def stop(self) -> None:
+        self.sample()
+        self.done.set()
 
 
 def _tree_cpu_s() -> float:
@@ -83,10 +119,12 @@ def _dirs(workdir: str) -> list[str]:
     return [os.path.join(workdir, "input", n["dir"]) for n in m["nodes"]]
 
 
-def run_spark(workdir: str, master: str) -> dict:
+def run_spark(workdir: str, master: str, conf: dict[str, str]) -> dict:
     t0 = time.monotonic()
+    sampler = _MemorySampler()
+    sampler.start()
     from spark import jobs, plots
-    spark = jobs.session(master, app_name="replog-analyze-bench")
+    spark = jobs.session(master, app_name="replog-analyze-bench", conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     jobs.ship_code(spark)
     t_ready = time.monotonic()
@@ -95,10 +133,7 @@ def run_spark(workdir: str, master: str) -> dict:
     t_tables = time.monotonic()
     plots.draw(points, os.path.join(out, "plots"))
     t_done = time.monotonic()
-    procs = _procs()
-    tree = _descendants(os.getpid(), procs)
-    jvm = [p for p in tree if procs[p][1] == "java"]
-    workers = [p for p in tree if procs[p][1].startswith("python")]
+    sampler.stop()
     cpu = _tree_cpu_s()
     spark.stop()
     return {
@@ -107,10 +142,10 @@ def run_spark(workdir: str, master: str) -> dict:
         "wall_s": t_done - t0, "session_start_s": t_ready - t0, "jobs_s": t_tables - t_ready,
         "plots_s": t_done - t_tables, "cpu_s": cpu,
         "driver_python_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "jvm_peak_mib": max((_hwm_mib(p) for p in jvm), default=0.0),
-        "python_worker_peak_mib": max((_hwm_mib(p) for p in workers), default=0.0),
-        "python_workers_peak_sum_mib": sum(_hwm_mib(p) for p in workers),
-        "python_workers": len(workers),
+        "jvm_peak_mib": sampler.jvm_mib,
+        "python_worker_peak_mib": max(sampler.worker_mib.values(), default=0.0),
+        "python_workers_peak_sum_mib": sampler.workers_together_mib,
+        "python_workers": len(sampler.worker_mib),
     }
 
 
@@ -126,7 +161,7 @@ def run_oracle(workdir: str) -> dict:
 
 def _child(side: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--workdir", args.workdir,
-           "--master", args.master]
+           "--master", args.master] + [f"--conf={kv}" for kv in args.conf]
     t = time.monotonic()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, cwd=ROOT, check=True, text=True)
     r = json.loads(p.stdout.strip().splitlines()[-1])
@@ -163,10 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--workdir", default=None)
     p.add_argument("--skip-oracle", action="store_true")
+    p.add_argument("--skip-spark", action="store_true")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
     p.add_argument("--child", choices=("spark", "oracle"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        r = run_spark(args.workdir, args.master) if args.child == "spark" else run_oracle(args.workdir)
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
+        conf = dict(kv.split("=", 1) for kv in args.conf)
+        r = run_spark(args.workdir, args.master, conf) if args.child == "spark" else run_oracle(args.workdir)
         print(json.dumps(r))
         return 0
     args.workdir = args.workdir or f"/tmp/replog-bench-analyze-{args.nodes}x{args.rows}-s{args.seed}"
@@ -186,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  cpu, process tree    {sp['cpu_s']:8.1f} s")
     print(f"  peak memory: driver python {sp['driver_python_peak_mib']:.0f} MiB, JVM (driver+executor) "
           f"{sp['jvm_peak_mib']:.0f} MiB, python workers {sp['python_worker_peak_mib']:.0f} MiB each at most "
-          f"({sp['python_workers']} workers, {sp['python_workers_peak_sum_mib']:.0f} MiB together)")
+          f"({sp['python_workers']} processes incl. the daemon, at most {sp['python_workers_peak_sum_mib']:.0f} MiB together)")
     print(f"  divergent rows {sp['divergent_rows']}, concurrent write pairs {sp['concurrent_writes']:,}")
     if not args.skip_oracle:
         o = _child("oracle", args)

@@ -194,10 +194,15 @@ def _txns(rows: DataFrame) -> DataFrame:
         "txn_last_lsn", F.col("txn_lsn") + F.col("txn_rows") - 1)
 
 
-def origins_of(rows: DataFrame, bases: Iterable[walread.NodeBase]) -> list[str]:
-    """Every uuid that can be a vclock component (a small list: the members)."""
-    seen = {r[0] for r in rows.where((F.col("group") != "local") & F.col("origin_uuid").isNotNull())
-            .select("origin_uuid").distinct().collect()}
+def row_origins(rows: DataFrame) -> list[str]:
+    """Origins of replicated rows (a small list: the members that wrote)."""
+    return sorted(r[0] for r in rows.where((F.col("group") != "local") & F.col("origin_uuid").isNotNull())
+                  .select("origin_uuid").distinct().collect())
+
+
+def origins_of(rows: DataFrame, bases: Iterable[walread.NodeBase], written: list[str] | None = None) -> list[str]:
+    """Every uuid that can be a vclock component: writers and the first headers' members."""
+    seen = set(row_origins(rows) if written is None else written)
     for b in bases:
         seen.update(u for u, _ in b.vclock)
     return sorted(seen)
@@ -284,7 +289,7 @@ def concurrent_writes(rows: DataFrame, vclocks: DataFrame) -> DataFrame:
 
 # --- stage 8: what the driver collects --------------------------------------------------
 def summary(rows: DataFrame, vclocks: DataFrame, delays: DataFrame, div: DataFrame, conc: DataFrame,
-            origins_all: list[str]) -> dict:
+            origins: list[str]) -> dict:
     """The figures `replog analyze` prints; same shape as spark.oracle.summary."""
     nodes: dict[str, dict] = {}
     counts = rows.groupBy("node_uuid").agg(
@@ -298,11 +303,9 @@ def summary(rows: DataFrame, vclocks: DataFrame, delays: DataFrame, div: DataFra
         nodes[r["node_uuid"]]["local_lsn"] = r["v"]["local_lsn"]
     for r in delays.groupBy("node_uuid").agg(F.max("delay_us_max").alias("m")).collect():
         nodes[r["node_uuid"]]["max_delay_us"] = r["m"]
-    origins = sorted(r[0] for r in rows.where((F.col("group") != "local") & F.col("origin_uuid").isNotNull())
-                     .select("origin_uuid").distinct().collect())
     return {
         "nodes": nodes,
-        "origins": origins,
+        "origins": sorted(origins),
         "rows": sum(n["rows"] for n in nodes.values()),
         "unresolved_rows": unresolved,
         "divergent_rows": sorted((r[0], r[1]) for r in div.select("origin_uuid", "origin_lsn").distinct().collect()),
@@ -357,14 +360,15 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
         return back
 
     rows = write(read_rows(spark, splits), "rows", "[3/8]")
-    origins = origins_of(rows, bases)
+    written = row_origins(rows)
+    origins = origins_of(rows, bases, written)
     vclocks = write(vclock_history(spark, rows, bases, origins), "vclock_history", "[4/8]")
     history = write(origin_history(rows), "origin_history", "[5/8]")
     delays = write(replication_delay(history), "replication_delay", "[5/8]")
     div = write(divergence(rows), "divergence", "[6/8]")
     conc = write(concurrent_writes(rows, vclocks), "concurrent_writes", "[7/8]")
     t = time.monotonic()
-    s = summary(rows, vclocks, delays, div, conc, origins)
+    s = summary(rows, vclocks, delays, div, conc, written)
     points = progress_points(rows)
     log.info("[8/8] summary and plot data in %.1fs; all stages %.1fs", time.monotonic() - t, time.monotonic() - started)
     return s, points

@@ -28,8 +28,8 @@ def draw(points: list[tuple[str, str, float, int]], out_dir: str,
             pts = sorted(by_node[node][origin])
             label = origin[:8] + (" (self)" if origin == node else "")
             ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", label=label, linewidth=1.2)
-        ax.set_title(f"node {node[:8]} {os.path.basename(os.path.normpath(node_dirs.get(node, '')))}: "
-                     "rows applied per origin")
+        where = f" ({node_dirs[node]})" if node in node_dirs else ""
+        ax.set_title(f"node {node}{where}: rows applied per origin", fontsize="medium")
         ax.set_xlabel("seconds since the first frame of any node")
         ax.set_ylabel("origin lsn")
         ax.grid(True, alpha=0.3)

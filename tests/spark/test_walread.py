@@ -113,13 +113,23 @@ def test_torn_last_frame_ends_the_input_and_damage_before_the_end_is_an_error(he
     whole = list(walread.read_node_frames(d))
     last = segs[-1].path
     size = os.path.getsize(last)
+
+    def by_splits() -> list:
+        return [r for seg in walread.node_segments(d) for s in walread.plan_segment(seg, SPLIT_BYTES)
+                for r in walread.read_split(s)]
+
     with open(last, "r+b") as f:
-        f.truncate(size - 3)                 # a torn write of the last frame
+        f.seek(size - 1)
+        b = f.read(1)
+        f.seek(size - 1)
+        f.write(bytes([b[0] ^ 0xFF]))         # whole length, bad checksum: torn data
+    assert list(walread.read_node_frames(d)) == whole[:-1]
+    assert by_splits() == whole[:-1]
+    with open(last, "r+b") as f:
+        f.truncate(size - 3)                 # torn inside the last frame
     torn = list(walread.read_node_frames(d))
     assert torn == whole[:-1]
-    split_recs = [r for seg in walread.node_segments(d) for s in walread.plan_segment(seg, SPLIT_BYTES)
-                  for r in walread.read_split(s)]
-    assert split_recs == torn
+    assert by_splits() == torn
     first = segs[0].path
     with open(first, "r+b") as f:
         f.seek(os.path.getsize(first) // 2)
