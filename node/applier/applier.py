@@ -44,6 +44,11 @@ async def open_link(node: "Node", session: aiohttp.ClientSession, address: str) 
         raise
 
 
+class Resubscribe(Exception):
+    """Our own state asks for a fresh SUBSCRIBE (an expelled member's accepted bound grew,
+    so rows refused under the smaller bound must be sent again). Nobody's fault."""
+
+
 class Applier:
     def __init__(self, node: "Node", address: str):
         self.node = node
@@ -85,6 +90,10 @@ class Applier:
                 delay = limits.reconnect_backoff_min_s       # the peer said BYE: come back soon
             except asyncio.CancelledError:
                 raise
+            except Resubscribe as e:
+                self.status, self.error = "resubscribing", str(e)
+                log.info("applier %s: %s", self.address, e)
+                delay = 0.0
             except PeerRefused as e:
                 if e.code == "need_rejoin":
                     # The upstream collected rows we still need: only a snapshot can help.
@@ -140,6 +149,7 @@ class Applier:
         peer = self.peer_uuid
         last_ack = 0.0
         acked_sig = -1
+        expel_epoch = core.expel_epoch
         while True:
             msg = await conn.recv(timeout=limits.peer_timeout_s)
             now = time.time()
@@ -180,6 +190,8 @@ class Applier:
                     self.last_row_at = now
                 while journal.pending_rows > limits.applier_pending_rows_max and journal.failed is None:
                     await journal.changed(timeout=1.0)      # back-pressure: stop reading the socket
+                if core.expel_epoch != expel_epoch:
+                    raise Resubscribe("an expelled member's accepted rows grew: subscribing again")
             elif msg.type == m.HEARTBEAT:
                 if journal.pending == 0:
                     self.lag_s = max(0.0, now - msg["now_us"] / 1e6)

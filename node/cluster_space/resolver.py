@@ -21,13 +21,18 @@ class Resolution:
 
 
 def resolve_cluster_replace(
-    table: ClusterTable, uuid: str, proposed_id: int, address: str, state: str, *, from_self: bool
+    table: ClusterTable, uuid: str, proposed_id: int, address: str, state: str, *, from_self: bool,
+    expelled_lsn: int = 0, have_lsn: int = 0,
 ) -> Resolution:
     """Decide what an incoming `_cluster` tuple {uuid, id, address, state} does here.
 
     - unknown uuid: insert with the proposed id if free, else the lowest free id;
     - known uuid: keep its id; expelled is final; `from_self` (the member's own row)
       may update its address; anonymous -> member when it registers.
+    Expel is made convergent by `expelled_lsn`: the member's rows up to it are accepted
+    everywhere, later ones refused. A node expelling takes the larger of the incoming bound
+    and `have_lsn` (the rows of that member it already holds), and a larger bound learned
+    later raises its own: the bound ends as the same maximum on every node.
     """
     old = table.get(uuid)
     if old is None:
@@ -36,13 +41,17 @@ def resolve_cluster_replace(
             state = STATE_MEMBER
         free = proposed_id >= 1 and table.by_id(proposed_id) is None
         local_id = proposed_id if free else table.lowest_free_id()
-        m = Member(uuid, local_id, address, state)
+        m = Member(uuid, local_id, address, state,
+                   expelled_lsn=expelled_lsn if state == STATE_EXPELLED else 0)
         return Resolution(local_id, m, True, "insert" if free else "insert-remapped")
-    m = Member(old.uuid, old.id, old.address, old.state, old.lsn)
+    m = Member(old.uuid, old.id, old.address, old.state, old.lsn, old.expelled_lsn)
     reason = "known"
     changed = False
     if state == STATE_EXPELLED and old.state != STATE_EXPELLED:
         m.state, changed, reason = STATE_EXPELLED, True, "expel"
+        m.expelled_lsn = max(expelled_lsn, have_lsn)
+    elif state == STATE_EXPELLED and expelled_lsn > old.expelled_lsn:
+        m.expelled_lsn, changed, reason = expelled_lsn, True, "expel-lsn"
     elif state == STATE_MEMBER and old.state == STATE_ANON:
         m.state, changed, reason = STATE_MEMBER, True, "register"
     if from_self and address and address != old.address and m.state != STATE_EXPELLED:

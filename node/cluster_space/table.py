@@ -26,14 +26,16 @@ class Member:
     address: str
     state: str
     lsn: int = 0              # lsn of this node's last row about the member (0: from a snapshot)
+    expelled_lsn: int = 0     # expelled: its rows up to this lsn are accepted, later ones refused
 
     def to_row(self) -> list:
-        return [self.uuid, self.id, self.address, self.state, self.lsn]
+        return [self.uuid, self.id, self.address, self.state, self.lsn, self.expelled_lsn]
 
     @classmethod
     def from_row(cls, row: Iterable) -> "Member":
         r = list(row)
-        return cls(str(r[0]), int(r[1]), str(r[2] or ""), str(r[3]), int(r[4]) if len(r) > 4 else 0)
+        return cls(str(r[0]), int(r[1]), str(r[2] or ""), str(r[3]), int(r[4]) if len(r) > 4 else 0,
+                   int(r[5]) if len(r) > 5 else 0)
 
 
 class ClusterTable:
@@ -80,7 +82,8 @@ class ClusterTable:
         return i
 
     def copy(self) -> "ClusterTable":
-        return ClusterTable(Member(m.uuid, m.id, m.address, m.state, m.lsn) for m in self._by_uuid.values())
+        return ClusterTable(Member(m.uuid, m.id, m.address, m.state, m.lsn, m.expelled_lsn)
+                            for m in self._by_uuid.values())
 
     # --- changing --------------------------------------------------------------
     def upsert(self, m: Member) -> None:

@@ -65,7 +65,8 @@ def apply_txn(view: StateView, txn: Txn, self_uuid: str) -> None:
         elif k == OP_CLUSTER:
             v = op.value
             if origin_uuid == self_uuid:
-                m = Member(op.key, int(v["id"]), str(v.get("address") or ""), str(v["state"]), lsn)
+                m = Member(op.key, int(v["id"]), str(v.get("address") or ""), str(v["state"]), lsn,
+                           int(v.get("expelled_lsn") or 0))
                 table.upsert(m)
                 view.put_member(m)
             else:

@@ -49,7 +49,10 @@ class Peer:
 
 
 def cluster_op(m: Member) -> Op:
-    return Op(OP_CLUSTER, CLUSTER_SPACE, m.uuid, {"id": m.id, "address": m.address, "state": m.state})
+    v = {"id": m.id, "address": m.address, "state": m.state}
+    if m.state == STATE_EXPELLED:
+        v["expelled_lsn"] = m.expelled_lsn
+    return Op(OP_CLUSTER, CLUSTER_SPACE, m.uuid, v)
 
 
 class NodeCore:
@@ -64,6 +67,9 @@ class NodeCore:
         self.peers: dict[str, Peer] = {}
         # (origin uuid, member uuid) -> the origin's id for the member, from its _cluster rows
         self.knowledge: dict[tuple[str, str], int] = {}
+        # grows when an expelled member's accepted bound grows: appliers resubscribe then,
+        # so rows they refused under the smaller bound come again
+        self.expel_epoch = 0
 
     # --- identity ----------------------------------------------------------------
     @property
@@ -99,7 +105,10 @@ class NodeCore:
                         proposed_id: int = 0, state: str = STATE_MEMBER) -> tuple[int, Txn | None]:
         """Register (or re-state) a member on this node: JOIN, REGISTER, expel, a new
         address. Returns its local id and the own `_cluster` txn to write, if any."""
-        res = resolve_cluster_replace(self.table, uuid, proposed_id, address, state, from_self=True)
+        known = self.table.get(uuid)
+        have = self.claimed.get(known.id) if known else 0
+        res = resolve_cluster_replace(self.table, uuid, proposed_id, address, state, from_self=True,
+                                      have_lsn=have)
         if not res.changed:
             return res.local_id, None
         self.table.upsert(res.member)
@@ -122,7 +131,8 @@ class NodeCore:
                 continue            # the peer's private entry for someone else: not ours
             local = self.table.get(m.uuid)
             if local is None:
-                res = resolve_cluster_replace(self.table, m.uuid, m.id, m.address, m.state, from_self=False)
+                res = resolve_cluster_replace(self.table, m.uuid, m.id, m.address, m.state, from_self=False,
+                                              expelled_lsn=m.expelled_lsn)
                 self.table.upsert(res.member)
                 own_ops.append(cluster_op(res.member))
                 log.info("_cluster: %s %s as id %d (from %s's greeting)", res.reason, m.uuid, res.local_id, peer_uuid)
@@ -176,7 +186,7 @@ class NodeCore:
                 raise RemoteProtocolError(f"row {origin}:{raw.lsn}..{raw.last_lsn} overlaps claimed {have}")
             peer.stats.gaps += 1
             return []
-        if member.state == STATE_EXPELLED:
+        if member.state == STATE_EXPELLED and raw.last_lsn > member.expelled_lsn:
             peer.stats.expelled += 1
             return []
         self.claimed.follow(origin, raw.last_lsn)
@@ -217,8 +227,13 @@ class NodeCore:
             self.knowledge[(origin.uuid, op.key)] = their_id
             if op.key == self.uuid and state == STATE_EXPELLED:
                 log.error("_cluster: %s says this node is expelled", origin.uuid)
+            known = self.table.get(op.key)
             res = resolve_cluster_replace(self.table, op.key, their_id, address, state,
-                                          from_self=(op.key == origin.uuid))
+                                          from_self=(op.key == origin.uuid),
+                                          expelled_lsn=int(v.get("expelled_lsn") or 0),
+                                          have_lsn=self.claimed.get(known.id) if known else 0)
+            if res.reason == "expel-lsn":
+                self.expel_epoch += 1
             if res.changed:
                 self.table.upsert(res.member)
                 own_ops.append(cluster_op(res.member))

@@ -82,6 +82,7 @@ class Conn:
     cursor: int = 0           # relay side: next WAL entry to read
     sub_vclock: dict[int, int] = field(default_factory=dict)
     wait_durable: int | None = None   # JOIN/REGISTER: donor entries that must be durable first
+    expel_epoch: int = 0      # client side: core.expel_epoch when it subscribed
 
 
 class Cluster:
@@ -100,6 +101,7 @@ class Cluster:
         self._link_last: dict[tuple[int, str], int] = {}
         self.blocked: set[frozenset] = set()
         self.expelled: list[str] = []          # uuids the operator expelled
+        self.expelled_at: dict[str, int] = {}  # uuid -> tick of its (first) expel
         self.mesh = True                       # joiners subscribe to every member and vice versa
         # fault knobs (the workload turns them up; scripted scenarios keep them calm)
         self.delay_max = 2                     # ticks a message may take
@@ -214,6 +216,7 @@ class Cluster:
             m.submit([txn])
         if x.uuid not in self.expelled:
             self.expelled.append(x.uuid)
+            self.expelled_at[x.uuid] = self.now
         self.log(f"{m} expels {x}")
         for c in list(self.conns.values()):   # server.expel closes its relays to the member
             if c.server == m.name and c.client == x.name:
@@ -374,6 +377,7 @@ class Cluster:
                 self.log(f"{s} registers from {p}'s greeting: " + ", ".join(
                     f"{o.key[:8]}={o.value['id']}" for o in t.ops))
             s.appliers[p.name].refused = ""
+            c.expel_epoch = s.core.expel_epoch
             self.send(c, SERVER, "SUBSCRIBE", s.core.subscribe_vclock(p.uuid).to_dict())
         elif kind == "ROWS":
             entry: list[Txn] = []       # only with applier_batches: plain txns waiting to share a frame
@@ -403,6 +407,9 @@ class Cluster:
                     s.submit(out)
             if entry:
                 s.submit(entry)
+            if s.core.expel_epoch != c.expel_epoch:     # as applier.py's Resubscribe
+                self.stats["resubscribes"] += 1
+                self.break_conn(c, "expelled member's bound grew: resubscribe", 0)
         elif kind == "SNAPSHOT":
             self.break_conn(c, "snapshot received (BYE)", 0)
             base = Base(body["table"], {int(k): v for k, v in body["vclock"].items()},
@@ -418,6 +425,7 @@ class Cluster:
                 base.table_rows.append([s.uuid, tbl.lowest_free_id(), s.addr, STATE_ANON, 0])
                 s.install(base)
             s.proc = ""
+            s.donor_uuid, s.installed_at = p.uuid, self.now
             self.stats["joins" if c.kind == "join" else "anon_fetches"] += 1
             self.log(f"{s} {'joined' if c.kind == 'join' else 'fetched a snapshot'} via {p}: "
                      f"id {s.core.self_id}, vclock {s.core.vclock}")

@@ -394,14 +394,6 @@ def test_a_joiner_orders_its_writes_after_the_records_of_its_snapshot(make_clust
         assert record_origin(c, n, "k") == "C", n
 
 
-EXPEL_BUG = (
-    "core bug, node/core/replicaset.py receive(): an expelled member's rows are refused by "
-    "whoever already knows the expel, whenever they were written, and applied by whoever "
-    "does not; so rows the member wrote (and acknowledged) before it was expelled end up on "
-    "some members and never on others: data and even `_cluster` diverge for good")
-
-
-@pytest.mark.xfail(strict=True, reason=EXPEL_BUG)
 def test_expel_leaves_every_member_with_the_same_rows_of_the_expelled(make_cluster):
     """X writes k while B is cut off; A applies it; B, still cut off, expels X. After
     the heal A keeps X's value of k and B refuses it for ever."""
@@ -419,7 +411,6 @@ def test_expel_leaves_every_member_with_the_same_rows_of_the_expelled(make_clust
     assert c.nodes["A"].core.vclock_by_uuid().get(xu) == c.nodes["B"].core.vclock_by_uuid().get(xu)
 
 
-@pytest.mark.xfail(strict=True, reason=EXPEL_BUG)
 def test_an_expel_made_by_a_member_later_expelled_reaches_every_member(make_cluster):
     """E expels B while cut off with H, which joins through E (its snapshot lists B as
     expelled); C then expels E. E's `_cluster` row expelling B is refused by A and C for
