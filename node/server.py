@@ -8,6 +8,7 @@ The node makes no protocol decisions itself: it asks the core and performs the e
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import logging
@@ -38,6 +39,15 @@ from node.wal.recovery import recover
 from node.wal.writer import WalWriter
 
 log = logging.getLogger("replog.node")
+
+
+def tune_gc() -> None:
+    """After start-up, before appliers and client load: what exists now lives as long as
+    the process, so freeze it (never scanned again), and make young collections rare
+    (node/limits.py says why)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(limits.gc_gen0_objects, limits.gc_gen1_collections, limits.gc_gen2_collections)
 
 
 class Node:
@@ -207,6 +217,7 @@ class Node:
             await self.lease.wait_ready()   # a slot taken from a holder that did not release: peers fence it first
         await self.life.go_active()
         self.status, self.status_reason = "running", ""
+        tune_gc()
         self.set_peers(list(cfg.peers))
 
     async def _bootstrap_new_cluster(self, initial: InitialSignature | None = None) -> None:
@@ -329,6 +340,7 @@ class Node:
             await asyncio.sleep(self.cfg.checkpoint_interval_s)
             if self.journal is not None and self.journal.wal is not None and not self._rejoining:
                 await self.checkpoint()
+            gc.collect()    # with the raised thresholds, cyclic garbage is reclaimed here at the latest
 
     async def checkpoint(self) -> list[str]:
         """Sync the store, then remove WAL segments nobody needs any more."""
