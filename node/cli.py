@@ -235,7 +235,7 @@ def build_parser() -> Parser:
     d.add_argument("--dir", help="data directory (default: a temporary one)")
     d.add_argument("--masters", type=int, default=3)
     d.add_argument("--anon", type=int, default=1)
-    d.add_argument("--base-port", type=int, default=7301)
+    d.add_argument("--base-port", type=int, default=7301, help="first port (0: any free ports)")
     d.add_argument("--rate", type=float, default=20.0, help="writes per second per master")
     d.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until Ctrl-C)")
 

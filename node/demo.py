@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,19 @@ import urllib.error
 
 from node.cli import http
 from node.status import status_table
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _spawn(argv: list[str], log_path: str) -> subprocess.Popen:
@@ -48,7 +62,10 @@ def run_demo(args: argparse.Namespace) -> int:
     base = args.dir or tempfile.mkdtemp(prefix="replog-demo-")
     os.makedirs(base, exist_ok=True)
     exe = [sys.executable, "-m", "node", "serve", "--log-level", "info"]
-    ports = [args.base_port + i for i in range(args.masters + args.anon)]
+    if args.base_port:
+        ports = [args.base_port + i for i in range(args.masters + args.anon)]
+    else:   # any free ports (tests; several demos side by side)
+        ports = _free_ports(args.masters + args.anon)
     addrs = [f"127.0.0.1:{p}" for p in ports]
     masters = addrs[: args.masters]
     procs: list[tuple[str, subprocess.Popen]] = []

@@ -27,7 +27,7 @@ from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, M
 from node.config import Config
 from node.core import messages as m
 from node.core.replicaset import NodeCore, cluster_op
-from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, Op
+from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_SPACE, Op
 from node.core.vclock import VClock
 from node.errors import ClientError, PeerRefused, RemoteProtocolError, StorageError
 from node.identity.identity_file import IdentityFileError
@@ -75,6 +75,7 @@ class Node:
         self.acks: dict[str, dict] = {}
         self._rejoining = False
         self._prev_self_id: int | None = None
+        self.own_lsn_seen = 0   # highest lsn of our own component any peer said it holds
 
     # --- small helpers ---------------------------------------------------------------
     def extra_metrics(self) -> list:
@@ -109,6 +110,13 @@ class Node:
         if self.lease:
             self.lease.check_peer(theirs)
         self.life.observe_greeting(theirs)
+        vu = theirs.get("vclock_uuid")
+        own = vu.get(self.uuid) if isinstance(vu, dict) else None
+        if isinstance(own, int) and own > self.own_lsn_seen:
+            # A peer holds more of this node's own rows than this node does (a replacement
+            # container, a rejoin, or a lost unsynced tail): they come back by SUBSCRIBE,
+            # and writes wait for them so no lsn of ours is ever used twice.
+            self.own_lsn_seen = own
 
     def spawn(self, coro, name: str) -> asyncio.Task:
         t = asyncio.create_task(coro, name=name)
@@ -313,16 +321,20 @@ class Node:
         await self.life.register_anon()
 
     # --- run-time changes ----------------------------------------------------------------
-    def set_peers(self, peers: list[str]) -> None:
+    def set_peers(self, peers: list[str]) -> list[asyncio.Task]:
+        """Replace the replication sources; returns the tasks stopping removed appliers
+        (awaited by `PUT /v1/admin/peers` so the answer means the links are down)."""
+        stopping = []
         for addr in list(self.appliers):
             if addr not in peers:
                 a = self.appliers.pop(addr)
-                self.spawn(a.stop(), f"stop-applier-{addr}")
+                stopping.append(self.spawn(a.stop(), f"stop-applier-{addr}"))
         for addr in peers:
             if addr not in self.appliers and addr != self.cfg.address:
                 a = Applier(self, addr)
                 self.appliers[addr] = a
                 a.start()
+        return stopping
 
     async def register_member(self, uuid: str, address: str, state: str = STATE_MEMBER) -> int:
         local_id, txn = self.core.register_member(uuid, address, self.wall_us(), state=state)
@@ -416,10 +428,14 @@ class Node:
     async def write(self, ops: list[Op]) -> dict:
         if self.status != "running" or self.core is None:
             raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
+        have = self.core.claimed.get(self.core.self_id)
+        if have < self.own_lsn_seen:
+            raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}.."
+                              f"{self.own_lsn_seen}) are still coming back from its peers; retry shortly")
         store = self.store
         local_ops, repl_ops = [], []
         for op in ops:
-            if op.kind == 3:
+            if op.kind == OP_SPACE:
                 sdef_local = bool(op.value.get("local"))
             else:
                 sdef = store.spaces.get(op.space)

@@ -5,6 +5,7 @@ mapped by one middleware to `{"error": {"code", "message"}}` with a 4xx status.
 Malformed input is never a 500 and never stops the node."""
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -250,7 +251,9 @@ async def put_peers(request: web.Request) -> web.Response:
     node = _node(request)
     if node.status != "running":
         raise ClientError(503, "not_ready", f"node is {node.status}")
-    node.set_peers(list(dict.fromkeys(body["peers"])))
+    stopping = node.set_peers(list(dict.fromkeys(body["peers"])))
+    if stopping:
+        await asyncio.wait(stopping, timeout=limits.shutdown_deadline_s)
     return reply(request, {"peers": list(node.appliers)})
 
 

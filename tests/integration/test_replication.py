@@ -188,3 +188,38 @@ def test_garbage_peer_is_disconnected_and_node_keeps_serving(tmp_path, procs):
     assert a.get("/v1/health")[0] == 200
     a.create_space("kv")
     a.kv_put("kv", "still", "alive")
+
+
+def test_node_rejoining_with_its_uuid_never_reuses_its_own_lsns(tmp_path, procs):
+    """B loses its store (keeping its identity) and joins again through A, which misses B's
+    last rows; C has them. B must take them back before writing, or its next write would
+    reuse an lsn that C already holds for B (and C would drop it as a duplicate)."""
+    import shutil
+    a, b, c = mesh(tmp_path, 3)
+    procs.extend([a, b, c])
+    a.create_space("kv")
+    wait_for(lambda: all(n.get("/v1/spaces")[1]["spaces"] for n in (b, c)), 20, "space everywhere")
+    a.set_peers([])                                   # A stops hearing anything
+    for i in range(5):
+        b.kv_put("kv", f"b{i}", i)
+    wait_for(lambda: c.kv_get("kv", "b4")[0] == 200, 20, "C has B's rows")
+    assert a.kv_get("kv", "b4")[0] == 404
+    bu, b_lsn = b.uuid(), b.info()["vclock_uuid"][b.uuid()]
+    b.kill9()
+    shutil.rmtree(f"{b.data_dir}/store")
+    shutil.rmtree(f"{b.data_dir}/wal")
+    b.peers = [a.address, c.address]                  # joins through A first
+    b.start()
+    assert b.uuid() == bu
+    answers = []
+
+    def write_now():
+        s, d = b.put("/v1/spaces/kv/keys/after", "new")
+        answers.append((s, d.get("error", {}).get("code") if s != 200 else d["lsn"]))
+        return d if s == 200 else None
+
+    d = wait_for(write_now, 30, "B accepts a write", interval=0.02)
+    assert all(a_ == (503, "catching_up") for a_ in answers[:-1]), answers
+    assert d["lsn"] == b_lsn + 1, f"B reused its own lsn: {answers}"
+    wait_for(lambda: c.kv_get("kv", "after")[0] == 200, 20, "B's new write reaches C")
+    assert c.kv_get("kv", "after")[1]["origin"] == bu
