@@ -18,7 +18,7 @@ import aiohttp
 from node import limits
 from node.applier.conn import Conn, check_greeting, client_auth, connect
 from node.core import messages as m
-from node.core.rows import GROUP_CLUSTER, txn_from_wire
+from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, Txn, txn_from_wire
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
 from node.wal import format as walfmt
 
@@ -42,6 +42,27 @@ async def open_link(node: "Node", session: aiohttp.ClientSession, address: str) 
     except BaseException:
         await conn.close()
         raise
+
+
+def decode_rows(frames) -> tuple[list[Txn], RemoteProtocolError | None]:
+    """The txns of a ROWS message, validated, up to the first thing wrong in it, and that
+    error: the txns before it are decided as if one by one, then the link is refused."""
+    valid: list[Txn] = []
+    try:
+        for body in frames:
+            if not isinstance(body, bytes):
+                raise RemoteProtocolError("ROWS frame is not binary")
+            try:
+                _, txns = walfmt.unpack_frame(body)
+            except (walfmt.FormatError, ValueError, TypeError) as e:
+                raise RemoteProtocolError(f"undecodable ROWS frame: {e}") from None
+            except Exception as e:  # msgpack's own exception types for junk bytes
+                raise RemoteProtocolError(f"undecodable ROWS frame: {type(e).__name__}") from None
+            for raw in txns:
+                valid.append(txn_from_wire(raw))
+    except RemoteProtocolError as e:
+        return valid, e
+    return valid, None
 
 
 class Resubscribe(Exception):
@@ -157,29 +178,35 @@ class Applier:
                 wall_us = int(now * 1e6)
                 last_ts = 0
                 entry: list = []          # consecutive plain txns share one WAL frame
+                valid, bad = decode_rows(msg["frames"])
                 try:
-                    for body in msg["frames"]:
-                        if not isinstance(body, bytes):
-                            raise RemoteProtocolError("ROWS frame is not binary")
-                        try:
-                            _, txns = walfmt.unpack_frame(body)
-                        except (walfmt.FormatError, ValueError, TypeError) as e:
-                            raise RemoteProtocolError(f"undecodable ROWS frame: {e}") from None
-                        except Exception as e:  # msgpack's own exception types for junk bytes
-                            raise RemoteProtocolError(f"undecodable ROWS frame: {type(e).__name__}") from None
-                        for raw in txns:
-                            txn = txn_from_wire(raw)
-                            out = core.receive(peer, txn, wall_us)   # check + claim: no await before submit
-                            if out:
-                                self.rows += len(txn.ops)
-                                if len(out) == 1 and txn.group != GROUP_CLUSTER:
-                                    entry.append(out[0])
-                                else:                                 # with our own _cluster row: one frame
-                                    if entry:
-                                        journal.submit_nowait(entry, want_future=False)
-                                        entry = []
-                                    journal.submit_nowait(out, want_future=False)
-                            last_ts = txn.timestamp
+                    i, n = 0, len(valid)
+                    while i < n:                      # check + claim: no await before submit
+                        txn = valid[i]
+                        if txn.group == GROUP_DEFAULT:   # a run of one origin's plain txns
+                            k = len(entry)
+                            try:
+                                i, rows = core.receive_run(peer, valid, i, entry)
+                            except RemoteProtocolError:
+                                self.rows += sum(len(t.ops) for t in entry[k:])   # claimed before it
+                                raise
+                            self.rows += rows
+                            continue
+                        i += 1
+                        out = core.receive(peer, txn, wall_us)
+                        if out:
+                            self.rows += len(txn.ops)
+                            if len(out) == 1 and txn.group != GROUP_CLUSTER:
+                                entry.append(out[0])
+                            else:                                 # with our own _cluster row: one frame
+                                if entry:
+                                    journal.submit_nowait(entry, want_future=False)
+                                    entry = []
+                                journal.submit_nowait(out, want_future=False)
+                    if bad is not None:
+                        raise bad
+                    if valid:
+                        last_ts = valid[-1].timestamp
                 finally:
                     # Claimed rows must reach the WAL even if a later row of the message is
                     # refused: a claim without a write would make the node skip them for ever.

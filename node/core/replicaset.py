@@ -25,7 +25,7 @@ from node.cluster_space.idmap import IdMap
 from node.cluster_space.resolver import resolve_cluster_replace
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core.hlc import HLC
-from node.core.rows import (CLUSTER_SPACE, GROUP_CLUSTER, GROUP_LOCAL, OP_CLUSTER, Op, Txn)
+from node.core.rows import (CLUSTER_SPACE, GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_CLUSTER, Op, Txn)
 from node.core.vclock import VClock
 from node.errors import RemoteProtocolError
 
@@ -161,14 +161,12 @@ class NodeCore:
         """Decide one transaction from an upstream. Returns what to persist, in order:
         [] (already have it, or refused), or [translated txn] plus, for `_cluster` rows,
         this node's own `_cluster` txn. Claims lsns before returning (no await inside)."""
+        if raw.group == GROUP_DEFAULT:
+            out: list[Txn] = []
+            self.receive_run(peer_uuid, (raw,), 0, out)
+            return out
         peer = self.peers[peer_uuid]
-        origin = peer.map.to_local.get(raw.replica_id)
-        if origin is None:
-            origin = self._learn_from_knowledge(peer, raw.replica_id)
-        if origin is None:
-            raise RemoteProtocolError(
-                f"row {raw.replica_id}:{raw.lsn} from {peer_uuid}: id {raw.replica_id} is unknown "
-                "to this node's map of that peer; refusing to guess")
+        origin = self._translate(peer, raw)
         if raw.group == GROUP_LOCAL:
             raise RemoteProtocolError(f"peer {peer_uuid} sent a row of a local space")
         member = self.table.by_id(origin)
@@ -199,6 +197,70 @@ class NodeCore:
             if own is not None:
                 out.append(own)
         return out
+
+    def receive_run(self, peer_uuid: str, raws, start: int, out: list[Txn]) -> tuple[int, int]:
+        """Decide the run of plain (GROUP_DEFAULT) transactions of one origin that begins
+        at raws[start], by exactly the rules of `receive`, with one map lookup, one member
+        check and one claim for the run. Accepted txns (translated) are appended to `out`
+        as they are claimed, so what was claimed is there even when a later txn of the run
+        raises. Returns (index after the run, rows accepted)."""
+        peer = self.peers[peer_uuid]
+        first = raws[start]
+        assert first.group == GROUP_DEFAULT
+        rid = first.replica_id
+        origin = self._translate(peer, first)
+        member = self.table.by_id(origin)
+        assert member is not None
+        bound = member.expelled_lsn if member.state == STATE_EXPELLED else -1
+        translate = origin != rid
+        claimed = have = self.claimed.get(origin)
+        stats = peer.stats
+        ts_max = rows = applied = 0
+        err: RemoteProtocolError | None = None
+        i, n = start, len(raws)
+        while i < n:
+            raw = raws[i]
+            if raw[0] != rid or raw[2] != GROUP_DEFAULT:   # replica_id, group: the run ends
+                break
+            i += 1
+            lsn, nops = raw[1], len(raw[4])
+            last = lsn + nops - 1
+            if last <= have:
+                stats.duplicates += 1
+                continue
+            if lsn != have + 1:
+                if lsn <= have:
+                    err = RemoteProtocolError(f"row {origin}:{lsn}..{last} overlaps claimed {have}")
+                    break
+                stats.gaps += 1
+                continue
+            if bound >= 0 and last > bound:
+                stats.expelled += 1
+                continue
+            have = last
+            if raw[3] > ts_max:
+                ts_max = raw[3]
+            applied += 1
+            rows += nops
+            out.append(raw.with_replica_id(origin) if translate else raw)
+        if have > claimed:
+            self.claimed.follow(origin, have)
+            self.hlc.observe(ts_max)
+            stats.applied += applied
+        if err is not None:
+            raise err
+        return i, rows
+
+    def _translate(self, peer: Peer, raw: Txn) -> int:
+        """This node's id for a row's origin, through the peer's map; never guessed."""
+        origin = peer.map.to_local.get(raw.replica_id)
+        if origin is None:
+            origin = self._learn_from_knowledge(peer, raw.replica_id)
+        if origin is None:
+            raise RemoteProtocolError(
+                f"row {raw.replica_id}:{raw.lsn} from {peer.uuid}: id {raw.replica_id} is unknown "
+                "to this node's map of that peer; refusing to guess")
+        return origin
 
     def _learn_peer_ids(self, peer: Peer, ops: tuple) -> None:
         for op in ops:
@@ -249,10 +311,18 @@ class NodeCore:
 
     # --- after persistence -----------------------------------------------------------
     def commit(self, txns: list[Txn]) -> None:
+        """The txns are durable: each component advances once, to the highest last lsn."""
+        top: dict[int, int] = {}
+        get = top.get
         for t in txns:
-            c = t.component
-            if t.last_lsn > self.vclock.get(c):
-                self.vclock.follow(c, t.last_lsn)
+            c = 0 if t[2] == GROUP_LOCAL else t[0]            # group, replica_id
+            last = t[1] + len(t[4]) - 1                       # lsn, ops
+            if last > get(c, 0):
+                top[c] = last
+        v = self.vclock
+        for c, last in top.items():
+            if last > v.get(c):
+                v.follow(c, last)
 
 
 # --- relay side ----------------------------------------------------------------------
