@@ -66,7 +66,7 @@ class Txn(NamedTuple):
         return 0 if self.group == GROUP_LOCAL else self.replica_id
 
     def with_replica_id(self, replica_id: int) -> "Txn":
-        return Txn(replica_id, self.lsn, self.group, self.timestamp, self.ops)
+        return tuple.__new__(Txn, (replica_id, self[1], self[2], self[3], self[4]))   # lsn, group, timestamp, ops
 
     def to_wire(self) -> list:
         return [self.replica_id, self.lsn, self.group, self.timestamp, [list(o) for o in self.ops]]
@@ -79,38 +79,48 @@ def _bad(what: str) -> RemoteProtocolError:
 _OPS_SET = frozenset(OPS)
 _GROUPS_SET = frozenset(GROUPS)
 _KEY_CHARS_SAFE = limits.key_bytes_max // 4     # a key this short is within bounds whatever its chars
+_KEY_BYTES_MAX = limits.key_bytes_max           # bound to module names: read for every row
+_SPACE_CHARS_MAX = limits.space_name_chars_max
+_REPLICA_ID_MAX = limits.replica_id_max
+_TXN_OPS_MAX = limits.txn_ops_max
+
+
+_new = tuple.__new__     # builds an Op/Txn from a checked sequence in C, without NamedTuple's __new__
 
 
 def op_from_wire(raw: Any) -> Op:
     # The hot path of every applier: `type(x) is int` also refuses bools.
-    if type(raw) not in (list, tuple) or len(raw) != 4:
+    t = type(raw)
+    if (t is not list and t is not tuple) or len(raw) != 4:
         raise _bad("op is not a 4-element list")
     kind, space, key, value = raw
     if type(kind) is not int or kind not in _OPS_SET:
         raise _bad(f"unknown op kind {kind!r}")
-    if type(space) is not str or not (0 < len(space) <= limits.space_name_chars_max):
+    if type(space) is not str or not (0 < len(space) <= _SPACE_CHARS_MAX):
         raise _bad("space name")
     if type(key) is not str or (len(key) > _KEY_CHARS_SAFE and
-                                len(key.encode("utf-8", "surrogatepass")) > limits.key_bytes_max):
+                                len(key.encode("utf-8", "surrogatepass")) > _KEY_BYTES_MAX):
         raise _bad("key")
     if kind == OP_CLUSTER:
         if space != CLUSTER_SPACE or type(value) is not dict or type(value.get("id")) is not int:
             raise _bad("_cluster row")
     elif kind == OP_SPACE and type(value) is not dict:
         raise _bad("space definition")
-    return Op(kind, space, key, value)
+    return _new(Op, raw)
 
 
 def txn_from_wire(raw: Any) -> Txn:
-    if type(raw) not in (list, tuple) or len(raw) != 5:
+    t = type(raw)
+    if (t is not list and t is not tuple) or len(raw) != 5:
         raise _bad("txn is not a 5-element list")
     replica_id, lsn, group, ts, ops = raw
     if type(replica_id) is not int or type(lsn) is not int or type(ts) is not int:
         raise _bad("replica_id, lsn and timestamp are integers")
-    if lsn < 1 or ts < 0 or not (0 <= replica_id <= limits.replica_id_max):
+    if lsn < 1 or ts < 0 or not (0 <= replica_id <= _REPLICA_ID_MAX):
         raise _bad("lsn, timestamp or replica_id out of range")
     if type(group) is not int or group not in _GROUPS_SET:
         raise _bad(f"group {group!r}")
-    if type(ops) not in (list, tuple) or not ops or len(ops) > limits.txn_ops_max:
+    t = type(ops)
+    if (t is not list and t is not tuple) or not ops or len(ops) > _TXN_OPS_MAX:
         raise _bad("ops")
-    return Txn(replica_id, lsn, group, ts, tuple([op_from_wire(o) for o in ops]))
+    return _new(Txn, (replica_id, lsn, group, ts, tuple(map(op_from_wire, ops))))
