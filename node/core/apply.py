@@ -2,7 +2,8 @@
 store and the simulator's in-memory store.
 
 `apply_txn(view, txn, self_uuid)` needs a `StateView` (get/put/delete records per space,
-space definitions, `_cluster` tuples, the origin-ids knowledge). Rules:
+space definitions, `_cluster` tuples, the origin-ids knowledge; `replace` is optional: put and
+return the old record in one lookup). Rules:
 - data rows go through the space's resolver (last-writer-wins by default, with
   tombstones); a row the resolver refuses changes nothing but still counts in the vclock;
 - a `_cluster` row whose origin is this node changes this node's table; one from another
@@ -27,9 +28,16 @@ class StateView(Protocol):
     def create_space(self, name: str, local: bool, conflict: str) -> None: ...
     def get(self, space: str, key: str) -> list | None: ...              # [value, origin_id, lsn, hlc, deleted]
     def put(self, space: str, key: str, record: list) -> None: ...
+    # optional: def replace(self, space: str, key: str, record: list) -> list | None  (put; the old record)
     def delete(self, space: str, key: str) -> None: ...
     def put_member(self, m: Member) -> None: ...
     def put_knowledge(self, origin_uuid: str, member_uuid: str, their_id: int) -> None: ...
+
+
+def _get_then_put(view: StateView, space: str, key: str, record: list) -> list | None:
+    old = view.get(space, key)
+    view.put(space, key, record)
+    return old
 
 
 def apply_txn(view: StateView, txn: Txn, self_uuid: str) -> None:
@@ -38,26 +46,34 @@ def apply_txn(view: StateView, txn: Txn, self_uuid: str) -> None:
     origin_uuid = "" if local else (table.uuid_of(txn.replica_id) or "")
     origin_id = 0 if local else txn.replica_id
     lsn = txn.lsn
+    ts = txn.timestamp
+    replace = getattr(view, "replace", None)
+    space = conflict = None          # the space of the previous data row and its resolver's name
     for op in txn.ops:
         k = op.kind
         if k == OP_PUT or k == OP_DELETE:
-            sdef = view.space(op.space)
-            if sdef is None:
-                raise StorageError(f"row {txn.replica_id}:{lsn} writes unknown space {op.space!r}")
-            conflict = sdef[1]
+            if op.space != space:
+                sdef = view.space(op.space)
+                if sdef is None:
+                    raise StorageError(f"row {txn.replica_id}:{lsn} writes unknown space {op.space!r}")
+                space, conflict = op.space, sdef[1]
             deleted = k == OP_DELETE
-            old = view.get(op.space, op.key)
-            if old is not None and conflict != "apply":
-                old_uuid = (table.uuid_of(old[1]) or "") if old[1] else self_uuid
-                new_uuid = origin_uuid or self_uuid
-                if not DATA_RESOLVERS[conflict]((old[0], old_uuid, old[2], old[3], old[4]),
-                                                (op.value, new_uuid, lsn, txn.timestamp, deleted)):
-                    lsn += 1
-                    continue
-            if deleted and conflict == "apply":
-                view.delete(op.space, op.key)
+            if conflict == "apply":              # arrival order: no need to read the old record
+                if deleted:
+                    view.delete(space, op.key)
+                else:
+                    view.put(space, op.key, [op.value, origin_id, lsn, ts, False])
             else:
-                view.put(op.space, op.key, [None if deleted else op.value, origin_id, lsn, txn.timestamp, deleted])
+                # Write first (one lookup when the view can replace); the old record, if it
+                # wins, is written back: the outcome is the resolver's either way.
+                new = [None if deleted else op.value, origin_id, lsn, ts, deleted]
+                old = replace(space, op.key, new) if replace is not None else _get_then_put(view, space, op.key, new)
+                if old is not None:
+                    old_uuid = (table.uuid_of(old[1]) or "") if old[1] else self_uuid
+                    new_uuid = origin_uuid or self_uuid
+                    if not DATA_RESOLVERS[conflict]((old[0], old_uuid, old[2], old[3], old[4]),
+                                                    (op.value, new_uuid, lsn, ts, deleted)):
+                        view.put(space, op.key, old)
         elif k == OP_SPACE:
             if view.space(op.space) is None:
                 v: Any = op.value

@@ -254,6 +254,11 @@ class _TxnView:
     def put(self, space: str, key: str, record: list) -> None:
         self.t.put(key.encode(), _pack(record), db=self.s._dbs[space])
 
+    def replace(self, space: str, key: str, record: list) -> list | None:
+        """Put, and return the record it replaced: one B-tree lookup instead of get + put."""
+        b = self.t.replace(key.encode(), _pack(record), db=self.s._dbs[space])
+        return None if b is None else _unpack(b)
+
     def delete(self, space: str, key: str) -> None:
         self.t.delete(key.encode(), db=self.s._dbs[space])
 
