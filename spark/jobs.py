@@ -3,64 +3,43 @@
 Order of work (each stage logs a line, so long runs show progress):
   1. the driver lists each node's segments and reads its first header (node uuid, base vclock);
   2. executors plan splits: one task per segment walks frame headers (spark.walread.plan_segment);
-  3. executors read the splits (one task each) into nested frame records, which the JVM explodes
-     into `rows`; written to Parquet and read back, so later stages scan columns, not WALs;
-  4. `vclock_history` with window functions: per node, ordered by position, a running max of
-     each origin's last lsn (plus the first header's vclock); never collected to the driver;
-  5. `origin_history` (a join of every observation of a transaction with its origin's own)
-     and `replication_delay`; 6. `divergence`; 7. `concurrent_writes`;
-  8. small aggregates for the summary and the progress plots are the only things collected.
+  3. pass 1, one Python task per split (spark.columnar): decode the split into columns, write its
+     `rows` Parquet file with Arrow (no row is pickled or crosses into the JVM), return small facts
+     (row counts, each origin's max lsn in the split, the written_us span);
+  4. the driver folds those facts into the vclock at each split's start; pass 2, one task per
+     split: its `vclock_history` (that start + a running max within the split: the same as a
+     running max per node over position) and its own writes with their vclock, both Parquet;
+  5. Spark SQL over `rows`: `origin_history` (every observation of a transaction joined with its
+     origin's own, which is broadcast) and `replication_delay`; 6. `divergence` (a group by
+     origin and lsn: the only shuffle of every row, as three longs); 7. `concurrent_writes` (a
+     join of the own writes by key);
+  8. the summary comes from the passes' facts and small aggregates; nothing large is collected.
 Rules: the same code runs on local[*] and under spark-submit on a cluster (inputs and OUT must
-then be paths every executor can read and write); the code that runs in executors is shipped
-with the job (a zip of the `spark` and `node` packages); no Python UDFs, only Spark SQL over
-what the readers emit."""
+then be paths every executor can read and write: the passes write their files themselves); the
+code that runs in executors is shipped with the job (a zip of the `spark` and `node` packages);
+executors need pyarrow and numpy; no Python UDFs, only Spark SQL over what the passes wrote."""
 from __future__ import annotations
 
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
 import zipfile
-from typing import Iterable
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql import types as ST
 
-from node.core.rows import GROUP_NAMES, OP_NAMES
 from spark import tables as T
 from spark import walread
 
 log = logging.getLogger("replog.analyze")
 
 plot_buckets = 400                 # points per origin line in a progress plot
-
-_TXN_OPS = ST.ArrayType(ST.StructType([
-    ST.StructField("kind", ST.IntegerType(), False),
-    ST.StructField("space", ST.StringType(), False),
-    ST.StructField("key", ST.StringType(), False),
-    ST.StructField("content_hash", ST.LongType(), False),
-]), False)
-FRAME_SCHEMA = ST.StructType([
-    ST.StructField("node_uuid", ST.StringType(), False),
-    ST.StructField("segment", ST.StringType(), False),
-    ST.StructField("ordinal", ST.LongType(), False),
-    ST.StructField("offset", ST.LongType(), False),
-    ST.StructField("written_us", ST.LongType(), False),
-    ST.StructField("txns", ST.ArrayType(ST.StructType([
-        ST.StructField("origin_uuid", ST.StringType(), True),
-        ST.StructField("lsn", ST.LongType(), False),
-        ST.StructField("group", ST.IntegerType(), False),
-        ST.StructField("timestamp", ST.LongType(), False),
-        ST.StructField("first_index", ST.IntegerType(), False),
-        ST.StructField("ops", _TXN_OPS, False),
-    ]), False), False),
-])
-
 
 # --- the session -------------------------------------------------------------------
 def session(master: str | None = None, *, app_name: str = "replog-analyze",
@@ -79,8 +58,9 @@ def session(master: str | None = None, *, app_name: str = "replog-analyze",
     if master is not None:
         b = b.master(master)
     settings = {
-        "spark.sql.execution.pythonUDF.arrow.enabled": "false",    # pyarrow is not a dependency
-        "spark.sql.execution.pythonUDTF.arrow.enabled": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",       # readers hand Arrow batches over
+        "spark.sql.execution.pythonUDF.arrow.enabled": "true",
+        "spark.sql.execution.pythonUDTF.arrow.enabled": "true",
         "spark.ui.showConsoleProgress": "false",                   # stages log their own lines
         "spark.sql.session.timeZone": "UTC",
     }
@@ -88,7 +68,8 @@ def session(master: str | None = None, *, app_name: str = "replog-analyze",
         settings.update({
             "spark.ui.enabled": "false",
             "spark.driver.memory": "2g",
-            "spark.sql.shuffle.partitions": "16",
+            # Two shuffle partitions a core: each is a task of its own; more only add overhead.
+            "spark.sql.shuffle.partitions": str(2 * _local_cores(master)),
             # JVM <-> Python worker over a Unix socket: over loopback TCP every task paid
             # ~40 ms of delayed-ACK stalls (measured: 64 tasks 2.0 s -> 0.7 s).
             "spark.python.unix.domain.socket.enabled": "true",
@@ -97,6 +78,11 @@ def session(master: str | None = None, *, app_name: str = "replog-analyze",
     for k, v in settings.items():
         b = b.config(k, v)
     return b.getOrCreate()
+
+
+def _local_cores(master: str) -> int:
+    m = re.match(r"local\[(\d+)", master)
+    return int(m.group(1)) if m else (os.cpu_count() or 1)
 
 
 def ship_code(spark: SparkSession) -> None:
@@ -152,40 +138,33 @@ def _tasks(sc, items: int, total_bytes: int) -> int:
     return max(1, min(items, max(4 * sc.defaultParallelism, -(-total_bytes // walread.split_bytes_default))))
 
 
-def _name_of(names: dict[int, str], col: str):
-    m = F.create_map(*[x for k, v in sorted(names.items()) for x in (F.lit(k), F.lit(v))])
-    return F.element_at(m, F.col(col))
-
-
-def read_rows(spark: SparkSession, splits: list[walread.Split]) -> DataFrame:
-    """Row observations (spark.tables.ROWS) of the splits, read in executors."""
+def write_rows(spark: SparkSession, splits: list[walread.Split], rows_dir: str) -> list:
+    """Pass 1: the `rows` table, one Parquet file per split, written by the executor (Python,
+    Arrow) that read the split: no row crosses into the JVM. Returns each split's SplitStats."""
     sc = spark.sparkContext
+    _fresh(rows_dir)
     total = sum(s.end - s.start for s in splits)
-    rdd = sc.parallelize(splits, _tasks(sc, len(splits), total)).flatMap(walread.read_split)
-    frames = spark.createDataFrame(rdd, FRAME_SCHEMA, verifySchema=False)
-    txns = frames.select("node_uuid", "segment", "ordinal", "offset", "written_us",
-                         F.explode("txns").alias("t")).select(
-        "node_uuid", "segment", "ordinal", "offset", "written_us", "t.*")
-    r = txns.select("*", F.posexplode("ops").alias("row_in_txn", "o"))
-    index = F.col("first_index") + F.col("row_in_txn")
-    origin = F.col("origin_uuid")
-    return r.select(
-        "node_uuid", "segment", "offset",
-        index.cast("int").alias("index"),
-        (F.shiftleft(F.col("ordinal"), walread.POSITION_SEGMENT_SHIFT) + F.col("offset") + index).alias("position"),
-        "written_us", "origin_uuid",
-        (F.col("lsn") + F.col("row_in_txn")).alias("origin_lsn"),
-        F.when(F.col("group") == 1, F.concat(origin, F.lit("/local/"), F.col("lsn").cast("string")))
-         .otherwise(F.concat(origin, F.lit("/"), F.col("lsn").cast("string"))).alias("txn_id"),
-        F.col("lsn").alias("txn_lsn"),
-        F.col("row_in_txn").cast("int").alias("row_in_txn"),
-        F.size("ops").alias("txn_rows"),
-        "timestamp",
-        _name_of(GROUP_NAMES, "group").alias("group"),
-        _name_of(OP_NAMES, "o.kind").alias("op"),
-        F.col("o.space").alias("space"), F.col("o.key").alias("key"),
-        F.col("o.content_hash").alias("content_hash"),
-    )
+    stats = (sc.parallelize(list(enumerate(splits)), _tasks(sc, len(splits), total))
+             .map(lambda w: _columnar().write_split_rows(w[0], w[1], rows_dir)).collect())
+    stats.sort(key=lambda x: x.i)
+    assert [x.i for x in stats] == list(range(len(splits)))
+    _done(rows_dir)
+    return stats
+
+
+def _columnar():
+    from spark import columnar    # numpy/pyarrow: imported where the work runs
+    return columnar
+
+
+def _fresh(d: str) -> None:
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+
+
+def _done(d: str) -> None:
+    open(os.path.join(d, "_SUCCESS"), "w").close()
 
 
 # --- stage 4-7: the tables ------------------------------------------------------------
@@ -194,50 +173,18 @@ def _txns(rows: DataFrame) -> DataFrame:
         "txn_last_lsn", F.col("txn_lsn") + F.col("txn_rows") - 1)
 
 
-def row_origins(rows: DataFrame) -> list[str]:
-    """Origins of replicated rows (a small list: the members that wrote)."""
-    return sorted(r[0] for r in rows.where((F.col("group") != "local") & F.col("origin_uuid").isNotNull())
-                  .select("origin_uuid").distinct().collect())
+broadcast_rows_max = 2_000_000     # a join side up to this many rows is broadcast, not shuffled
 
 
-def origins_of(rows: DataFrame, bases: Iterable[walread.NodeBase], written: list[str] | None = None) -> list[str]:
-    """Every uuid that can be a vclock component: writers and the first headers' members."""
-    seen = set(row_origins(rows) if written is None else written)
-    for b in bases:
-        seen.update(u for u, _ in b.vclock)
-    return sorted(seen)
-
-
-def vclock_history(spark: SparkSession, rows: DataFrame, bases: list[walread.NodeBase],
-                   origins: list[str]) -> DataFrame:
-    w = Window.partitionBy("node_uuid").orderBy("position").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    base_schema = ST.StructType([
-        ST.StructField("node_uuid", ST.StringType(), False),
-        ST.StructField("base", ST.MapType(ST.StringType(), ST.LongType()), False),
-        ST.StructField("base_local", ST.LongType(), False)])
-    base_df = spark.createDataFrame([(b.node_uuid, dict(b.vclock), b.local_lsn) for b in bases], base_schema)
-    t = _txns(rows)
-    replicated = (F.col("group") != "local")
-    running = [F.max(F.when(replicated & (F.col("origin_uuid") == u), F.col("txn_last_lsn"))).over(w).alias(f"c{i}")
-               for i, u in enumerate(origins)]
-    local = F.max(F.when(~replicated, F.col("txn_last_lsn"))).over(w).alias("c_local")
-    h = t.select("node_uuid", "position", "segment", "offset", "written_us", "origin_uuid", "txn_id",
-                 "group", *running, local).join(F.broadcast(base_df), "node_uuid")
-    entries = [F.struct(F.lit(u).alias("k"),
-                        F.greatest(F.coalesce(F.col(f"c{i}"), F.lit(0)),
-                                   F.coalesce(F.element_at("base", F.lit(u)), F.lit(0))).alias("v"))
-               for i, u in enumerate(origins)]
-    vclock = (F.map_from_entries(F.filter(F.array(*entries), lambda e: e["v"] > 0)) if origins
-              else F.create_map().cast("map<string,bigint>"))
-    return h.select("node_uuid", "position", "segment", "offset", "written_us", "origin_uuid", "txn_id", "group",
-                    vclock.alias("vclock"),
-                    F.greatest(F.coalesce(F.col("c_local"), F.lit(0)), F.col("base_local")).alias("local_lsn"))
-
-
-def origin_history(rows: DataFrame) -> DataFrame:
+def origin_history(rows: DataFrame, own_txns: int | None = None) -> DataFrame:
+    """Every observation of a replicated transaction with its origin's own written_us. The
+    origins' own transactions (`own_txns` of them) are broadcast when few enough: then the
+    observations are not shuffled at all."""
     t = _txns(rows).where((F.col("group") != "local") & F.col("origin_uuid").isNotNull())
     own = t.where(F.col("node_uuid") == F.col("origin_uuid")).select(
         "origin_uuid", "txn_lsn", F.col("written_us").alias("origin_written_us"))
+    if own_txns is not None and own_txns <= broadcast_rows_max:
+        own = F.broadcast(own)
     h = t.join(own, ["origin_uuid", "txn_lsn"], "left")
     return h.select(
         "origin_uuid", "txn_lsn", "txn_last_lsn", "txn_id", "timestamp", "node_uuid", "position", "written_us",
@@ -256,24 +203,27 @@ def replication_delay(history: DataFrame) -> DataFrame:
 
 
 def divergence(rows: DataFrame) -> DataFrame:
-    rep = rows.where((F.col("group") != "local") & F.col("origin_uuid").isNotNull())
-    bad = (rep.groupBy("origin_uuid", "origin_lsn")
-           .agg(F.min("content_hash").alias("lo"), F.max("content_hash").alias("hi"))
-           .where(F.col("lo") != F.col("hi")).select("origin_uuid", "origin_lsn"))
-    obs = rep.join(bad, ["origin_uuid", "origin_lsn"])
+    """Observations of an (origin, lsn) whose contents differ. The grouping of every replicated
+    row is shuffled as fixed-width longs (a 64-bit hash of the origin uuid, the lsn, the content
+    hash); the candidates it finds (a superset: two uuids may share a hash) are then checked
+    exactly, by uuid, among their own observations only."""
+    rep = (rows.where((F.col("group") != "local") & F.col("origin_uuid").isNotNull())
+           .withColumn("oh", F.xxhash64("origin_uuid")))
+    cand = (rep.groupBy("oh", "origin_lsn")
+            .agg(F.min("content_hash").alias("lo"), F.max("content_hash").alias("hi"))
+            .where(F.col("lo") != F.col("hi")).select("oh", "origin_lsn")).localCheckpoint()
+    if cand.count() <= broadcast_rows_max:
+        cand = F.broadcast(cand)
+    obs = rep.join(cand, ["oh", "origin_lsn"])
     w = Window.partitionBy("origin_uuid", "origin_lsn")
-    return obs.select("origin_uuid", "origin_lsn", "node_uuid", "content_hash", "op", "space", "key",
-                      F.size(F.collect_set("content_hash").over(w)).alias("variants"))
+    return (obs.select("origin_uuid", "origin_lsn", "node_uuid", "content_hash", "op", "space", "key",
+                       F.size(F.collect_set("content_hash").over(w)).alias("variants"))
+            .where(F.col("variants") > 1))
 
 
-def concurrent_writes(rows: DataFrame, vclocks: DataFrame) -> DataFrame:
-    writes = rows.where((F.col("node_uuid") == F.col("origin_uuid")) & (F.col("group") == "default")
-                        & F.col("op").isin(*T.WRITE_OPS)).select(
-        "node_uuid", "space", "key", "origin_uuid", "origin_lsn", "timestamp",
-        (F.col("position") - F.col("row_in_txn")).alias("position"))
-    own = vclocks.where((F.col("node_uuid") == F.col("origin_uuid")) & (F.col("group") == "default")).select(
-        "node_uuid", "position", "vclock")
-    wv = writes.join(own, ["node_uuid", "position"]).select("space", "key", "origin_uuid", "origin_lsn", "timestamp", "vclock")
+def concurrent_writes(wv: DataFrame) -> DataFrame:
+    """Pairs from the own writes with their origin's vclock (columnar.WRITES_SCHEMA): a join
+    of the writes by (space, key)."""
     a, b = wv.alias("a"), wv.alias("b")
     pairs = a.join(b, (F.col("a.space") == F.col("b.space")) & (F.col("a.key") == F.col("b.key"))
                    & (F.col("a.origin_uuid") < F.col("b.origin_uuid")))
@@ -285,46 +235,6 @@ def concurrent_writes(rows: DataFrame, vclocks: DataFrame) -> DataFrame:
         F.col("a.timestamp").alias("timestamp_a"),
         F.col("b.origin_uuid").alias("origin_b"), F.col("b.origin_lsn").alias("lsn_b"),
         F.col("b.timestamp").alias("timestamp_b"))
-
-
-# --- stage 8: what the driver collects --------------------------------------------------
-def summary(rows: DataFrame, vclocks: DataFrame, delays: DataFrame, div: DataFrame, conc: DataFrame,
-            origins: list[str]) -> dict:
-    """The figures `replog analyze` prints; same shape as spark.oracle.summary."""
-    nodes: dict[str, dict] = {}
-    counts = rows.groupBy("node_uuid").agg(
-        F.count(F.lit(1)).alias("n"), F.sum(F.col("origin_uuid").isNull().cast("long")).alias("unresolved"))
-    unresolved = 0
-    for r in counts.collect():
-        nodes[r["node_uuid"]] = {"rows": r["n"], "max_delay_us": None, "vclock": {}, "local_lsn": 0}
-        unresolved += r["unresolved"]
-    for r in vclocks.groupBy("node_uuid").agg(F.max_by(F.struct("vclock", "local_lsn"), "position").alias("v")).collect():
-        nodes[r["node_uuid"]]["vclock"] = dict(r["v"]["vclock"])
-        nodes[r["node_uuid"]]["local_lsn"] = r["v"]["local_lsn"]
-    for r in delays.groupBy("node_uuid").agg(F.max("delay_us_max").alias("m")).collect():
-        nodes[r["node_uuid"]]["max_delay_us"] = r["m"]
-    return {
-        "nodes": nodes,
-        "origins": sorted(origins),
-        "rows": sum(n["rows"] for n in nodes.values()),
-        "unresolved_rows": unresolved,
-        "divergent_rows": sorted((r[0], r[1]) for r in div.select("origin_uuid", "origin_lsn").distinct().collect()),
-        "concurrent_writes": conc.count(),
-    }
-
-
-def progress_points(rows: DataFrame) -> list[tuple[str, str, float, int]]:
-    """(node, origin, seconds since the first frame of any node, lsn) at plot_buckets points
-    per node: the node's progress per origin over its own time."""
-    t = _txns(rows).where((F.col("group") != "local") & F.col("origin_uuid").isNotNull())
-    span = t.agg(F.min("written_us").alias("t0"), F.max("written_us").alias("t1")).collect()[0]
-    if span["t0"] is None:
-        return []
-    t0, width = span["t0"], max(1, span["t1"] - span["t0"]) / plot_buckets
-    b = F.floor((F.col("written_us") - F.lit(t0)) / F.lit(width))
-    pts = (t.groupBy("node_uuid", "origin_uuid", b.alias("b"))
-           .agg(F.max("written_us").alias("t"), F.max("txn_last_lsn").alias("lsn")).collect())
-    return sorted((r["node_uuid"], r["origin_uuid"], (r["t"] - t0) / 1e6, r["lsn"]) for r in pts)
 
 
 # --- the whole run -----------------------------------------------------------------------
@@ -348,6 +258,8 @@ def run(spark: SparkSession, dirs: list[str], out: str, *,
 def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tuple[dict, list]:
     started = time.monotonic()
     splits, bases, _node_dirs = plan(spark, dirs, split_bytes)
+    sc = spark.sparkContext
+    col = _columnar()
 
     def path(name: str) -> str:
         return os.path.join(out, name)
@@ -359,16 +271,56 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
         log.info("%s %s: %d rows in %.1fs", step, name, back.count(), time.monotonic() - t)
         return back
 
-    rows = write(read_rows(spark, splits), "rows", "[3/8]")
-    written = row_origins(rows)
-    origins = origins_of(rows, bases, written)
-    vclocks = write(vclock_history(spark, rows, bases, origins), "vclock_history", "[4/8]")
-    history = write(origin_history(rows), "origin_history", "[5/8]")
+    t = time.monotonic()
+    stats = write_rows(spark, splits, path("rows"))
+    log.info("[3/8] rows: %d rows in %.1fs", sum(x.rows for x in stats), time.monotonic() - t)
+
+    # vclock_history and the writes' vclocks: per split, from the vclock at its start.
+    t = time.monotonic()
+    pre = col.prefixes(splits, stats, bases)
+    spans = [x.written_us for x in stats if x.written_us is not None]
+    t0 = min(lo for lo, _ in spans) if spans else None
+    width = max(1, max(hi for _, hi in spans) - t0) / plot_buckets if spans else 1.0
+    rows_dir, vclock_dir, writes_dir = path("rows"), path("vclock_history"), path(col.WRITES_DIR)
+    _fresh(vclock_dir)
+    _fresh(writes_dir)
+    work = [(i, pre[i]) for i in range(len(splits))]
+    partials = (sc.parallelize(work, _tasks(sc, len(work), sum(x.end - x.start for x in splits)))
+                .flatMap(lambda w: _columnar().write_split_vclocks(w[0], rows_dir, vclock_dir, writes_dir,
+                                                                  w[1], t0, width)).collect())
+    _done(vclock_dir)
+    log.info("[4/8] vclock_history: %d rows in %.1fs", sum(x.txns for x in stats), time.monotonic() - t)
+
+    rows = spark.read.parquet(rows_dir)
+    history = write(origin_history(rows, sum(x.own_txns for x in stats)), "origin_history", "[5/8]")
     delays = write(replication_delay(history), "replication_delay", "[5/8]")
     div = write(divergence(rows), "divergence", "[6/8]")
-    conc = write(concurrent_writes(rows, vclocks), "concurrent_writes", "[7/8]")
+    conc = write(concurrent_writes(spark.read.parquet(writes_dir)), "concurrent_writes", "[7/8]")
+    shutil.rmtree(writes_dir)
+
     t = time.monotonic()
-    s = summary(rows, vclocks, delays, div, conc, written)
-    points = progress_points(rows)
+    nodes: dict[str, dict] = {}
+    for x in stats:
+        if x.rows:
+            n = nodes.setdefault(x.node_uuid, {"rows": 0, "max_delay_us": None, "vclock": {}, "local_lsn": 0})
+            n["rows"] += x.rows
+    for node, (vc, local) in col.finals(splits, stats, pre).items():
+        if node in nodes:
+            nodes[node]["vclock"], nodes[node]["local_lsn"] = vc, local
+    for r in delays.groupBy("node_uuid").agg(F.max("delay_us_max").alias("m")).collect():
+        nodes[r["node_uuid"]]["max_delay_us"] = r["m"]
+    s = {
+        "nodes": nodes,
+        "origins": sorted({u for x in stats for u in x.origin_max}),
+        "rows": sum(x.rows for x in stats),
+        "unresolved_rows": sum(x.unresolved for x in stats),
+        "divergent_rows": sorted((r[0], r[1]) for r in div.select("origin_uuid", "origin_lsn").distinct().collect()),
+        "concurrent_writes": conc.count(),
+    }
+    points: dict[tuple, list[int]] = {}
+    for node, origin, b, tw, lsn in partials:
+        p = points.setdefault((node, origin, b), [tw, lsn])
+        p[0], p[1] = max(p[0], tw), max(p[1], lsn)
+    pts = sorted((node, origin, (tw - t0) / 1e6, lsn) for (node, origin, _b), (tw, lsn) in points.items())
     log.info("[8/8] summary and plot data in %.1fs; all stages %.1fs", time.monotonic() - t, time.monotonic() - started)
-    return s, points
+    return s, pts

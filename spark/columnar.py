@@ -1,0 +1,230 @@
+"""What the executors' Python does per split, in Arrow/numpy columns (no Python loop per row):
+
+- pass 1 (`write_split_rows`): decode the split (spark.walread.read_split_columns), write its
+  `rows` as one Parquet file, and return the split's small facts (`SplitStats`): row counts,
+  the origins it holds, each origin's last lsn in it (a max), the span of its written_us;
+- between the passes the driver folds the facts of each node's splits in WAL order into the
+  vclock at every split's start (`prefixes`): a running max is a max of the split maxes before;
+- pass 2 (`write_split_vclocks`): read the split's rows back (a few columns of one file), and
+  write its `vclock_history` (prefix + running max within the split, exactly the window of a
+  running max per node over position) and its own writes with their vclock (the input of
+  concurrent_writes), and return the progress-plot partial maxima of the split.
+
+Files are named by split number, written to a temporary name and renamed: a retried task
+writes the same file again. Paths must be reachable from every executor (as the inputs)."""
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from node.core.rows import GROUP_LOCAL, GROUP_NAMES, OP_NAMES
+from spark import tables as T
+from spark import walread
+
+codec = "snappy"   # Parquet codec of the tables written here (see bench/analyze.py figures)
+
+ROWS_TYPES = {
+    "node_uuid": pa.string(), "segment": pa.string(), "offset": pa.int64(), "index": pa.int32(),
+    "position": pa.int64(), "written_us": pa.int64(), "origin_uuid": pa.string(),
+    "origin_lsn": pa.int64(), "txn_id": pa.string(), "txn_lsn": pa.int64(), "row_in_txn": pa.int32(),
+    "txn_rows": pa.int32(), "timestamp": pa.int64(), "group": pa.string(), "op": pa.string(),
+    "space": pa.string(), "key": pa.string(), "content_hash": pa.int64(),
+}
+ROWS_SCHEMA = pa.schema([(c, ROWS_TYPES[c]) for c in T.ROWS])
+VCLOCK_TYPE = pa.map_(pa.string(), pa.int64())
+VCLOCK_SCHEMA = pa.schema([(c, ROWS_TYPES[c]) for c in T.VCLOCK_HISTORY[:8]]
+                          + [("vclock", VCLOCK_TYPE), ("local_lsn", pa.int64())])
+WRITES_SCHEMA = pa.schema([("space", pa.string()), ("key", pa.string()), ("origin_uuid", pa.string()),
+                           ("origin_lsn", pa.int64()), ("timestamp", pa.int64()), ("vclock", VCLOCK_TYPE)])
+WRITES_DIR = "_concurrent_writes_input"     # under OUT while the job runs; removed after
+
+
+def _names(names: dict[int, str]) -> pa.Array:
+    return pa.array([names.get(i) for i in range(max(names) + 1)], pa.string())
+
+
+_GROUPS, _OPS = _names(GROUP_NAMES), _names(OP_NAMES)
+
+
+def rows_batch(c: walread.SplitColumns) -> pa.RecordBatch:
+    """One split's columns -> a record batch of spark.tables.ROWS: per-row columns are the
+    per-transaction ones taken by each row's transaction."""
+    n_rows = np.asarray(c.t_rows, dtype=np.int64)
+    nt, n = len(n_rows), len(c.r_kind)
+    txn = np.repeat(np.arange(nt, dtype=np.int64), n_rows)          # each row's transaction
+    starts = np.cumsum(n_rows) - n_rows
+    row_in_txn = np.arange(n, dtype=np.int64) - starts[txn]
+    t_off = np.asarray(c.t_offset, dtype=np.int64)[txn]
+    lsn = np.asarray(c.t_lsn, dtype=np.int64)
+    group = np.asarray(c.t_group, dtype=np.int64)
+    index = np.asarray(c.t_first_index, dtype=np.int64)[txn] + row_in_txn
+    origin = pa.array(c.t_origin, pa.string())
+    sep = pa.array(np.where(group == GROUP_LOCAL, "/local/", "/"), pa.string())
+    txn_id = pc.binary_join_element_wise(origin, sep, pc.cast(pa.array(lsn), pa.string()), "")
+    take = pa.array(txn)
+    return pa.RecordBatch.from_arrays([
+        pa.repeat(pa.scalar(c.node_uuid, pa.string()), n),
+        pa.repeat(pa.scalar(c.segment, pa.string()), n),
+        pa.array(t_off),
+        pa.array(index.astype(np.int32)),
+        pa.array((c.ordinal << walread.POSITION_SEGMENT_SHIFT) + t_off + index),
+        pa.array(np.asarray(c.t_written_us, dtype=np.int64)[txn]),
+        origin.take(take),
+        pa.array(lsn[txn] + row_in_txn),
+        txn_id.take(take),
+        pa.array(lsn[txn]),
+        pa.array(row_in_txn.astype(np.int32)),
+        pa.array(n_rows[txn].astype(np.int32)),
+        pa.array(np.asarray(c.t_timestamp, dtype=np.int64)[txn]),
+        _GROUPS.take(pa.array(group[txn])),
+        _OPS.take(pa.array(np.asarray(c.r_kind, dtype=np.int64))),
+        pa.array(c.r_space, pa.string()),
+        pa.array(c.r_key, pa.string()),
+        pa.array(np.asarray(c.r_hash, dtype=np.int64)),
+    ], schema=ROWS_SCHEMA)
+
+
+class SplitStats(NamedTuple):
+    i: int
+    node_uuid: str
+    rows: int
+    txns: int
+    own_txns: int                    # replicated transactions of the node itself
+    unresolved: int                  # rows whose replica id this node's table does not know
+    origin_max: dict[str, int]       # replicated origin -> last lsn of its transactions here
+    local_max: int                   # last local lsn here (0: none)
+    written_us: tuple[int, int] | None   # min, max written_us of replicated transactions
+
+
+def _write(table: pa.Table, d: str, i: int) -> None:
+    tmp = os.path.join(d, f".part-{i:05d}.{os.getpid()}.tmp")
+    pq.write_table(table, tmp, compression=codec)
+    os.replace(tmp, os.path.join(d, f"part-{i:05d}.parquet"))
+
+
+def write_split_rows(i: int, split: walread.Split, rows_dir: str) -> SplitStats:
+    c = walread.read_split_columns(split)
+    _write(pa.Table.from_batches([rows_batch(c)]), rows_dir, i)
+    last = np.asarray(c.t_lsn, dtype=np.int64) + np.asarray(c.t_rows, dtype=np.int64) - 1
+    origin_max: dict[str, int] = {}
+    local_max, unresolved, own, span = 0, 0, 0, None
+    lo = hi = None
+    for origin, group, lst, n, wus in zip(c.t_origin, c.t_group, last.tolist(), c.t_rows, c.t_written_us):
+        if group == GROUP_LOCAL:
+            local_max = max(local_max, lst)
+        elif origin is None:
+            unresolved += n
+        else:
+            own += origin == c.node_uuid
+            if lst > origin_max.get(origin, 0):
+                origin_max[origin] = lst
+            else:
+                origin_max.setdefault(origin, 0)
+            lo = wus if lo is None else min(lo, wus)
+            hi = wus if hi is None else max(hi, wus)
+    if lo is not None:
+        span = (lo, hi)
+    return SplitStats(i, c.node_uuid, len(c.r_kind), len(c.t_rows), own, unresolved, origin_max, local_max, span)
+
+
+def prefixes(splits: list[walread.Split], stats: list[SplitStats],
+             bases: list[walread.NodeBase]) -> dict[int, tuple[dict[str, int], int]]:
+    """Split number -> (vclock by uuid, local lsn) at the split's start: the node's base, then
+    the maxima of its earlier splits (WAL order: segment ordinal, then byte offset)."""
+    state = {b.node_uuid: (dict(b.vclock), b.local_lsn) for b in bases}
+    out = {}
+    for i in sorted(range(len(splits)), key=lambda i: (splits[i].node_uuid, splits[i].ordinal, splits[i].start)):
+        vc, local = state[splits[i].node_uuid]
+        out[i] = (dict(vc), local)
+        for u, lsn in stats[i].origin_max.items():
+            if lsn > vc.get(u, 0):
+                vc[u] = lsn
+        state[splits[i].node_uuid] = (vc, max(local, stats[i].local_max))
+    return out
+
+
+def finals(splits: list[walread.Split], stats: list[SplitStats],
+           pre: dict[int, tuple[dict[str, int], int]]) -> dict[str, tuple[dict[str, int], int]]:
+    """Each node's vclock after its last split."""
+    out = {}
+    for i in sorted(range(len(splits)), key=lambda i: (splits[i].ordinal, splits[i].start)):
+        vc, local = dict(pre[i][0]), max(pre[i][1], stats[i].local_max)
+        for u, lsn in stats[i].origin_max.items():
+            if lsn > vc.get(u, 0):
+                vc[u] = lsn
+        out[splits[i].node_uuid] = ({u: v for u, v in vc.items() if v > 0}, local)
+    return out
+
+
+def _vclocks(prefix: dict[str, int], origin: pa.Array, replicated: np.ndarray, last: np.ndarray) -> pa.Array:
+    """The vclock after each transaction: prefix, then a running max per origin (a map,
+    components > 0, in uuid order)."""
+    enc = pc.dictionary_encode(origin)
+    codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    here = enc.dictionary.to_pylist()
+    uuids = sorted(set(prefix) | {u for k, u in enumerate(here) if (replicated & (codes == k)).any()})
+    m = np.zeros((len(last), len(uuids)), dtype=np.int64)
+    for j, u in enumerate(uuids):
+        base = prefix.get(u, 0)
+        k = here.index(u) if u in here else -2
+        col = np.where(replicated & (codes == k), last, 0)
+        np.maximum.accumulate(col, out=col)
+        m[:, j] = np.maximum(col, base)
+    mask = m > 0
+    offsets = np.zeros(len(last) + 1, dtype=np.int32)
+    np.cumsum(mask.sum(axis=1), out=offsets[1:])
+    keys = pa.array(uuids, pa.string()).take(pa.array(np.nonzero(mask)[1]))
+    return pa.MapArray.from_arrays(pa.array(offsets), keys, pa.array(m[mask]), type=VCLOCK_TYPE)
+
+
+def write_split_vclocks(i: int, rows_dir: str, vclock_dir: str, writes_dir: str,
+                        prefix: tuple[dict[str, int], int], t0: int | None, width: float) -> list[tuple]:
+    """Pass 2 of split i; returns the split's progress partials: (node, origin, bucket,
+    max written_us, max last lsn) of its replicated transactions."""
+    rows = pq.read_table(os.path.join(rows_dir, f"part-{i:05d}.parquet"))
+    first = pc.equal(rows["row_in_txn"], 0)
+    t = rows.filter(first)
+    group = t["group"]
+    local = pc.equal(group, "local").to_numpy(zero_copy_only=False)
+    origin = t["origin_uuid"].combine_chunks()
+    known = pc.is_valid(origin).to_numpy(zero_copy_only=False)
+    replicated = ~local & known
+    last = (t["txn_lsn"].to_numpy() + t["txn_rows"].to_numpy().astype(np.int64) - 1)
+    vclock = _vclocks(prefix[0], origin, replicated, last)
+    local_lsn = np.maximum(np.maximum.accumulate(np.where(local, last, 0)) if len(last) else last, prefix[1])
+    cols = [t[c] for c in T.VCLOCK_HISTORY[:8]] + [vclock, pa.array(local_lsn, pa.int64())]
+    _write(pa.Table.from_arrays(cols, schema=VCLOCK_SCHEMA), vclock_dir, i)
+
+    # Own writes with the vclock of their transaction (concurrent_writes' input).
+    txn_of_row = np.cumsum(first.to_numpy(zero_copy_only=False)) - 1
+    own = (pc.equal(rows["node_uuid"], rows["origin_uuid"]).to_numpy(zero_copy_only=False)
+           & pc.equal(rows["group"], "default").to_numpy(zero_copy_only=False)
+           & pc.is_in(rows["op"], pa.array(list(T.WRITE_OPS))).to_numpy(zero_copy_only=False))
+    sel = pa.array(np.nonzero(own)[0])
+    w = rows.take(sel)
+    _write(pa.Table.from_arrays([w["space"], w["key"], w["origin_uuid"], w["origin_lsn"], w["timestamp"],
+                                 vclock.take(pa.array(txn_of_row[own]))], schema=WRITES_SCHEMA), writes_dir, i)
+
+    if t0 is None or not replicated.any():
+        return []
+    wus = t["written_us"].to_numpy()[replicated]
+    b = np.floor((wus - t0) / width).astype(np.int64)
+    node = rows["node_uuid"][0].as_py()
+    codes = pc.dictionary_encode(origin).indices.fill_null(-1).to_numpy(zero_copy_only=False)[replicated]
+    here = pc.dictionary_encode(origin).dictionary.to_pylist()
+    acc: dict[tuple[int, int], list[int]] = {}
+    for k, bb, tw, ls in zip(codes.tolist(), b.tolist(), wus.tolist(), last[replicated].tolist()):
+        a = acc.get((k, bb))
+        if a is None:
+            acc[(k, bb)] = [tw, ls]
+        else:
+            if tw > a[0]:
+                a[0] = tw
+            if ls > a[1]:
+                a[1] = ls
+    return [(node, here[k], bb, tw, ls) for (k, bb), (tw, ls) in acc.items()]
