@@ -32,7 +32,7 @@ class Journal:
         self.store = store
         self.wal = wal
         self._on_fatal = on_fatal
-        self._queue: deque[tuple[list[Txn], asyncio.Future | None]] = deque()
+        self._queue: deque[tuple[list[Txn], asyncio.Future | None, int]] = deque()   # (entry, waiter, rows)
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -68,8 +68,9 @@ class Journal:
         if self.failed is not None:
             raise self.failed
         fut = self._loop.create_future() if want_future else None
-        self._queue.append((txns, fut))
-        self.pending_rows += sum(len(t.ops) for t in txns)
+        rows = sum([len(t[4]) for t in txns])     # counted once here; the writer only adds up entries
+        self._queue.append((txns, fut, rows))
+        self.pending_rows += rows
         self._wake.set()
         return fut
 
@@ -92,30 +93,31 @@ class Journal:
     # --- the writer -----------------------------------------------------------------
     async def _run(self) -> None:
         loop = self._loop
-        batch: list[tuple[list[Txn], asyncio.Future | None]] = []
+        batch: list[tuple[list[Txn], asyncio.Future | None, int]] = []
+        queue = self._queue
         try:
             while True:
-                if not self._queue:
+                if not queue:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
-                batch: list[tuple[list[Txn], asyncio.Future | None]] = []
-                nbytes = 0
-                while self._queue and len(batch) < limits.group_commit_txns_max and nbytes < limits.group_commit_bytes_max:
-                    entry = self._queue.popleft()
+                batch = []
+                txns: list[Txn] = []
+                rows = 0
+                while queue and len(batch) < limits.group_commit_txns_max and 64 * rows < limits.group_commit_bytes_max:
+                    entry = queue.popleft()
                     batch.append(entry)
-                    nbytes += 64 * sum(len(t.ops) for t in entry[0])
-                await loop.run_in_executor(None, self._persist, batch)
+                    txns += entry[0]
+                    rows += entry[2]
+                await loop.run_in_executor(None, self._persist, batch, txns)
                 if self.wal is not None:
                     self.position = (self.wal.segment, self.wal.end)
-                txns = [t for entry, _ in batch for t in entry]
                 self.core.commit(txns)
                 self.batches += 1
                 self.txns_written += len(txns)
-                rows = sum(len(t.ops) for t in txns)
                 self.rows_written += rows
                 self.pending_rows -= rows
-                for _, fut in batch:
+                for _, fut, _ in batch:
                     if fut is not None and not fut.done():
                         fut.set_result(None)
                 ev, self._changed = self._changed, asyncio.Event()
@@ -126,22 +128,21 @@ class Journal:
             self.failed = e
             log.critical("journal: cannot persist: %s", e)
             # the batch that failed was already taken off the queue: its waiters too
-            for _, fut in batch:
+            for _, fut, _ in batch:
                 if fut is not None and not fut.done():
                     fut.set_exception(e)
             while self._queue:
-                _, fut = self._queue.popleft()
+                _, fut, _ = self._queue.popleft()
                 if fut is not None and not fut.done():
                     fut.set_exception(e)
             self._on_fatal(e)
 
-    def _persist(self, batch: list[tuple[list[Txn], asyncio.Future | None]]) -> None:
+    def _persist(self, batch: list[tuple[list[Txn], asyncio.Future | None, int]], txns: list[Txn]) -> None:
         """Runs in one executor thread at a time: WAL first, then the store."""
-        txns = [t for entry, _ in batch for t in entry]
         if self.wal is not None:
             if self.wal.needs_rotation:
                 self.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
             now_us = time.time_ns() // 1000
-            data = b"".join(walfmt.encode_frame(entry, now_us) for entry, _ in batch)
+            data = b"".join([walfmt.encode_frame(entry, now_us) for entry, _, _ in batch])
             self.wal.write_batch(data)
         self.store.apply(txns, self.core.uuid, self.core.hlc.last)
