@@ -90,6 +90,8 @@ def apply_txn(view: StateView, txn: Txn, self_uuid: str) -> None:
         else:
             assert k == OP_NOP, k
         lsn += 1
-    c = txn.component
-    if txn.last_lsn > view.vclock.get(c):
-        view.vclock.follow(c, txn.last_lsn)
+    last = lsn - 1                     # txn.last_lsn: every op above took one lsn
+    c = origin_id                      # txn.component: 0 for local rows, else the origin
+    vclock = view.vclock
+    if last > vclock.get(c):
+        vclock.follow(c, last)
