@@ -449,9 +449,15 @@ class Lifecycle:
                 node.status_reason = f"waiting for a running member of cluster {self.member_cluster_uuid()}{notes}"
             elif not running and wait_for >= 1:
                 d = self.decide()
-                if d.outcome is Outcome.ABORT:
+                if d.outcome is Outcome.ABORT and d.code in ("no_clean_store", "different_shutdowns"):
+                    # This store is empty: it can only join. Peers whose stores are dirty may be
+                    # members that founded or joined this very formation a moment ago and are not
+                    # running yet; if they really cannot recover, they abort themselves.
+                    node.status = "waiting"
+                    node.status_reason = f"{d.message} among the peers; waiting for a running member{notes}"
+                elif d.outcome is Outcome.ABORT:
                     raise Aborted(d.message, d.hint)
-                if d.outcome is Outcome.WAIT:
+                elif d.outcome is Outcome.WAIT:
                     node.status = "waiting"
                     node.status_reason = d.message + notes
                 elif d.outcome is Outcome.ACTIVATE and all_fresh_lowest:
