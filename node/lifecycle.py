@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from node import limits
-from node.applier.applier import open_link
+from node.applier.applier import PROBE_ERRORS, open_link, probe
 from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
 from node.errors import ClientError, ConfigError, PeerRefused, RemoteProtocolError, StorageError
@@ -346,17 +346,9 @@ class Lifecycle:
 
         async def one(address: str) -> tuple[str, dict | BaseException]:
             try:
-                conn, theirs = await asyncio.wait_for(open_link(node, node.http_session, address), timeout)
-            except (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
-                    aiohttp.ClientError) as e:
+                return address, await probe(node, node.http_session, address, timeout)
+            except PROBE_ERRORS as e:
                 return address, e
-            try:
-                await conn.send(m.BYE)
-            except (ConnectionError, RuntimeError, aiohttp.ClientError):
-                pass
-            finally:
-                await conn.close()
-            return address, theirs
 
         peers = [a for a in self.cfg.peers if a != self.cfg.address]
         return dict(await asyncio.gather(*(one(a) for a in peers)))

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from node import limits
 from node.applier.applier import Applier, open_link
-from node.applier.relay import Relay, handle_replication
+from node.applier.relay import Relay
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, Member
 from node.config import Config
 from node.core import messages as m
@@ -179,12 +179,16 @@ class Node:
     def _wipe_partial_join(self) -> None:
         if self.store.spaces or len(self.store.table) or os.path.isdir(self.wal_dir):
             log.warning("store: an interrupted join left partial data; starting the join afresh")
-            uid = self.uuid
-            self.store.close()
-            shutil.rmtree(os.path.join(self.data_dir, "store"), ignore_errors=True)
-            shutil.rmtree(self.wal_dir, ignore_errors=True)
-            self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"))
-            self.store.set_meta(uuid=uid)
+            self._wipe_store()
+
+    def _wipe_store(self) -> None:
+        """An empty store and no WAL, keeping only this node's uuid (a join starts from here)."""
+        uid = self.uuid
+        self.store.close()
+        shutil.rmtree(os.path.join(self.data_dir, "store"), ignore_errors=True)
+        shutil.rmtree(self.wal_dir, ignore_errors=True)
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"))
+        self.store.set_meta(uuid=uid)
 
     def _check_store_matches(self) -> None:
         was_anon = self.store.get_meta("anon")
@@ -409,12 +413,7 @@ class Node:
             await r.conn.close()
         await self.journal.stop()
         self.journal, self.core = None, None
-        uid = self.uuid
-        self.store.close()
-        shutil.rmtree(os.path.join(self.data_dir, "store"), ignore_errors=True)
-        shutil.rmtree(self.wal_dir, ignore_errors=True)
-        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"))
-        self.store.set_meta(uuid=uid)
+        self._wipe_store()
         if anon:
             await self._bootstrap_anon()
         else:

@@ -65,6 +65,22 @@ def decode_rows(frames) -> tuple[list[Txn], RemoteProtocolError | None]:
     return valid, None
 
 
+async def probe(node: "Node", session: aiohttp.ClientSession, address: str, timeout: float) -> dict:
+    """Greet a peer and leave (BYE): its greeting, or the error that stopped the handshake."""
+    conn, theirs = await asyncio.wait_for(open_link(node, session, address), timeout)
+    try:
+        await conn.send(m.BYE)
+    except (ConnectionError, RuntimeError, aiohttp.ClientError):
+        pass
+    finally:
+        await conn.close()
+    return theirs
+
+
+PROBE_ERRORS = (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
+                aiohttp.ClientError)
+
+
 class Resubscribe(Exception):
     """Our own state asks for a fresh SUBSCRIBE (an expelled member's accepted bound grew,
     so rows refused under the smaller bound must be sent again). Nobody's fault."""

@@ -43,12 +43,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from node import limits
-from node.applier.applier import open_link
-from node.core import messages as m
+from node.applier.applier import PROBE_ERRORS, probe
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
 from node.identity import lease as core
 from node.identity.lease import LeaseLost
@@ -298,18 +296,10 @@ class LeaseIdentity:
         """One handshake with a peer (check_peer records what its greeting shows). True if it answered."""
         node = self.node
         try:
-            conn, _ = await asyncio.wait_for(open_link(node, node.http_session, address),
-                                             limits.handshake_timeout_s)
-        except (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
-                aiohttp.ClientError) as e:
+            await probe(node, node.http_session, address, limits.handshake_timeout_s)
+        except PROBE_ERRORS as e:
             log.debug("lease: peer %s not reachable for the version check: %s", address, e)
             return False
-        try:
-            await conn.send(m.BYE)
-        except (ConnectionError, RuntimeError, aiohttp.ClientError):
-            pass
-        finally:
-            await conn.close()
         return True
 
     # --- handshakes ------------------------------------------------------------------
