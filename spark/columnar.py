@@ -39,9 +39,30 @@ ROWS_SCHEMA = pa.schema([(c, ROWS_TYPES[c]) for c in T.ROWS])
 VCLOCK_TYPE = pa.map_(pa.string(), pa.int64())
 VCLOCK_SCHEMA = pa.schema([(c, ROWS_TYPES[c]) for c in T.VCLOCK_HISTORY[:8]]
                           + [("vclock", VCLOCK_TYPE), ("local_lsn", pa.int64())])
+# A write's `seen` lists its origin's vclock at write time, component by component in the
+# order of the writers (the origins of replicated rows, sorted): longs, no uuids, cheap to shuffle.
 WRITES_SCHEMA = pa.schema([("space", pa.string()), ("key", pa.string()), ("origin_uuid", pa.string()),
-                           ("origin_lsn", pa.int64()), ("timestamp", pa.int64()), ("vclock", VCLOCK_TYPE)])
+                           ("origin_idx", pa.int32()), ("origin_lsn", pa.int64()), ("timestamp", pa.int64()),
+                           ("seen", pa.list_(pa.int64()))])
 WRITES_DIR = "_concurrent_writes_input"     # under OUT while the job runs; removed after
+
+
+REPLICATION_DELAY_SCHEMA = pa.schema([("node_uuid", pa.string()), ("origin_uuid", pa.string()), ("txns", pa.int64()),
+                                      ("delay_us_max", pa.int64()), ("delay_us_mean", pa.float64())])
+DIVERGENCE_SCHEMA = pa.schema([("origin_uuid", pa.string()), ("origin_lsn", pa.int64()), ("node_uuid", pa.string()),
+                               ("content_hash", pa.int64()), ("op", pa.string()), ("space", pa.string()),
+                               ("key", pa.string()), ("variants", pa.int32())])
+
+
+def write_table(d: str, schema: pa.Schema, rows: list[tuple]) -> None:
+    """A small table the driver computed, as a one-file Parquet table (no Spark job)."""
+    if os.path.isdir(d):
+        import shutil
+        shutil.rmtree(d)
+    os.makedirs(d)
+    cols = list(zip(*rows)) if rows else [[] for _ in schema]
+    _write(pa.Table.from_arrays([pa.array(list(c), f.type) for c, f in zip(cols, schema)], schema=schema), d, 0)
+    open(os.path.join(d, "_SUCCESS"), "w").close()
 
 
 def _names(names: dict[int, str]) -> pa.Array:
@@ -99,6 +120,8 @@ class SplitStats(NamedTuple):
     origin_max: dict[str, int]       # replicated origin -> last lsn of its transactions here
     local_max: int                   # last local lsn here (0: none)
     written_us: tuple[int, int] | None   # min, max written_us of replicated transactions
+    own: tuple | None = None         # (lsns, written_us) of the node's own replicated txns (numpy)
+    own_rows: tuple | None = None    # (origin_lsns, content_hashes) of the node's own replicated rows
 
 
 def _write(table: pa.Table, d: str, i: int) -> None:
@@ -107,9 +130,16 @@ def _write(table: pa.Table, d: str, i: int) -> None:
     os.replace(tmp, os.path.join(d, f"part-{i:05d}.parquet"))
 
 
-def write_split_rows(i: int, split: walread.Split, rows_dir: str) -> SplitStats:
+def write_split_rows(i: int, split: walread.Split, rows_dir: str, own_cap: int) -> SplitStats:
+    """Pass 1 of split i (see the module doc); the node's own transactions come back only if
+    at most own_cap (so the driver never gathers more than the tasks of pass 2 can be sent)."""
     c = walread.read_split_columns(split)
-    _write(pa.Table.from_batches([rows_batch(c)]), rows_dir, i)
+    batch = rows_batch(c)
+    _write(pa.Table.from_batches([batch]), rows_dir, i)
+    mine_rows = pc.and_(pc.equal(batch["origin_uuid"], c.node_uuid), pc.not_equal(batch["group"], "local"))
+    own_rows = None
+    if (pc.sum(mine_rows).as_py() or 0) <= own_cap:
+        own_rows = (batch["origin_lsn"].filter(mine_rows).to_numpy(), batch["content_hash"].filter(mine_rows).to_numpy())
     last = np.asarray(c.t_lsn, dtype=np.int64) + np.asarray(c.t_rows, dtype=np.int64) - 1
     origin_max: dict[str, int] = {}
     local_max, unresolved, own, span = 0, 0, 0, None
@@ -129,7 +159,12 @@ def write_split_rows(i: int, split: walread.Split, rows_dir: str) -> SplitStats:
             hi = wus if hi is None else max(hi, wus)
     if lo is not None:
         span = (lo, hi)
-    return SplitStats(i, c.node_uuid, len(c.r_kind), len(c.t_rows), own, unresolved, origin_max, local_max, span)
+    mine = [k for k, (o, g) in enumerate(zip(c.t_origin, c.t_group)) if o == c.node_uuid and g != GROUP_LOCAL]
+    own_arrays = None
+    if mine and len(mine) <= own_cap:
+        own_arrays = (np.asarray(c.t_lsn, dtype=np.int64)[mine], np.asarray(c.t_written_us, dtype=np.int64)[mine])
+    return SplitStats(i, c.node_uuid, len(c.r_kind), len(c.t_rows), own, unresolved, origin_max, local_max, span,
+                      own_arrays, own_rows)
 
 
 def prefixes(splits: list[walread.Split], stats: list[SplitStats],
@@ -161,6 +196,128 @@ def finals(splits: list[walread.Split], stats: list[SplitStats],
     return out
 
 
+def own_written(splits: list[walread.Split], stats: list[SplitStats]) -> dict[str, tuple]:
+    """Origin uuid -> (its own transactions' lsns, sorted; their written_us): the origin side
+    of origin_history, small enough to send to every task."""
+    parts: dict[str, list] = {}
+    for x in stats:
+        if x.own is not None:
+            parts.setdefault(x.node_uuid, []).append(x.own)
+    out = {}
+    for u, ps in parts.items():
+        lsn = np.concatenate([p[0] for p in ps])
+        wus = np.concatenate([p[1] for p in ps])
+        order = np.argsort(lsn, kind="stable")
+        out[u] = (lsn[order], wus[order])
+    return out
+
+
+def own_contents(stats: list[SplitStats]) -> dict[str, tuple] | None:
+    """Origin uuid -> (its own rows' lsns, sorted; their content hashes): the reference each
+    observation is compared with for divergence. None if a split held too many to send."""
+    parts: dict[str, list] = {}
+    for x in stats:
+        if x.own_rows is None:
+            return None
+        if len(x.own_rows[0]):
+            parts.setdefault(x.node_uuid, []).append(x.own_rows)
+    out = {}
+    for u, ps in parts.items():
+        lsn = np.concatenate([p[0] for p in ps])
+        h = np.concatenate([p[1] for p in ps])
+        order = np.argsort(lsn, kind="stable")
+        out[u] = (lsn[order], h[order])
+    return out
+
+
+DIVERGENCE_INPUT_SCHEMA = pa.schema([("origin_uuid", pa.string()), ("origin_lsn", pa.int64()),
+                                     ("content_hash", pa.int64())])
+DIVERGENCE_DIR = "_divergence_input"       # under OUT while the job runs; removed after
+
+
+def _divergence_input(rows: pa.Table, ref: dict[str, tuple], out_dir: str, i: int) -> int:
+    """The observations of split i that may make an (origin, lsn) divergent: those that differ
+    from the origin's own observation (written with that reference content), and those with no
+    own observation to compare with. An (origin, lsn) is divergent exactly when its rows here
+    hold two different contents (grouped by Spark: usually none, or a few)."""
+    rep = (pc.not_equal(rows["group"], "local").to_numpy(zero_copy_only=False)
+           & pc.is_valid(rows["origin_uuid"]).to_numpy(zero_copy_only=False))
+    enc = pc.dictionary_encode(rows["origin_uuid"].combine_chunks())
+    codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    lsn_all = rows["origin_lsn"].to_numpy()
+    h_all = rows["content_hash"].to_numpy()
+    us, ls, hs = [], [], []
+    for k, u in enumerate(enc.dictionary.to_pylist()):
+        at = rep & (codes == k)
+        lsn, h = lsn_all[at], h_all[at]
+        if u in ref and len(ref[u][0]):
+            lsns, hashes = ref[u]
+            j = np.minimum(np.searchsorted(lsns, lsn), len(lsns) - 1)
+            found = lsns[j] == lsn
+            bad = found & (hashes[j] != h)
+            keep = bad | ~found
+            parts = [(lsn[keep], h[keep]), (lsn[bad], hashes[j][bad])]
+        else:
+            parts = [(lsn, h)]
+        for pl, ph in parts:
+            if len(pl):
+                us.append(pa.repeat(pa.scalar(u, pa.string()), len(pl)))
+                ls.append(pl)
+                hs.append(ph)
+    table = pa.Table.from_arrays([pa.chunked_array(us, pa.string()), pa.array(np.concatenate(ls) if ls else [], pa.int64()),
+                                  pa.array(np.concatenate(hs) if hs else [], pa.int64())], schema=DIVERGENCE_INPUT_SCHEMA)
+    _write(table, out_dir, i)
+    return len(table)
+
+
+ORIGIN_HISTORY_SCHEMA = pa.schema([
+    ("origin_uuid", pa.string()), ("txn_lsn", pa.int64()), ("txn_last_lsn", pa.int64()), ("txn_id", pa.string()),
+    ("timestamp", pa.int64()), ("node_uuid", pa.string()), ("position", pa.int64()), ("written_us", pa.int64()),
+    ("origin_written_us", pa.int64()), ("delay_us", pa.int64()), ("delay_basis", pa.string())])
+
+
+def _origin_history(t: pa.Table, replicated: np.ndarray, last: np.ndarray, own: dict[str, tuple],
+                    history_dir: str, i: int) -> list[tuple]:
+    """Write split i's origin_history; returns replication_delay partials: (node, origin,
+    txns, max delay, sum of delays) for origins other than the node."""
+    r = t.filter(pa.array(replicated))
+    origin = r["origin_uuid"].combine_chunks()
+    lsn = r["txn_lsn"].to_numpy()
+    ow = np.zeros(len(lsn), dtype=np.int64)
+    found = np.zeros(len(lsn), dtype=bool)
+    enc = pc.dictionary_encode(origin)
+    codes = enc.indices.to_numpy(zero_copy_only=False)
+    here = enc.dictionary.to_pylist()
+    for k, u in enumerate(here):
+        if u not in own:
+            continue
+        at = codes == k
+        lsns, wus = own[u]
+        j = np.minimum(np.searchsorted(lsns, lsn[at]), max(len(lsns) - 1, 0))
+        hit = lsns[j] == lsn[at] if len(lsns) else np.zeros(at.sum(), dtype=bool)
+        found[at] = hit
+        ow[at] = np.where(hit, wus[j], 0)
+    wus = r["written_us"].to_numpy()
+    ts = r["timestamp"].to_numpy()
+    delay = wus - np.where(found, ow, ts)
+    _write(pa.Table.from_arrays([
+        origin, r["txn_lsn"], pa.array(last[replicated]), r["txn_id"], r["timestamp"], r["node_uuid"],
+        r["position"], r["written_us"], pa.array(ow, mask=~found), pa.array(delay),
+        pa.array(np.where(found, "origin_wal", "timestamp"), pa.string())], schema=ORIGIN_HISTORY_SCHEMA),
+        history_dir, i)
+    if not len(lsn):
+        return []
+    node = r["node_uuid"][0].as_py()
+    out = []
+    for k, u in enumerate(here):
+        if u == node:
+            continue
+        d = delay[codes == k]
+        if len(d):
+            out.append((node, u, len(d), int(d.max()), int(d.sum())))
+    return out
+
+
 def _vclocks(prefix: dict[str, int], origin: pa.Array, replicated: np.ndarray, last: np.ndarray) -> pa.Array:
     """The vclock after each transaction: prefix, then a running max per origin (a map,
     components > 0, in uuid order)."""
@@ -179,13 +336,17 @@ def _vclocks(prefix: dict[str, int], origin: pa.Array, replicated: np.ndarray, l
     offsets = np.zeros(len(last) + 1, dtype=np.int32)
     np.cumsum(mask.sum(axis=1), out=offsets[1:])
     keys = pa.array(uuids, pa.string()).take(pa.array(np.nonzero(mask)[1]))
-    return pa.MapArray.from_arrays(pa.array(offsets), keys, pa.array(m[mask]), type=VCLOCK_TYPE)
+    return pa.MapArray.from_arrays(pa.array(offsets), keys, pa.array(m[mask]), type=VCLOCK_TYPE), m, uuids
 
 
-def write_split_vclocks(i: int, rows_dir: str, vclock_dir: str, writes_dir: str,
-                        prefix: tuple[dict[str, int], int], t0: int | None, width: float) -> list[tuple]:
-    """Pass 2 of split i; returns the split's progress partials: (node, origin, bucket,
-    max written_us, max last lsn) of its replicated transactions."""
+def write_split_pass2(i: int, rows_dir: str, vclock_dir: str, writes_dir: str, history_dir: str | None,
+                      own: dict[str, tuple] | None, div_dir: str | None, ref: dict[str, tuple] | None,
+                      prefix: tuple[dict[str, int], int], t0: int | None,
+                      width: float, writers: list[str]) -> tuple[list[tuple], list[tuple]]:
+    """Pass 2 of split i: its vclock_history, its own writes with their vclock and, given the
+    origins' own transactions (`own`), its origin_history. Returns the split's progress partials
+    (node, origin, bucket, max written_us, max last lsn) of its replicated transactions, and
+    its replication_delay partials (see _origin_history)."""
     rows = pq.read_table(os.path.join(rows_dir, f"part-{i:05d}.parquet"))
     first = pc.equal(rows["row_in_txn"], 0)
     t = rows.filter(first)
@@ -195,23 +356,34 @@ def write_split_vclocks(i: int, rows_dir: str, vclock_dir: str, writes_dir: str,
     known = pc.is_valid(origin).to_numpy(zero_copy_only=False)
     replicated = ~local & known
     last = (t["txn_lsn"].to_numpy() + t["txn_rows"].to_numpy().astype(np.int64) - 1)
-    vclock = _vclocks(prefix[0], origin, replicated, last)
+    vclock, m, uuids = _vclocks(prefix[0], origin, replicated, last)
     local_lsn = np.maximum(np.maximum.accumulate(np.where(local, last, 0)) if len(last) else last, prefix[1])
     cols = [t[c] for c in T.VCLOCK_HISTORY[:8]] + [vclock, pa.array(local_lsn, pa.int64())]
     _write(pa.Table.from_arrays(cols, schema=VCLOCK_SCHEMA), vclock_dir, i)
 
     # Own writes with the vclock of their transaction (concurrent_writes' input).
     txn_of_row = np.cumsum(first.to_numpy(zero_copy_only=False)) - 1
-    own = (pc.equal(rows["node_uuid"], rows["origin_uuid"]).to_numpy(zero_copy_only=False)
+    writes = (pc.equal(rows["node_uuid"], rows["origin_uuid"]).to_numpy(zero_copy_only=False)
            & pc.equal(rows["group"], "default").to_numpy(zero_copy_only=False)
            & pc.is_in(rows["op"], pa.array(list(T.WRITE_OPS))).to_numpy(zero_copy_only=False))
-    sel = pa.array(np.nonzero(own)[0])
+    sel = pa.array(np.nonzero(writes)[0])
     w = rows.take(sel)
-    _write(pa.Table.from_arrays([w["space"], w["key"], w["origin_uuid"], w["origin_lsn"], w["timestamp"],
-                                 vclock.take(pa.array(txn_of_row[own]))], schema=WRITES_SCHEMA), writes_dir, i)
+    at = txn_of_row[writes]
+    seen = np.zeros((len(at), len(writers)), dtype=np.int64)
+    for j, u in enumerate(writers):
+        if u in uuids:
+            seen[:, j] = m[at, uuids.index(u)]
+    index_of = {u: j for j, u in enumerate(writers)}
+    idx = np.asarray([index_of[u] for u in w["origin_uuid"].to_pylist()], dtype=np.int32)
+    seen_list = pa.ListArray.from_arrays(pa.array(np.arange(len(at) + 1, dtype=np.int32) * len(writers)),
+                                         pa.array(seen.reshape(-1)))
+    _write(pa.Table.from_arrays([w["space"], w["key"], w["origin_uuid"], pa.array(idx), w["origin_lsn"],
+                                 w["timestamp"], seen_list], schema=WRITES_SCHEMA), writes_dir, i)
 
+    suspects = 0 if div_dir is None else _divergence_input(rows, ref or {}, div_dir, i)
+    delays = [] if history_dir is None else _origin_history(t, replicated, last, own or {}, history_dir, i)
     if t0 is None or not replicated.any():
-        return []
+        return [], delays, suspects
     wus = t["written_us"].to_numpy()[replicated]
     b = np.floor((wus - t0) / width).astype(np.int64)
     node = rows["node_uuid"][0].as_py()
@@ -227,4 +399,4 @@ def write_split_vclocks(i: int, rows_dir: str, vclock_dir: str, writes_dir: str,
                 a[0] = tw
             if ls > a[1]:
                 a[1] = ls
-    return [(node, here[k], bb, tw, ls) for (k, bb), (tw, ls) in acc.items()]
+    return [(node, here[k], bb, tw, ls) for (k, bb), (tw, ls) in acc.items()], delays, suspects

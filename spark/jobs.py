@@ -144,8 +144,9 @@ def write_rows(spark: SparkSession, splits: list[walread.Split], rows_dir: str) 
     sc = spark.sparkContext
     _fresh(rows_dir)
     total = sum(s.end - s.start for s in splits)
+    own_cap = broadcast_rows_max // max(1, len(splits))
     stats = (sc.parallelize(list(enumerate(splits)), _tasks(sc, len(splits), total))
-             .map(lambda w: _columnar().write_split_rows(w[0], w[1], rows_dir)).collect())
+             .map(lambda w: _columnar().write_split_rows(w[0], w[1], rows_dir, own_cap)).collect())
     stats.sort(key=lambda x: x.i)
     assert [x.i for x in stats] == list(range(len(splits)))
     _done(rows_dir)
@@ -176,15 +177,13 @@ def _txns(rows: DataFrame) -> DataFrame:
 broadcast_rows_max = 2_000_000     # a join side up to this many rows is broadcast, not shuffled
 
 
-def origin_history(rows: DataFrame, own_txns: int | None = None) -> DataFrame:
-    """Every observation of a replicated transaction with its origin's own written_us. The
-    origins' own transactions (`own_txns` of them) are broadcast when few enough: then the
-    observations are not shuffled at all."""
+def origin_history(rows: DataFrame) -> DataFrame:
+    """Every observation of a replicated transaction with its origin's own written_us: the
+    Spark SQL form, for when the origins' own transactions are too many for pass 2 (a join
+    of the observations with them by origin and lsn, shuffled)."""
     t = _txns(rows).where((F.col("group") != "local") & F.col("origin_uuid").isNotNull())
     own = t.where(F.col("node_uuid") == F.col("origin_uuid")).select(
         "origin_uuid", "txn_lsn", F.col("written_us").alias("origin_written_us"))
-    if own_txns is not None and own_txns <= broadcast_rows_max:
-        own = F.broadcast(own)
     h = t.join(own, ["origin_uuid", "txn_lsn"], "left")
     return h.select(
         "origin_uuid", "txn_lsn", "txn_last_lsn", "txn_id", "timestamp", "node_uuid", "position", "written_us",
@@ -221,14 +220,31 @@ def divergence(rows: DataFrame) -> DataFrame:
             .where(F.col("variants") > 1))
 
 
+def divergence_from_input(rows: DataFrame, suspects: DataFrame) -> DataFrame:
+    """divergence, given pass 2's suspects (columnar._divergence_input): the (origin, lsn) whose
+    suspects hold two contents are divergent; their observations are then found in `rows`
+    (skipped when there are none: the usual case)."""
+    bad = (suspects.groupBy("origin_uuid", "origin_lsn")
+           .agg(F.min("content_hash").alias("lo"), F.max("content_hash").alias("hi"))
+           .where(F.col("lo") != F.col("hi")).select("origin_uuid", "origin_lsn")).localCheckpoint()
+    n = bad.count()
+    w = Window.partitionBy("origin_uuid", "origin_lsn")
+    rep = rows.where((F.col("group") != "local") & F.col("origin_uuid").isNotNull())
+    if n == 0:
+        rep = rep.limit(0)
+    obs = rep.join(F.broadcast(bad) if n <= broadcast_rows_max else bad, ["origin_uuid", "origin_lsn"])
+    return obs.select("origin_uuid", "origin_lsn", "node_uuid", "content_hash", "op", "space", "key",
+                      F.size(F.collect_set("content_hash").over(w)).alias("variants"))
+
+
 def concurrent_writes(wv: DataFrame) -> DataFrame:
     """Pairs from the own writes with their origin's vclock (columnar.WRITES_SCHEMA): a join
-    of the writes by (space, key)."""
+    of the writes by (space, key): one shuffle of the writes, reused for both sides."""
     a, b = wv.alias("a"), wv.alias("b")
     pairs = a.join(b, (F.col("a.space") == F.col("b.space")) & (F.col("a.key") == F.col("b.key"))
                    & (F.col("a.origin_uuid") < F.col("b.origin_uuid")))
-    seen_a = F.coalesce(F.element_at(F.col("b.vclock"), F.col("a.origin_uuid")), F.lit(0))
-    seen_b = F.coalesce(F.element_at(F.col("a.vclock"), F.col("b.origin_uuid")), F.lit(0))
+    seen_a = F.col("b.seen")[F.col("a.origin_idx")]
+    seen_b = F.col("a.seen")[F.col("b.origin_idx")]
     return pairs.where((seen_a < F.col("a.origin_lsn")) & (seen_b < F.col("b.origin_lsn"))).select(
         F.col("a.space").alias("space"), F.col("a.key").alias("key"),
         F.col("a.origin_uuid").alias("origin_a"), F.col("a.origin_lsn").alias("lsn_a"),
@@ -275,26 +291,67 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
     stats = write_rows(spark, splits, path("rows"))
     log.info("[3/8] rows: %d rows in %.1fs", sum(x.rows for x in stats), time.monotonic() - t)
 
-    # vclock_history and the writes' vclocks: per split, from the vclock at its start.
+    # vclock_history, the writes' vclocks and (when the origins' own transactions are few
+    # enough to send to every task) origin_history: per split, from the vclock at its start.
     t = time.monotonic()
     pre = col.prefixes(splits, stats, bases)
     spans = [x.written_us for x in stats if x.written_us is not None]
     t0 = min(lo for lo, _ in spans) if spans else None
     width = max(1, max(hi for _, hi in spans) - t0) / plot_buckets if spans else 1.0
     rows_dir, vclock_dir, writes_dir = path("rows"), path("vclock_history"), path(col.WRITES_DIR)
-    _fresh(vclock_dir)
-    _fresh(writes_dir)
+    in_tasks = all(x.own is not None or x.own_txns == 0 for x in stats)
+    history_dir = path("origin_history") if in_tasks else None
+    own = sc.broadcast(col.own_written(splits, stats)) if in_tasks else None
+    contents = col.own_contents(stats)
+    ref = sc.broadcast(contents) if contents is not None else None
+    div_dir = path(col.DIVERGENCE_DIR) if contents is not None else None
+    for d in (vclock_dir, writes_dir) + ((history_dir,) if in_tasks else ()) + ((div_dir,) if div_dir else ()):
+        _fresh(d)
+    writers = sorted({u for x in stats for u in x.origin_max})
     work = [(i, pre[i]) for i in range(len(splits))]
-    partials = (sc.parallelize(work, _tasks(sc, len(work), sum(x.end - x.start for x in splits)))
-                .flatMap(lambda w: _columnar().write_split_vclocks(w[0], rows_dir, vclock_dir, writes_dir,
-                                                                  w[1], t0, width)).collect())
+    results = (sc.parallelize(work, _tasks(sc, len(work), sum(x.end - x.start for x in splits)))
+               .map(lambda w: _columnar().write_split_pass2(w[0], rows_dir, vclock_dir, writes_dir, history_dir,
+                                                            own.value if own is not None else None,
+                                                            div_dir, ref.value if ref is not None else None,
+                                                            w[1], t0, width, writers)).collect())
+    partials = [p for r in results for p in r[0]]
     _done(vclock_dir)
     log.info("[4/8] vclock_history: %d rows in %.1fs", sum(x.txns for x in stats), time.monotonic() - t)
 
     rows = spark.read.parquet(rows_dir)
-    history = write(origin_history(rows, sum(x.own_txns for x in stats)), "origin_history", "[5/8]")
-    delays = write(replication_delay(history), "replication_delay", "[5/8]")
-    div = write(divergence(rows), "divergence", "[6/8]")
+    if in_tasks:
+        _done(history_dir)
+        own.unpersist()
+        acc: dict[tuple[str, str], list[int]] = {}
+        for r in results:
+            for node, origin, n, mx, sm in r[1]:
+                a = acc.setdefault((node, origin), [0, mx, 0])
+                a[0], a[1], a[2] = a[0] + n, max(a[1], mx), a[2] + sm
+        delay_rows = sorted((node, origin, n, mx, sm / n) for (node, origin), (n, mx, sm) in acc.items())
+        col.write_table(path("replication_delay"), col.REPLICATION_DELAY_SCHEMA, delay_rows)
+        max_delay: dict[str, int] = {}
+        for node, _o, _n, mx, _m in delay_rows:
+            max_delay[node] = max(max_delay.get(node, mx), mx)
+        log.info("[5/8] origin_history (in pass 2), replication_delay: %d rows", len(delay_rows))
+    else:
+        history = write(origin_history(rows), "origin_history", "[5/8]")
+        delays = write(replication_delay(history), "replication_delay", "[5/8]")
+        max_delay = {r["node_uuid"]: r["m"] for r in
+                     delays.groupBy("node_uuid").agg(F.max("delay_us_max").alias("m")).collect()}
+    suspects = sum(r[2] for r in results)
+    if div_dir is not None and suspects == 0:
+        # Every observation equals its origin's own: no divergence, and no Spark job to say so.
+        col.write_table(path("divergence"), col.DIVERGENCE_SCHEMA, [])
+        shutil.rmtree(div_dir)
+        ref.unpersist()
+        div = spark.read.parquet(path("divergence"))
+        log.info("[6/8] divergence: none (every observation equals its origin's own)")
+    elif div_dir is not None:
+        ref.unpersist()
+        div = write(divergence_from_input(rows, spark.read.parquet(div_dir)), "divergence", "[6/8]")
+        shutil.rmtree(div_dir)
+    else:
+        div = write(divergence(rows), "divergence", "[6/8]")
     conc = write(concurrent_writes(spark.read.parquet(writes_dir)), "concurrent_writes", "[7/8]")
     shutil.rmtree(writes_dir)
 
@@ -307,8 +364,8 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
     for node, (vc, local) in col.finals(splits, stats, pre).items():
         if node in nodes:
             nodes[node]["vclock"], nodes[node]["local_lsn"] = vc, local
-    for r in delays.groupBy("node_uuid").agg(F.max("delay_us_max").alias("m")).collect():
-        nodes[r["node_uuid"]]["max_delay_us"] = r["m"]
+    for node, m in max_delay.items():
+        nodes[node]["max_delay_us"] = m
     s = {
         "nodes": nodes,
         "origins": sorted({u for x in stats for u in x.origin_max}),
