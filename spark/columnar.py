@@ -212,13 +212,13 @@ def own_written(splits: list[walread.Split], stats: list[SplitStats]) -> dict[st
     return out
 
 
-def own_contents(stats: list[SplitStats]) -> dict[str, tuple] | None:
+def own_contents(stats: list[SplitStats], most: int) -> dict[str, tuple] | None:
     """Origin uuid -> (its own rows' lsns, sorted; their content hashes): the reference each
-    observation is compared with for divergence. None if a split held too many to send."""
+    observation is compared with for divergence. None if more than `most` (too many to send)."""
     parts: dict[str, list] = {}
+    if any(x.own_rows is None for x in stats) or sum(len(x.own_rows[0]) for x in stats) > most:
+        return None
     for x in stats:
-        if x.own_rows is None:
-            return None
         if len(x.own_rows[0]):
             parts.setdefault(x.node_uuid, []).append(x.own_rows)
     out = {}

@@ -144,7 +144,7 @@ def write_rows(spark: SparkSession, splits: list[walread.Split], rows_dir: str) 
     sc = spark.sparkContext
     _fresh(rows_dir)
     total = sum(s.end - s.start for s in splits)
-    own_cap = broadcast_rows_max // max(1, len(splits))
+    own_cap = 4 * task_lookup_rows_max // max(1, len(splits))    # the total is checked after
     stats = (sc.parallelize(list(enumerate(splits)), _tasks(sc, len(splits), total))
              .map(lambda w: _columnar().write_split_rows(w[0], w[1], rows_dir, own_cap)).collect())
     stats.sort(key=lambda x: x.i)
@@ -175,6 +175,7 @@ def _txns(rows: DataFrame) -> DataFrame:
 
 
 broadcast_rows_max = 2_000_000     # a join side up to this many rows is broadcast, not shuffled
+task_lookup_rows_max = 8_000_000   # origins' own txns/rows sent to every pass-2 task (16 bytes each)
 
 
 def origin_history(rows: DataFrame) -> DataFrame:
@@ -299,10 +300,11 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
     t0 = min(lo for lo, _ in spans) if spans else None
     width = max(1, max(hi for _, hi in spans) - t0) / plot_buckets if spans else 1.0
     rows_dir, vclock_dir, writes_dir = path("rows"), path("vclock_history"), path(col.WRITES_DIR)
-    in_tasks = all(x.own is not None or x.own_txns == 0 for x in stats)
+    in_tasks = (all(x.own is not None or x.own_txns == 0 for x in stats)
+                and sum(x.own_txns for x in stats) <= task_lookup_rows_max)
     history_dir = path("origin_history") if in_tasks else None
     own = sc.broadcast(col.own_written(splits, stats)) if in_tasks else None
-    contents = col.own_contents(stats)
+    contents = col.own_contents(stats, task_lookup_rows_max)
     ref = sc.broadcast(contents) if contents is not None else None
     div_dir = path(col.DIVERGENCE_DIR) if contents is not None else None
     for d in (vclock_dir, writes_dir) + ((history_dir,) if in_tasks else ()) + ((div_dir,) if div_dir else ()):

@@ -67,6 +67,7 @@ def test_without_broadcasts_every_table_still_equals_the_oracle(spark, corrupted
     """The paths for inputs too big to broadcast: origin_history and replication_delay in
     Spark SQL (not in pass 2), divergence's candidates joined by a shuffle."""
     monkeypatch.setattr(jobs, "broadcast_rows_max", 0)
+    monkeypatch.setattr(jobs, "task_lookup_rows_max", 0)
     root, m = corrupted
     r = _run(spark, node_dirs(root, m), str(tmp_path / "out"))
     for name in T.TABLES:
