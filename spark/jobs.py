@@ -63,6 +63,7 @@ def session(master: str | None = None, *, app_name: str = "replog-analyze",
         "spark.sql.execution.pythonUDTF.arrow.enabled": "true",
         "spark.ui.showConsoleProgress": "false",                   # stages log their own lines
         "spark.sql.session.timeZone": "UTC",
+        "spark.sql.parquet.compression.codec": "zstd",             # as spark.columnar.codec
     }
     if local:
         settings.update({
