@@ -16,10 +16,10 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
 from typing import Any, Callable
 
 from bench.common import free_port
+from node.client import request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LUA_DIR = os.path.join(REPO, "bench", "tarantool")
@@ -142,18 +142,7 @@ RUN_NODE = "import runpy, sys; sys.argv = ['node'] + sys.argv[1:]; runpy.run_mod
 
 
 def http_request(method: str, url: str, body: Any = None, timeout_s: float = HTTP_TIMEOUT_S) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            payload = r.read()
-            return r.status, json.loads(payload) if payload else None
-    except urllib.error.HTTPError as e:
-        payload = e.read()
-        try:
-            return e.code, json.loads(payload) if payload else None
-        except ValueError:
-            return e.code, payload
+    return request(method, url, body, timeout=timeout_s)
 
 
 class ReplogNode(Proc):

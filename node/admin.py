@@ -21,8 +21,9 @@ from pathlib import Path
 from node.core.vclock import Order
 from node.errors import ReplogError
 from node.identity import identity_file as idf
-from node.identity.signature import FinalSignature, StoreInfo, StoreStatus, compare_stores
-from node.lifecycle import LOCK_FILE, final_to_wire, stored_status
+from node.identity.signature import (FinalSignature, StoreInfo, StoreStatus, compare_stores, final_to_wire,
+                                     stored_status)
+from node.lifecycle import LOCK_FILE
 from node.storage.store import Store, read_only_view
 
 

@@ -114,20 +114,11 @@ async def serve(cfg) -> int:
 
 # --- client commands ----------------------------------------------------------------------
 def http(method: str, url: str, body: Any = None, token: str | None = None, timeout: float = 10) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method)
-    req.add_header("Content-Type", "application/json")
-    token = token or os.environ.get("REPLOG_TOKEN")
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        try:
-            return e.code, json.loads(e.read() or b"null")
-        except ValueError:
-            return e.code, {"error": {"code": "http", "message": str(e)}}
+    from node.client import request
+    status, doc = request(method, url, body, token=token or os.environ.get("REPLOG_TOKEN"), timeout=timeout)
+    if status >= 400 and not isinstance(doc, dict):
+        doc = {"error": {"code": "http", "message": f"HTTP {status}"}}
+    return status, doc
 
 
 def base_url(u: str) -> str:

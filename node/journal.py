@@ -52,7 +52,7 @@ class Journal:
         if self._task:
             # Let queued entries finish: they were claimed and some callers wait on them.
             while self._queue and self.failed is None and not self._task.done():
-                await asyncio.sleep(0.005)
+                await self.changed(timeout=1.0)
             self._task.cancel()
             try:
                 await self._task

@@ -41,11 +41,11 @@ from node import limits
 from node.applier.applier import PROBE_ERRORS, open_link, probe
 from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
-from node.errors import ClientError, ConfigError, PeerRefused, RemoteProtocolError, StorageError
+from node.errors import ConfigError, PeerRefused, RemoteProtocolError, StorageError
 from node.identity import identity_file as idf
 from node.identity.signature import (
-    Decision, FinalSignature, InitialSignature, MemberStatus, Outcome, StoreStatus,
-    decide_initialization, decide_join,
+    Decision, InitialSignature, MemberStatus, Outcome, StoreStatus, decide_initialization, decide_join,
+    final_to_wire, initial_from_wire, initial_to_wire, member_status_from_greeting, stored_status,
 )
 
 if TYPE_CHECKING:
@@ -57,9 +57,6 @@ log = logging.getLogger("replog.lifecycle")
 poll_timeout_s = 5.0                 # one status poll of one peer (connect + auth + greeting)
 wait_backoff_s_max = 1.0             # a forming cluster polls its peers at most this far apart
 catch_up_poll_s = 0.05               # how often a catching-up member compares vclocks
-shutdown_converge_s = 20.0           # cluster shutdown: quiesced members must reach one vclock by then
-shutdown_call_timeout_s = 5.0        # one shutdown phase call to one member
-quiesce_hold_s = 60.0                # a quiesced member that hears no final phase resumes serving
 address_follow_s = 0.5               # how often appliers are checked against members' new addresses
 LOCK_FILE = "replog.lock"            # flock'd by the running node; `admin mark-clean` checks it
 
@@ -122,68 +119,6 @@ class Aborted(StorageError):
         self.hint = hint
 
 
-# --- signatures in `_meta` and greetings ---------------------------------------------------------
-
-def initial_to_wire(s: InitialSignature | None) -> dict | None:
-    return None if s is None else {"cluster_uuid": s.cluster_uuid, "created_s": s.created_s,
-                                   "founders": list(s.founders)}
-
-
-def initial_from_wire(d: Any) -> InitialSignature | None:
-    if not isinstance(d, dict):
-        return None
-    try:
-        return InitialSignature(str(d["cluster_uuid"]), float(d["created_s"]),
-                                tuple(str(f) for f in d["founders"]))
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def final_to_wire(f: FinalSignature | None) -> dict | None:
-    return None if f is None else {"vclock_by_uuid": dict(f.vclock_by_uuid), "shutdown_id": f.shutdown_id}
-
-
-def final_from_wire(d: Any) -> FinalSignature | None:
-    if not isinstance(d, dict) or not isinstance(d.get("shutdown_id"), str) \
-            or not isinstance(d.get("vclock_by_uuid"), dict):
-        return None
-    try:
-        return FinalSignature({str(u): n for u, n in d["vclock_by_uuid"].items() if n}, d["shutdown_id"])
-    except (TypeError, ValueError):
-        return None
-
-
-def stored_status(meta_get, *, transient: bool = False) -> tuple[StoreStatus, InitialSignature | None,
-                                                                  FinalSignature | None]:
-    """(status, initial, final) of a store from its `_meta` (meta_get: key -> value)."""
-    if meta_get("uuid") is None or meta_get("cluster_uuid") is None:
-        return (StoreStatus.TRANSIENT if transient else StoreStatus.EMPTY), None, None
-    initial = initial_from_wire(meta_get("initial_signature"))
-    if initial is None:   # a store created before signatures were kept: derive one from its facts
-        founders = tuple(meta_get("founders") or ()) or (str(meta_get("cluster_uuid")),)
-        initial = InitialSignature(str(meta_get("cluster_uuid")), float(meta_get("created_s") or 0.0), founders)
-    final = final_from_wire(meta_get("final_signature"))
-    if meta_get("store_status") == StoreStatus.CLEAN.value and final is not None:
-        return StoreStatus.CLEAN, initial, final
-    return StoreStatus.DIRTY, initial, final
-
-
-def member_status_from_greeting(g: dict) -> MemberStatus | None:
-    st = g.get("store")
-    if not isinstance(st, dict):
-        return None
-    try:
-        status = StoreStatus(st.get("status"))
-        proposal = st.get("proposal")
-        if proposal is not None:
-            proposal = (str(proposal[0]), float(proposal[1]))
-        return MemberStatus(g["uuid"], status, initial_from_wire(st.get("initial")),
-                            final_from_wire(st.get("final")) if status is StoreStatus.CLEAN else None,
-                            str(g.get("options_digest")), proposal)
-    except (ValueError, TypeError, IndexError, KeyError):
-        return None
-
-
 def _vclock_of(g: dict) -> dict[str, int]:
     v = g.get("vclock_uuid")
     if not isinstance(v, dict):
@@ -211,11 +146,8 @@ class Lifecycle:
         self.peers_seen: dict[str, dict] = {}                 # uuid -> last greeting (both directions)
         self.advertised: dict[str, str] = {}                  # uuid -> the address its last greeting gave
         self.moved_from: dict[str, set[str]] = {}             # uuid -> addresses it advertised before
-        self.shutdown_id: str | None = None                   # quiesced for this cluster shutdown
-        self.final: FinalSignature | None = None              # agreed: mark the store clean on stop
         self._lock_fd: int | None = None
         self._register_lock = asyncio.Lock()
-        self._resume: asyncio.TimerHandle | None = None
 
     @property
     def cfg(self):
@@ -716,139 +648,3 @@ class Lifecycle:
                         and new != self.cfg.address and mem is not None and mem.state == STATE_MEMBER:
                     log.info("applier: %s moved from %s to %s; following it", u, addr, new)
                     node.set_peers([p for p in node.appliers if p != addr] + [new])
-
-    # --- shutdown ------------------------------------------------------------------------------------
-    async def request_shutdown(self, cluster: bool, fields: dict) -> dict:
-        """POST /v1/admin/shutdown. Plain: this node stops (its store stays dirty). cluster=true:
-        this node coordinates an orderly cluster shutdown. `phase` (quiesce | final | resume) is
-        what a coordinator sends the other members."""
-        node = self.node
-        loop = asyncio.get_running_loop()
-        phase = fields.get("phase")
-        if phase is None:
-            if not cluster:
-                loop.call_later(0.05, node.stopped.set)
-                return {"status": "stopping", "cluster": False}
-            if node.core is None or node.core.anon or node.status != "running":
-                raise ClientError(409, "not_ready", f"node is {node.status}"
-                                  + (" (an anonymous replica)" if node.core and node.core.anon else "")
-                                  + ": only a running member can shut the cluster down")
-            sid = str(uuidlib.uuid4())
-            self._quiesce(sid)
-            node.spawn(self._coordinate_shutdown(sid), "cluster-shutdown")
-            return {"status": "stopping", "cluster": True, "shutdown_id": sid}
-        sid = fields.get("shutdown_id")
-        if not isinstance(sid, str) or not sid:
-            raise ClientError(400, "bad_body", "a shutdown phase needs a shutdown_id")
-        if phase == "quiesce":
-            if node.core is None:
-                raise ClientError(409, "not_ready", f"node is {node.status}")
-            if self.shutdown_id not in (None, sid):
-                raise ClientError(409, "shutdown_conflict", f"already quiesced for shutdown {self.shutdown_id}")
-            self._quiesce(sid)
-            return {"status": "quiesced", "shutdown_id": sid, "vclock_uuid": node.core.vclock_by_uuid()}
-        if self.shutdown_id != sid:
-            raise ClientError(409, "shutdown_conflict", f"not quiesced for shutdown {sid}")
-        if phase == "final":
-            final = final_from_wire(fields.get("final"))
-            if final is None or final.shutdown_id != sid:
-                raise ClientError(400, "bad_body", "final is {\"vclock_by_uuid\": {...}, \"shutdown_id\": ...}")
-            self.final = final
-            if self._resume:
-                self._resume.cancel()
-            loop.call_later(0.05, node.stopped.set)
-            return {"status": "stopping", "cluster": False,
-                    "clean": final.vclock_by_uuid == self._vclock_now()}
-        if phase == "resume":
-            self._do_resume(sid)
-            return {"status": node.status, "shutdown_id": sid}
-        raise ClientError(400, "bad_body", f"unknown shutdown phase {phase!r}")
-
-    def _vclock_now(self) -> dict[str, int]:
-        core = self.node.core
-        return {u: n for u, n in core.vclock_by_uuid().items() if n} if core else {}
-
-    def _quiesce(self, sid: str) -> None:
-        node = self.node
-        if self.shutdown_id == sid:
-            return
-        self.shutdown_id = sid
-        node.status, node.status_reason = "quiesced", f"orderly cluster shutdown {sid} in progress"
-        log.info("shutdown: quiesced for cluster shutdown %s; client writes refused", sid)
-        self._resume = asyncio.get_running_loop().call_later(quiesce_hold_s, self._do_resume, sid)
-
-    def _do_resume(self, sid: str) -> None:
-        node = self.node
-        if self.shutdown_id != sid or self.final is not None or node.status != "quiesced":
-            return
-        log.warning("shutdown: cluster shutdown %s did not complete; serving again", sid)
-        self.shutdown_id = None
-        node.status, node.status_reason = "running", ""
-
-    async def _call(self, address: str, body: dict) -> dict:
-        node = self.node
-        headers = {"Authorization": f"Bearer {self.cfg.token}"} if self.cfg.token else {}
-        async with node.http_session.post(f"http://{address}/v1/admin/shutdown", json=body, headers=headers,
-                                          timeout=aiohttp.ClientTimeout(total=shutdown_call_timeout_s)) as r:
-            doc = await r.json(content_type=None)
-            if r.status >= 300:
-                raise RemoteProtocolError(f"{address} answered {r.status}: {doc}")
-            return doc if isinstance(doc, dict) else {}
-
-    async def _coordinate_shutdown(self, sid: str) -> None:
-        """Quiesce every member, wait until all hold one vclock, agree that vclock + sid as the
-        final signature, and stop everybody; each store is marked clean as it stops."""
-        node = self.node
-        loop = asyncio.get_running_loop()
-        members = [mem.address for mem in node.core.table.members()
-                   if mem.state == STATE_MEMBER and mem.uuid != node.uuid and mem.address]
-        reached: dict[str, dict] = {}
-        deadline = loop.time() + shutdown_converge_s
-        agreed: dict[str, int] | None = None
-        try:
-            while True:
-                calls = await asyncio.gather(*(self._call(a, {"cluster": False, "phase": "quiesce", "shutdown_id": sid})
-                                               for a in members), return_exceptions=True)
-                for a, r in zip(members, calls):
-                    if isinstance(r, dict):
-                        reached[a] = r
-                    elif a not in reached:
-                        log.warning("shutdown: member %s not reached: %s", a, r)
-                mine = self._vclock_now()
-                clocks = [{u: n for u, n in (reached[a].get("vclock_uuid") or {}).items() if n} for a in reached]
-                if all(c == mine for c in clocks):
-                    agreed = mine
-                    break
-                if loop.time() > deadline:
-                    log.error("shutdown: members did not reach one vclock within %.0f s; stores stay dirty",
-                              shutdown_converge_s)
-                    break
-                await asyncio.sleep(0.1)
-            if agreed is not None:
-                self.final = FinalSignature(agreed, sid)
-                body = {"cluster": False, "phase": "final", "shutdown_id": sid, "final": final_to_wire(self.final)}
-            else:
-                body = {"cluster": False}
-            results = await asyncio.gather(*(self._call(a, body) for a in reached), return_exceptions=True)
-            for a, r in zip(reached, results):
-                if not isinstance(r, dict):
-                    log.error("shutdown: member %s did not take the final phase: %s", a, r)
-            missing = sorted(set(members) - set(reached))
-            log.info("shutdown: cluster shutdown %s: %d members stop %s%s", sid, len(reached) + 1,
-                     "clean" if agreed is not None else "dirty",
-                     f"; not reached (stay dirty): {', '.join(missing)}" if missing else "")
-        finally:
-            node.stopped.set()
-
-    def on_stop(self) -> None:
-        """Called by Node.stop once the journal has stopped: nothing changes the store after."""
-        node = self.node
-        if self.final is None or node.store is None or node.core is None:
-            return
-        now = self._vclock_now()
-        if now != self.final.vclock_by_uuid:
-            log.error("shutdown: this store's vclock %s is not the agreed %s; it stays dirty",
-                      now, self.final.vclock_by_uuid)
-            return
-        node.store.set_meta(store_status=StoreStatus.CLEAN.value, final_signature=final_to_wire(self.final))
-        log.info("shutdown: store marked clean (shutdown %s)", self.final.shutdown_id)

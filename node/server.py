@@ -31,9 +31,10 @@ from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_SPACE, 
 from node.core.vclock import VClock
 from node.errors import ClientError, PeerRefused, RemoteProtocolError, StorageError
 from node.identity.identity_file import IdentityFileError
-from node.identity.signature import InitialSignature
+from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
+from node.cluster_shutdown import ClusterShutdown
 from node.journal import Journal
-from node.lifecycle import Aborted, Lifecycle, initial_from_wire, initial_to_wire, install_fault_points
+from node.lifecycle import Aborted, Lifecycle, install_fault_points
 from node.storage.store import Store
 from node.wal.recovery import recover
 from node.wal.writer import WalWriter
@@ -70,7 +71,8 @@ class Node:
         self._tasks: set[asyncio.Task] = set()
         self.started_at = time.time()
         self.lease = None    # node.identity.lease_node.LeaseIdentity when identity = "lease"
-        self.life = Lifecycle(self)   # identity files, join protocol, cluster shutdown (node/lifecycle.py)
+        self.life = Lifecycle(self)   # identity files, join protocol (node/lifecycle.py)
+        self.cluster_shutdown = ClusterShutdown(self)   # orderly cluster shutdown (node/cluster_shutdown.py)
         # subscriber uuid -> {"vclock": acked (our ids), "seen_s": wall time, "anon": bool}; holds WAL
         self.acks: dict[str, dict] = {}
         self._rejoining = False
@@ -518,9 +520,9 @@ class Node:
     async def request_shutdown(self, cluster: bool, **phase) -> dict:
         """Orderly shutdown of this node, or (cluster=true) of every member, which marks every
         store clean; answered before it happens. `phase` carries a coordinator's steps
-        (Lifecycle.request_shutdown)."""
+        (ClusterShutdown.request)."""
         self.shutdown_cluster = cluster
-        return await self.life.request_shutdown(cluster, phase)
+        return await self.cluster_shutdown.request(cluster, phase)
 
     async def stop(self) -> list[BaseException]:
         errors: list[BaseException] = []
@@ -556,7 +558,7 @@ class Node:
             await step("lease release", self.lease.release())
         if self.store:
             try:
-                self.life.on_stop()      # an agreed cluster shutdown marks the store clean
+                self.cluster_shutdown.on_stop()   # an agreed cluster shutdown marks the store clean
                 self.store.sync()
                 self.store.close()
             except Exception as e:  # noqa: BLE001 - collected, reported by the caller

@@ -182,7 +182,7 @@ class Applier:
             await conn.close()
 
     async def _stream(self, conn: Conn) -> None:
-        node, core, journal = self.node, self.node.core, self.node.journal
+        core, journal = self.node.core, self.node.journal
         peer = self.peer_uuid
         last_ack = 0.0
         acked_sig = -1

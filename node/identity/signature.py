@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from enum import Enum
 from itertools import combinations
-from typing import Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, Mapping, NamedTuple
 
 from node.core.vclock import Order, VClock
 
@@ -289,3 +289,65 @@ def compare_stores(stores: Iterable[StoreInfo | tuple]) -> StoreComparison:
         summary = (f"same {infos[0].initial}; no single latest store: {pairs} are concurrent (each holds "
                    f"rows the other lacks); marking one clean loses the other's rows")
     return StoreComparison(True, clusters, tuple(relations), latest, maximal, concurrent, summary)
+
+
+# --- signatures in a store's `_meta` and in greetings (msgpack/JSON-able dicts) ------------------
+
+def initial_to_wire(s: InitialSignature | None) -> dict | None:
+    return None if s is None else {"cluster_uuid": s.cluster_uuid, "created_s": s.created_s,
+                                   "founders": list(s.founders)}
+
+
+def initial_from_wire(d: Any) -> InitialSignature | None:
+    if not isinstance(d, dict):
+        return None
+    try:
+        return InitialSignature(str(d["cluster_uuid"]), float(d["created_s"]),
+                                tuple(str(f) for f in d["founders"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def final_to_wire(f: FinalSignature | None) -> dict | None:
+    return None if f is None else {"vclock_by_uuid": dict(f.vclock_by_uuid), "shutdown_id": f.shutdown_id}
+
+
+def final_from_wire(d: Any) -> FinalSignature | None:
+    if not isinstance(d, dict) or not isinstance(d.get("shutdown_id"), str) \
+            or not isinstance(d.get("vclock_by_uuid"), dict):
+        return None
+    try:
+        return FinalSignature({str(u): n for u, n in d["vclock_by_uuid"].items() if n}, d["shutdown_id"])
+    except (TypeError, ValueError):
+        return None
+
+
+def stored_status(meta_get, *, transient: bool = False) -> tuple[StoreStatus, InitialSignature | None,
+                                                                  FinalSignature | None]:
+    """(status, initial, final) of a store from its `_meta` (meta_get: key -> value)."""
+    if meta_get("uuid") is None or meta_get("cluster_uuid") is None:
+        return (StoreStatus.TRANSIENT if transient else StoreStatus.EMPTY), None, None
+    initial = initial_from_wire(meta_get("initial_signature"))
+    if initial is None:   # a store created before signatures were kept: derive one from its facts
+        founders = tuple(meta_get("founders") or ()) or (str(meta_get("cluster_uuid")),)
+        initial = InitialSignature(str(meta_get("cluster_uuid")), float(meta_get("created_s") or 0.0), founders)
+    final = final_from_wire(meta_get("final_signature"))
+    if meta_get("store_status") == StoreStatus.CLEAN.value and final is not None:
+        return StoreStatus.CLEAN, initial, final
+    return StoreStatus.DIRTY, initial, final
+
+
+def member_status_from_greeting(g: dict) -> MemberStatus | None:
+    st = g.get("store")
+    if not isinstance(st, dict):
+        return None
+    try:
+        status = StoreStatus(st.get("status"))
+        proposal = st.get("proposal")
+        if proposal is not None:
+            proposal = (str(proposal[0]), float(proposal[1]))
+        return MemberStatus(g["uuid"], status, initial_from_wire(st.get("initial")),
+                            final_from_wire(st.get("final")) if status is StoreStatus.CLEAN else None,
+                            str(g.get("options_digest")), proposal)
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None

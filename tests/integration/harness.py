@@ -5,7 +5,6 @@ for through /v1/health with a deadline (never a bare sleep), killed with SIGKILL
 crash tests or stopped with SIGTERM. Logs go to a file that failures print."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -13,8 +12,9 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
 from typing import Any, Callable
+
+from node.client import request  # noqa: F401  (tests import it from here)
 
 REPLOG = [sys.executable, "-m", "node"]
 
@@ -38,27 +38,6 @@ def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condit
             last_exc = e
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
-
-
-def request(method: str, url: str, body: Any = None, *, raw: bytes | None = None, token: str | None = None,
-            headers: dict | None = None, timeout: float = 10.0) -> tuple[int, Any]:
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(url, data=data, method=method)
-    req.add_header("Content-Type", "application/json")
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    for k, v in (headers or {}).items():
-        req.add_header(k, v)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            payload = r.read()
-            return r.status, json.loads(payload) if payload else None
-    except urllib.error.HTTPError as e:
-        payload = e.read()
-        try:
-            return e.code, json.loads(payload) if payload else None
-        except ValueError:
-            return e.code, payload
 
 
 class ReplogProcess:

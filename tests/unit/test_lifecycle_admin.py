@@ -18,6 +18,7 @@ from node import admin, lifecycle
 from node.cluster_space.table import Member
 from node.errors import ConfigError
 from node.identity import identity_file as idf
+from node.identity import signature
 from node.identity.signature import FinalSignature, InitialSignature, StoreStatus
 from node.storage.store import Store
 
@@ -50,28 +51,28 @@ def test_fault_point_spec_is_checked_and_server_points_count_down():
 
 def test_store_status_from_meta():
     meta: dict = {}
-    assert lifecycle.stored_status(meta.get) == (StoreStatus.EMPTY, None, None)
-    assert lifecycle.stored_status(meta.get, transient=True)[0] is StoreStatus.TRANSIENT
-    meta.update(uuid=A, cluster_uuid=CLUSTER, initial_signature=lifecycle.initial_to_wire(SIG))
-    assert lifecycle.stored_status(meta.get) == (StoreStatus.DIRTY, SIG, None)
+    assert signature.stored_status(meta.get) == (StoreStatus.EMPTY, None, None)
+    assert signature.stored_status(meta.get, transient=True)[0] is StoreStatus.TRANSIENT
+    meta.update(uuid=A, cluster_uuid=CLUSTER, initial_signature=signature.initial_to_wire(SIG))
+    assert signature.stored_status(meta.get) == (StoreStatus.DIRTY, SIG, None)
     final = FinalSignature({A: 3, B: 2}, "s1")
-    meta.update(final_signature=lifecycle.final_to_wire(final))
-    assert lifecycle.stored_status(meta.get) == (StoreStatus.DIRTY, SIG, final), "ran since: dirty"
+    meta.update(final_signature=signature.final_to_wire(final))
+    assert signature.stored_status(meta.get) == (StoreStatus.DIRTY, SIG, final), "ran since: dirty"
     meta.update(store_status="clean")
-    assert lifecycle.stored_status(meta.get) == (StoreStatus.CLEAN, SIG, final)
+    assert signature.stored_status(meta.get) == (StoreStatus.CLEAN, SIG, final)
     legacy = {"uuid": A, "cluster_uuid": CLUSTER, "created_s": 5.0, "founders": [B, A]}
-    assert lifecycle.stored_status(legacy.get)[1] == InitialSignature(CLUSTER, 5.0, (A, B))
+    assert signature.stored_status(legacy.get)[1] == InitialSignature(CLUSTER, 5.0, (A, B))
 
 
 def test_member_status_from_greetings_tolerates_junk():
-    g = {"uuid": A, "options_digest": "d", "store": {"status": "clean", "initial": lifecycle.initial_to_wire(SIG),
+    g = {"uuid": A, "options_digest": "d", "store": {"status": "clean", "initial": signature.initial_to_wire(SIG),
                                                        "final": {"vclock_by_uuid": {A: 1}, "shutdown_id": "s"}}}
-    st = lifecycle.member_status_from_greeting(g)
+    st = signature.member_status_from_greeting(g)
     assert st.status is StoreStatus.CLEAN and st.initial == SIG and st.final.shutdown_id == "s"
     for junk in (None, [], {"status": "shiny"}, {"status": "clean", "initial": None},
                  {"status": "dirty", "initial": {"cluster_uuid": CLUSTER}}, {"status": "empty", "proposal": 3}):
-        assert lifecycle.member_status_from_greeting({**g, "store": junk}) is None, junk
-    assert lifecycle.member_status_from_greeting({"uuid": A}) is None
+        assert signature.member_status_from_greeting({**g, "store": junk}) is None, junk
+    assert signature.member_status_from_greeting({"uuid": A}) is None
 
 
 # --- replog admin --------------------------------------------------------------------------------
@@ -82,7 +83,7 @@ def make_store(data_dir: Path, vclock: dict[int, int], initial: InitialSignature
         s.put_cluster_member(Member(A, 1, "127.0.0.1:1", "member"))
         s.put_cluster_member(Member(B, 2, "127.0.0.1:2", "member"))
         s.set_meta(uuid=uuid, cluster_uuid=initial.cluster_uuid, cluster_name="replog",
-                   initial_signature=lifecycle.initial_to_wire(initial), store_status="dirty", vclock=vclock)
+                   initial_signature=signature.initial_to_wire(initial), store_status="dirty", vclock=vclock)
     finally:
         s.close()
     return str(data_dir)

@@ -1,0 +1,175 @@
+"""Orderly cluster shutdown (Qpid's "automatic restart after orderly shutdown").
+
+`POST /v1/admin/shutdown {"cluster": true}` makes this node the coordinator: it quiesces every
+member (writes refused, replication goes on), waits until all hold one vclock by uuid, sends
+that vclock + a shutdown id as the final signature, and everybody stops; each store whose
+vclock equals the agreed one is marked clean as its node stops (`on_stop`). A quiesced member
+that hears no final phase resumes serving after `quiesce_hold_s`. See docs/operations.md."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid as uuidlib
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from node.cluster_space.table import STATE_MEMBER
+from node.errors import ClientError, RemoteProtocolError
+from node.identity.signature import FinalSignature, StoreStatus, final_from_wire, final_to_wire
+
+if TYPE_CHECKING:
+    from node.server import Node
+
+log = logging.getLogger("replog.lifecycle")
+
+shutdown_converge_s = 20.0           # quiesced members must reach one vclock by then
+shutdown_call_timeout_s = 5.0        # one shutdown phase call to one member
+quiesce_hold_s = 60.0                # a quiesced member that hears no final phase resumes serving
+
+
+class ClusterShutdown:
+    def __init__(self, node: "Node"):
+        self.node = node
+        self.shutdown_id: str | None = None                   # quiesced for this cluster shutdown
+        self.final: FinalSignature | None = None              # agreed: mark the store clean on stop
+        self._resume: asyncio.TimerHandle | None = None
+
+    @property
+    def cfg(self):
+        return self.node.cfg
+
+    async def request(self, cluster: bool, fields: dict) -> dict:
+        """POST /v1/admin/shutdown. Plain: this node stops (its store stays dirty). cluster=true:
+        this node coordinates an orderly cluster shutdown. `phase` (quiesce | final | resume) is
+        what a coordinator sends the other members."""
+        node = self.node
+        loop = asyncio.get_running_loop()
+        phase = fields.get("phase")
+        if phase is None:
+            if not cluster:
+                loop.call_later(0.05, node.stopped.set)
+                return {"status": "stopping", "cluster": False}
+            if node.core is None or node.core.anon or node.status != "running":
+                raise ClientError(409, "not_ready", f"node is {node.status}"
+                                  + (" (an anonymous replica)" if node.core and node.core.anon else "")
+                                  + ": only a running member can shut the cluster down")
+            sid = str(uuidlib.uuid4())
+            self._quiesce(sid)
+            node.spawn(self._coordinate_shutdown(sid), "cluster-shutdown")
+            return {"status": "stopping", "cluster": True, "shutdown_id": sid}
+        sid = fields.get("shutdown_id")
+        if not isinstance(sid, str) or not sid:
+            raise ClientError(400, "bad_body", "a shutdown phase needs a shutdown_id")
+        if phase == "quiesce":
+            if node.core is None:
+                raise ClientError(409, "not_ready", f"node is {node.status}")
+            if self.shutdown_id not in (None, sid):
+                raise ClientError(409, "shutdown_conflict", f"already quiesced for shutdown {self.shutdown_id}")
+            self._quiesce(sid)
+            return {"status": "quiesced", "shutdown_id": sid, "vclock_uuid": node.core.vclock_by_uuid()}
+        if self.shutdown_id != sid:
+            raise ClientError(409, "shutdown_conflict", f"not quiesced for shutdown {sid}")
+        if phase == "final":
+            final = final_from_wire(fields.get("final"))
+            if final is None or final.shutdown_id != sid:
+                raise ClientError(400, "bad_body", "final is {\"vclock_by_uuid\": {...}, \"shutdown_id\": ...}")
+            self.final = final
+            if self._resume:
+                self._resume.cancel()
+            loop.call_later(0.05, node.stopped.set)
+            return {"status": "stopping", "cluster": False,
+                    "clean": final.vclock_by_uuid == self._vclock_now()}
+        if phase == "resume":
+            self._do_resume(sid)
+            return {"status": node.status, "shutdown_id": sid}
+        raise ClientError(400, "bad_body", f"unknown shutdown phase {phase!r}")
+
+    def _vclock_now(self) -> dict[str, int]:
+        core = self.node.core
+        return {u: n for u, n in core.vclock_by_uuid().items() if n} if core else {}
+
+    def _quiesce(self, sid: str) -> None:
+        node = self.node
+        if self.shutdown_id == sid:
+            return
+        self.shutdown_id = sid
+        node.status, node.status_reason = "quiesced", f"orderly cluster shutdown {sid} in progress"
+        log.info("shutdown: quiesced for cluster shutdown %s; client writes refused", sid)
+        self._resume = asyncio.get_running_loop().call_later(quiesce_hold_s, self._do_resume, sid)
+
+    def _do_resume(self, sid: str) -> None:
+        node = self.node
+        if self.shutdown_id != sid or self.final is not None or node.status != "quiesced":
+            return
+        log.warning("shutdown: cluster shutdown %s did not complete; serving again", sid)
+        self.shutdown_id = None
+        node.status, node.status_reason = "running", ""
+
+    async def _call(self, address: str, body: dict) -> dict:
+        node = self.node
+        headers = {"Authorization": f"Bearer {self.cfg.token}"} if self.cfg.token else {}
+        async with node.http_session.post(f"http://{address}/v1/admin/shutdown", json=body, headers=headers,
+                                          timeout=aiohttp.ClientTimeout(total=shutdown_call_timeout_s)) as r:
+            doc = await r.json(content_type=None)
+            if r.status >= 300:
+                raise RemoteProtocolError(f"{address} answered {r.status}: {doc}")
+            return doc if isinstance(doc, dict) else {}
+
+    async def _coordinate_shutdown(self, sid: str) -> None:
+        """Quiesce every member, wait until all hold one vclock, agree that vclock + sid as the
+        final signature, and stop everybody; each store is marked clean as it stops."""
+        node = self.node
+        loop = asyncio.get_running_loop()
+        members = [mem.address for mem in node.core.table.members()
+                   if mem.state == STATE_MEMBER and mem.uuid != node.uuid and mem.address]
+        reached: dict[str, dict] = {}
+        deadline = loop.time() + shutdown_converge_s
+        agreed: dict[str, int] | None = None
+        try:
+            while True:
+                calls = await asyncio.gather(*(self._call(a, {"cluster": False, "phase": "quiesce", "shutdown_id": sid})
+                                               for a in members), return_exceptions=True)
+                for a, r in zip(members, calls):
+                    if isinstance(r, dict):
+                        reached[a] = r
+                    elif a not in reached:
+                        log.warning("shutdown: member %s not reached: %s", a, r)
+                mine = self._vclock_now()
+                clocks = [{u: n for u, n in (reached[a].get("vclock_uuid") or {}).items() if n} for a in reached]
+                if all(c == mine for c in clocks):
+                    agreed = mine
+                    break
+                if loop.time() > deadline:
+                    log.error("shutdown: members did not reach one vclock within %.0f s; stores stay dirty",
+                              shutdown_converge_s)
+                    break
+                await asyncio.sleep(0.1)
+            if agreed is not None:
+                self.final = FinalSignature(agreed, sid)
+                body = {"cluster": False, "phase": "final", "shutdown_id": sid, "final": final_to_wire(self.final)}
+            else:
+                body = {"cluster": False}
+            results = await asyncio.gather(*(self._call(a, body) for a in reached), return_exceptions=True)
+            for a, r in zip(reached, results):
+                if not isinstance(r, dict):
+                    log.error("shutdown: member %s did not take the final phase: %s", a, r)
+            missing = sorted(set(members) - set(reached))
+            log.info("shutdown: cluster shutdown %s: %d members stop %s%s", sid, len(reached) + 1,
+                     "clean" if agreed is not None else "dirty",
+                     f"; not reached (stay dirty): {', '.join(missing)}" if missing else "")
+        finally:
+            node.stopped.set()
+
+    def on_stop(self) -> None:
+        """Called by Node.stop once the journal has stopped: nothing changes the store after."""
+        node = self.node
+        if self.final is None or node.store is None or node.core is None:
+            return
+        now = self._vclock_now()
+        if now != self.final.vclock_by_uuid:
+            log.error("shutdown: this store's vclock %s is not the agreed %s; it stays dirty",
+                      now, self.final.vclock_by_uuid)
+            return
+        node.store.set_meta(store_status=StoreStatus.CLEAN.value, final_signature=final_to_wire(self.final))
+        log.info("shutdown: store marked clean (shutdown %s)", self.final.shutdown_id)
