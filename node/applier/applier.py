@@ -18,9 +18,8 @@ import aiohttp
 from node import limits
 from node.applier.conn import Conn, check_greeting, client_auth, connect
 from node.core import messages as m
-from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, Txn, txn_from_wire
+from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, Txn, frame_txns_upto
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
-from node.wal import format as walfmt
 
 if TYPE_CHECKING:
     from node.server import Node
@@ -48,20 +47,18 @@ def decode_rows(frames) -> tuple[list[Txn], RemoteProtocolError | None]:
     """The txns of a ROWS message, validated, up to the first thing wrong in it, and that
     error: the txns before it are decided as if one by one, then the link is refused."""
     valid: list[Txn] = []
-    try:
-        for body in frames:
-            if not isinstance(body, bytes):
-                raise RemoteProtocolError("ROWS frame is not binary")
-            try:
-                _, txns = walfmt.unpack_frame(body)
-            except (walfmt.FormatError, ValueError, TypeError) as e:
-                raise RemoteProtocolError(f"undecodable ROWS frame: {e}") from None
-            except Exception as e:  # msgpack's own exception types for junk bytes
-                raise RemoteProtocolError(f"undecodable ROWS frame: {type(e).__name__}") from None
-            for raw in txns:
-                valid.append(txn_from_wire(raw))
-    except RemoteProtocolError as e:
-        return valid, e
+    for body in frames:
+        if type(body) is not bytes:
+            return valid, RemoteProtocolError("ROWS frame is not binary")
+        try:
+            _, txns, bad = frame_txns_upto(body)
+        except (ValueError, TypeError) as e:
+            return valid, RemoteProtocolError(f"undecodable ROWS frame: {e}")
+        except Exception as e:  # msgpack's own exception types for junk bytes
+            return valid, RemoteProtocolError(f"undecodable ROWS frame: {type(e).__name__}")
+        valid += txns
+        if bad is not None:
+            return valid, bad
     return valid, None
 
 

@@ -14,7 +14,10 @@ Wire and WAL form is a msgpack list `[replica_id, lsn, group, timestamp, [[kind,
 `txn_from_wire` validates everything a peer or a damaged file could get wrong."""
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
+
+import msgpack
+import msgspec
 
 from node import limits
 from node.errors import RemoteProtocolError
@@ -124,3 +127,86 @@ def txn_from_wire(raw: Any) -> Txn:
     if (t is not list and t is not tuple) or not ops or len(ops) > _TXN_OPS_MAX:
         raise _bad("ops")
     return _new(Txn, (replica_id, lsn, group, ts, tuple(map(op_from_wire, ops))))
+
+
+# --- the fast path --------------------------------------------------------------------------
+# msgspec decodes a frame payload straight into Txn/Op tuples, checking types, lengths and
+# ranges in C. It accepts a strict subset of what txn_from_wire accepts: data rows and nops
+# with keys short enough to be within bounds whatever their characters, values without
+# extension types. Anything else (space and `_cluster` rows, long keys, odd values, damage)
+# is decoded again by the exact path, so what is accepted, and every error, is txn_from_wire's.
+
+class _WireOp(Op):
+    __slots__ = ()
+    _field_defaults = {}              # on the wire an op has all four elements
+    kind: Literal[OP_PUT, OP_DELETE, OP_NOP]
+    space: Annotated[str, msgspec.Meta(min_length=1, max_length=_SPACE_CHARS_MAX)]
+    key: Annotated[str, msgspec.Meta(max_length=_KEY_CHARS_SAFE)]
+    value: Any
+
+
+class _WireTxn(Txn):
+    __slots__ = ()
+    replica_id: Annotated[int, msgspec.Meta(ge=0, le=_REPLICA_ID_MAX)]
+    lsn: Annotated[int, msgspec.Meta(ge=1)]
+    group: Literal[GROUP_DEFAULT, GROUP_LOCAL, GROUP_CLUSTER]
+    timestamp: Annotated[int, msgspec.Meta(ge=0)]
+    ops: Annotated[tuple[_WireOp, ...], msgspec.Meta(min_length=1, max_length=_TXN_OPS_MAX)]
+
+
+class _Unusual(Exception):
+    pass
+
+
+def _no_ext(code: int, data: memoryview) -> Any:
+    raise _Unusual
+
+
+_fast_frame = msgspec.msgpack.Decoder(tuple[int, list[_WireTxn]], ext_hook=_no_ext).decode
+_SCALARS = frozenset((str, int, bytes, float, bool, type(None)))
+
+
+def _plain(v: Any) -> bool:
+    """v holds only what msgpack would make of it too: no map key that is an array (msgspec
+    makes those tuples, msgpack refuses them) and no timestamp (msgspec makes a datetime)."""
+    t = type(v)
+    if t is dict:
+        return all(type(k) is not tuple and (type(x) in _SCALARS or _plain(x)) for k, x in v.items())
+    if t is list:
+        return all(type(x) in _SCALARS or _plain(x) for x in v)
+    return t in _SCALARS
+
+
+def unpack_frame_txns(body: bytes) -> tuple[int, list[Txn]]:
+    """(written_us, txns) of a frame payload (node.wal.format), every txn validated as by
+    txn_from_wire. Raises RemoteProtocolError for a bad txn and ValueError/TypeError (or
+    msgpack's own errors) for an undecodable payload; use frame_txns_upto to keep the txns
+    before a bad one."""
+    written_us, txns, err = frame_txns_upto(body)
+    if err is not None:
+        raise err
+    return written_us, txns
+
+
+def frame_txns_upto(body: bytes) -> tuple[int, list[Txn], RemoteProtocolError | None]:
+    """(written_us, the valid txns up to the first bad one, that txn's error or None).
+    Raises only when the payload itself cannot be decoded as [written_us, [txn, ...]]."""
+    try:
+        written_us, txns = _fast_frame(body)
+        for t in txns:
+            for o in t[4]:
+                if type(o[3]) not in _SCALARS and not _plain(o[3]):
+                    raise _Unusual
+        return written_us, txns, None
+    except (msgspec.DecodeError, msgspec.ValidationError, _Unusual):
+        pass
+    d = msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True)
+    if type(d) is not list or len(d) != 2 or not isinstance(d[0], int) or type(d[1]) is not list:
+        raise ValueError("frame payload is not [written_us, txns]")
+    out: list[Txn] = []
+    try:
+        for raw in d[1]:
+            out.append(txn_from_wire(raw))
+    except RemoteProtocolError as e:
+        return d[0], out, e
+    return d[0], out, None

@@ -10,10 +10,9 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from node.core.rows import txn_from_wire
+from node.core.rows import unpack_frame_txns
 from node.errors import RecoveryError, RemoteProtocolError
 from node.storage.store import Store
-from node.wal import format as fmt
 from node.wal.reader import SegmentScan, iter_segment, list_segments
 
 log = logging.getLogger("replog.recovery")
@@ -44,9 +43,8 @@ def recover(store: Store, wal_dir: str, self_uuid: str, *, force_recovery: bool 
         scan = SegmentScan(name, None)
         for ref in iter_segment(path, is_last=is_last, force_recovery=force_recovery, scan=scan):
             try:
-                _, txns = fmt.unpack_frame(ref.body)
-                parsed = [txn_from_wire(t) for t in txns]
-            except (fmt.FormatError, RemoteProtocolError) as e:
+                _, parsed = unpack_frame_txns(ref.body)
+            except (ValueError, TypeError, RemoteProtocolError) as e:
                 # The checksum matched, so these bytes were written by us: a bug or bit rot.
                 if not force_recovery:
                     raise RecoveryError(f"{path}: frame at byte {ref.offset} does not decode: {e}") from None

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from node import limits
 from node.core import messages as m
 from node.core.rows import (CLUSTER_SPACE, GROUPS, OP_CLUSTER, OP_DELETE, OP_NOP, OP_PUT, OP_SPACE, OPS, Op,
-                            Txn, txn_from_wire)
+                            Txn, frame_txns_upto, txn_from_wire)
 from node.errors import RemoteProtocolError
 
 FUZZ = settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
@@ -252,3 +252,99 @@ def test_valid_txns_round_trip_through_msgpack(txn):
 def test_known_malformed_txns_are_refused(raw):
     with pytest.raises(RemoteProtocolError):
         txn_from_wire(raw)
+
+
+# --- rows.frame_txns_upto: the fast decoder against the exact path ------------------------------
+
+def exact_frame(body: bytes):
+    """What the exact path makes of a frame payload: (written_us, txns, error text) or the
+    exception type it raises for an undecodable payload."""
+    try:
+        d = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except Exception as e:
+        return type(e)
+    if type(d) is not list or len(d) != 2 or not isinstance(d[0], int) or type(d[1]) is not list:
+        return ValueError
+    out = []
+    for raw in d[1]:
+        try:
+            out.append(txn_from_wire(raw))
+        except RemoteProtocolError as e:
+            return d[0], out, str(e)
+    return d[0], out, None
+
+
+def fast_frame(body: bytes):
+    try:
+        wus, txns, err = frame_txns_upto(body)
+    except Exception as e:
+        return type(e)
+    return wus, txns, None if err is None else str(err)
+
+
+def same(a, b) -> bool:
+    """Equal and of the same msgpack types (1 == True in Python, not on the wire)."""
+    if isinstance(a, type) or isinstance(b, type):
+        return a is b or (issubclass(a, ValueError) and issubclass(b, ValueError))
+    pack = msgpack.Packer(use_bin_type=True).pack
+    return pack(a[0]) == pack(b[0]) and a[2] == b[2] and \
+        pack([t.to_wire() for t in a[1]]) == pack([t.to_wire() for t in b[1]])
+
+
+ODD_VALUES = st.one_of(
+    st.just(msgpack.Timestamp(1, 5)), st.just(msgpack.ExtType(3, b"xy")),
+    st.just({"a": {"b": [1, {"c": msgpack.Timestamp(2, 0)}]}}),
+    st.text(st.characters(min_codepoint=0x800, max_codepoint=0xffff), min_size=250, max_size=400),
+)
+FRAME_TXNS = st.lists(st.one_of(NEAR_TXNS, VALID_TXNS.map(lambda t: t.to_wire()),
+                                st.tuples(VALID_TXNS, st.integers(0, 1000), ODD_VALUES).map(
+                                    lambda p: mutate(p[0].to_wire(), p[1], p[2]))), max_size=4)
+
+
+@FUZZ
+@given(st.one_of(INTS, st.booleans(), ANY), FRAME_TXNS)
+def test_fast_frame_decoder_agrees_with_the_exact_path(written_us, txns):
+    try:
+        body = msgpack.packb([written_us, txns], use_bin_type=True)
+    except (OverflowError, ValueError, TypeError):
+        assume(False)
+    assert same(fast_frame(body), exact_frame(body))
+
+
+@FUZZ
+@given(st.binary(max_size=64), VALID_TXNS)
+def test_fast_frame_decoder_agrees_on_damaged_bytes(junk, txn):
+    body = msgpack.packb([7, [txn.to_wire()]], use_bin_type=True)
+    for damaged in (junk, body[: len(junk) % max(len(body), 1)], body + junk[:3],
+                    bytes(b ^ 0x20 if i == len(junk) % len(body) else b for i, b in enumerate(body))):
+        assert same(fast_frame(damaged), exact_frame(damaged))
+
+
+@pytest.mark.parametrize("op", [[OP_PUT, "s", "k"], [OP_DELETE, "s", "k", None, 1], [OP_NOP, "s", "k", None]])
+def test_fast_frame_decoder_takes_ops_of_four_elements_only(op):
+    body = msgpack.packb([9, [[1, 1, 0, 5, [op]]]], use_bin_type=True)
+    assert same(fast_frame(body), exact_frame(body))
+    assert (fast_frame(body)[2] is None) == (len(op) == 4)
+
+
+@pytest.mark.parametrize("value", [
+    {(1,): 2}, [{(1, 2): "x"}], msgpack.Timestamp(1, 0), msgpack.ExtType(1, b"a"), {"k": [msgpack.Timestamp(3, 1)]},
+])
+def test_fast_frame_decoder_leaves_odd_values_to_the_exact_path(value):
+    # an array as a map key (msgspec would make it a tuple) and timestamps (it would make datetimes)
+    raw = [1, 1, 0, 5, [[OP_PUT, "s", "k", value]]]
+    try:
+        body = msgpack.packb([9, [raw]], use_bin_type=True)
+    except TypeError:
+        body = msgpack.packb([9, [raw[:4] + [[[OP_PUT, "s", "k", None]]]]], use_bin_type=True).replace(
+            b"\xc0", b"\x81\x91\x01\x02")          # {[1]: 2} spelled in bytes
+    assert same(fast_frame(body), exact_frame(body))
+
+
+@pytest.mark.parametrize("chars", [limits.key_bytes_max // 4 + 1, limits.key_bytes_max // 3, limits.key_bytes_max // 3 + 1,
+                                   limits.key_bytes_max, limits.key_bytes_max + 1])
+def test_fast_frame_decoder_leaves_long_keys_to_the_exact_path(chars):
+    # three UTF-8 bytes a character: within the 1 KiB bound up to key_bytes_max // 3 characters
+    body = msgpack.packb([9, [[1, 1, 0, 5, [[OP_PUT, "s", "\u20ac" * chars, 1]]]]], use_bin_type=True)
+    assert same(fast_frame(body), exact_frame(body))
+    assert (fast_frame(body)[2] is None) == (chars <= limits.key_bytes_max // 3)
