@@ -1,17 +1,18 @@
 """How a persisted transaction changes state — the one definition shared by the LMDB
 store and the simulator's in-memory store.
 
-`apply_txn(view, txn, self_uuid)` needs a `StateView` (get/put/delete records per space,
+`apply_txns(view, txns, self_uuid)` (and `apply_txn` for one) needs a `StateView` (get/put/delete records per space,
 space definitions, `_cluster` tuples, the origin-ids knowledge; `replace` is optional: put and
 return the old record in one lookup). Rules:
 - data rows go through the space's resolver (last-writer-wins by default, with
   tombstones); a row the resolver refuses changes nothing but still counts in the vclock;
 - a `_cluster` row whose origin is this node changes this node's table; one from another
   origin only records that origin's id for the member;
-- the vclock component of the txn (0 for local rows) advances to its last lsn."""
+- the vclock component of the txn (0 for local rows) advances to its last lsn (once per call,
+  after the rows: nothing here reads the vclock)."""
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from node.cluster_space.resolver import DATA_RESOLVERS
 from node.cluster_space.table import ClusterTable, Member
@@ -41,57 +42,67 @@ def _get_then_put(view: StateView, space: str, key: str, record: list) -> list |
 
 
 def apply_txn(view: StateView, txn: Txn, self_uuid: str) -> None:
+    apply_txns(view, (txn,), self_uuid)
+
+
+def apply_txns(view: StateView, txns, self_uuid: str) -> None:
+    """Apply txns in order: the same as apply_txn on each, with the per-call setup done once
+    (this is the write thread's hot loop: a catch-up applies many small txns per batch)."""
     table = view.table
-    local = txn.group == GROUP_LOCAL
-    origin_uuid = "" if local else (table.uuid_of(txn.replica_id) or "")
-    origin_id = 0 if local else txn.replica_id
-    lsn = txn.lsn
-    ts = txn.timestamp
+    uuid_of = table.uuid_of
+    space_of = view.space
+    put = view.put
     replace = getattr(view, "replace", None)
+    if replace is None:
+        def replace(space: str, key: str, record: list) -> list | None:
+            return _get_then_put(view, space, key, record)
     space = conflict = None          # the space of the previous data row and its resolver's name
-    for op in txn.ops:
-        k = op.kind
-        if k == OP_PUT or k == OP_DELETE:
-            if op.space != space:
-                sdef = view.space(op.space)
-                if sdef is None:
-                    raise StorageError(f"row {txn.replica_id}:{lsn} writes unknown space {op.space!r}")
-                space, conflict = op.space, sdef[1]
-            deleted = k == OP_DELETE
-            if conflict == "apply":              # arrival order: no need to read the old record
-                if deleted:
-                    view.delete(space, op.key)
+    tops: dict[int, int] = {}        # vclock component -> last lsn applied in this call
+    for txn in txns:
+        replica_id, lsn, group, ts, ops = txn
+        local = group == GROUP_LOCAL
+        origin_id = 0 if local else replica_id      # also the txn's vclock component
+        origin_uuid = "" if local else (uuid_of(replica_id) or "")
+        for kind, op_space, key, value in ops:
+            if kind == OP_PUT or kind == OP_DELETE:
+                if op_space != space:
+                    sdef = space_of(op_space)
+                    if sdef is None:
+                        raise StorageError(f"row {replica_id}:{lsn} writes unknown space {op_space!r}")
+                    space, conflict = op_space, sdef[1]
+                deleted = kind == OP_DELETE
+                if conflict == "apply":              # arrival order: no need to read the old record
+                    if deleted:
+                        view.delete(space, key)
+                    else:
+                        put(space, key, [value, origin_id, lsn, ts, False])
                 else:
-                    view.put(space, op.key, [op.value, origin_id, lsn, ts, False])
+                    # Write first (one lookup); the old record, if it wins, is written back:
+                    # the outcome is the resolver's either way.
+                    new = [None if deleted else value, origin_id, lsn, ts, deleted]
+                    old = replace(space, key, new)
+                    if old is not None:
+                        old_uuid = (uuid_of(old[1]) or "") if old[1] else self_uuid
+                        if not DATA_RESOLVERS[conflict]((old[0], old_uuid, old[2], old[3], old[4]),
+                                                        (value, origin_uuid or self_uuid, lsn, ts, deleted)):
+                            put(space, key, old)
+            elif kind == OP_SPACE:
+                if space_of(op_space) is None:
+                    view.create_space(op_space, bool(value.get("local")), str(value.get("conflict", "lww")))
+            elif kind == OP_CLUSTER:
+                if origin_uuid == self_uuid:
+                    m = Member(key, int(value["id"]), str(value.get("address") or ""), str(value["state"]), lsn,
+                               int(value.get("expelled_lsn") or 0))
+                    table.upsert(m)
+                    view.put_member(m)
+                else:
+                    view.put_knowledge(origin_uuid, key, int(value["id"]))
             else:
-                # Write first (one lookup when the view can replace); the old record, if it
-                # wins, is written back: the outcome is the resolver's either way.
-                new = [None if deleted else op.value, origin_id, lsn, ts, deleted]
-                old = replace(space, op.key, new) if replace is not None else _get_then_put(view, space, op.key, new)
-                if old is not None:
-                    old_uuid = (table.uuid_of(old[1]) or "") if old[1] else self_uuid
-                    new_uuid = origin_uuid or self_uuid
-                    if not DATA_RESOLVERS[conflict]((old[0], old_uuid, old[2], old[3], old[4]),
-                                                    (op.value, new_uuid, lsn, ts, deleted)):
-                        view.put(space, op.key, old)
-        elif k == OP_SPACE:
-            if view.space(op.space) is None:
-                v: Any = op.value
-                view.create_space(op.space, bool(v.get("local")), str(v.get("conflict", "lww")))
-        elif k == OP_CLUSTER:
-            v = op.value
-            if origin_uuid == self_uuid:
-                m = Member(op.key, int(v["id"]), str(v.get("address") or ""), str(v["state"]), lsn,
-                           int(v.get("expelled_lsn") or 0))
-                table.upsert(m)
-                view.put_member(m)
-            else:
-                view.put_knowledge(origin_uuid, op.key, int(v["id"]))
-        else:
-            assert k == OP_NOP, k
-        lsn += 1
-    last = lsn - 1                     # txn.last_lsn: every op above took one lsn
-    c = origin_id                      # txn.component: 0 for local rows, else the origin
+                assert kind == OP_NOP, kind
+            lsn += 1
+        if lsn - 1 > tops.get(origin_id, 0):    # lsn - 1: the txn's last lsn
+            tops[origin_id] = lsn - 1
     vclock = view.vclock
-    if last > vclock.get(c):
-        vclock.follow(c, last)
+    for c, last in tops.items():
+        if last > vclock.get(c):
+            vclock.follow(c, last)

@@ -20,6 +20,7 @@ import msgpack
 import msgspec
 
 from node import limits
+from node.core import codec
 from node.errors import RemoteProtocolError
 
 GROUP_DEFAULT = 0
@@ -133,7 +134,7 @@ def txn_from_wire(raw: Any) -> Txn:
 # msgspec decodes a frame payload straight into Txn/Op tuples, checking types, lengths and
 # ranges in C. It accepts a strict subset of what txn_from_wire accepts: data rows and nops
 # with keys short enough to be within bounds whatever their characters, values without
-# extension types. Anything else (space and `_cluster` rows, long keys, odd values, damage)
+# extension types (of those, stored values may hold timestamps only: node.core.codec). Anything else (space and `_cluster` rows, long keys, odd values, damage)
 # is decoded again by the exact path, so what is accepted, and every error, is txn_from_wire's.
 
 class _WireOp(Op):
@@ -200,7 +201,7 @@ def frame_txns_upto(body: bytes) -> tuple[int, list[Txn], RemoteProtocolError | 
         return written_us, txns, None
     except (msgspec.DecodeError, msgspec.ValidationError, _Unusual):
         pass
-    d = msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True)
+    d = msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True, ext_hook=codec.refuse_ext)
     if type(d) is not list or len(d) != 2 or not isinstance(d[0], int) or type(d[1]) is not list:
         raise ValueError("frame payload is not [written_us, txns]")
     out: list[Txn] = []

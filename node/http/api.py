@@ -16,6 +16,7 @@ from aiohttp import web
 
 from node import limits
 from node.applier.relay import handle_replication
+from node.core import codec
 from node.core.rows import OP_DELETE, OP_PUT, OP_SPACE, Op
 from node.errors import ClientError
 from node.http.metrics import metrics_handler
@@ -52,7 +53,9 @@ async def read_body(request: web.Request) -> Any:
         raise ClientError(400, "empty_body", "a body is required")
     if request.content_type == MSGPACK:
         try:
-            return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+            return msgpack.unpackb(raw, raw=False, strict_map_key=False, ext_hook=codec.refuse_ext)
+        except codec.ExtTypeRefused as e:
+            raise ClientError(400, "bad_value", f"{e} (timestamps are)") from None
         except Exception:  # msgpack raises many types for junk
             raise ClientError(400, "bad_msgpack", "body is not valid msgpack") from None
     try:

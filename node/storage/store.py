@@ -20,12 +20,13 @@ import msgpack
 
 from node import limits
 from node.cluster_space.table import ClusterTable, Member
-from node.core.apply import apply_txn
+from node.core import codec
+from node.core.apply import apply_txns
 from node.core.rows import Txn
 from node.core.vclock import VClock
 from node.errors import StorageError
 
-_pack = msgpack.Packer(use_bin_type=True).pack
+_pack = codec.pack
 
 
 def _unpack(b: bytes) -> Any:
@@ -119,8 +120,7 @@ class Store:
         try:
             with self.env.begin(write=True) as t:
                 view = _TxnView(self, t)
-                for txn in txns:
-                    apply_txn(view, txn, self_uuid)
+                apply_txns(view, txns, self_uuid)
                 t.put(b"vclock", _pack(self.vclock.to_dict()), db=self._meta)
                 t.put(b"hlc", _pack(hlc_last), db=self._meta)
         except lmdb.Error as e:

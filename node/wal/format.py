@@ -20,6 +20,7 @@ import crc32c as _crc
 import msgpack
 
 from node import limits
+from node.core import codec
 
 FORMAT_VERSION = 1
 SEGMENT_MAGIC = b"RPLGWAL1"
@@ -94,13 +95,8 @@ def decode_header(buf: bytes) -> tuple[SegmentHeader, int]:
     return hdr, n + length
 
 
-# One Packer for every frame (packb would build one per call); pack() runs in C under
-# the GIL, so the journal's thread and others never interleave in its buffer.
-_packer = msgpack.Packer(use_bin_type=True)
-
-
 def encode_frame(txns_wire: list, written_us: int) -> bytes:
-    body = _packer.pack([written_us, txns_wire])
+    body = codec.pack([written_us, txns_wire])
     assert len(body) <= limits.frame_bytes_max, "frame too large"
     return FRAME_MAGIC + _HDR.pack(len(body), crc32c(body)) + body
 

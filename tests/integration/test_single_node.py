@@ -62,6 +62,20 @@ def test_msgpack_bodies_and_answers(node):
         assert msgpack.unpackb(r.read())["value"] == {"v": [1, 2, 3]}
 
 
+def test_msgpack_timestamps_are_stored_other_extension_types_refused(node):
+    ctype = {"Content-Type": "application/msgpack"}
+    s, d = request("PUT", node.url + "/v1/spaces/kv/keys/x", raw=msgpack.packb({"v": msgpack.ExtType(5, b"ab")}),
+                   headers=ctype)
+    assert s == 400 and d["error"]["code"] == "bad_value" and "extension type 5" in d["error"]["message"]
+    s, _ = request("PUT", node.url + "/v1/spaces/kv/keys/t", raw=msgpack.packb({"at": msgpack.Timestamp(7, 9)}),
+                   headers=ctype)
+    assert s == 200
+    req = urllib.request.Request(node.url + "/v1/spaces/kv/keys/t", headers={"Accept": "application/msgpack"})
+    with urllib.request.urlopen(req) as r:
+        assert msgpack.unpackb(r.read())["value"] == {"at": msgpack.Timestamp(7, 9)}
+    assert node.get("/v1/spaces/kv/keys/x")[0] == 404
+
+
 @pytest.mark.parametrize("method,path,raw,status,code", [
     ("PUT", "/v1/spaces/kv/keys/a", b"{not json", 400, "bad_json"),
     ("PUT", "/v1/spaces/kv/keys/" + "k" * 1025, b"1", 400, "bad_key"),

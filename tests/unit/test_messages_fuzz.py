@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from node import limits
-from node.core import messages as m
+from node.core import codec, messages as m
 from node.core.rows import (CLUSTER_SPACE, GROUPS, OP_CLUSTER, OP_DELETE, OP_NOP, OP_PUT, OP_SPACE, OPS, Op,
                             Txn, frame_txns_upto, txn_from_wire)
 from node.errors import RemoteProtocolError
@@ -259,8 +259,8 @@ def test_known_malformed_txns_are_refused(raw):
 def exact_frame(body: bytes):
     """What the exact path makes of a frame payload: (written_us, txns, error text) or the
     exception type it raises for an undecodable payload."""
-    try:
-        d = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    try:   # stored values hold no extension type but timestamps (node.core.codec)
+        d = msgpack.unpackb(body, raw=False, strict_map_key=False, ext_hook=codec.refuse_ext)
     except Exception as e:
         return type(e)
     if type(d) is not list or len(d) != 2 or not isinstance(d[0], int) or type(d[1]) is not list:
