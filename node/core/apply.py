@@ -2,7 +2,7 @@
 store and the simulator's in-memory store.
 
 `apply_txns(view, txns, self_uuid)` (and `apply_txn` for one) needs a `StateView` (get/put/delete records per space,
-space definitions, `_cluster` tuples, the origin-ids knowledge; `replace` is optional: put and
+space definitions, `_cluster` tuples, the origin-ids knowledge; `replacer` is optional: put and
 return the old record in one lookup). Rules:
 - data rows go through the space's resolver (last-writer-wins by default, with
   tombstones); a row the resolver refuses changes nothing but still counts in the vclock;
@@ -29,16 +29,19 @@ class StateView(Protocol):
     def create_space(self, name: str, local: bool, conflict: str) -> None: ...
     def get(self, space: str, key: str) -> list | None: ...              # [value, origin_id, lsn, hlc, deleted]
     def put(self, space: str, key: str, record: list) -> None: ...
-    # optional: def replace(self, space: str, key: str, record: list) -> list | None  (put; the old record)
+    # optional: def replacer(self, space: str) -> Callable[[str, list], list | None]
+    #   a function that puts a record into that space and returns the one it replaced
     def delete(self, space: str, key: str) -> None: ...
     def put_member(self, m: Member) -> None: ...
     def put_knowledge(self, origin_uuid: str, member_uuid: str, their_id: int) -> None: ...
 
 
-def _get_then_put(view: StateView, space: str, key: str, record: list) -> list | None:
-    old = view.get(space, key)
-    view.put(space, key, record)
-    return old
+def _get_then_put(view: StateView, space: str):
+    def replace(key: str, record: list) -> list | None:
+        old = view.get(space, key)
+        view.put(space, key, record)
+        return old
+    return replace
 
 
 def apply_txn(view: StateView, txn: Txn, self_uuid: str) -> None:
@@ -52,10 +55,8 @@ def apply_txns(view: StateView, txns, self_uuid: str) -> None:
     uuid_of = table.uuid_of
     space_of = view.space
     put = view.put
-    replace = getattr(view, "replace", None)
-    if replace is None:
-        def replace(space: str, key: str, record: list) -> list | None:
-            return _get_then_put(view, space, key, record)
+    replacer = getattr(view, "replacer", None) or (lambda space: _get_then_put(view, space))
+    replace = None                   # replacer(space)
     space = conflict = None          # the space of the previous data row and its resolver's name
     tops: dict[int, int] = {}        # vclock component -> last lsn applied in this call
     for txn in txns:
@@ -70,6 +71,7 @@ def apply_txns(view: StateView, txns, self_uuid: str) -> None:
                     if sdef is None:
                         raise StorageError(f"row {replica_id}:{lsn} writes unknown space {op_space!r}")
                     space, conflict = op_space, sdef[1]
+                    replace = replacer(space)
                 deleted = kind == OP_DELETE
                 if conflict == "apply":              # arrival order: no need to read the old record
                     if deleted:
@@ -80,7 +82,7 @@ def apply_txns(view: StateView, txns, self_uuid: str) -> None:
                     # Write first (one lookup); the old record, if it wins, is written back:
                     # the outcome is the resolver's either way.
                     new = [None if deleted else value, origin_id, lsn, ts, deleted]
-                    old = replace(space, key, new)
+                    old = replace(key, new)
                     if old is not None:
                         old_uuid = (uuid_of(old[1]) or "") if old[1] else self_uuid
                         if not DATA_RESOLVERS[conflict]((old[0], old_uuid, old[2], old[3], old[4]),

@@ -254,10 +254,15 @@ class _TxnView:
     def put(self, space: str, key: str, record: list) -> None:
         self.t.put(key.encode(), _pack(record), db=self.s._dbs[space])
 
-    def replace(self, space: str, key: str, record: list) -> list | None:
-        """Put, and return the record it replaced: one B-tree lookup instead of get + put."""
-        b = self.t.replace(key.encode(), _pack(record), db=self.s._dbs[space])
-        return None if b is None else _unpack(b)
+    def replacer(self, space: str):
+        """Put, returning the record replaced: one B-tree lookup instead of get + put, through
+        a cursor kept for the batch (Transaction.replace opens one per call, ~3x the cost)."""
+        cursor_replace = self.t.cursor(db=self.s._dbs[space]).replace
+
+        def replace(key: str, record: list) -> list | None:
+            b = cursor_replace(key.encode(), _pack(record))
+            return None if b is None else _unpack(b)
+        return replace
 
     def delete(self, space: str, key: str) -> None:
         self.t.delete(key.encode(), db=self.s._dbs[space])
