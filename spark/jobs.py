@@ -103,6 +103,13 @@ def ship_code(spark: SparkSession) -> None:
                         full = os.path.join(dirpath, f)
                         z.write(full, os.path.relpath(full, root))
     sc.addPyFile(path)
+    # The native WAL reader cannot be imported from a zip: it goes as a file of its own, which
+    # executors find on sys.path (spark.walcols.native). Built for this machine's platform: an
+    # executor that cannot load it reads in pure Python (same results, slower; it logs why).
+    from spark import walcols
+    native = walcols.native_file()
+    if native is not None:
+        sc.addFile(native)
     sc._replog_code_shipped = True  # type: ignore[attr-defined]
 
 

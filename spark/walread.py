@@ -240,9 +240,14 @@ def _decode(buf, off: int, path: str) -> tuple[int, list, int]:
     """(written_us, txns, end) of the frame at off, checksum verified."""
     try:
         body, nxt = fmt.decode_frame(buf, off)
-        written_us, txns = fmt.unpack_frame(body)
     except fmt.FormatError as e:
         raise WalInputError(f"{path}: {e} (see `replog wal verify`)") from None
+    try:
+        written_us, txns = fmt.unpack_frame(body)
+    except (fmt.FormatError, ValueError, TypeError):      # not msgpack, or not this shape
+        written_us = None
+    if type(written_us) is not int or not -1 << 63 <= written_us < 1 << 63:
+        raise WalInputError(f"{path}: frame payload at byte {off} is not [written_us, txns] (see `replog wal verify`)")
     return written_us, txns, nxt
 
 
@@ -304,81 +309,6 @@ def read_split(split: Split) -> Iterator[tuple]:
                 written_us, txns, nxt = _decode(buf, off, split.path)
                 yield dec.record(off, nxt, written_us, txns)
                 off = nxt
-
-
-class SplitColumns(NamedTuple):
-    """One split's rows as columns (for Arrow): per transaction, and per row in frame order.
-    A transaction's rows are t_rows[i] consecutive entries of the row columns."""
-    node_uuid: str
-    segment: str
-    ordinal: int
-    t_offset: list        # frame offset
-    t_written_us: list
-    t_origin: list        # uuid or None (an id this node's table does not know)
-    t_lsn: list
-    t_group: list
-    t_timestamp: list
-    t_first_index: list   # index in its frame of the transaction's first row
-    t_rows: list
-    r_kind: list
-    r_space: list
-    r_key: list
-    r_hash: list
-
-
-def read_split_columns(split: Split) -> SplitColumns:
-    """The rows of one split as columns; the same checks and table moves as FrameDecoder.record
-    (one loop, no tuple per row: this is the executors' hot path)."""
-    table = NodeTable(split.node_uuid, split.table, split.own_id)
-    node_uuid, ids, path = table.node_uuid, table.ids, split.path
-    pack = msgpack.Packer(autoreset=True, use_bin_type=True).pack
-    c = SplitColumns(node_uuid, split.segment, split.ordinal, *([] for _ in range(12)))
-    t_offset, t_wus, t_origin, t_lsn, t_group, t_ts, t_first, t_rows = c[3:11]
-    kinds, spaces, keys, hashes = c.r_kind, c.r_space, c.r_key, c.r_hash
-    ak, asp, aky, ah = kinds.append, spaces.append, keys.append, hashes.append
-    op_names, group_names = OP_NAMES, GROUP_NAMES
-    with open(path, "rb") as f:
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            off = split.start
-            while off < split.end:
-                written_us, txns, nxt = _decode(buf, off, path)
-                index = 0
-                for t in txns:
-                    try:
-                        rid, lsn, group, ts, ops = t
-                        n = 0
-                        for op in ops:
-                            kind, space, key, _value = op
-                            if type(space) is not str or type(key) is not str or kind not in op_names:
-                                raise ValueError("op kind, space or key")
-                            b = pack(op)
-                            ak(kind)
-                            asp(space)
-                            aky(key)
-                            ah(((crc32c(b) >> 1) << 32) | zlib.crc32(b))
-                            n += 1
-                    except (TypeError, ValueError) as e:
-                        raise WalInputError(f"{path}: malformed transaction in frame at byte {off}: {e}") from None
-                    if not n or group not in group_names or type(lsn) is not int:
-                        raise WalInputError(f"{path}: malformed transaction in frame at byte {off}")
-                    t_offset.append(off)
-                    t_wus.append(written_us)
-                    t_origin.append(node_uuid if group == GROUP_LOCAL else ids.get(rid))
-                    t_lsn.append(lsn)
-                    t_group.append(group)
-                    t_ts.append(ts)
-                    t_first.append(index)
-                    t_rows.append(n)
-                    index += n
-                    if group == GROUP_CLUSTER:
-                        try:
-                            table.follow(rid, ops)
-                        except (TypeError, ValueError, KeyError, AttributeError) as e:
-                            raise WalInputError(f"{path}: malformed _cluster row in frame at byte {off}: {e!r}") from None
-                # Unique positions need every row to own at least one byte of its frame.
-                assert index < nxt - off, (path, off)
-                off = nxt
-    return c
 
 
 def read_node_frames(path: str) -> Iterator[tuple]:
