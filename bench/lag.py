@@ -32,6 +32,7 @@ shares the machine with the three nodes; its CPU is reported.
     python -m bench.lag                                  # 10k rows/s for 20 s, replog then Tarantool
     python -m bench.lag --txn-rows 1 --rate 2000         # single-row transactions
     python -m bench.lag --only replog --keep
+    python -m bench.lag --only replog --profile /tmp/lagprof  # py-spy on every node during the load
 
 Figures only: nothing here asserts on timing."""
 from __future__ import annotations
@@ -41,6 +42,8 @@ import asyncio
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +52,7 @@ from typing import Any
 from bench.common import LoadWatch, dump_json, free_port, machine, median, percentile, print_load, print_machine, \
     print_table
 from bench.procs import ReplogNode, TarantoolNode, code_version, wait_for
+from bench.pyspy import summarize_pyspy
 from node.core.rows import GROUP_DEFAULT, OP_PUT
 from node.wal import format as walfmt
 from node.wal.reader import iter_segment, list_segments
@@ -66,6 +70,8 @@ LATE_S = 0.01                        # a transaction sent this long after it was
 CONVERGE_TIMEOUT_S = 300.0           # the followers must hold every row within this after the load
 START_TIMEOUT_S = 90.0               # a mesh forms (bootstrap + two joins) within this
 TARANTOOL_MEMTX_MB = 512
+PROFILE_RATE_HZ = 250                # py-spy samples per second per node (--profile)
+PROFILE_TOP = 15                     # functions listed per thread role
 
 
 def _lag_summary(samples_us: list[int]) -> dict[str, Any]:
@@ -159,11 +165,15 @@ def replog_lag(base: str, args: argparse.Namespace) -> dict[str, Any]:
         lsn0 = master.lsn_of(muuid)
         for f in followers:
             wait_for(lambda: f.lsn_of(muuid) >= lsn0, START_TIMEOUT_S, f"{f.name} to see the space")
+        spies = start_profilers(nodes, args.profile) if args.profile else []
         cpu0 = [n.cpu_s() or 0.0 for n in nodes]
         t0 = time.monotonic()
-        load = asyncio.run(paced_http_load(master.url, args.rate, args.seconds, args.txn_rows, args.clients))
-        cpu_wall = time.monotonic() - t0
-        cpu = [100.0 * ((n.cpu_s() or 0.0) - c) / cpu_wall for n, c in zip(nodes, cpu0)]
+        try:
+            load = asyncio.run(paced_http_load(master.url, args.rate, args.seconds, args.txn_rows, args.clients))
+        finally:
+            cpu_wall = time.monotonic() - t0
+            cpu = [100.0 * ((n.cpu_s() or 0.0) - c) / cpu_wall for n, c in zip(nodes, cpu0)]
+            profiles = stop_profilers(spies)
         target = master.lsn_of(muuid)
         for f in followers:
             wait_for(lambda: f.lsn_of(muuid) >= target, CONVERGE_TIMEOUT_S, f"{f.name} to catch up")
@@ -178,12 +188,51 @@ def replog_lag(base: str, args: argparse.Namespace) -> dict[str, Any]:
     queue = [w - ts for ts, w, k in mrows.values() for _ in range(k)]
     out: dict[str, Any] = {"load": load, "cpu_pct": {n.name: c for n, c in zip(nodes, cpu)},
                            "master_queue": _lag_summary(queue), "followers": {}}
+    if profiles:
+        out["profiles"] = profiles
     for f in followers:
         frows = wal_rows(os.path.join(f.data_dir, "wal"), ids[f.name])
         lag = [w - ts for ts, w, k in frows.values() for _ in range(k)]
         hop = [w - mrows[lsn][1] for lsn, (ts, w, k) in frows.items() if lsn in mrows for _ in range(k)]
         out["followers"][f.name] = {"lag": _lag_summary(lag), "from_master_wal": _lag_summary(hop)}
     return out
+
+
+def start_profilers(nodes: list[ReplogNode], out_dir: str) -> list[tuple[str, subprocess.Popen, str]]:
+    """`py-spy record` attached to every node for the load (raw collapsed stacks, per thread,
+    idle frames kept so that waiting shows apart from work)."""
+    pyspy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(pyspy):
+        raise SystemExit("py-spy is not installed (pip install py-spy into the venv)")
+    os.makedirs(out_dir, exist_ok=True)
+    spies = []
+    for n in nodes:
+        raw = os.path.join(out_dir, f"{n.name}.pyspy.txt")
+        p = subprocess.Popen([pyspy, "record", "--pid", str(n.pid), "--format", "raw", "--threads", "--idle",
+                              "--rate", str(PROFILE_RATE_HZ), "-o", raw],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        spies.append((n.name, p, raw))
+    return spies
+
+
+def stop_profilers(spies: list[tuple[str, subprocess.Popen, str]]) -> dict[str, Any]:
+    out = {}
+    for name, p, raw in spies:
+        p.send_signal(signal.SIGINT)           # py-spy writes its output on SIGINT
+        p.wait(60)
+        out[name] = summarize_pyspy(raw, PROFILE_TOP) | {"raw": raw}
+    return out
+
+
+def print_profiles(profiles: dict[str, Any]) -> None:
+    for name, doc in profiles.items():
+        print(f"profile of {name} during the load ({PROFILE_RATE_HZ} Hz, all threads, idle included): {doc['raw']}")
+        for r in doc["roles"]:
+            n = r["samples"] or 1
+            print(f"  {r['role']} ({r['threads']} thread(s)): busy {100.0 * r['busy'] / n:.1f}% of its samples")
+            print_table(["  inclusive: function", "samples", "%"], [list(x) for x in r["top_incl"]])
+            print_table(["  self: function", "samples", "%"], [list(x) for x in r["top_self"]])
+        print()
 
 
 # --- Tarantool -----------------------------------------------------------------------------------
@@ -252,6 +301,8 @@ def print_result(system: str, res: dict[str, Any]) -> None:
             print(f"  WARNING: master queue min {q['min_ms']:.3f} ms < 0: the HLC ran ahead of the wall clock")
     print_table(["follower", "measure", "rows", "p50 ms", "p99 ms", "max ms", "mean ms"], rows)
     print()
+    if res.get("profiles"):
+        print_profiles(res["profiles"])
 
 
 # --- command line ------------------------------------------------------------------------------------
@@ -265,6 +316,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--node-prelude", metavar="PYTHON", default="",
                    help="replog nodes: Python run before each node starts, to try a change without editing node/, "
                         "e.g. \"import sys; sys.setswitchinterval(0.0005)\"")
+    p.add_argument("--profile", metavar="DIR", default=None,
+                   help="replog: attach py-spy to every node during the load; raw stacks go to DIR")
     p.add_argument("--dir", default=None, help="where temp data dirs go (default: the system temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the data dirs and logs")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
