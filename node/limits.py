@@ -28,6 +28,8 @@ replica_id_max = 1 << 31             # ids fit msgpack's int32 comfortably
 message_bytes_max = 16 * 1024 * 1024 # one WebSocket message (a batch of txns or a snapshot chunk)
 relay_batch_txns_max = 1024          # txns per relay message
 relay_batch_bytes_max = 1024 * 1024  # bytes per relay message (before framing)
+relay_tail_bytes_max = 4 * 1024 * 1024  # WAL frames the journal keeps in memory for caught-up relays
+                                     # (a few seconds at 10k rows/s); a relay behind that reads the file
 snapshot_chunk_rows_max = 4096       # rows per snapshot chunk during JOIN
 applier_pending_rows_max = 20_000    # rows queued to the journal before appliers stop reading; a few
                                      # group-commit batches keep the writer busy, more only grows the heap

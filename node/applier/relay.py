@@ -3,7 +3,13 @@
 After auth and greeting it serves one request: JOIN (register + snapshot), FETCH_SNAPSHOT
 (anonymous bootstrap), REGISTER (anonymous -> member) or SUBSCRIBE (stream the WAL from
 the subscriber's vclock). Rows go out in this node's ids, in WAL order, whole
-transactions, never rows of local spaces; the subscriber translates them."""
+transactions, never rows of local spaces; the subscriber translates them.
+
+A subscribed relay reads from one position (segment, offset) on: from the journal's
+in-memory tail when it is exactly at a batch the tail holds (caught up: no file read, no
+thread hop), else from the WAL file through the thread pool (behind, or fell out of the
+tail), never past the journal's durable position either way. Both paths apply the same
+filter (relay_wants) to the same frames, so the subscriber cannot tell them apart."""
 from __future__ import annotations
 
 import asyncio
@@ -27,6 +33,7 @@ from node.wal.gc import behind
 from node.wal.reader import list_segments, read_header
 
 if TYPE_CHECKING:
+    from node.journal import Journal
     from node.server import Node
 
 log = logging.getLogger("replog.relay")
@@ -34,13 +41,58 @@ _pack = msgpack.Packer(use_bin_type=True).pack
 
 
 class WalCursor:
-    """Reads whole frames from the WAL, never past the journal's durable position."""
+    """Reads whole frames from the WAL, never past the journal's durable position:
+    `read_tail` from the journal's memory, `read` from the file (in an executor thread)."""
 
     def __init__(self, wal_dir: str, sub_vclock: dict[int, int]):
         self.dir = wal_dir
         self.sub = dict(sub_vclock)
         self.segment: str | None = None
         self.offset = 0
+        self._next: tuple[int, int] | None = None   # (chunk seq, frame index) to read next from the tail
+        self.from_tail = 0                          # frames sent from memory / read from the file
+        self.from_file = 0
+        self.rows = 0                               # rows in the txns handed out (both paths)
+
+    def read_tail(self, journal: "Journal", max_bytes: int) -> list | None:
+        """Frame payloads to send from the journal's tail; [] when caught up with the durable
+        position; None when the tail does not continue this cursor (read the file)."""
+        pos = (self.segment, self.offset)
+        if self.segment is None or self.offset == 0:
+            return None                                 # not started, or a segment header still to read
+        if pos == journal.position:
+            return []
+        i = 0
+        if self._next is not None and self._next[1]:      # resuming inside a chunk
+            chunk = journal.tail_get(self._next[0])
+            i = self._next[1]
+            if chunk is None or chunk.segment != self.segment or chunk.frames[i - 1][0] != self.offset:
+                chunk = None
+        else:
+            chunk = journal.tail_chunk(pos, self._next[0] if self._next is not None else None)
+        if chunk is None:
+            self._next = None
+            return None
+        out: list = []
+        budget = max_bytes
+        while chunk is not None and budget > 0:
+            frames, written_us = chunk.frames, chunk.written_us
+            while i < len(frames) and budget > 0:
+                end, body, txns = frames[i]
+                i += 1
+                keep = [t for t in txns if relay_wants(t, self.sub)]
+                if keep:
+                    out.append(body if len(keep) == len(txns) else _pack([written_us, keep]))
+                    budget -= len(body)
+                    self.rows += sum([len(t[4]) for t in keep])
+                self.segment, self.offset = chunk.segment, end
+            if i < len(frames):
+                self._next = (chunk.seq, i)
+                break
+            self._next, i = (chunk.seq + 1, 0), 0
+            chunk = journal.tail_chunk((self.segment, self.offset), chunk.seq + 1)
+        self.from_tail += len(out)
+        return out
 
     def _start(self) -> bool:
         segs = list_segments(self.dir)
@@ -59,6 +111,7 @@ class WalCursor:
 
     def read(self, position: tuple[str | None, int], max_bytes: int) -> list[bytes]:
         """Frame payloads to send (already filtered, re-packed when filtering dropped txns)."""
+        self._next = None
         if self.segment is None and not self._start():
             return []
         out: list[bytes] = []
@@ -102,11 +155,13 @@ class WalCursor:
                 if keep:
                     out.append(body if len(keep) == len(txns) else _pack([written_us, keep]))
                     budget -= len(body)
+                    self.rows += sum([len(t[4]) for t in keep])
                 if budget <= 0:
                     break
             self.offset += pos
             if pos == 0:
                 break
+        self.from_file += len(out)
         return out
 
 
@@ -204,11 +259,14 @@ class Relay:
         self.lag_s = 0.0
         self.error = ""
         self.cursor = WalCursor(node.wal_dir, sub_vclock)
+        self._wake = asyncio.Event()     # set by the journal after each durable batch
 
     def info(self) -> dict:
         return {"uuid": self.uuid, "address": self.address, "status": self.status, "anon": self.anon,
                 "lag_s": round(self.lag_s, 6), "error": self.error,
-                "vclock": {str(k): v for k, v in sorted(self.acked.items())}}
+                "vclock": {str(k): v for k, v in sorted(self.acked.items())},
+                "rows_sent": self.cursor.rows,
+                "frames_from_memory": self.cursor.from_tail, "frames_from_file": self.cursor.from_file}
 
     async def run(self) -> None:
         node = self.node
@@ -254,19 +312,30 @@ class Relay:
         await sender  # re-raise its error
 
     async def _send_loop(self) -> None:
-        node = self.node
+        journal = self.node.journal
         loop = asyncio.get_running_loop()
-        last_send = time.monotonic()
-        while True:
-            frames = await loop.run_in_executor(None, self.cursor.read, node.journal.position,
-                                                limits.relay_batch_bytes_max)
-            if frames:
-                await self.conn.send(m.ROWS, frames=frames)
-                last_send = time.monotonic()
-                continue
-            wait = limits.heartbeat_interval_s - (time.monotonic() - last_send)
-            if wait <= 0:
-                await self.conn.send(m.HEARTBEAT, now_us=time.time_ns() // 1000)
-                last_send = time.monotonic()
-                continue
-            await node.journal.changed(timeout=wait)
+        wake, cursor = self._wake, self.cursor
+        journal.listen(wake)
+        try:
+            last_send = loop.time()
+            while True:
+                wake.clear()         # before looking: a batch made durable from here on wakes us
+                frames = cursor.read_tail(journal, limits.relay_batch_bytes_max)
+                if frames is None:
+                    frames = await loop.run_in_executor(None, cursor.read, journal.position,
+                                                        limits.relay_batch_bytes_max)
+                if frames:
+                    await self.conn.send(m.ROWS, frames=frames)
+                    last_send = loop.time()
+                    continue
+                if loop.time() - last_send >= limits.heartbeat_interval_s:
+                    await self.conn.send(m.HEARTBEAT, now_us=time.time_ns() // 1000)
+                    last_send = loop.time()
+                    continue
+                timer = loop.call_at(last_send + limits.heartbeat_interval_s, wake.set)
+                try:
+                    await wake.wait()
+                finally:
+                    timer.cancel()
+        finally:
+            journal.unlisten(wake)
