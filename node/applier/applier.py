@@ -18,7 +18,7 @@ import aiohttp
 from node import limits
 from node.applier.conn import Conn, check_greeting, client_auth, connect
 from node.core import messages as m
-from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, Txn, frame_txns_upto
+from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
 
 if TYPE_CHECKING:
@@ -41,25 +41,6 @@ async def open_link(node: "Node", session: aiohttp.ClientSession, address: str) 
     except BaseException:
         await conn.close()
         raise
-
-
-def decode_rows(frames) -> tuple[list[Txn], RemoteProtocolError | None]:
-    """The txns of a ROWS message, validated, up to the first thing wrong in it, and that
-    error: the txns before it are decided as if one by one, then the link is refused."""
-    valid: list[Txn] = []
-    for body in frames:
-        if type(body) is not bytes:
-            return valid, RemoteProtocolError("ROWS frame is not binary")
-        try:
-            _, txns, bad = frame_txns_upto(body)
-        except (ValueError, TypeError) as e:
-            return valid, RemoteProtocolError(f"undecodable ROWS frame: {e}")
-        except Exception as e:  # msgpack's own exception types for junk bytes
-            return valid, RemoteProtocolError(f"undecodable ROWS frame: {type(e).__name__}")
-        valid += txns
-        if bad is not None:
-            return valid, bad
-    return valid, None
 
 
 async def probe(node: "Node", session: aiohttp.ClientSession, address: str, timeout: float) -> dict:
@@ -191,7 +172,7 @@ class Applier:
                 wall_us = int(now * 1e6)
                 last_ts = 0
                 entry: list = []          # consecutive plain txns share one WAL frame
-                valid, bad = decode_rows(msg["frames"])
+                valid, bad = msg["txns"], msg["error"]
                 try:
                     i, n = 0, len(valid)
                     while i < n:                      # check + claim: no await before submit

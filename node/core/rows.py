@@ -155,15 +155,18 @@ class _WireTxn(Txn):
     ops: Annotated[tuple[_WireOp, ...], msgspec.Meta(min_length=1, max_length=_TXN_OPS_MAX)]
 
 
-class _Unusual(Exception):
-    pass
+class Unusual(Exception):
+    """Raised by fast-path checks: decode this again by the exact path."""
 
 
-def _no_ext(code: int, data: memoryview) -> Any:
-    raise _Unusual
+def no_ext(code: int, data: memoryview) -> Any:
+    """msgspec ext_hook of the fast paths: extensions go the exact path (node.core.codec)."""
+    raise Unusual
 
 
-_fast_frame = msgspec.msgpack.Decoder(tuple[int, list[_WireTxn]], ext_hook=_no_ext).decode
+WIRE_FRAME = tuple[int, list[_WireTxn]]     # a frame payload, as the fast decoders read it
+FAST_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, Unusual)
+_fast_frame = msgspec.msgpack.Decoder(WIRE_FRAME, ext_hook=no_ext).decode
 _SCALARS = frozenset((str, int, bytes, float, bool, type(None)))
 
 
@@ -176,6 +179,14 @@ def _plain(v: Any) -> bool:
     if t is list:
         return all(type(x) in _SCALARS or _plain(x) for x in v)
     return t in _SCALARS
+
+
+def check_plain(txns: list[Txn]) -> None:
+    """Raise Unusual unless every value in txns (from a fast decoder) is plain."""
+    for t in txns:
+        for o in t[4]:
+            if type(o[3]) not in _SCALARS and not _plain(o[3]):
+                raise Unusual
 
 
 def unpack_frame_txns(body: bytes) -> tuple[int, list[Txn]]:
@@ -194,14 +205,16 @@ def frame_txns_upto(body: bytes) -> tuple[int, list[Txn], RemoteProtocolError | 
     Raises only when the payload itself cannot be decoded as [written_us, [txn, ...]]."""
     try:
         written_us, txns = _fast_frame(body)
-        for t in txns:
-            for o in t[4]:
-                if type(o[3]) not in _SCALARS and not _plain(o[3]):
-                    raise _Unusual
+        check_plain(txns)
         return written_us, txns, None
-    except (msgspec.DecodeError, msgspec.ValidationError, _Unusual):
+    except FAST_ERRORS:
         pass
-    d = msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True, ext_hook=codec.refuse_ext)
+    return exact_frame(msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True,
+                                       ext_hook=codec.refuse_ext))
+
+
+def exact_frame(d: Any) -> tuple[int, list[Txn], RemoteProtocolError | None]:
+    """frame_txns_upto's exact path, over a frame payload decoded by msgpack."""
     if type(d) is not list or len(d) != 2 or not isinstance(d[0], int) or type(d[1]) is not list:
         raise ValueError("frame payload is not [written_us, txns]")
     out: list[Txn] = []

@@ -91,7 +91,11 @@ def test_any_bytes_decode_to_a_message_or_a_remote_protocol_error(data):
 @given(NEAR_MESSAGES)
 def test_any_msgpack_structure_decodes_to_a_message_or_a_remote_protocol_error(raw):
     msg = decode_or_refuse(msgpack.packb(raw, use_bin_type=True))
-    if msg is not None:
+    if msg is not None and msg.type == m.ROWS:
+        # ROWS: the valid txns up to the first bad one, and that one's error
+        assert all(isinstance(t, Txn) for t in msg["txns"])
+        assert msg["error"] is None or isinstance(msg["error"], RemoteProtocolError)
+    elif msg is not None:
         # what is accepted has every field of its schema with the right type
         assert msg.type in m.SCHEMA
         for k, types in m.SCHEMA[msg.type].items():
@@ -112,6 +116,7 @@ def test_a_damaged_valid_message_still_decodes_or_is_refused(msg, pos, byte):
 @given(VALID_MESSAGES)
 def test_valid_messages_round_trip(msg):
     mtype, body = msg
+    assume(mtype != m.ROWS)                     # decoded into txns: see the ROWS tests below
     out = m.decode(m.encode(mtype, **body))
     assert out.type == mtype and out.name == m.NAMES[mtype]
     assert out.body == msgpack.unpackb(msgpack.packb(body, use_bin_type=True), raw=False, strict_map_key=False)
@@ -348,3 +353,49 @@ def test_fast_frame_decoder_leaves_long_keys_to_the_exact_path(chars):
     body = msgpack.packb([9, [[1, 1, 0, 5, [[OP_PUT, "s", "\u20ac" * chars, 1]]]]], use_bin_type=True)
     assert same(fast_frame(body), exact_frame(body))
     assert (fast_frame(body)[2] is None) == (chars <= limits.key_bytes_max // 3)
+
+
+# --- ROWS messages: frames inline, decoded in one call ------------------------------------------
+
+def exact_rows(payloads: list[bytes]):
+    """What the exact path makes of a ROWS message of these payloads, frame by frame."""
+    out = []
+    for body in payloads:
+        r = exact_frame(body)
+        if isinstance(r, type):
+            return out, "undecodable"
+        out += r[1]
+        if r[2] is not None:
+            return out, r[2]
+    return out, None
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.one_of(INTS, st.booleans()), FRAME_TXNS), max_size=4))
+def test_rows_messages_decode_as_their_frames_one_by_one(frames):
+    try:
+        payloads = [msgpack.packb([wus, txns], use_bin_type=True) for wus, txns in frames]
+    except (OverflowError, ValueError, TypeError):
+        assume(False)
+    want_txns, want_err = exact_rows(payloads)
+    junk = any(isinstance(exact_frame(p), type) for p in payloads)
+    for inline, data in ((True, m.encode_rows(payloads)), (False, m.encode(m.ROWS, frames=payloads))):
+        msg = decode_or_refuse(data)
+        if inline and junk:
+            assert msg is None                   # inline, an undecodable payload spoils the message
+            continue
+        assert msg is not None and msg.type == m.ROWS
+        assert same((0, msg["txns"], None if msg["error"] is None else "e"),
+                    (0, want_txns, None if want_err is None else "e"))
+        if isinstance(want_err, str) or want_err is None:
+            continue
+        assert str(msg["error"]) == want_err
+
+
+@FUZZ
+@given(st.lists(st.lists(VALID_TXNS, min_size=1, max_size=3), max_size=40))
+def test_valid_rows_round_trip(frames):
+    payloads = [msgpack.packb([1, [t.to_wire() for t in f]], use_bin_type=True) for f in frames]
+    msg = m.decode(m.encode_rows(payloads))
+    assert msg.type == m.ROWS and msg["error"] is None
+    assert [t.to_wire() for t in msg["txns"]] == [t.to_wire() for f in frames for t in f]
