@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from node.core.rows import GROUP_LOCAL, GROUP_NAMES, OP_NAMES
 from spark import tables as T
-from spark import walcols, walread
+from spark import concurrent, walcols, walread
 
 codec = "zstd"   # Parquet codec (measured on rows: zstd 0.52 µs/row to write, 24 B/row; snappy 0.48, 34; none 0.44, 76)
 
@@ -339,12 +339,13 @@ def _vclocks(prefix: dict[str, int], origin: pa.Array, replicated: np.ndarray, l
 def write_split_pass2(i: int, rows_dir: str, vclock_dir: str, writes_dir: str, history_dir: str | None,
                       own: dict[str, tuple] | None, div_dir: str | None, ref: dict[str, tuple] | None,
                       prefix: tuple[dict[str, int], int], t0: int | None,
-                      width: float, writers: list[str]) -> tuple[list[tuple], list[tuple]]:
+                      width: float, writers: list[str], buckets: int) -> tuple[list[tuple], list[tuple], int]:
     """Pass 2 of split i: its vclock_history, its own writes with their vclock and, given the
     origins' own transactions (`own`), its origin_history. Returns the split's progress partials
     (node, origin, bucket, max written_us, max last lsn) of its replicated transactions, and
     its replication_delay partials (see _origin_history)."""
     rows = pq.read_table(os.path.join(rows_dir, f"part-{i:05d}.parquet"))
+    node = rows["node_uuid"][0].as_py() if len(rows) else None
     first = pc.equal(rows["row_in_txn"], 0)
     t = rows.filter(first)
     group = t["group"]
@@ -364,18 +365,23 @@ def write_split_pass2(i: int, rows_dir: str, vclock_dir: str, writes_dir: str, h
            & pc.equal(rows["group"], "default").to_numpy(zero_copy_only=False)
            & pc.is_in(rows["op"], pa.array(list(T.WRITE_OPS))).to_numpy(zero_copy_only=False))
     sel = pa.array(np.nonzero(writes)[0])
-    w = rows.take(sel)
+    w = rows.select(["space", "key", "origin_uuid", "origin_lsn", "timestamp"]).take(sel)
     at = txn_of_row[writes]
     seen = np.zeros((len(at), len(writers)), dtype=np.int64)
     for j, u in enumerate(writers):
         if u in uuids:
             seen[:, j] = m[at, uuids.index(u)]
-    index_of = {u: j for j, u in enumerate(writers)}
-    idx = np.asarray([index_of[u] for u in w["origin_uuid"].to_pylist()], dtype=np.int32)
+    # Own writes: one origin, the node's own, a writer (it has replicated rows).
+    idx = np.full(len(at), writers.index(node) if node in writers else -1, dtype=np.int32)
     seen_list = pa.ListArray.from_arrays(pa.array(np.arange(len(at) + 1, dtype=np.int32) * len(writers)),
                                          pa.array(seen.reshape(-1)))
-    _write(pa.Table.from_arrays([w["space"], w["key"], w["origin_uuid"], pa.array(idx), w["origin_lsn"],
-                                 w["timestamp"], seen_list], schema=WRITES_SCHEMA), writes_dir, i)
+    ws = pa.Table.from_arrays([w["space"], w["key"], w["origin_uuid"], pa.array(idx), w["origin_lsn"],
+                               w["timestamp"], seen_list], schema=WRITES_SCHEMA)
+    bucket = concurrent.bucket_of(ws["key"], buckets)
+    for b in np.unique(bucket).tolist():
+        d = concurrent.bucket_dir(writes_dir, b)
+        os.makedirs(d, exist_ok=True)
+        _write(ws.filter(pa.array(bucket == b)), d, i)
 
     suspects = 0 if div_dir is None else _divergence_input(rows, ref or {}, div_dir, i)
     delays = [] if history_dir is None else _origin_history(t, replicated, last, own or {}, history_dir, i)
@@ -383,7 +389,6 @@ def write_split_pass2(i: int, rows_dir: str, vclock_dir: str, writes_dir: str, h
         return [], delays, suspects
     wus = t["written_us"].to_numpy()[replicated]
     b = np.floor((wus - t0) / width).astype(np.int64)
-    node = rows["node_uuid"][0].as_py()
     codes = pc.dictionary_encode(origin).indices.fill_null(-1).to_numpy(zero_copy_only=False)[replicated]
     here = pc.dictionary_encode(origin).dictionary.to_pylist()
     acc: dict[tuple[int, int], list[int]] = {}

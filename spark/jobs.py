@@ -8,16 +8,21 @@ Order of work (each stage logs a line, so long runs show progress):
      (row counts, each origin's max lsn in the split, the written_us span);
   4. the driver folds those facts into the vclock at each split's start; pass 2, one task per
      split: its `vclock_history` (that start + a running max within the split: the same as a
-     running max per node over position) and its own writes with their vclock, both Parquet;
-  5. Spark SQL over `rows`: `origin_history` (every observation of a transaction joined with its
-     origin's own, which is broadcast) and `replication_delay`; 6. `divergence` (a group by
-     origin and lsn: the only shuffle of every row, as three longs); 7. `concurrent_writes` (a
-     join of the own writes by key);
-  8. the summary comes from the passes' facts and small aggregates; nothing large is collected.
+     running max per node over position), `origin_history` (each replicated transaction beside
+     its origin's own, which the driver sends to every task), the observations that differ from
+     their origin's own (divergence suspects) and its own writes with their vclock, bucketed by
+     key, all Parquet;
+  5. `replication_delay` from pass 2's partial sums; 6. `divergence`: usually no suspects, so
+     no job; else Spark SQL groups the suspects by (origin, lsn);
+  7. `concurrent_writes`: one Python task a key bucket pairs its writes (spark.concurrent);
+  8. the summary comes from the passes' facts; nothing large is collected.
+  When the origins' own transactions are too many to send to every task, origin_history and
+  divergence fall back to Spark SQL joins over `rows`.
 Rules: the same code runs on local[*] and under spark-submit on a cluster (inputs and OUT must
 then be paths every executor can read and write: the passes write their files themselves); the
 code that runs in executors is shipped with the job (a zip of the `spark` and `node` packages);
-executors need pyarrow and numpy; no Python UDFs, only Spark SQL over what the passes wrote."""
+executors need pyarrow and numpy (and read the WAL natively with spark._walcols when it loads);
+no Python UDFs: Python tasks over files, and Spark SQL over what they wrote."""
 from __future__ import annotations
 
 import logging
@@ -184,6 +189,7 @@ def _txns(rows: DataFrame) -> DataFrame:
 
 broadcast_rows_max = 2_000_000     # a join side up to this many rows is broadcast, not shuffled
 task_lookup_rows_max = 8_000_000   # origins' own txns/rows sent to every pass-2 task (16 bytes each)
+writes_bucket_txns = 250_000       # own transactions whose writes one concurrent_writes task pairs
 
 
 def origin_history(rows: DataFrame) -> DataFrame:
@@ -246,20 +252,19 @@ def divergence_from_input(rows: DataFrame, suspects: DataFrame) -> DataFrame:
                       F.size(F.collect_set("content_hash").over(w)).alias("variants"))
 
 
-def concurrent_writes(wv: DataFrame) -> DataFrame:
-    """Pairs from the own writes with their origin's vclock (columnar.WRITES_SCHEMA): a join
-    of the writes by (space, key): one shuffle of the writes, reused for both sides."""
-    a, b = wv.alias("a"), wv.alias("b")
-    pairs = a.join(b, (F.col("a.space") == F.col("b.space")) & (F.col("a.key") == F.col("b.key"))
-                   & (F.col("a.origin_uuid") < F.col("b.origin_uuid")))
-    seen_a = F.col("b.seen")[F.col("a.origin_idx")]
-    seen_b = F.col("a.seen")[F.col("b.origin_idx")]
-    return pairs.where((seen_a < F.col("a.origin_lsn")) & (seen_b < F.col("b.origin_lsn"))).select(
-        F.col("a.space").alias("space"), F.col("a.key").alias("key"),
-        F.col("a.origin_uuid").alias("origin_a"), F.col("a.origin_lsn").alias("lsn_a"),
-        F.col("a.timestamp").alias("timestamp_a"),
-        F.col("b.origin_uuid").alias("origin_b"), F.col("b.origin_lsn").alias("lsn_b"),
-        F.col("b.timestamp").alias("timestamp_b"))
+def concurrent_pairs(spark: SparkSession, writes_dir: str, out: str, buckets: int) -> int:
+    """concurrent_writes from pass 2's own writes, bucketed by key: one Python task a bucket
+    (spark.concurrent); returns the number of pairs."""
+    _fresh(out)
+    n = sum(spark.sparkContext.parallelize(range(buckets), buckets)
+            .map(lambda b: _concurrent().write_bucket_pairs(b, writes_dir, out, _columnar()._write)).collect())
+    _done(out)
+    return n
+
+
+def _concurrent():
+    from spark import concurrent
+    return concurrent
 
 
 # --- the whole run -----------------------------------------------------------------------
@@ -318,17 +323,20 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
     for d in (vclock_dir, writes_dir) + ((history_dir,) if in_tasks else ()) + ((div_dir,) if div_dir else ()):
         _fresh(d)
     writers = sorted({u for x in stats for u in x.origin_max})
+    buckets = max(2 * sc.defaultParallelism, sum(x.own_txns for x in stats) // writes_bucket_txns + 1)
     work = [(i, pre[i]) for i in range(len(splits))]
     results = (sc.parallelize(work, _tasks(sc, len(work), sum(x.end - x.start for x in splits)))
                .map(lambda w: _columnar().write_split_pass2(w[0], rows_dir, vclock_dir, writes_dir, history_dir,
                                                             own.value if own is not None else None,
                                                             div_dir, ref.value if ref is not None else None,
-                                                            w[1], t0, width, writers)).collect())
+                                                            w[1], t0, width, writers, buckets)).collect())
     partials = [p for r in results for p in r[0]]
     _done(vclock_dir)
     log.info("[4/8] vclock_history: %d rows in %.1fs", sum(x.txns for x in stats), time.monotonic() - t)
 
-    rows = spark.read.parquet(rows_dir)
+    def rows() -> DataFrame:        # only the Spark SQL fallbacks read `rows` back
+        return spark.read.parquet(rows_dir)
+
     if in_tasks:
         _done(history_dir)
         own.unpersist()
@@ -344,7 +352,7 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
             max_delay[node] = max(max_delay.get(node, mx), mx)
         log.info("[5/8] origin_history (in pass 2), replication_delay: %d rows", len(delay_rows))
     else:
-        history = write(origin_history(rows), "origin_history", "[5/8]")
+        history = write(origin_history(rows()), "origin_history", "[5/8]")
         delays = write(replication_delay(history), "replication_delay", "[5/8]")
         max_delay = {r["node_uuid"]: r["m"] for r in
                      delays.groupBy("node_uuid").agg(F.max("delay_us_max").alias("m")).collect()}
@@ -354,16 +362,20 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
         col.write_table(path("divergence"), col.DIVERGENCE_SCHEMA, [])
         shutil.rmtree(div_dir)
         ref.unpersist()
-        div = spark.read.parquet(path("divergence"))
+        div, divergent_rows = None, []
         log.info("[6/8] divergence: none (every observation equals its origin's own)")
     elif div_dir is not None:
         ref.unpersist()
-        div = write(divergence_from_input(rows, spark.read.parquet(div_dir)), "divergence", "[6/8]")
+        div = write(divergence_from_input(rows(), spark.read.parquet(div_dir)), "divergence", "[6/8]")
         shutil.rmtree(div_dir)
     else:
-        div = write(divergence(rows), "divergence", "[6/8]")
-    conc = write(concurrent_writes(spark.read.parquet(writes_dir)), "concurrent_writes", "[7/8]")
+        div = write(divergence(rows()), "divergence", "[6/8]")
+    if div is not None:
+        divergent_rows = sorted((r[0], r[1]) for r in div.select("origin_uuid", "origin_lsn").distinct().collect())
+    t = time.monotonic()
+    conc = concurrent_pairs(spark, writes_dir, path("concurrent_writes"), buckets)
     shutil.rmtree(writes_dir)
+    log.info("[7/8] concurrent_writes: %d rows in %.1fs", conc, time.monotonic() - t)
 
     t = time.monotonic()
     nodes: dict[str, dict] = {}
@@ -381,8 +393,8 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
         "origins": sorted({u for x in stats for u in x.origin_max}),
         "rows": sum(x.rows for x in stats),
         "unresolved_rows": sum(x.unresolved for x in stats),
-        "divergent_rows": sorted((r[0], r[1]) for r in div.select("origin_uuid", "origin_lsn").distinct().collect()),
-        "concurrent_writes": conc.count(),
+        "divergent_rows": divergent_rows,
+        "concurrent_writes": conc,
     }
     points: dict[tuple, list[int]] = {}
     for node, origin, b, tw, lsn in partials:

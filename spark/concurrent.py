@@ -1,0 +1,118 @@
+"""concurrent_writes from the origins' own writes, in Python tasks over Arrow (no Spark SQL).
+
+- pass 2 (spark.columnar) writes each split's own writes with their origin's vclock into
+  `buckets` files by a hash of the key (`bucket_of`): every write to one (space, key) lands in
+  one bucket, from whichever split or node it came. That is the shuffle, done with the files
+  the passes already write (they must be reachable from every executor anyway);
+- one task per bucket (`write_bucket_pairs`) reads its files, sorts the writes by (space, key)
+  and compares every two writes of a key from two origins: concurrent when neither origin had
+  seen the other's row when it wrote its own (spark.tables.CONCURRENT_WRITES).
+Rules: a key's writes are compared in slices of at most `pairs_max` candidate pairs, so a hot
+key costs time in proportion to its pairs, never memory; the output is every pair once, with
+origin_a < origin_b (origin_idx is the rank of the origin's uuid among the writers)."""
+from __future__ import annotations
+
+import os
+import zlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+pairs_max = 4_000_000             # candidate pairs held at once by one task (~100 MiB of indices)
+
+CONCURRENT_SCHEMA = pa.schema([("space", pa.string()), ("key", pa.string()), ("origin_a", pa.string()),
+                               ("lsn_a", pa.int64()), ("timestamp_a", pa.int64()), ("origin_b", pa.string()),
+                               ("lsn_b", pa.int64()), ("timestamp_b", pa.int64())])
+
+
+def bucket_of(keys: pa.Array, buckets: int) -> np.ndarray:
+    """The bucket of each key: crc32 of its UTF-8 bytes (the same in every process)."""
+    h = np.fromiter((zlib.crc32(k.encode()) for k in keys.to_pylist()), dtype=np.int64, count=len(keys))
+    return h % buckets
+
+
+def bucket_dir(writes_dir: str, b: int) -> str:
+    return os.path.join(writes_dir, f"bucket-{b:04d}")
+
+
+def _pairs_of_groups(starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (i, j), i < j, of rows within each group [start, start + size) (sorted rows)."""
+    sizes = sizes.astype(np.int64)
+    p = np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes)   # place in its group
+    later = np.repeat(sizes, sizes) - p - 1                                   # rows after it there
+    left = np.repeat(np.repeat(starts, sizes) + p, later)
+    right = left + 1 + (np.arange(later.sum()) - np.repeat(np.cumsum(later) - later, later))
+    return left, right
+
+
+def _slices(sizes: np.ndarray) -> list[tuple[int, int]]:
+    """Ranges of groups whose candidate pairs stay near pairs_max (a bigger group: alone)."""
+    cost = sizes.astype(np.int64) * (sizes.astype(np.int64) - 1) // 2
+    out, lo, acc = [], 0, 0
+    for g, c in enumerate(cost.tolist()):
+        if acc and acc + c > pairs_max:
+            out.append((lo, g))
+            lo, acc = g, 0
+        acc += c
+    out.append((lo, len(cost)))
+    return out
+
+
+def concurrent_pairs(w: pa.Table) -> pa.Table:
+    """The concurrent pairs among writes (spark.columnar.WRITES_SCHEMA) of whole keys."""
+    if len(w) == 0:
+        return CONCURRENT_SCHEMA.empty_table()
+    space = pc.dictionary_encode(w["space"].combine_chunks())
+    key = pc.dictionary_encode(w["key"].combine_chunks())
+    k = (space.indices.to_numpy().astype(np.int64) * len(key.dictionary) + key.indices.to_numpy())
+    order = np.argsort(k, kind="stable")
+    k = k[order]
+    idx = w["origin_idx"].to_numpy()[order]
+    lsn = w["origin_lsn"].to_numpy()[order]
+    seen_col = w["seen"].combine_chunks()
+    width = len(seen_col[0]) if len(seen_col) else 0
+    seen = seen_col.flatten().to_numpy().reshape(-1, width)[order]
+    bounds = np.flatnonzero(np.diff(k)) + 1
+    starts = np.concatenate([[0], bounds])
+    sizes = np.diff(np.concatenate([starts, [len(k)]]))
+    many = sizes > 1
+    starts, sizes = starts[many], sizes[many]
+    picked_a, picked_b = [], []
+    for lo, hi in _slices(sizes):
+        if hi - lo == 1 and sizes[lo] * (sizes[lo] - 1) // 2 > pairs_max:
+            pieces = _pairs_of_big_group(int(starts[lo]), int(sizes[lo]))
+        else:
+            pieces = [_pairs_of_groups(starts[lo:hi], sizes[lo:hi])]
+        for i, j in pieces:
+            keep = idx[i] != idx[j]
+            i, j = i[keep], j[keep]
+            a = np.where(idx[i] < idx[j], i, j)          # origin_a < origin_b
+            b = np.where(idx[i] < idx[j], j, i)
+            ok = (seen[b, idx[a]] < lsn[a]) & (seen[a, idx[b]] < lsn[b])
+            picked_a.append(a[ok])
+            picked_b.append(b[ok])
+    a = pa.array(order[np.concatenate(picked_a)] if picked_a else np.zeros(0, np.int64))
+    b = pa.array(order[np.concatenate(picked_b)] if picked_b else np.zeros(0, np.int64))
+    wa, wb = w.take(a), w.take(b)
+    return pa.Table.from_arrays([wa["space"], wa["key"], wa["origin_uuid"], wa["origin_lsn"], wa["timestamp"],
+                                 wb["origin_uuid"], wb["origin_lsn"], wb["timestamp"]], schema=CONCURRENT_SCHEMA)
+
+
+def _pairs_of_big_group(start: int, size: int):
+    """A hot key's pairs, one row against the rows after it at a time."""
+    for r in range(start, start + size - 1):
+        right = np.arange(r + 1, start + size, dtype=np.int64)
+        yield np.full(len(right), r, dtype=np.int64), right
+
+
+def write_bucket_pairs(b: int, writes_dir: str, out_dir: str, write) -> int:
+    """The concurrent pairs of bucket b, as out_dir/part-b; returns how many."""
+    d = bucket_dir(writes_dir, b)
+    files = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".parquet")) if os.path.isdir(d) else []
+    # An empty bucket writes an empty file: the table is readable even with no writes at all.
+    pairs = concurrent_pairs(pa.concat_tables(pq.read_table(f) for f in files)) if files else \
+        CONCURRENT_SCHEMA.empty_table()
+    write(pairs, out_dir, b)
+    return len(pairs)
