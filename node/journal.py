@@ -2,7 +2,8 @@
 
 Every transaction to persist is submitted as one *entry* (it becomes one WAL frame: a
 local txn, or a remote txn together with the `_cluster` txn its applier wrote for it).
-One task drains the queue and performs, per batch, in this order:
+One task drains the queue and performs, per batch, in this order (on an executor thread
+for steps 1-3, or on the loop itself for a small batch that cannot wait for the disk):
   1. encode frames; 2. one WAL write (+ one fsync in fsync mode); 3. one LMDB
   transaction; 4. publish the durable position and the batch's frames (the tail);
   5. advance the core's durable vclock; 6. wake relays; 7. resolve waiters.
@@ -74,6 +75,13 @@ class Journal:
         self._tail_seq = 0                          # seq of the next chunk
         self._tail_at: dict[Position, int] = {}     # a chunk's prev and (segment, start) -> its seq
         self._listeners: set[asyncio.Event] = set()
+
+    @property
+    def _inline_ok(self) -> bool:
+        """A batch may be persisted on the event loop only if nothing in it can wait for the
+        disk: no fsync (wal_mode write: the WAL write and LMDB's unsynced commit go to the
+        page cache) and no rotation (which fsyncs the new segment and the directory)."""
+        return self.wal is None or (self.wal.mode != "fsync" and not self.wal.needs_rotation)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="journal")
@@ -186,7 +194,10 @@ class Journal:
                     batch.append(entry)
                     txns += entry[0]
                     rows += entry[2]
-                written = await loop.run_in_executor(None, self._persist, batch, txns)
+                if rows <= limits.journal_inline_rows_max and self._inline_ok:
+                    written = self._persist(batch, txns)     # small batch, no fsync: see limits.py
+                else:
+                    written = await loop.run_in_executor(None, self._persist, batch, txns)
                 if written is not None:
                     prev, self.position = self.position, (written[0], written[2])
                     if self._listeners:
@@ -222,7 +233,8 @@ class Journal:
 
     def _persist(self, batch: list[tuple[list[Txn], asyncio.Future | None, int]],
                  txns: list[Txn]) -> tuple[str, int, int, int, tuple] | None:
-        """Runs in one executor thread at a time: WAL first, then the store. Returns where
+        """WAL first, then the store; one batch at a time, on an executor thread or (small
+        batches, see _run) on the loop. Returns where
         the frames went (segment, start, end), their written_us and, per frame, (end offset,
         payload, txns) for the tail; None without a WAL."""
         written = None
