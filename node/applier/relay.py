@@ -325,7 +325,7 @@ class Relay:
                     frames = await loop.run_in_executor(None, cursor.read, journal.position,
                                                         limits.relay_batch_bytes_max)
                 if frames:
-                    await self.conn.send(m.ROWS, frames=frames)
+                    await self.conn.send_raw(m.encode_rows(frames))
                     last_send = loop.time()
                     continue
                 if loop.time() - last_send >= limits.heartbeat_interval_s:

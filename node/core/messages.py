@@ -31,7 +31,7 @@ import msgspec
 
 from node import limits
 from node.core import codec
-from node.core.rows import FAST_ERRORS, WIRE_FRAME, Txn, check_plain, exact_frame, frame_txns_upto, no_ext
+from node.core.rows import FAST_ERRORS, WIRE_FRAME, Txn, check_plain, exact_frame, no_ext
 from node.errors import RemoteProtocolError
 
 PROTOCOL_VERSION = 1
@@ -123,14 +123,9 @@ def _rows(body: dict) -> dict:
     valid: list[Txn] = []
     for frame in body["frames"]:
         try:
-            if type(frame) is bytes:        # a payload sent as bin (relays before inline frames)
-                _, txns, bad = frame_txns_upto(frame)
-            else:
-                _, txns, bad = exact_frame(frame)
-        except (ValueError, TypeError) as e:
+            _, txns, bad = exact_frame(frame)
+        except ValueError as e:
             return {"txns": valid, "error": RemoteProtocolError(f"undecodable ROWS frame: {e}")}
-        except Exception as e:  # msgpack's own exception types for junk bytes
-            return {"txns": valid, "error": RemoteProtocolError(f"undecodable ROWS frame: {type(e).__name__}")}
         valid += txns
         if bad is not None:
             return {"txns": valid, "error": bad}
