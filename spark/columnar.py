@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from node.core.rows import GROUP_LOCAL, GROUP_NAMES, OP_NAMES
+from node.core.rows import GROUP_DEFAULT, GROUP_LOCAL, GROUP_NAMES, OP_NAMES
 from spark import tables as T
 from spark import concurrent, walcols, walread
 
@@ -70,6 +70,7 @@ def _names(names: dict[int, str]) -> pa.Array:
 
 
 _GROUPS, _OPS = _names(GROUP_NAMES), _names(OP_NAMES)
+_WRITE_KINDS = np.array([k for k, name in OP_NAMES.items() if name in T.WRITE_OPS], dtype=np.int8)
 
 
 def rows_batch(c: walcols.SplitColumns) -> pa.RecordBatch:
@@ -336,34 +337,34 @@ def _vclocks(prefix: dict[str, int], origin: pa.Array, replicated: np.ndarray, l
     return pa.MapArray.from_arrays(pa.array(offsets), keys, pa.array(m[mask]), type=VCLOCK_TYPE), m, uuids
 
 
-def write_split_pass2(i: int, rows_dir: str, vclock_dir: str, writes_dir: str, history_dir: str | None,
+def write_split_pass2(i: int, split: walread.Split, vclock_dir: str, writes_dir: str, history_dir: str | None,
                       own: dict[str, tuple] | None, div_dir: str | None, ref: dict[str, tuple] | None,
                       prefix: tuple[dict[str, int], int], t0: int | None,
                       width: float, writers: list[str], buckets: int) -> tuple[list[tuple], list[tuple], int]:
     """Pass 2 of split i: its vclock_history, its own writes with their vclock and, given the
     origins' own transactions (`own`), its origin_history. Returns the split's progress partials
     (node, origin, bucket, max written_us, max last lsn) of its replicated transactions, and
-    its replication_delay partials (see _origin_history)."""
-    rows = pq.read_table(os.path.join(rows_dir, f"part-{i:05d}.parquet"))
-    node = rows["node_uuid"][0].as_py() if len(rows) else None
+    its replication_delay partials (see _origin_history). The split is decoded again: the native
+    reader is faster than reading pass 1's Parquet back, and leaves origins as integer codes."""
+    c = walcols.read_split_columns(split)
+    rows = pa.Table.from_batches([rows_batch(c)])
+    node = c.node_uuid
     first = pc.equal(rows["row_in_txn"], 0)
     t = rows.filter(first)
-    group = t["group"]
-    local = pc.equal(group, "local").to_numpy(zero_copy_only=False)
+    local = c.t_group == GROUP_LOCAL
     origin = t["origin_uuid"].combine_chunks()
-    known = pc.is_valid(origin).to_numpy(zero_copy_only=False)
+    known = c.t_origin >= 0
     replicated = ~local & known
-    last = (t["txn_lsn"].to_numpy() + t["txn_rows"].to_numpy().astype(np.int64) - 1)
+    last = c.t_lsn + c.t_rows - 1
     vclock, m, uuids = _vclocks(prefix[0], origin, replicated, last)
     local_lsn = np.maximum(np.maximum.accumulate(np.where(local, last, 0)) if len(last) else last, prefix[1])
     cols = [t[c] for c in T.VCLOCK_HISTORY[:8]] + [vclock, pa.array(local_lsn, pa.int64())]
     _write(pa.Table.from_arrays(cols, schema=VCLOCK_SCHEMA), vclock_dir, i)
 
     # Own writes with the vclock of their transaction (concurrent_writes' input).
-    txn_of_row = np.cumsum(first.to_numpy(zero_copy_only=False)) - 1
-    writes = (pc.equal(rows["node_uuid"], rows["origin_uuid"]).to_numpy(zero_copy_only=False)
-           & pc.equal(rows["group"], "default").to_numpy(zero_copy_only=False)
-           & pc.is_in(rows["op"], pa.array(list(T.WRITE_OPS))).to_numpy(zero_copy_only=False))
+    txn_of_row = np.repeat(np.arange(len(last)), c.t_rows)
+    own_txn = (c.t_origin == (c.origins.index(node) if node in c.origins else -2)) & (c.t_group == GROUP_DEFAULT)
+    writes = own_txn[txn_of_row] & np.isin(c.r_kind, _WRITE_KINDS)
     sel = pa.array(np.nonzero(writes)[0])
     w = rows.select(["space", "key", "origin_uuid", "origin_lsn", "timestamp"]).take(sel)
     at = txn_of_row[writes]
@@ -387,18 +388,12 @@ def write_split_pass2(i: int, rows_dir: str, vclock_dir: str, writes_dir: str, h
     delays = [] if history_dir is None else _origin_history(t, replicated, last, own or {}, history_dir, i)
     if t0 is None or not replicated.any():
         return [], delays, suspects
-    wus = t["written_us"].to_numpy()[replicated]
+    wus, lst = c.t_written_us[replicated], last[replicated]
     b = np.floor((wus - t0) / width).astype(np.int64)
-    codes = pc.dictionary_encode(origin).indices.fill_null(-1).to_numpy(zero_copy_only=False)[replicated]
-    here = pc.dictionary_encode(origin).dictionary.to_pylist()
-    acc: dict[tuple[int, int], list[int]] = {}
-    for k, bb, tw, ls in zip(codes.tolist(), b.tolist(), wus.tolist(), last[replicated].tolist()):
-        a = acc.get((k, bb))
-        if a is None:
-            acc[(k, bb)] = [tw, ls]
-        else:
-            if tw > a[0]:
-                a[0] = tw
-            if ls > a[1]:
-                a[1] = ls
-    return [(node, here[k], bb, tw, ls) for (k, bb), (tw, ls) in acc.items()], delays, suspects
+    per = int(b.max()) + 1
+    keys, at = np.unique(c.t_origin[replicated].astype(np.int64) * per + b, return_inverse=True)
+    tw, ls = np.full(len(keys), np.iinfo(np.int64).min), np.full(len(keys), np.iinfo(np.int64).min)
+    np.maximum.at(tw, at, wus)
+    np.maximum.at(ls, at, lst)
+    return [(node, c.origins[k // per], k % per, x, y)
+            for k, x, y in zip(keys.tolist(), tw.tolist(), ls.tolist())], delays, suspects

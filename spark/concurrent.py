@@ -13,7 +13,6 @@ origin_a < origin_b (origin_idx is the rank of the origin's uuid among the write
 from __future__ import annotations
 
 import os
-import zlib
 
 import numpy as np
 import pyarrow as pa
@@ -27,10 +26,30 @@ CONCURRENT_SCHEMA = pa.schema([("space", pa.string()), ("key", pa.string()), ("o
                                ("lsn_b", pa.int64()), ("timestamp_b", pa.int64())])
 
 
-def bucket_of(keys: pa.Array, buckets: int) -> np.ndarray:
-    """The bucket of each key: crc32 of its UTF-8 bytes (the same in every process)."""
-    h = np.fromiter((zlib.crc32(k.encode()) for k in keys.to_pylist()), dtype=np.int64, count=len(keys))
-    return h % buckets
+def bucket_of(keys: pa.Array | pa.ChunkedArray, buckets: int) -> np.ndarray:
+    """The bucket of each key: a polynomial hash of its UTF-8 bytes mod 2^64, computed over
+    Arrow's buffers with numpy (the same in every process, no Python per key)."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    n = len(keys)
+    _, off_buf, data_buf = keys.buffers()
+    offsets = np.frombuffer(off_buf, np.int32)[keys.offset:keys.offset + n + 1].astype(np.int64)
+    lengths = np.diff(offsets)
+    h = np.zeros(n, np.uint64)
+    if n == 0 or offsets[-1] == offsets[0]:
+        return h.astype(np.int64) % buckets
+    data = np.frombuffer(data_buf, np.uint8)[offsets[0]:offsets[-1]].astype(np.uint64)
+    starts = offsets[:-1] - offsets[0]
+    pos = np.arange(len(data)) - np.repeat(starts, lengths)            # place of a byte in its key
+    powers = np.cumprod(np.concatenate([[np.uint64(1)], np.full(int(lengths.max()) - 1, _HASH_MULTIPLIER)]),
+                        dtype=np.uint64)
+    some = lengths > 0
+    h[some] = np.add.reduceat(data * powers[pos], starts[some])
+    return ((h * _HASH_MIX) >> np.uint64(33)).astype(np.int64) % buckets
+
+
+_HASH_MULTIPLIER = np.uint64(1_000_003)
+_HASH_MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def bucket_dir(writes_dir: str, b: int) -> str:

@@ -324,12 +324,12 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
         _fresh(d)
     writers = sorted({u for x in stats for u in x.origin_max})
     buckets = max(2 * sc.defaultParallelism, sum(x.own_txns for x in stats) // writes_bucket_txns + 1)
-    work = [(i, pre[i]) for i in range(len(splits))]
+    work = [(i, splits[i], pre[i]) for i in range(len(splits))]
     results = (sc.parallelize(work, _tasks(sc, len(work), sum(x.end - x.start for x in splits)))
-               .map(lambda w: _columnar().write_split_pass2(w[0], rows_dir, vclock_dir, writes_dir, history_dir,
+               .map(lambda w: _columnar().write_split_pass2(w[0], w[1], vclock_dir, writes_dir, history_dir,
                                                             own.value if own is not None else None,
                                                             div_dir, ref.value if ref is not None else None,
-                                                            w[1], t0, width, writers, buckets)).collect())
+                                                            w[2], t0, width, writers, buckets)).collect())
     partials = [p for r in results for p in r[0]]
     _done(vclock_dir)
     log.info("[4/8] vclock_history: %d rows in %.1fs", sum(x.txns for x in stats), time.monotonic() - t)
