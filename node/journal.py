@@ -100,13 +100,15 @@ class Journal:
             self.wal.close()
 
     # --- submitting -----------------------------------------------------------------
-    def submit_nowait(self, txns: list[Txn], want_future: bool = True) -> asyncio.Future | None:
+    def submit_nowait(self, txns: list[Txn], want_future: bool = True, rows: int | None = None) -> asyncio.Future | None:
         """Queue one entry (one frame). Must be called right after the core claimed it,
-        with no await in between, so WAL order equals claim order."""
+        with no await in between, so WAL order equals claim order. `rows`: the entry's row
+        count, if the caller knows it."""
         if self.failed is not None:
             raise self.failed
         fut = self._loop.create_future() if want_future else None
-        rows = sum([len(t[4]) for t in txns])     # counted once here; the writer only adds up entries
+        if rows is None:
+            rows = sum([len(t[4]) for t in txns])     # counted once here; the writer only adds up entries
         self._queue.append((txns, fut, rows))
         self.pending_rows += rows
         self._wake.set()
@@ -195,14 +197,14 @@ class Journal:
                     txns += entry[0]
                     rows += entry[2]
                 if rows <= limits.journal_inline_rows_max and self._inline_ok:
-                    written = self._persist(batch, txns)     # small batch, no fsync: see limits.py
+                    written, tops = self._persist(batch, txns)     # small batch, no fsync: see limits.py
                 else:
-                    written = await loop.run_in_executor(None, self._persist, batch, txns)
+                    written, tops = await loop.run_in_executor(None, self._persist, batch, txns)
                 if written is not None:
                     prev, self.position = self.position, (written[0], written[2])
                     if self._listeners:
                         self._publish(prev, *written)
-                self.core.commit(txns)
+                self.core.commit_tops(tops)
                 self.batches += 1
                 self.txns_written += len(txns)
                 self.rows_written += rows
@@ -232,11 +234,11 @@ class Journal:
             self._on_fatal(e)
 
     def _persist(self, batch: list[tuple[list[Txn], asyncio.Future | None, int]],
-                 txns: list[Txn]) -> tuple[str, int, int, int, tuple] | None:
+                 txns: list[Txn]) -> tuple[tuple[str, int, int, int, tuple] | None, dict[int, int]]:
         """WAL first, then the store; one batch at a time, on an executor thread or (small
         batches, see _run) on the loop. Returns where
         the frames went (segment, start, end), their written_us and, per frame, (end offset,
-        payload, txns) for the tail; None without a WAL."""
+        payload, txns) for the tail (None without a WAL); and the store's commit tops."""
         written = None
         if self.wal is not None:
             if self.wal.needs_rotation:
@@ -251,5 +253,4 @@ class Journal:
                 frames.append((start + off, view[off - len(f) + walfmt.FRAME_OVERHEAD:off], entry))
             assert start + off == end, (start, off, end)
             written = (segment, start, end, now_us, tuple(frames))
-        self.store.apply(txns, self.core.uuid, self.core.hlc.last)
-        return written
+        return written, self.store.apply(txns, self.core.uuid, self.core.hlc.last)

@@ -172,6 +172,7 @@ class Applier:
                 wall_us = int(now * 1e6)
                 last_ts = 0
                 entry: list = []          # consecutive plain txns share one WAL frame
+                entry_rows = 0
                 valid, bad = msg["txns"], msg["error"]
                 try:
                     i, n = 0, len(valid)
@@ -182,9 +183,12 @@ class Applier:
                             try:
                                 i, rows = core.receive_run(peer, valid, i, entry)
                             except RemoteProtocolError:
-                                self.rows += sum(len(t.ops) for t in entry[k:])   # claimed before it
+                                claimed = sum(len(t.ops) for t in entry[k:])   # claimed before it
+                                self.rows += claimed
+                                entry_rows += claimed
                                 raise
                             self.rows += rows
+                            entry_rows += rows
                             continue
                         i += 1
                         out = core.receive(peer, txn, wall_us)
@@ -192,10 +196,11 @@ class Applier:
                             self.rows += len(txn.ops)
                             if len(out) == 1 and txn.group != GROUP_CLUSTER:
                                 entry.append(out[0])
+                                entry_rows += len(txn.ops)
                             else:                                 # with our own _cluster row: one frame
                                 if entry:
-                                    journal.submit_nowait(entry, want_future=False)
-                                    entry = []
+                                    journal.submit_nowait(entry, want_future=False, rows=entry_rows)
+                                    entry, entry_rows = [], 0
                                 journal.submit_nowait(out, want_future=False)
                     if bad is not None:
                         raise bad
@@ -205,7 +210,7 @@ class Applier:
                     # Claimed rows must reach the WAL even if a later row of the message is
                     # refused: a claim without a write would make the node skip them for ever.
                     if entry:
-                        journal.submit_nowait(entry, want_future=False)
+                        journal.submit_nowait(entry, want_future=False, rows=entry_rows)
                 if last_ts:
                     self.lag_s = max(0.0, now - last_ts / 1e6)
                     self.last_row_at = now

@@ -48,9 +48,10 @@ def apply_txn(view: StateView, txn: Txn, self_uuid: str) -> None:
     apply_txns(view, (txn,), self_uuid)
 
 
-def apply_txns(view: StateView, txns, self_uuid: str) -> None:
+def apply_txns(view: StateView, txns, self_uuid: str) -> dict[int, int]:
     """Apply txns in order: the same as apply_txn on each, with the per-call setup done once
-    (this is the write thread's hot loop: a catch-up applies many small txns per batch)."""
+    (this is the write thread's hot loop: a catch-up applies many small txns per batch).
+    Returns each vclock component's highest last lsn among txns (NodeCore.commit_tops)."""
     table = view.table
     uuid_of = table.uuid_of
     space_of = view.space
@@ -108,3 +109,4 @@ def apply_txns(view: StateView, txns, self_uuid: str) -> None:
     for c, last in tops.items():
         if last > vclock.get(c):
             vclock.follow(c, last)
+    return tops

@@ -319,6 +319,10 @@ class NodeCore:
             last = t[1] + len(t[4]) - 1                       # lsn, ops
             if last > get(c, 0):
                 top[c] = last
+        self.commit_tops(top)
+
+    def commit_tops(self, top: dict[int, int]) -> None:
+        """commit() given what the store's apply computed: component -> highest last lsn."""
         v = self.vclock
         for c, last in top.items():
             if last > v.get(c):

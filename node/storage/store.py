@@ -115,16 +115,18 @@ class Store:
             db = self._dbs[space] = self.env.open_db(b"s:" + space.encode())
         return db
 
-    def apply(self, txns: list[Txn], self_uuid: str, hlc_last: int) -> None:
-        """Apply a batch of WAL transactions (in WAL order) and the vclock after them."""
+    def apply(self, txns: list[Txn], self_uuid: str, hlc_last: int) -> dict[int, int]:
+        """Apply a batch of WAL transactions (in WAL order) and the vclock after them; returns
+        each component's highest last lsn in the batch."""
         try:
             with self.env.begin(write=True) as t:
                 view = _TxnView(self, t)
-                apply_txns(view, txns, self_uuid)
+                tops = apply_txns(view, txns, self_uuid)
                 t.put(b"vclock", _pack(self.vclock.to_dict()), db=self._meta)
                 t.put(b"hlc", _pack(hlc_last), db=self._meta)
         except lmdb.Error as e:
             raise StorageError(f"store write failed: {e}") from None
+        return tops
 
     def install_snapshot(self, meta: dict, spaces: dict[str, dict], cluster_rows: list[list],
                          vclock: dict[int, int]) -> None:
