@@ -31,8 +31,8 @@ _HZ = os.sysconf("SC_CLK_TCK")
 
 
 # --- /proc helpers -----------------------------------------------------------------------
-def _procs() -> dict[int, tuple[int, str, float]]:
-    """pid -> (ppid, comm, cpu seconds incl. reaped children)."""
+def _procs() -> dict[int, tuple[int, str, float, float]]:
+    """pid -> (ppid, comm, cpu seconds incl. reaped children, cpu seconds of its own)."""
     out = {}
     for p in os.listdir("/proc"):
         if not p.isdigit():
@@ -44,13 +44,14 @@ def _procs() -> dict[int, tuple[int, str, float]]:
             continue
         comm = s[s.index("(") + 1: s.rindex(")")]
         rest = s[s.rindex(")") + 2:].split()
-        out[int(p)] = (int(rest[1]), comm, sum(int(x) for x in rest[11:15]) / _HZ)
+        out[int(p)] = (int(rest[1]), comm, sum(int(x) for x in rest[11:15]) / _HZ,
+                       sum(int(x) for x in rest[11:13]) / _HZ)
     return out
 
 
 def _descendants(root: int, procs: dict) -> list[int]:
     kids: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in procs.items():
+    for pid, (ppid, *_) in procs.items():
         kids.setdefault(ppid, []).append(pid)
     out, stack = [], [root]
     while stack:
@@ -112,6 +113,17 @@ def _tree_cpu_s() -> float:
     return procs[me][2] + sum(procs[p][2] for p in _descendants(me, procs))
 
 
+def _cpu_by_side() -> dict[str, float]:
+    """CPU seconds of the driver's Python, of the JVM itself, and of everything the JVM started
+    (the Python daemon and workers, reaped ones included)."""
+    procs = _procs()
+    me = os.getpid()
+    jvm = [p for p in _descendants(me, procs) if procs[p][1] == "java"]
+    under = [q for p in jvm for q in _descendants(p, procs)]
+    return {"driver_cpu_s": procs[me][3], "jvm_cpu_s": sum(procs[p][3] for p in jvm),
+            "workers_cpu_s": sum(procs[p][2] - procs[p][3] for p in jvm) + sum(procs[q][2] for q in under)}
+
+
 # --- the two sides (each in its own child process) -------------------------------------------
 def _dirs(workdir: str) -> list[str]:
     with open(os.path.join(workdir, "input", "manifest.json")) as f:
@@ -135,8 +147,9 @@ def run_spark(workdir: str, master: str, conf: dict[str, str]) -> dict:
     t_done = time.monotonic()
     sampler.stop()
     cpu = _tree_cpu_s()
+    sides = _cpu_by_side()
     spark.stop()
-    return {
+    return {**sides,
         "rows": s["rows"], "nodes": len(s["nodes"]), "divergent_rows": len(s["divergent_rows"]),
         "concurrent_writes": s["concurrent_writes"],
         "wall_s": t_done - t0, "session_start_s": t_ready - t0, "jobs_s": t_tables - t_ready,
@@ -163,9 +176,12 @@ def _child(side: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--workdir", args.workdir,
            "--master", args.master] + [f"--conf={kv}" for kv in args.conf]
     t = time.monotonic()
+    load = os.getloadavg()[0]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, cwd=ROOT, check=True, text=True)
     r = json.loads(p.stdout.strip().splitlines()[-1])
     r["process_wall_s"] = time.monotonic() - t
+    # The machine may be shared: the 1-minute load before and after says how much (ours included).
+    r["load"] = f"{load:.2f} -> {os.getloadavg()[0]:.2f}"
     return r
 
 
@@ -217,12 +233,13 @@ def main(argv: list[str] | None = None) -> int:
           f" input {size / 2**20:.0f} MiB of WAL; master {args.master}", flush=True)
     sp = _child("spark", args)
     rows = sp["rows"]
-    print(f"spark:  {rows:,} row observations ({sp['nodes']} nodes)")
+    print(f"spark:  {rows:,} row observations ({sp['nodes']} nodes); load average {sp['load']}")
     print(f"  wall end to end      {sp['wall_s']:8.1f} s   {rows / sp['wall_s']:>12,.0f} rows/s")
     print(f"  session start        {sp['session_start_s']:8.1f} s")
     print(f"  jobs (tables)        {sp['jobs_s']:8.1f} s   {rows / sp['jobs_s']:>12,.0f} rows/s")
     print(f"  plots                {sp['plots_s']:8.1f} s")
-    print(f"  cpu, process tree    {sp['cpu_s']:8.1f} s")
+    print(f"  cpu, process tree    {sp['cpu_s']:8.1f} s   (driver python {sp['driver_cpu_s']:.1f}, JVM "
+          f"{sp['jvm_cpu_s']:.1f}, python workers {sp['workers_cpu_s']:.1f})")
     print(f"  peak memory: driver python {sp['driver_python_peak_mib']:.0f} MiB, JVM (driver+executor) "
           f"{sp['jvm_peak_mib']:.0f} MiB, python workers {sp['python_worker_peak_mib']:.0f} MiB each at most "
           f"({sp['python_workers']} processes incl. the daemon, at most {sp['python_workers_peak_sum_mib']:.0f} MiB together)")
@@ -232,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         assert o["rows"] == rows and o["divergent_rows"] == sp["divergent_rows"] \
             and o["concurrent_writes"] == sp["concurrent_writes"], (o, sp)
         print(f"oracle: wall {o['wall_s']:.1f} s, {rows / o['wall_s']:,.0f} rows/s, cpu {o['cpu_s']:.1f} s, "
-              f"peak {o['peak_mib']:.0f} MiB")
+              f"peak {o['peak_mib']:.0f} MiB; load average {o['load']}")
         print(f"spark vs oracle: {o['wall_s'] / sp['wall_s']:.2f}x end to end, "
               f"{o['wall_s'] / sp['jobs_s']:.2f}x jobs alone")
     return 0

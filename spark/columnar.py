@@ -73,37 +73,63 @@ _GROUPS, _OPS = _names(GROUP_NAMES), _names(OP_NAMES)
 _WRITE_KINDS = np.array([k for k, name in OP_NAMES.items() if name in T.WRITE_OPS], dtype=np.int8)
 
 
-def rows_batch(c: walcols.SplitColumns) -> pa.RecordBatch:
-    """One split's columns -> a record batch of spark.tables.ROWS: per-row columns are the
-    per-transaction ones taken by each row's transaction."""
+class RowIndex(NamedTuple):
+    """Where each row of a split sits: its transaction, its place there, its index in its frame."""
+    txn: np.ndarray
+    row_in_txn: np.ndarray
+    index: np.ndarray
+
+
+def row_index(c: walcols.SplitColumns) -> RowIndex:
     n_rows = c.t_rows.astype(np.int64)
-    nt, n = len(n_rows), len(c.r_kind)
-    txn = np.repeat(np.arange(nt, dtype=np.int64), n_rows)          # each row's transaction
-    starts = np.cumsum(n_rows) - n_rows
-    row_in_txn = np.arange(n, dtype=np.int64) - starts[txn]
-    t_off = c.t_offset[txn]
-    lsn = c.t_lsn
-    group = c.t_group.astype(np.int64)
-    index = c.t_first_index[txn] + row_in_txn
+    txn = np.repeat(np.arange(len(n_rows), dtype=np.int64), n_rows)
+    row_in_txn = np.arange(len(c.r_kind), dtype=np.int64) - (np.cumsum(n_rows) - n_rows)[txn]
+    return RowIndex(txn, row_in_txn, c.t_first_index[txn] + row_in_txn)
+
+
+def txn_table(c: walcols.SplitColumns) -> pa.Table:
+    """Per transaction: the columns of its first row that are the transaction's own."""
+    nt = len(c.t_rows)
     origin = pa.array(c.origins, pa.string()).take(pa.array(c.t_origin, mask=c.t_origin < 0))
-    sep = pa.array(np.where(group == GROUP_LOCAL, "/local/", "/"), pa.string())
-    txn_id = pc.binary_join_element_wise(origin, sep, pc.cast(pa.array(lsn), pa.string()), "")
+    local = c.t_group == GROUP_LOCAL
+    sep = pa.array(np.where(local, "/local/", "/"), pa.string())
+    return pa.table({
+        "node_uuid": pa.repeat(pa.scalar(c.node_uuid, pa.string()), nt),
+        "position": pa.array((c.ordinal << walread.POSITION_SEGMENT_SHIFT) + c.t_offset + c.t_first_index),
+        "segment": pa.repeat(pa.scalar(c.segment, pa.string()), nt),
+        "offset": pa.array(c.t_offset),
+        "written_us": pa.array(c.t_written_us),
+        "origin_uuid": origin,
+        "txn_id": pc.binary_join_element_wise(origin, sep, pc.cast(pa.array(c.t_lsn), pa.string()), ""),
+        "group": _GROUPS.take(pa.array(c.t_group.astype(np.int64))),
+        "txn_lsn": pa.array(c.t_lsn),
+        "timestamp": pa.array(c.t_timestamp),
+    })
+
+
+def rows_batch(c: walcols.SplitColumns, t: pa.Table | None = None, at: RowIndex | None = None) -> pa.RecordBatch:
+    """One split's columns -> a record batch of spark.tables.ROWS: per-row columns are the
+    per-transaction ones (txn_table) taken by each row's transaction."""
+    t = txn_table(c) if t is None else t
+    at = row_index(c) if at is None else at
+    txn, row_in_txn, n = at.txn, at.row_in_txn, len(c.r_kind)
+    t_off = c.t_offset[txn]
     take = pa.array(txn)
     return pa.RecordBatch.from_arrays([
         pa.repeat(pa.scalar(c.node_uuid, pa.string()), n),
         pa.repeat(pa.scalar(c.segment, pa.string()), n),
         pa.array(t_off),
-        pa.array(index.astype(np.int32)),
-        pa.array((c.ordinal << walread.POSITION_SEGMENT_SHIFT) + t_off + index),
+        pa.array(at.index.astype(np.int32)),
+        pa.array((c.ordinal << walread.POSITION_SEGMENT_SHIFT) + t_off + at.index),
         pa.array(c.t_written_us[txn]),
-        origin.take(take),
-        pa.array(lsn[txn] + row_in_txn),
-        txn_id.take(take),
-        pa.array(lsn[txn]),
+        t["origin_uuid"].take(take).combine_chunks(),
+        pa.array(c.t_lsn[txn] + row_in_txn),
+        t["txn_id"].take(take).combine_chunks(),
+        pa.array(c.t_lsn[txn]),
         pa.array(row_in_txn.astype(np.int32)),
         pa.array(c.t_rows[txn]),
         pa.array(c.t_timestamp[txn]),
-        _GROUPS.take(pa.array(group[txn])),
+        _GROUPS.take(pa.array(c.t_group[txn].astype(np.int64))),
         _OPS.take(pa.array(c.r_kind.astype(np.int64))),
         c.r_space,
         c.r_key,
@@ -144,12 +170,8 @@ def write_split_rows(i: int, split: walread.Split, rows_dir: str, own_cap: int) 
     """Pass 1 of split i (see the module doc); the node's own transactions come back only if
     at most own_cap (so the driver never gathers more than the tasks of pass 2 can be sent)."""
     c = walcols.read_split_columns(split)
-    batch = rows_batch(c)
-    _write(pa.Table.from_batches([batch]), rows_dir, i)
-    mine_rows = pc.and_(pc.equal(batch["origin_uuid"], c.node_uuid), pc.not_equal(batch["group"], "local"))
-    own_rows = None
-    if (pc.sum(mine_rows).as_py() or 0) <= own_cap:
-        own_rows = (batch["origin_lsn"].filter(mine_rows).to_numpy(), batch["content_hash"].filter(mine_rows).to_numpy())
+    at = row_index(c)
+    _write(pa.Table.from_batches([rows_batch(c, at=at)]), rows_dir, i)
     code, last = c.t_origin, c.t_lsn + c.t_rows - 1
     local = c.t_group == GROUP_LOCAL
     known = ~local & (code >= 0)
@@ -161,6 +183,10 @@ def write_split_rows(i: int, split: walread.Split, rows_dir: str, own_cap: int) 
     own = int(mine.sum())
     span = (int(c.t_written_us[known].min()), int(c.t_written_us[known].max())) if known.any() else None
     own_arrays = (c.t_lsn[mine], c.t_written_us[mine]) if 0 < own <= own_cap else None
+    mine_rows = mine[at.txn]
+    own_rows = None
+    if mine_rows.sum() <= own_cap:
+        own_rows = (c.t_lsn[at.txn][mine_rows] + at.row_in_txn[mine_rows], c.r_hash[mine_rows])
     return SplitStats(i, c.node_uuid, len(c.r_kind), len(c.t_rows), own, unresolved, origin_max, local_max, span,
                       own_arrays, own_rows)
 
@@ -233,21 +259,18 @@ DIVERGENCE_INPUT_SCHEMA = pa.schema([("origin_uuid", pa.string()), ("origin_lsn"
 DIVERGENCE_DIR = "_divergence_input"       # under OUT while the job runs; removed after
 
 
-def _divergence_input(rows: pa.Table, ref: dict[str, tuple], out_dir: str, i: int) -> int:
+def _divergence_input(c: walcols.SplitColumns, at: RowIndex, ref: dict[str, tuple], out_dir: str, i: int) -> int:
     """The observations of split i that may make an (origin, lsn) divergent: those that differ
     from the origin's own observation (written with that reference content), and those with no
     own observation to compare with. An (origin, lsn) is divergent exactly when its rows here
     hold two different contents (grouped by Spark: usually none, or a few)."""
-    rep = (pc.not_equal(rows["group"], "local").to_numpy(zero_copy_only=False)
-           & pc.is_valid(rows["origin_uuid"]).to_numpy(zero_copy_only=False))
-    enc = pc.dictionary_encode(rows["origin_uuid"].combine_chunks())
-    codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
-    lsn_all = rows["origin_lsn"].to_numpy()
-    h_all = rows["content_hash"].to_numpy()
+    codes = np.where(c.t_group != GROUP_LOCAL, c.t_origin, -1)[at.txn]     # replicated rows' origins
+    lsn_all = c.t_lsn[at.txn] + at.row_in_txn
+    h_all = c.r_hash
     us, ls, hs = [], [], []
-    for k, u in enumerate(enc.dictionary.to_pylist()):
-        at = rep & (codes == k)
-        lsn, h = lsn_all[at], h_all[at]
+    for k, u in enumerate(c.origins):
+        here = codes == k
+        lsn, h = lsn_all[here], h_all[here]
         if u in ref and len(ref[u][0]):
             lsns, hashes = ref[u]
             j = np.minimum(np.searchsorted(lsns, lsn), len(lsns) - 1)
@@ -347,10 +370,8 @@ def write_split_pass2(i: int, split: walread.Split, vclock_dir: str, writes_dir:
     its replication_delay partials (see _origin_history). The split is decoded again: the native
     reader is faster than reading pass 1's Parquet back, and leaves origins as integer codes."""
     c = walcols.read_split_columns(split)
-    rows = pa.Table.from_batches([rows_batch(c)])
+    t, at = txn_table(c), row_index(c)
     node = c.node_uuid
-    first = pc.equal(rows["row_in_txn"], 0)
-    t = rows.filter(first)
     local = c.t_group == GROUP_LOCAL
     origin = t["origin_uuid"].combine_chunks()
     known = c.t_origin >= 0
@@ -358,33 +379,32 @@ def write_split_pass2(i: int, split: walread.Split, vclock_dir: str, writes_dir:
     last = c.t_lsn + c.t_rows - 1
     vclock, m, uuids = _vclocks(prefix[0], origin, replicated, last)
     local_lsn = np.maximum(np.maximum.accumulate(np.where(local, last, 0)) if len(last) else last, prefix[1])
-    cols = [t[c] for c in T.VCLOCK_HISTORY[:8]] + [vclock, pa.array(local_lsn, pa.int64())]
+    cols = [t[name] for name in T.VCLOCK_HISTORY[:8]] + [vclock, pa.array(local_lsn, pa.int64())]
     _write(pa.Table.from_arrays(cols, schema=VCLOCK_SCHEMA), vclock_dir, i)
 
-    # Own writes with the vclock of their transaction (concurrent_writes' input).
-    txn_of_row = np.repeat(np.arange(len(last)), c.t_rows)
+    # Own writes with the vclock of their transaction (concurrent_writes' input): one origin,
+    # the node's own, which is a writer (it has replicated rows).
     own_txn = (c.t_origin == (c.origins.index(node) if node in c.origins else -2)) & (c.t_group == GROUP_DEFAULT)
-    writes = own_txn[txn_of_row] & np.isin(c.r_kind, _WRITE_KINDS)
-    sel = pa.array(np.nonzero(writes)[0])
-    w = rows.select(["space", "key", "origin_uuid", "origin_lsn", "timestamp"]).take(sel)
-    at = txn_of_row[writes]
-    seen = np.zeros((len(at), len(writers)), dtype=np.int64)
+    writes = np.nonzero(own_txn[at.txn] & np.isin(c.r_kind, _WRITE_KINDS))[0]
+    wt = at.txn[writes]
+    seen = np.zeros((len(wt), len(writers)), dtype=np.int64)
     for j, u in enumerate(writers):
         if u in uuids:
-            seen[:, j] = m[at, uuids.index(u)]
-    # Own writes: one origin, the node's own, a writer (it has replicated rows).
-    idx = np.full(len(at), writers.index(node) if node in writers else -1, dtype=np.int32)
-    seen_list = pa.ListArray.from_arrays(pa.array(np.arange(len(at) + 1, dtype=np.int32) * len(writers)),
+            seen[:, j] = m[wt, uuids.index(u)]
+    seen_list = pa.ListArray.from_arrays(pa.array(np.arange(len(wt) + 1, dtype=np.int32) * len(writers)),
                                          pa.array(seen.reshape(-1)))
-    ws = pa.Table.from_arrays([w["space"], w["key"], w["origin_uuid"], pa.array(idx), w["origin_lsn"],
-                               w["timestamp"], seen_list], schema=WRITES_SCHEMA)
+    sel = pa.array(writes)
+    ws = pa.Table.from_arrays([
+        c.r_space.take(sel), c.r_key.take(sel), pa.repeat(pa.scalar(node, pa.string()), len(wt)),
+        pa.array(np.full(len(wt), writers.index(node) if node in writers else -1, dtype=np.int32)),
+        pa.array(c.t_lsn[wt] + at.row_in_txn[writes]), pa.array(c.t_timestamp[wt]), seen_list], schema=WRITES_SCHEMA)
     bucket = concurrent.bucket_of(ws["key"], buckets)
     for b in np.unique(bucket).tolist():
         d = concurrent.bucket_dir(writes_dir, b)
         os.makedirs(d, exist_ok=True)
         _write(ws.filter(pa.array(bucket == b)), d, i)
 
-    suspects = 0 if div_dir is None else _divergence_input(rows, ref or {}, div_dir, i)
+    suspects = 0 if div_dir is None else _divergence_input(c, at, ref or {}, div_dir, i)
     delays = [] if history_dir is None else _origin_history(t, replicated, last, own or {}, history_dir, i)
     if t0 is None or not replicated.any():
         return [], delays, suspects
