@@ -1,14 +1,16 @@
 """What the executors' Python does per split, in Arrow/numpy columns (no Python loop per row):
 
-- pass 1 (`write_split_rows`): decode the split (spark.walcols.read_split_columns), write its
-  `rows` as one Parquet file, and return the split's small facts (`SplitStats`): row counts,
-  the origins it holds, each origin's last lsn in it (a max), the span of its written_us;
+- pass 1 (`write_segment_rows`, a task per segment): cut the segment into splits, decode each
+  (spark.walcols.read_split_columns), write its `rows` as one Parquet file, and return the
+  split's small facts (`SplitStats`): row counts, the origins it holds, each origin's last lsn
+  in it (a max), the span of its written_us, the node's own transactions and rows;
 - between the passes the driver folds the facts of each node's splits in WAL order into the
   vclock at every split's start (`prefixes`): a running max is a max of the split maxes before;
-- pass 2 (`write_split_vclocks`): read the split's rows back (a few columns of one file), and
-  write its `vclock_history` (prefix + running max within the split, exactly the window of a
-  running max per node over position) and its own writes with their vclock (the input of
-  concurrent_writes), and return the progress-plot partial maxima of the split.
+- pass 2 (`write_split_pass2`, a task per split): decode the split again (faster than reading
+  its rows back) and write its `vclock_history` (prefix + running max within the split, exactly
+  the window of a running max per node over position), its `origin_history`, its divergence
+  suspects and its own writes with their vclock (the input of concurrent_writes, bucketed by
+  key), and return the progress-plot partial maxima and replication_delay partial sums.
 
 Files are named by split number, written to a temporary name and renamed: a retried task
 writes the same file again. Paths must be reachable from every executor (as the inputs)."""
@@ -159,22 +161,36 @@ class SplitStats(NamedTuple):
 _MANY_VALUES = frozenset({"key", "txn_id", "content_hash", "seen"})   # no dictionary, delta, statistics
 
 
-def _write(table: pa.Table, d: str, i: int) -> None:
-    tmp = os.path.join(d, f".part-{i:05d}.{os.getpid()}.tmp")
+def _write(table: pa.Table, d: str, i: int | str) -> None:
+    """part-<i>.parquet in d, written whole or not at all (a retried task writes it again)."""
+    name = f"{i:05d}" if isinstance(i, int) else i
+    tmp = os.path.join(d, f".part-{name}.{os.getpid()}.tmp")
     fields = [f for f in table.schema if f.name not in _MANY_VALUES]
     pq.write_table(table, tmp, compression=codec,
                    use_dictionary=[f.name for f in fields if pa.types.is_string(f.type)],
                    write_statistics=[f.name for f in fields],
                    column_encoding={f.name: "DELTA_BINARY_PACKED" for f in fields if pa.types.is_int64(f.type)})
-    os.replace(tmp, os.path.join(d, f"part-{i:05d}.parquet"))
+    os.replace(tmp, os.path.join(d, f"part-{name}.parquet"))
 
 
-def write_split_rows(i: int, split: walread.Split, rows_dir: str, own_cap: int) -> SplitStats:
-    """Pass 1 of split i (see the module doc); the node's own transactions come back only if
-    at most own_cap (so the driver never gathers more than the tasks of pass 2 can be sent)."""
+def write_segment_rows(n: int, seg: walread.SegmentFile, split_bytes: int, rows_dir: str,
+                       own_cap: int) -> list[tuple[walread.Split, SplitStats]]:
+    """Pass 1 of segment n: its splits, each with its rows written and its facts. The node's
+    own transactions and rows come back only if the segment holds at most own_cap of each (so
+    the driver never gathers more than the tasks of pass 2 can be sent)."""
+    out = [(s, _split_rows(k, s, f"{n:05d}-{k:05d}", rows_dir))
+           for k, s in enumerate(walread.plan_segment(seg, split_bytes))]
+    if sum(len(x.own[0]) for _, x in out if x.own is not None) > own_cap:
+        out = [(s, x._replace(own=None)) for s, x in out]
+    if sum(len(x.own_rows[0]) for _, x in out) > own_cap:
+        out = [(s, x._replace(own_rows=None)) for s, x in out]
+    return out
+
+
+def _split_rows(i: int, split: walread.Split, name: str, rows_dir: str) -> SplitStats:
     c = walcols.read_split_columns(split)
     at = row_index(c)
-    _write(pa.Table.from_batches([rows_batch(c, at=at)]), rows_dir, i)
+    _write(pa.Table.from_batches([rows_batch(c, at=at)]), rows_dir, name)
     code, last = c.t_origin, c.t_lsn + c.t_rows - 1
     local = c.t_group == GROUP_LOCAL
     known = ~local & (code >= 0)
@@ -185,11 +201,9 @@ def write_split_rows(i: int, split: walread.Split, rows_dir: str, own_cap: int) 
     mine = known & (code == (c.origins.index(c.node_uuid) if c.node_uuid in c.origins else -2))
     own = int(mine.sum())
     span = (int(c.t_written_us[known].min()), int(c.t_written_us[known].max())) if known.any() else None
-    own_arrays = (c.t_lsn[mine], c.t_written_us[mine]) if 0 < own <= own_cap else None
+    own_arrays = (c.t_lsn[mine], c.t_written_us[mine]) if own else None
     mine_rows = mine[at.txn]
-    own_rows = None
-    if mine_rows.sum() <= own_cap:
-        own_rows = (c.t_lsn[at.txn][mine_rows] + at.row_in_txn[mine_rows], c.r_hash[mine_rows])
+    own_rows = (c.t_lsn[at.txn][mine_rows] + at.row_in_txn[mine_rows], c.r_hash[mine_rows])
     return SplitStats(i, c.node_uuid, len(c.r_kind), len(c.t_rows), own, unresolved, origin_max, local_max, span,
                       own_arrays, own_rows)
 

@@ -2,9 +2,9 @@
 
 Order of work (each stage logs a line, so long runs show progress):
   1. the driver lists each node's segments and reads its first header (node uuid, base vclock);
-  2. executors plan splits: one task per segment walks frame headers (spark.walread.plan_segment);
-  3. pass 1, one Python task per split (spark.columnar): decode the split into columns, write its
-     `rows` Parquet file with Arrow (no row is pickled or crosses into the JVM), return small facts
+  2-3. pass 1, one Python task per segment (spark.columnar): cut it into splits by walking frame
+     headers (spark.walread.plan_segment), decode each split into columns, write its `rows`
+     Parquet file with Arrow (no row is pickled or crosses into the JVM), return small facts
      (row counts, each origin's max lsn in the split, the written_us span);
   4. the driver folds those facts into the vclock at each split's start; pass 2, one task per
      split: its `vclock_history` (that start + a running max within the split: the same as a
@@ -122,51 +122,51 @@ def ship_code(spark: SparkSession) -> None:
 
 
 # --- stage 1-3: reading ------------------------------------------------------------
-def plan(spark: SparkSession, dirs: list[str], split_bytes: int) -> tuple[list[walread.Split], list[walread.NodeBase], dict[str, str]]:
-    """Splits of every node's segments, each node's base vclock, and node uuid -> input dir."""
+def plan_and_write_rows(spark: SparkSession, dirs: list[str], split_bytes: int, rows_dir: str
+                        ) -> tuple[list[walread.Split], list, list[walread.NodeBase]]:
+    """Pass 1, one task per segment: cut it into splits (walking frame headers: each split
+    carries the table at its start) and write each split's `rows` Parquet file, from the
+    executor (Python, Arrow) that read it: no row crosses into the JVM. Returns the splits in
+    WAL order, their SplitStats (numbered as the splits) and each node's base vclock."""
     segments: list[walread.SegmentFile] = []
     bases: list[walread.NodeBase] = []
-    node_dirs: dict[str, str] = {}
+    node_of: dict[str, str] = {}                 # segment path -> node uuid (from its first header)
+    dir_of: dict[str, str] = {}                  # node uuid -> input dir
     for d in dirs:
         base = walread.node_base(d)
-        if base.node_uuid in node_dirs:
-            raise walread.WalInputError(f"{d}: node {base.node_uuid} is given twice (also {node_dirs[base.node_uuid]})")
-        node_dirs[base.node_uuid] = d
+        if base.node_uuid in dir_of:
+            raise walread.WalInputError(f"{d}: node {base.node_uuid} is given twice (also {dir_of[base.node_uuid]})")
+        dir_of[base.node_uuid] = d
         bases.append(base)
-        segments.extend(walread.node_segments(d))
-    log.info("[1/8] %d nodes, %d segments, %.1f MiB", len(dirs), len(segments),
-             sum(os.path.getsize(s.path) for s in segments) / 2**20)
+        segs = walread.node_segments(d)
+        segments.extend(segs)
+        node_of.update((s.path, base.node_uuid) for s in segs)
+    total = sum(os.path.getsize(s.path) for s in segments)
+    log.info("[1/8] %d nodes, %d segments, %.1f MiB", len(dirs), len(segments), total / 2**20)
     t = time.monotonic()
     sc = spark.sparkContext
-    splits = (sc.parallelize(segments, _tasks(sc, len(segments), 0))
-              .flatMap(lambda s: walread.plan_segment(s, split_bytes)).collect())
-    by_path = {s.path: b.node_uuid for d, b in zip(dirs, bases) for s in walread.node_segments(d)}
+    _fresh(rows_dir)
+    own_cap = 4 * task_lookup_rows_max // max(1, len(segments))    # the total is checked after
+    done = (sc.parallelize(list(enumerate(segments)), _tasks(sc, len(segments), total))
+            .map(lambda w: (w[0], _columnar().write_segment_rows(w[0], w[1], split_bytes, rows_dir, own_cap)))
+            .collect())
+    done.sort(key=lambda r: r[0])
+    assert [n for n, _ in done] == list(range(len(segments)))
+    splits = [s for _, parts in done for s, _x in parts]
+    stats = [x._replace(i=i) for i, x in enumerate(x for _, parts in done for _s, x in parts)]
     for s in splits:
-        if s.node_uuid != by_path[s.path]:
-            raise walread.WalInputError(f"{s.path}: segment of node {s.node_uuid} among node {by_path[s.path]}'s")
-    log.info("[2/8] planned %d splits in %.1fs", len(splits), time.monotonic() - t)
-    return splits, bases, node_dirs
+        if s.node_uuid != node_of[s.path]:
+            raise walread.WalInputError(f"{s.path}: segment of node {s.node_uuid} among node {node_of[s.path]}'s")
+    _done(rows_dir)
+    log.info("[2/8] planned %d splits; [3/8] rows: %d rows in %.1fs", len(splits), sum(x.rows for x in stats),
+             time.monotonic() - t)
+    return splits, stats, bases
 
 
 def _tasks(sc, items: int, total_bytes: int) -> int:
     """Tasks for a list of segments or splits: one each when they are big, and never more
     than a few per core when they are small (a Python task costs tens of ms to start)."""
     return max(1, min(items, max(4 * sc.defaultParallelism, -(-total_bytes // walread.split_bytes_default))))
-
-
-def write_rows(spark: SparkSession, splits: list[walread.Split], rows_dir: str) -> list:
-    """Pass 1: the `rows` table, one Parquet file per split, written by the executor (Python,
-    Arrow) that read the split: no row crosses into the JVM. Returns each split's SplitStats."""
-    sc = spark.sparkContext
-    _fresh(rows_dir)
-    total = sum(s.end - s.start for s in splits)
-    own_cap = 4 * task_lookup_rows_max // max(1, len(splits))    # the total is checked after
-    stats = (sc.parallelize(list(enumerate(splits)), _tasks(sc, len(splits), total))
-             .map(lambda w: _columnar().write_split_rows(w[0], w[1], rows_dir, own_cap)).collect())
-    stats.sort(key=lambda x: x.i)
-    assert [x.i for x in stats] == list(range(len(splits)))
-    _done(rows_dir)
-    return stats
 
 
 def _columnar():
@@ -290,7 +290,6 @@ def run(spark: SparkSession, dirs: list[str], out: str, *,
 
 def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tuple[dict, list]:
     started = time.monotonic()
-    splits, bases, _node_dirs = plan(spark, dirs, split_bytes)
     sc = spark.sparkContext
     col = _columnar()
 
@@ -304,9 +303,7 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
         log.info("%s %s: %d rows in %.1fs", step, name, back.count(), time.monotonic() - t)
         return back
 
-    t = time.monotonic()
-    stats = write_rows(spark, splits, path("rows"))
-    log.info("[3/8] rows: %d rows in %.1fs", sum(x.rows for x in stats), time.monotonic() - t)
+    splits, stats, bases = plan_and_write_rows(spark, dirs, split_bytes, path("rows"))
 
     # vclock_history, the writes' vclocks and (when the origins' own transactions are few
     # enough to send to every task) origin_history: per split, from the vclock at its start.
