@@ -7,6 +7,8 @@ for steps 1-3, or on the loop itself for a small batch that cannot wait for the 
   1. encode frames; 2. one WAL write (+ one fsync in fsync mode); 3. one LMDB
   transaction; 4. publish the durable position and the batch's frames (the tail);
   5. advance the core's durable vclock; 6. wake relays; 7. resolve waiters.
+On the loop, 4 and 6 come right after 2 and the journal yields once before 3, so relays
+send while the store applies; either way nothing is sent before its WAL write returned.
 Entries are persisted in submission order, which is the order the core claimed lsns in.
 A failure to persist is fatal: the node stops rather than acknowledge what it lost.
 
@@ -196,14 +198,25 @@ class Journal:
                     batch.append(entry)
                     txns += entry[0]
                     rows += entry[2]
+                woken = False
                 if rows <= limits.journal_inline_rows_max and self._inline_ok:
-                    written, tops = self._persist(batch, txns)     # small batch, no fsync: see limits.py
+                    # Small batch, no fsync (limits.py): on the loop. The rows may leave once
+                    # write() has returned, so relays send them while the store applies them.
+                    written = self._write(batch)
+                    self._advance(written)
+                    if written is not None and self._listeners:
+                        for wake in self._listeners:
+                            wake.set()
+                        woken = True
+                        try:
+                            await asyncio.sleep(0)          # the woken relays send now
+                        finally:                            # even if cancelled: the rows are in the WAL
+                            tops = self._apply(txns)
+                    else:
+                        tops = self._apply(txns)
                 else:
                     written, tops = await loop.run_in_executor(None, self._persist, batch, txns)
-                if written is not None:
-                    prev, self.position = self.position, (written[0], written[2])
-                    if self._listeners:
-                        self._publish(prev, *written)
+                    self._advance(written)
                 self.core.commit_tops(tops)
                 self.batches += 1
                 self.txns_written += len(txns)
@@ -211,8 +224,9 @@ class Journal:
                 self.pending_rows -= rows
                 # Relays first: the loop runs ready tasks in order, and a woken HTTP handler
                 # spends ~0.3 ms building its answer, which the rows would otherwise wait for.
-                for wake in self._listeners:
-                    wake.set()
+                if not woken:
+                    for wake in self._listeners:
+                        wake.set()
                 for _, fut, _ in batch:
                     if fut is not None and not fut.done():
                         fut.set_result(None)
@@ -233,24 +247,39 @@ class Journal:
                     fut.set_exception(e)
             self._on_fatal(e)
 
+    def _advance(self, written: tuple | None) -> None:
+        """The batch is durable (as wal_mode promises): move the position relays may read up
+        to, and hand its frames to the tail."""
+        if written is not None:
+            prev, self.position = self.position, (written[0], written[2])
+            if self._listeners:
+                self._publish(prev, *written)
+
     def _persist(self, batch: list[tuple[list[Txn], asyncio.Future | None, int]],
                  txns: list[Txn]) -> tuple[tuple[str, int, int, int, tuple] | None, dict[int, int]]:
-        """WAL first, then the store; one batch at a time, on an executor thread or (small
-        batches, see _run) on the loop. Returns where
-        the frames went (segment, start, end), their written_us and, per frame, (end offset,
-        payload, txns) for the tail (None without a WAL); and the store's commit tops."""
-        written = None
-        if self.wal is not None:
-            if self.wal.needs_rotation:
-                self.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
-            now_us = time.time_ns() // 1000
-            encoded = [walfmt.encode_frame(entry, now_us) for entry, _, _ in batch]
-            data = b"".join(encoded)
-            segment, start, end = self.wal.write_batch(data)
-            view, frames, off = memoryview(data), [], 0
-            for (entry, _, _), f in zip(batch, encoded):
-                off += len(f)
-                frames.append((start + off, view[off - len(f) + walfmt.FRAME_OVERHEAD:off], entry))
-            assert start + off == end, (start, off, end)
-            written = (segment, start, end, now_us, tuple(frames))
-        return written, self.store.apply(txns, self.core.uuid, self.core.hlc.last)
+        """On an executor thread: WAL first, then the store; returns both results."""
+        written = self._write(batch)
+        return written, self._apply(txns)
+
+    def _write(self, batch: list[tuple[list[Txn], asyncio.Future | None, int]]) -> tuple[str, int, int, int, tuple] | None:
+        """The WAL write (+ fsync in fsync mode) of one batch. Returns where the frames went
+        (segment, start, end), their written_us and, per frame, (end offset, payload, txns)
+        for the tail; None without a WAL."""
+        if self.wal is None:
+            return None
+        if self.wal.needs_rotation:
+            self.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
+        now_us = time.time_ns() // 1000
+        encoded = [walfmt.encode_frame(entry, now_us) for entry, _, _ in batch]
+        data = b"".join(encoded)
+        segment, start, end = self.wal.write_batch(data)
+        view, frames, off = memoryview(data), [], 0
+        for (entry, _, _), f in zip(batch, encoded):
+            off += len(f)
+            frames.append((start + off, view[off - len(f) + walfmt.FRAME_OVERHEAD:off], entry))
+        assert start + off == end, (start, off, end)
+        return segment, start, end, now_us, tuple(frames)
+
+    def _apply(self, txns: list[Txn]) -> dict[int, int]:
+        """One LMDB transaction for the batch; returns the store's commit tops."""
+        return self.store.apply(txns, self.core.uuid, self.core.hlc.last)

@@ -6,6 +6,7 @@ tail holds, else from the file. Whatever mix of paths it takes, what it hands ou
 exactly what a cursor reading only the file hands out: the same frames, in WAL order, once
 each, filtered the same way (no local rows, nothing the subscriber has)."""
 import asyncio
+import os
 
 import pytest
 
@@ -26,8 +27,8 @@ class Node(JournalNode):
     """The journal tests' node (store, WAL, core and journal wired as node/server.py wires
     them), in write mode, with no fault armed and a space for local rows."""
 
-    def __init__(self, data_dir, segment_bytes_max: int = 1 << 20):
-        super().__init__(data_dir, "write", FaultPoint(None))
+    def __init__(self, data_dir, segment_bytes_max: int = 1 << 20, mode: str = "write"):
+        super().__init__(data_dir, mode, FaultPoint(None))
         self.wal.segment_bytes_max = segment_bytes_max
         self.n = 0
 
@@ -202,3 +203,47 @@ async def test_the_tail_is_kept_only_while_somebody_listens_and_stays_bounded(no
     node.journal.unlisten(wake)
     assert not node.journal.tail and node.journal.tail_bytes == 0
     assert node.journal.tail_chunk(first.prev) is None
+
+
+async def order_of_send_and_apply(node: Node) -> list:
+    """What happens first for one new batch: a woken relay reading it, or the store's apply."""
+    events = []
+    real_apply = node.store.apply
+
+    def apply(txns, *a):
+        events.append("apply")
+        return real_apply(txns, *a)
+
+    node.store.apply = apply
+    wake = asyncio.Event()
+    node.journal.listen(wake)
+    cur = WalCursor(node.wal_dir, {})
+    drain(cur, node.journal)
+
+    async def relay():
+        wake.clear()
+        await wake.wait()
+        frames = cur.read_tail(node.journal, BUDGET_ALL)
+        on_disk = os.path.getsize(os.path.join(node.wal_dir, cur.segment))
+        events.append(("relay", len(frames), on_disk >= cur.offset))
+
+    task = asyncio.create_task(relay())
+    await asyncio.sleep(0)                                # the relay waits
+    await node.write(1)
+    await asyncio.wait_for(task, DEADLINE_S)
+    return events
+
+
+async def test_in_write_mode_a_relay_sends_a_written_batch_while_the_store_applies_it(node):
+    # the batch is in the WAL file (write() returned) when the relay takes it from memory
+    assert await order_of_send_and_apply(node) == [("relay", 1, True), "apply"]
+
+
+async def test_in_fsync_mode_a_relay_sends_only_after_the_whole_batch_is_persisted(tmp_path):
+    node = Node(tmp_path, mode="fsync")
+    try:
+        await node.bootstrap()
+        assert await order_of_send_and_apply(node) == ["apply", ("relay", 1, True)]
+        assert node.wal.fsyncs > 0
+    finally:
+        await node.stop()
