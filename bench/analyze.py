@@ -107,6 +107,13 @@ class _MemorySampler(threading.Thread):
         self.done.set()
 
 
+def _busy_cpu_s() -> float:
+    """CPU seconds the whole machine has been busy (all processes), from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / _HZ     # user nice system irq softirq steal
+
+
 def _tree_cpu_s() -> float:
     procs = _procs()
     me = os.getpid()
@@ -176,10 +183,12 @@ def _child(side: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--workdir", args.workdir,
            "--master", args.master] + [f"--conf={kv}" for kv in args.conf]
     t = time.monotonic()
-    load = os.getloadavg()[0]
+    load, busy = os.getloadavg()[0], _busy_cpu_s()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, cwd=ROOT, check=True, text=True)
     r = json.loads(p.stdout.strip().splitlines()[-1])
     r["process_wall_s"] = time.monotonic() - t
+    # What the rest of the machine used meanwhile: all busy CPU time less our process tree's.
+    r["others_cpus"] = max(0.0, _busy_cpu_s() - busy - r["cpu_s"]) / r["process_wall_s"]
     # The machine may be shared: the 1-minute load before and after says how much (ours included).
     r["load"] = f"{load:.2f} -> {os.getloadavg()[0]:.2f}"
     return r
@@ -233,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
           f" input {size / 2**20:.0f} MiB of WAL; master {args.master}", flush=True)
     sp = _child("spark", args)
     rows = sp["rows"]
-    print(f"spark:  {rows:,} row observations ({sp['nodes']} nodes); load average {sp['load']}")
+    print(f"spark:  {rows:,} row observations ({sp['nodes']} nodes); load average {sp['load']}; "
+          f"other processes used {sp['others_cpus']:.2f} CPUs meanwhile")
     print(f"  wall end to end      {sp['wall_s']:8.1f} s   {rows / sp['wall_s']:>12,.0f} rows/s")
     print(f"  session start        {sp['session_start_s']:8.1f} s")
     print(f"  jobs (tables)        {sp['jobs_s']:8.1f} s   {rows / sp['jobs_s']:>12,.0f} rows/s")
@@ -249,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         assert o["rows"] == rows and o["divergent_rows"] == sp["divergent_rows"] \
             and o["concurrent_writes"] == sp["concurrent_writes"], (o, sp)
         print(f"oracle: wall {o['wall_s']:.1f} s, {rows / o['wall_s']:,.0f} rows/s, cpu {o['cpu_s']:.1f} s, "
-              f"peak {o['peak_mib']:.0f} MiB; load average {o['load']}")
+              f"peak {o['peak_mib']:.0f} MiB; load average {o['load']}; other processes used {o['others_cpus']:.2f} CPUs")
         print(f"spark vs oracle: {o['wall_s'] / sp['wall_s']:.2f}x end to end, "
               f"{o['wall_s'] / sp['jobs_s']:.2f}x jobs alone")
     return 0
