@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from typing import NamedTuple
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
@@ -148,9 +149,11 @@ def plan_and_write_rows(spark: SparkSession, dirs: list[str], split_bytes: int, 
     _fresh(rows_dir)
     own_cap = 4 * task_lookup_rows_max // max(1, len(segments))    # the total is checked after
     done = (sc.parallelize(list(enumerate(segments)), _tasks(sc, len(segments), total))
-            .map(lambda w: (w[0], _columnar().write_segment_rows(w[0], w[1], split_bytes, rows_dir, own_cap)))
+            .map(lambda w: (w[0], _as_value(_columnar().write_segment_rows, w[0], w[1], split_bytes, rows_dir,
+                                            own_cap)))
             .collect())
     done.sort(key=lambda r: r[0])
+    _raise_first([r for _, r in done])
     assert [n for n, _ in done] == list(range(len(segments)))
     splits = [s for _, parts in done for s, _x in parts]
     stats = [x._replace(i=i) for i, x in enumerate(x for _, parts in done for _s, x in parts)]
@@ -161,6 +164,26 @@ def plan_and_write_rows(spark: SparkSession, dirs: list[str], split_bytes: int, 
     log.info("[2/8] planned %d splits; [3/8] rows: %d rows in %.1fs", len(splits), sum(x.rows for x in stats),
              time.monotonic() - t)
     return splits, stats, bases
+
+
+class InputFailure(NamedTuple):
+    """A task's WalInputError, returned as a value: as a task failure Spark would log the
+    worker's traceback and retry a read that fails the same way every time."""
+    message: str
+
+
+def _as_value(f, *args):
+    try:
+        return f(*args)
+    except walread.WalInputError as e:
+        return InputFailure(str(e))
+
+
+def _raise_first(results: list) -> None:
+    """The first input error among the tasks' results (in input order), as the driver's own."""
+    for r in results:
+        if isinstance(r, InputFailure):
+            raise walread.WalInputError(r.message)
 
 
 def _tasks(sc, items: int, total_bytes: int) -> int:
@@ -326,10 +349,11 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
     buckets = max(2 * sc.defaultParallelism, sum(x.own_txns for x in stats) // writes_bucket_txns + 1)
     work = [(i, splits[i], pre[i]) for i in range(len(splits))]
     results = (sc.parallelize(work, _tasks(sc, len(work), sum(x.end - x.start for x in splits)))
-               .map(lambda w: _columnar().write_split_pass2(w[0], w[1], vclock_dir, writes_dir, history_dir,
-                                                            own.value if own is not None else None,
-                                                            div_dir, ref.value if ref is not None else None,
-                                                            w[2], t0, width, writers, buckets)).collect())
+               .map(lambda w: _as_value(_columnar().write_split_pass2, w[0], w[1], vclock_dir, writes_dir, history_dir,
+                                        own.value if own is not None else None,
+                                        div_dir, ref.value if ref is not None else None,
+                                        w[2], t0, width, writers, buckets)).collect())
+    _raise_first(results)
     partials = [p for r in results for p in r[0]]
     _done(vclock_dir)
     log.info("[4/8] vclock_history: %d rows in %.1fs", sum(x.txns for x in stats), time.monotonic() - t)

@@ -3,10 +3,12 @@ One SparkSession for the run (conftest); each input is analysed once per module.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 
 import pytest
 
-from spark import analyze, jobs, oracle, plots
+from spark import analyze, jobs, oracle, plots, walread
 from spark import tables as T
 from tests.spark import scenario
 from tests.spark.conftest import SPLIT_BYTES, node_dirs, uuid_of
@@ -192,3 +194,26 @@ def test_analyze_command_refuses_a_dir_without_wal(tmp_path, capsys):
     assert analyze.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "no WAL segments" in err and "\n" == err[-1] and err.count("\n") == 1
+
+
+def test_a_damaged_segment_fails_the_run_with_file_and_offset_not_a_task_failure(spark, healthy, tmp_path):
+    root, m = healthy
+    d = str(tmp_path / "node")
+    shutil.copytree(os.path.join(root, m["nodes"][0]["dir"]), d)
+    first = walread.node_segments(d)[0].path
+    with open(first, "r+b") as f:
+        f.seek(os.path.getsize(first) // 2)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([b[0] ^ 0xFF]))
+    sc = spark.sparkContext
+    sc.setJobGroup("damaged-input", "a run over a damaged segment")
+    try:
+        with pytest.raises(walread.WalInputError, match=re.escape(first) + r": .* at byte \d+"):
+            jobs.run(spark, [d], str(tmp_path / "out"), split_bytes=SPLIT_BYTES)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    # The reader's error came back as a value: no job of the run failed in Spark.
+    tracker = sc.statusTracker()
+    jobs_run = tracker.getJobIdsForGroup("damaged-input")
+    assert jobs_run and [tracker.getJobInfo(j).status for j in jobs_run] == ["SUCCEEDED"] * len(jobs_run)
