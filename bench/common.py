@@ -174,11 +174,21 @@ def percentile(xs: Sequence[float], p: float) -> float:
 
 
 # --- networking --------------------------------------------------------------------------
+_ports_given: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the kernel had free a moment ago (the server binds it right after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port the kernel had free a moment ago (the server binds it right after), never one
+    this process handed out before: the kernel may offer a just-closed port again, and two
+    servers told the same port would fail in ways that look like replication bugs."""
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _ports_given:
+            _ports_given.add(port)
+            return port
+    raise RuntimeError("no free port the kernel would give that was not given before")
 
 
 # --- output ------------------------------------------------------------------------------

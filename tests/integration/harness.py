@@ -7,22 +7,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 from typing import Any, Callable
 
+from bench.common import free_port  # noqa: F401  (tests import it from here)
 from node.client import request  # noqa: F401  (tests import it from here)
 
 REPLOG = [sys.executable, "-m", "node"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition", interval: float = 0.05) -> Any:
