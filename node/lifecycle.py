@@ -639,8 +639,11 @@ class Lifecycle:
             if node.core is None or node.status != "running":
                 continue
             for addr, a in list(node.appliers.items()):
-                u = a.peer_uuid
-                if not u or a.status == "follow":
+                if a.status == "follow":
+                    continue
+                # an applier that never got a greeting there: the member that advertised it
+                u = a.peer_uuid or next((m for m, before in self.moved_from.items() if addr in before), None)
+                if not u:
                     continue
                 new = self.advertised.get(u)
                 mem = node.core.table.get(u)

@@ -143,9 +143,11 @@ class Applier:
         self.status = "connecting"
         conn, theirs = await open_link(node, node.http_session, self.address)
         try:
+            # Who is at this address, known even if it cannot serve us yet: a peer that moves
+            # before it ever did is followed by its uuid (Lifecycle.follow_addresses).
+            self.peer_uuid = theirs["uuid"]
             if not theirs["cluster_uuid"]:
                 raise RemoteProtocolError(f"{self.address} has not joined a cluster yet")
-            self.peer_uuid = theirs["uuid"]
             core = node.core
             regs = core.greeting(self.peer_uuid, theirs["cluster"], node.wall_us())
             for txn in regs:
