@@ -6,6 +6,9 @@ never a wrong answer."""
 from setuptools import Extension, setup
 
 EXTENSIONS = [
+    # node.core.rowscan's hot paths: ROWS messages indexed for the applier, WAL frames filtered
+    # for relays, without a Python object per row (node/core/_rowscan.c).
+    Extension("node.core._rowscan", ["node/core/_rowscan.c"], extra_compile_args=["-O2"]),
     # spark.walread's hot path: a WAL split straight into column buffers (spark/walcols.py).
     Extension("spark._walcols", ["spark/_walcols.c"], extra_compile_args=["-O2"]),
 ]

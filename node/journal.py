@@ -1,7 +1,9 @@
 """Group commit: the one writer of the WAL and the store.
 
 Every transaction to persist is submitted as one *entry* (it becomes one WAL frame: a
-local txn, or a remote txn together with the `_cluster` txn its applier wrote for it).
+local txn, or a remote txn together with the `_cluster` txn its applier wrote for it, or
+the plain txns an applier took from one scanned message, a `PackedEntry` whose frame and
+store records are built from the received bytes).
 One task drains the queue and performs, per batch, in this order (on an executor thread
 for steps 1-3, or on the loop itself for a small batch that cannot wait for the disk):
   1. encode frames; 2. one WAL write (+ one fsync in fsync mode); 3. one LMDB
@@ -29,6 +31,7 @@ from typing import Callable
 from node import limits
 from node.core.replicaset import NodeCore
 from node.core.rows import Txn
+from node.core.rowscan import PackedEntry
 from node.storage.store import Store
 from node.wal import format as walfmt
 from node.wal.writer import WalWriter
@@ -36,6 +39,7 @@ from node.wal.writer import WalWriter
 log = logging.getLogger("replog.journal")
 
 Position = tuple  # (segment name or None, byte offset just past the last whole frame)
+Entry = list[Txn] | PackedEntry   # one WAL frame: txns, or plain txns as received (node.core.rowscan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +53,7 @@ class TailChunk:
     start: int
     end: int
     written_us: int
-    frames: tuple            # ((end offset, msgpack payload, [txn, ...]), ...) in WAL order
+    frames: tuple            # ((end offset, msgpack payload, its Entry), ...) in WAL order
 
 
 class Journal:
@@ -59,7 +63,7 @@ class Journal:
         self.store = store
         self.wal = wal
         self._on_fatal = on_fatal
-        self._queue: deque[tuple[list[Txn], asyncio.Future | None, int]] = deque()   # (entry, waiter, rows)
+        self._queue: deque[tuple[Entry, asyncio.Future | None, int]] = deque()   # (entry, waiter, rows)
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -102,10 +106,10 @@ class Journal:
             self.wal.close()
 
     # --- submitting -----------------------------------------------------------------
-    def submit_nowait(self, txns: list[Txn], want_future: bool = True, rows: int | None = None) -> asyncio.Future | None:
+    def submit_nowait(self, txns: Entry, want_future: bool = True, rows: int | None = None) -> asyncio.Future | None:
         """Queue one entry (one frame). Must be called right after the core claimed it,
         with no await in between, so WAL order equals claim order. `rows`: the entry's row
-        count, if the caller knows it."""
+        count, if the caller knows it (a PackedEntry always says it)."""
         if self.failed is not None:
             raise self.failed
         fut = self._loop.create_future() if want_future else None
@@ -182,7 +186,7 @@ class Journal:
     # --- the writer -----------------------------------------------------------------
     async def _run(self) -> None:
         loop = self._loop
-        batch: list[tuple[list[Txn], asyncio.Future | None, int]] = []
+        batch: list[tuple[Entry, asyncio.Future | None, int]] = []
         queue = self._queue
         try:
             while True:
@@ -191,12 +195,23 @@ class Journal:
                     await self._wake.wait()
                     continue
                 batch = []
-                txns: list[Txn] = []
-                rows = 0
+                parts: list = []          # for the store, in order: Txn lists (joined) and packed entries
+                joined: list[Txn] | None = None
+                ntxn = rows = 0
                 while queue and len(batch) < limits.group_commit_txns_max and 64 * rows < limits.group_commit_bytes_max:
                     entry = queue.popleft()
                     batch.append(entry)
-                    txns += entry[0]
+                    e = entry[0]
+                    if type(e) is PackedEntry:
+                        parts.append(e)
+                        joined = None
+                        ntxn += e.ntxn
+                    else:
+                        if joined is None:
+                            joined = []
+                            parts.append(joined)
+                        joined += e
+                        ntxn += len(e)
                     rows += entry[2]
                 woken = False
                 if rows <= limits.journal_inline_rows_max and self._inline_ok:
@@ -211,15 +226,15 @@ class Journal:
                         try:
                             await asyncio.sleep(0)          # the woken relays send now
                         finally:                            # even if cancelled: the rows are in the WAL
-                            tops = self._apply(txns)
+                            tops = self._apply(parts)
                     else:
-                        tops = self._apply(txns)
+                        tops = self._apply(parts)
                 else:
-                    written, tops = await loop.run_in_executor(None, self._persist, batch, txns)
+                    written, tops = await loop.run_in_executor(None, self._persist, batch, parts)
                     self._advance(written)
                 self.core.commit_tops(tops)
                 self.batches += 1
-                self.txns_written += len(txns)
+                self.txns_written += ntxn
                 self.rows_written += rows
                 self.pending_rows -= rows
                 # Relays first: the loop runs ready tasks in order, and a woken HTTP handler
@@ -255,22 +270,23 @@ class Journal:
             if self._listeners:
                 self._publish(prev, *written)
 
-    def _persist(self, batch: list[tuple[list[Txn], asyncio.Future | None, int]],
-                 txns: list[Txn]) -> tuple[tuple[str, int, int, int, tuple] | None, dict[int, int]]:
+    def _persist(self, batch: list[tuple[Entry, asyncio.Future | None, int]],
+                 parts: list) -> tuple[tuple[str, int, int, int, tuple] | None, dict[int, int]]:
         """On an executor thread: WAL first, then the store; returns both results."""
         written = self._write(batch)
-        return written, self._apply(txns)
+        return written, self._apply(parts)
 
-    def _write(self, batch: list[tuple[list[Txn], asyncio.Future | None, int]]) -> tuple[str, int, int, int, tuple] | None:
+    def _write(self, batch: list[tuple[Entry, asyncio.Future | None, int]]) -> tuple[str, int, int, int, tuple] | None:
         """The WAL write (+ fsync in fsync mode) of one batch. Returns where the frames went
-        (segment, start, end), their written_us and, per frame, (end offset, payload, txns)
+        (segment, start, end), their written_us and, per frame, (end offset, payload, entry)
         for the tail; None without a WAL."""
         if self.wal is None:
             return None
         if self.wal.needs_rotation:
             self.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
         now_us = time.time_ns() // 1000
-        encoded = [walfmt.encode_frame(entry, now_us) for entry, _, _ in batch]
+        encoded = [walfmt.encode_frame_body(entry.frame_payload(now_us)) if type(entry) is PackedEntry
+                   else walfmt.encode_frame(entry, now_us) for entry, _, _ in batch]
         data = b"".join(encoded)
         segment, start, end = self.wal.write_batch(data)
         view, frames, off = memoryview(data), [], 0
@@ -280,6 +296,6 @@ class Journal:
         assert start + off == end, (start, off, end)
         return segment, start, end, now_us, tuple(frames)
 
-    def _apply(self, txns: list[Txn]) -> dict[int, int]:
+    def _apply(self, parts: list) -> dict[int, int]:
         """One LMDB transaction for the batch; returns the store's commit tops."""
-        return self.store.apply(txns, self.core.uuid, self.core.hlc.last)
+        return self.store.apply(parts, self.core.uuid, self.core.hlc.last)

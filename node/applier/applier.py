@@ -18,6 +18,7 @@ import aiohttp
 from node import limits
 from node.applier.conn import Conn, check_greeting, client_auth, connect
 from node.core import messages as m
+from node.core import rowscan
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
 
@@ -74,6 +75,8 @@ class Applier:
         self.lag_s = 0.0
         self.last_row_at = 0.0
         self.rows = 0
+        self.messages_scanned = 0   # ROWS messages taken by the row scanner (node.core.rowscan)
+        self.messages_decoded = 0   # ... and decoded txn by txn (the exact path)
         self.task: asyncio.Task | None = None
         self._rng = random.Random()
 
@@ -82,7 +85,8 @@ class Applier:
         return {"uuid": self.peer_uuid, "address": self.address, "status": self.status,
                 "lag_s": round(self.lag_s, 6), "error": self.error,
                 "id_map": {str(k): v for k, v in (peer.map.as_dict() if peer else {}).items()},
-                "gaps": peer.stats.gaps if peer else 0}
+                "gaps": peer.stats.gaps if peer else 0,
+                "messages": {"scanned": self.messages_scanned, "decoded": self.messages_decoded}}
 
     def start(self) -> None:
         self.task = asyncio.create_task(self.run(), name=f"applier-{self.address}")
@@ -167,52 +171,18 @@ class Applier:
         last_ack = 0.0
         acked_sig = -1
         expel_epoch = core.expel_epoch
+        conn.scan_rows = rowscan.scan_rows if rowscan.native is not None else None
         while True:
             msg = await conn.recv(timeout=limits.peer_timeout_s)
             now = time.time()
             if msg.type == m.ROWS:
-                wall_us = int(now * 1e6)
-                last_ts = 0
-                entry: list = []          # consecutive plain txns share one WAL frame
-                entry_rows = 0
-                valid, bad = msg["txns"], msg["error"]
-                try:
-                    i, n = 0, len(valid)
-                    while i < n:                      # check + claim: no await before submit
-                        txn = valid[i]
-                        if txn.group == GROUP_DEFAULT:   # a run of one origin's plain txns
-                            k = len(entry)
-                            try:
-                                i, rows = core.receive_run(peer, valid, i, entry)
-                            except RemoteProtocolError:
-                                claimed = sum(len(t.ops) for t in entry[k:])   # claimed before it
-                                self.rows += claimed
-                                entry_rows += claimed
-                                raise
-                            self.rows += rows
-                            entry_rows += rows
-                            continue
-                        i += 1
-                        out = core.receive(peer, txn, wall_us)
-                        if out:
-                            self.rows += len(txn.ops)
-                            if len(out) == 1 and txn.group != GROUP_CLUSTER:
-                                entry.append(out[0])
-                                entry_rows += len(txn.ops)
-                            else:                                 # with our own _cluster row: one frame
-                                if entry:
-                                    journal.submit_nowait(entry, want_future=False, rows=entry_rows)
-                                    entry, entry_rows = [], 0
-                                journal.submit_nowait(out, want_future=False)
-                    if bad is not None:
-                        raise bad
-                    if valid:
-                        last_ts = valid[-1].timestamp
-                finally:
-                    # Claimed rows must reach the WAL even if a later row of the message is
-                    # refused: a claim without a write would make the node skip them for ever.
-                    if entry:
-                        journal.submit_nowait(entry, want_future=False, rows=entry_rows)
+                scan = msg.body.get("scan")
+                if scan is not None:
+                    self.messages_scanned += 1
+                    last_ts = self._receive_scan(scan)
+                else:
+                    self.messages_decoded += 1
+                    last_ts = self._receive_txns(msg, now)
                 if last_ts:
                     self.lag_s = max(0.0, now - last_ts / 1e6)
                     self.last_row_at = now
@@ -230,3 +200,64 @@ class Applier:
                 if v.signature != acked_sig or now - last_ack >= limits.heartbeat_interval_s:
                     await conn.send(m.ACK, vclock=v.to_dict(), lag_us=int(self.lag_s * 1e6))
                     acked_sig, last_ack = v.signature, now
+
+    def _receive_scan(self, scan) -> int:
+        """A message the row scanner took (plain txns only): the core claims whole runs of
+        each origin, and what it took becomes one WAL frame built from the received bytes.
+        Returns the last txn's timestamp. Check + claim + submit: no await in between."""
+        ranges: list[tuple[int, int, int]] = []
+        try:
+            self.node.core.receive_scan(self.peer_uuid, scan, ranges)
+        finally:
+            # Claimed rows must reach the WAL even if a later run is refused (as below).
+            if ranges:
+                entry = rowscan.PackedEntry(scan, ranges)
+                self.rows += entry.rows
+                self.node.journal.submit_nowait(entry, want_future=False, rows=entry.rows)
+        return scan.ts_max(scan.ntxn - 1, scan.ntxn) if scan.ntxn else 0
+
+    def _receive_txns(self, msg: m.Message, now: float) -> int:
+        """A decoded message: each txn by the core's rules (runs of one origin's plain txns
+        at once), consecutive plain ones sharing one WAL frame. Returns the last txn's
+        timestamp. Check + claim + submit: no await in between."""
+        core, journal, peer = self.node.core, self.node.journal, self.peer_uuid
+        wall_us = int(now * 1e6)
+        entry: list = []          # consecutive plain txns share one WAL frame
+        entry_rows = 0
+        valid, bad = msg["txns"], msg["error"]
+        try:
+            i, n = 0, len(valid)
+            while i < n:
+                txn = valid[i]
+                if txn.group == GROUP_DEFAULT:   # a run of one origin's plain txns
+                    k = len(entry)
+                    try:
+                        i, rows = core.receive_run(peer, valid, i, entry)
+                    except RemoteProtocolError:
+                        claimed = sum(len(t.ops) for t in entry[k:])   # claimed before it
+                        self.rows += claimed
+                        entry_rows += claimed
+                        raise
+                    self.rows += rows
+                    entry_rows += rows
+                    continue
+                i += 1
+                out = core.receive(peer, txn, wall_us)
+                if out:
+                    self.rows += len(txn.ops)
+                    if len(out) == 1 and txn.group != GROUP_CLUSTER:
+                        entry.append(out[0])
+                        entry_rows += len(txn.ops)
+                    else:                                 # with our own _cluster row: one frame
+                        if entry:
+                            journal.submit_nowait(entry, want_future=False, rows=entry_rows)
+                            entry, entry_rows = [], 0
+                        journal.submit_nowait(out, want_future=False)
+            if bad is not None:
+                raise bad
+        finally:
+            # Claimed rows must reach the WAL even if a later row of the message is
+            # refused: a claim without a write would make the node skip them for ever.
+            if entry:
+                journal.submit_nowait(entry, want_future=False, rows=entry_rows)
+        return valid[-1].timestamp if valid else 0

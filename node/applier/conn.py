@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import Any, Callable
 
 import aiohttp
 from aiohttp import web
@@ -28,6 +28,8 @@ class Conn:
         self.peer = peer
         self.bytes_in = 0
         self.bytes_out = 0
+        # an applier's link: ROWS messages the scanner takes arrive as {"scan": ...}
+        self.scan_rows: Callable[[bytes], Any] | None = None
 
     async def send(self, mtype: int, **body: Any) -> None:
         data = m.encode(mtype, **body)
@@ -45,7 +47,7 @@ class Conn:
             raise RemoteProtocolError(f"{self.peer}: no message for {timeout:.0f} s") from None
         if msg.type == aiohttp.WSMsgType.BINARY:
             self.bytes_in += len(msg.data)
-            out = m.decode(msg.data)
+            out = m.decode(msg.data, self.scan_rows)
             if out.type == m.ERROR:
                 refused = PeerRefused(out["code"], out["message"])
                 refused.body = out.body     # extra fields, e.g. next_id of a register_rejected

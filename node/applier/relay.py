@@ -25,7 +25,9 @@ from node import limits
 from node.applier.conn import Conn, check_greeting, server_auth
 from node.cluster_space.table import STATE_EXPELLED
 from node.core import messages as m
+from node.core import rowscan
 from node.core.replicaset import relay_wants
+from node.core.rowscan import PackedEntry
 from node.errors import PeerRefused, RemoteProtocolError
 from node.lifecycle import fault
 from node.wal import format as walfmt
@@ -38,6 +40,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("replog.relay")
 _pack = msgpack.Packer(use_bin_type=True).pack
+
+
+def frame_for(body: bytes, written_us: int, entry, sub: dict[int, int]) -> tuple[bytes | None, int]:
+    """What a subscriber at `sub` gets of one WAL frame (payload `body`, its txns `entry`: a
+    list, or a journal PackedEntry): the payload itself if it wants every txn, re-packed if
+    some, None if none; and the rows that go."""
+    if type(entry) is PackedEntry:
+        every = entry.wanted(sub)
+        if every is not None:
+            return (body, entry.rows) if every else (None, 0)
+        entry = entry.txns
+    keep = [t for t in entry if relay_wants(t, sub)]
+    if not keep:
+        return None, 0
+    rows = sum([len(t[4]) for t in keep])
+    return (body if len(keep) == len(entry) else _pack([written_us, keep])), rows
 
 
 class WalCursor:
@@ -78,13 +96,13 @@ class WalCursor:
         while chunk is not None and budget > 0:
             frames, written_us = chunk.frames, chunk.written_us
             while i < len(frames) and budget > 0:
-                end, body, txns = frames[i]
+                end, body, entry = frames[i]
                 i += 1
-                keep = [t for t in txns if relay_wants(t, self.sub)]
-                if keep:
-                    out.append(body if len(keep) == len(txns) else _pack([written_us, keep]))
+                send, rows = frame_for(body, written_us, entry, self.sub)
+                if send is not None:
+                    out.append(send)
                     budget -= len(body)
-                    self.rows += sum([len(t[4]) for t in keep])
+                    self.rows += rows
                 self.segment, self.offset = chunk.segment, end
             if i < len(frames):
                 self._next = (chunk.seq, i)
@@ -139,6 +157,15 @@ class WalCursor:
                 buf = os.pread(f.fileno(), min(size - self.offset, max(budget, 1 << 20)), self.offset)
             pos = 0
             while pos < len(buf):
+                scanned = rowscan.relay_scan(buf, pos, self.sub, budget)
+                if scanned is not None:        # every frame it can decide alone, natively
+                    payloads, rows, pos, status = scanned
+                    if payloads:
+                        out += payloads
+                        budget -= sum(map(len, payloads))
+                        self.rows += rows
+                    if status != rowscan.RS_STOP:
+                        break                  # all read, or the budget is spent
                 try:
                     body, nxt_pos = walfmt.decode_frame(buf, pos)
                 except walfmt.FormatError as e:
@@ -151,11 +178,11 @@ class WalCursor:
                     raise
                 pos = nxt_pos
                 written_us, txns = walfmt.unpack_frame(body)
-                keep = [t for t in txns if relay_wants(t, self.sub)]
-                if keep:
-                    out.append(body if len(keep) == len(txns) else _pack([written_us, keep]))
+                send, rows = frame_for(body, written_us, txns, self.sub)
+                if send is not None:
+                    out.append(send)
                     budget -= len(body)
-                    self.rows += sum([len(t[4]) for t in keep])
+                    self.rows += rows
                 if budget <= 0:
                     break
             self.offset += pos

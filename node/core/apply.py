@@ -9,13 +9,18 @@ return the old record in one lookup). Rules:
 - a `_cluster` row whose origin is this node changes this node's table; one from another
   origin only records that origin's id for the member;
 - the vclock component of the txn (0 for local rows) advances to its last lsn (once per call,
-  after the rows: nothing here reads the vclock)."""
+  after the rows: nothing here reads the vclock).
+
+`apply_packed(view, entry, self_uuid)` applies a PackedEntry (node.core.rowscan: plain txns as
+received, their store records already built) with the same outcome as apply_txns on its txns;
+it needs the view's raw_replacer/raw_put/raw_delete (records as bytes), which the LMDB store has."""
 from __future__ import annotations
 
 from typing import Protocol
 
 from node.cluster_space.resolver import DATA_RESOLVERS
 from node.cluster_space.table import ClusterTable, Member
+from node.core import codec
 from node.core.rows import GROUP_LOCAL, OP_CLUSTER, OP_DELETE, OP_NOP, OP_PUT, OP_SPACE, Txn
 from node.core.vclock import VClock
 from node.errors import StorageError
@@ -110,3 +115,38 @@ def apply_txns(view: StateView, txns, self_uuid: str) -> dict[int, int]:
         if last > vclock.get(c):
             vclock.follow(c, last)
     return tops
+
+
+def apply_packed(view, entry, self_uuid: str) -> dict[int, int]:
+    """A PackedEntry's puts and deletes, as apply_txns applies its txns: each record goes in as
+    it was built, and an old record is decoded only where there was one (then the space's
+    resolver decides, and a winning old record is written back). Nops only count in the
+    vclock. Returns the entry's vclock tops (components are members: never 0)."""
+    uuid_of = view.table.uuid_of
+    for space, items in entry.records():
+        sdef = view.space(space)
+        if sdef is None:
+            rec = codec.unpack(items[0][1])
+            raise StorageError(f"row {rec[1]}:{rec[2]} writes unknown space {space!r}")
+        conflict = sdef[1]
+        if conflict == "apply":              # arrival order: a delete removes, a put replaces
+            for key, rec in items:
+                if rec[-1] == 0xc3:          # the record's last element, deleted = True
+                    view.raw_delete(space, key)
+                else:
+                    view.raw_put(space, key, rec)
+            continue
+        replace = view.raw_replacer(space)
+        resolve = DATA_RESOLVERS[conflict]
+        for key, rec in items:
+            old = replace(key, rec)
+            if old is not None:
+                o, n = codec.unpack(old), codec.unpack(rec)
+                old_uuid = (uuid_of(o[1]) or "") if o[1] else self_uuid
+                if not resolve((o[0], old_uuid, o[2], o[3], o[4]), (n[0], uuid_of(n[1]) or self_uuid, n[2], n[3], n[4])):
+                    view.raw_put(space, key, old)
+    vclock = view.vclock
+    for c, last in entry.tops.items():
+        if last > vclock.get(c):
+            vclock.follow(c, last)
+    return entry.tops

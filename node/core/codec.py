@@ -5,7 +5,8 @@ every value replog stores — None, bools, ints, floats, str, bytes, lists, tupl
 msgpack Timestamps (through the hook) — and packs NamedTuple rows ~5x faster. Stored values
 are never other msgpack extension types: every decoder of outside input refuses them with
 `refuse_ext` (msgpack's ExtType is a namedtuple, which msgspec would write as an array).
-Decoding stays with msgpack (and node.core.rows' checked fast path for frames)."""
+Decoding stays with msgpack (and node.core.rows' checked fast path for frames): `unpack` reads
+stored records and meta values."""
 from __future__ import annotations
 
 from typing import Any
@@ -32,3 +33,8 @@ def _enc_hook(obj: Any) -> Any:
 
 
 pack = msgspec.msgpack.Encoder(enc_hook=_enc_hook).encode
+
+
+def unpack(b: bytes) -> Any:
+    """A stored record or meta value (written by `pack`)."""
+    return msgpack.unpackb(b, raw=False, strict_map_key=False)

@@ -18,13 +18,14 @@ Vclocks on the wire are maps {id: lsn} in the *receiver's* id space.
 ROWS carries WAL frame payloads inline: {"frames": [[written_us, [txn, ...]], ...]}. A payload
 is already that msgpack, so the relay splices WAL bytes without re-encoding them
 (`encode_rows`), and `decode` reads a whole ROWS message into validated Txns in one call:
-its body is {"txns": [Txn, ...] up to the first bad one, "error": that RemoteProtocolError or None}."""
+its body is {"txns": [Txn, ...] up to the first bad one, "error": that RemoteProtocolError or None},
+or, for an applier that passes a scanner, {"scan": ...} (node.core.rowscan: no Txn per row)."""
 from __future__ import annotations
 
 import hashlib
 import hmac
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import msgpack
 import msgspec
@@ -132,11 +133,17 @@ def _rows(body: dict) -> dict:
     return {"txns": valid, "error": None}
 
 
-def decode(data: bytes) -> Message:
+def decode(data: bytes, scan_rows: Callable[[bytes], Any] | None = None) -> Message:
+    """`scan_rows` (an applier's: node.core.rowscan.scan_rows): a ROWS message it takes comes
+    back as {"scan": its scan} instead of decoded txns."""
     if not isinstance(data, (bytes, bytearray)):
         raise RemoteProtocolError("replication messages are binary")
     if len(data) > limits.message_bytes_max:
         raise RemoteProtocolError(f"message of {len(data)} bytes exceeds {limits.message_bytes_max}")
+    if scan_rows is not None and data[:len(_ROWS_HEAD)] == _ROWS_HEAD:
+        scan = scan_rows(data)
+        if scan is not None:
+            return Message(ROWS, {"scan": scan})
     if data[:2] == _ROWS_HEAD[:2]:
         try:
             _, body = _fast_rows(data)

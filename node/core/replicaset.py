@@ -19,6 +19,7 @@ Rules kept here:
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from node.cluster_space.idmap import IdMap
@@ -166,7 +167,7 @@ class NodeCore:
             self.receive_run(peer_uuid, (raw,), 0, out)
             return out
         peer = self.peers[peer_uuid]
-        origin = self._translate(peer, raw)
+        origin = self._translate(peer, raw.replica_id, raw.lsn)
         if raw.group == GROUP_LOCAL:
             raise RemoteProtocolError(f"peer {peer_uuid} sent a row of a local space")
         member = self.table.by_id(origin)
@@ -208,7 +209,7 @@ class NodeCore:
         first = raws[start]
         assert first.group == GROUP_DEFAULT
         rid = first.replica_id
-        origin = self._translate(peer, first)
+        origin = self._translate(peer, rid, first.lsn)
         member = self.table.by_id(origin)
         assert member is not None
         bound = member.expelled_lsn if member.state == STATE_EXPELLED else -1
@@ -251,14 +252,56 @@ class NodeCore:
             raise err
         return i, rows
 
-    def _translate(self, peer: Peer, raw: Txn) -> int:
+    def receive_scan(self, peer_uuid: str, scan, out: list[tuple[int, int, int]]) -> int:
+        """Decide a scanned ROWS message (node.core.rowscan: plain txns only, each origin's
+        txns contiguous) by exactly the rules of `receive_run`, a whole run of one origin at
+        a time: one bisect over the txns' last lsns finds the duplicates, one the expel
+        bound. Accepted ranges (first txn, end txn, this node's id for their origin) are
+        appended to `out` as they are claimed, so what was claimed is there even when a
+        later run raises. Returns the rows accepted."""
+        peer = self.peers[peer_uuid]
+        stats = peer.stats
+        lasts = memoryview(scan.lasts()).cast("q")
+        rows = 0
+        for rid, a, b in scan.runs():
+            origin = self._translate(peer, rid, scan.lsn(a))
+            member = self.table.by_id(origin)
+            assert member is not None
+            have = self.claimed.get(origin)
+            s = bisect_right(lasts, have, a, b)          # [a, s): already have them
+            stats.duplicates += s - a
+            if s == b:
+                continue
+            lsn = scan.lsn(s)
+            if lsn != have + 1:
+                if lsn <= have:
+                    raise RemoteProtocolError(f"row {origin}:{lsn}..{lasts[s]} overlaps claimed {have}")
+                stats.gaps += b - s                      # none of the run can follow a gap
+                continue
+            e = b
+            if member.state == STATE_EXPELLED:
+                e = bisect_right(lasts, member.expelled_lsn, s, b)   # [s, e): within the bound
+                if e < b:
+                    stats.expelled += 1                  # txn e; those after it follow a gap
+                    stats.gaps += b - e - 1
+                if e == s:
+                    continue
+            last = lasts[e - 1]
+            self.claimed.follow(origin, last)
+            self.hlc.observe(scan.ts_max(s, e))
+            stats.applied += e - s
+            rows += last - lsn + 1
+            out.append((s, e, origin))
+        return rows
+
+    def _translate(self, peer: Peer, replica_id: int, lsn: int) -> int:
         """This node's id for a row's origin, through the peer's map; never guessed."""
-        origin = peer.map.to_local.get(raw.replica_id)
+        origin = peer.map.to_local.get(replica_id)
         if origin is None:
-            origin = self._learn_from_knowledge(peer, raw.replica_id)
+            origin = self._learn_from_knowledge(peer, replica_id)
         if origin is None:
             raise RemoteProtocolError(
-                f"row {raw.replica_id}:{raw.lsn} from {peer.uuid}: id {raw.replica_id} is unknown "
+                f"row {replica_id}:{lsn} from {peer.uuid}: id {replica_id} is unknown "
                 "to this node's map of that peer; refusing to guess")
         return origin
 

@@ -16,21 +16,17 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import lmdb
-import msgpack
 
 from node import limits
 from node.cluster_space.table import ClusterTable, Member
 from node.core import codec
-from node.core.apply import apply_txns
-from node.core.rows import Txn
+from node.core.apply import apply_packed, apply_txns
+from node.core.rowscan import PackedEntry
 from node.core.vclock import VClock
 from node.errors import StorageError
 
 _pack = codec.pack
-
-
-def _unpack(b: bytes) -> Any:
-    return msgpack.unpackb(b, raw=False, strict_map_key=False)
+_unpack = codec.unpack
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +111,20 @@ class Store:
             db = self._dbs[space] = self.env.open_db(b"s:" + space.encode())
         return db
 
-    def apply(self, txns: list[Txn], self_uuid: str, hlc_last: int) -> dict[int, int]:
-        """Apply a batch of WAL transactions (in WAL order) and the vclock after them; returns
-        each component's highest last lsn in the batch."""
+    def apply(self, parts: list, self_uuid: str, hlc_last: int) -> dict[int, int]:
+        """Apply a batch in WAL order — `parts` are lists of transactions and packed entries
+        (node.core.rowscan) — and the vclock after it, in one LMDB transaction; returns each
+        component's highest last lsn in the batch."""
         try:
             with self.env.begin(write=True) as t:
                 view = _TxnView(self, t)
-                tops = apply_txns(view, txns, self_uuid)
+                tops: dict[int, int] = {}
+                for part in parts:
+                    got = apply_packed(view, part, self_uuid) if type(part) is PackedEntry \
+                        else apply_txns(view, part, self_uuid)
+                    for c, last in got.items():
+                        if last > tops.get(c, 0):
+                            tops[c] = last
                 t.put(b"vclock", _pack(self.vclock.to_dict()), db=self._meta)
                 t.put(b"hlc", _pack(hlc_last), db=self._meta)
         except lmdb.Error as e:
@@ -255,6 +258,16 @@ class _TxnView:
 
     def put(self, space: str, key: str, record: list) -> None:
         self.t.put(key.encode(), _pack(record), db=self.s._dbs[space])
+
+    def raw_replacer(self, space: str):
+        """replacer() for records already packed (bytes in, bytes or None out)."""
+        return self.t.cursor(db=self.s._dbs[space]).replace
+
+    def raw_put(self, space: str, key: bytes, record: bytes) -> None:
+        self.t.put(key, record, db=self.s._dbs[space])
+
+    def raw_delete(self, space: str, key: bytes) -> None:
+        self.t.delete(key, db=self.s._dbs[space])
 
     def replacer(self, space: str):
         """Put, returning the record replaced: one B-tree lookup instead of get + put, through

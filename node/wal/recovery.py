@@ -56,7 +56,7 @@ def recover(store: Store, wal_dir: str, self_uuid: str, *, force_recovery: bool 
                     batch.append(t)
                     hlc_last = max(hlc_last, t.timestamp)
             if len(batch) >= REPLAY_BATCH_TXNS:
-                store.apply(batch, self_uuid, hlc_last)
+                store.apply([batch], self_uuid, hlc_last)
                 res.replayed_txns += len(batch)
                 batch = []
         if scan.torn_at is not None:
@@ -67,7 +67,7 @@ def recover(store: Store, wal_dir: str, self_uuid: str, *, force_recovery: bool 
             res.last_segment = name
             res.last_valid_end = scan.torn_at if scan.torn_at is not None else scan.valid_end
     if batch:
-        store.apply(batch, self_uuid, hlc_last)
+        store.apply([batch], self_uuid, hlc_last)
         res.replayed_txns += len(batch)
     if res.replayed_txns:
         log.info("recovery: replayed %d transactions from the WAL; vclock %s", res.replayed_txns, store.vclock)

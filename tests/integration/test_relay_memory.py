@@ -77,6 +77,8 @@ def test_a_restarted_subscriber_reads_the_backlog_from_the_file_then_follows_fro
     assert d["frames_from_memory"] == from_memory + 20
     assert b.kv_get("kv", "backlog49")[1]["value"] == "x" * 200
     assert b.kv_get("kv", "live19")[1]["value"] == "y" * 200
+    up = next(u for u in b.info()["upstreams"] if u["uuid"] == au)
+    assert up["messages"]["scanned"] > 0, "plain rows reach b through the row scanner (node.core.rowscan)"
     wait_for(lambda: vclocks_converged([a, b]), 20, "converged")
 
 

@@ -19,7 +19,9 @@ Rules the harness keeps, each the same as the shell it stands in for:
 - applier (applier.py): connect -> peer's GREETING (its whole core `_cluster`) ->
   `core.greeting` -> persist the registrations -> `core.subscribe_vclock` -> SUBSCRIBE;
   then `core.receive` for each relayed txn and submit its output as one entry with nothing
-  in between (`applier_batches` switches to applier.py's batching of plain txns); a
+  in between (`applier_batches` switches to applier.py's batching of plain txns), or, for
+  half the messages the row scanner takes, `core.receive_scan` and one entry of what it
+  claimed (applier.py's `_receive_scan`); a
   RemoteProtocolError drops the link; every broken link `drop_peer`s and
   reconnects after a backoff with a fresh greeting;
 - relay (relay.py): refuses an expelled subscriber, streams only durable WAL entries, in
@@ -45,7 +47,10 @@ from typing import Any, Callable
 import msgpack
 
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
+from node.core import codec, rowscan
+from node.core import messages as m
 from node.core.replicaset import cluster_op, relay_wants
+from node.core.rowscan import PackedEntry
 from node.core.rows import (GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_DELETE, OP_PUT, OP_SPACE, Op,
                             Txn, txn_from_wire)
 from node.errors import RemoteProtocolError
@@ -116,6 +121,9 @@ class Cluster:
         # node/applier/applier.py does since 2fbaf3f (consecutive plain txns of one ROWS message
         # share one entry, submitted after the message), its bug included.
         self.applier_batches = True     # as applier.py; False: one entry per receive() output
+        # chance that a ROWS message goes as applier.py sends a scannable one: through the row
+        # scanner (node.core.rowscan) and `receive_scan`; the rest take `receive` txn by txn
+        self.scan_rows_p = 0.5
         # Checker 9 (HLC) skips records a joiner got in its snapshot while this is set: the
         # known shell bug (the HLC is not seeded from a snapshot), see test_scenarios.py.
         self.hlc_skips_snapshot_records = False  # the shell bug it covered is fixed
@@ -384,6 +392,8 @@ class Cluster:
             if (s.name, p.name) in self.garble_next_rows:
                 self.garble_next_rows.discard((s.name, p.name))
                 body = list(body) + [[["not", "a", "txn"]]]
+            if self.scan_rows_p and self.rng.random() < self.scan_rows_p and self._receive_scanned(c, s, p, body):
+                return
             for frame in body:
                 for w in frame:
                     try:
@@ -442,6 +452,33 @@ class Cluster:
             self._on_member(s)
         else:
             raise AssertionError(kind)
+
+    def _receive_scanned(self, c: Conn, s: SimNode, p: SimNode, body: Any) -> bool:
+        """As applier.py's `_receive_scan`: the message as it goes on the wire; if the row
+        scanner takes it, the core claims whole runs (`receive_scan`) and what it took is one
+        entry. False when the scanner refuses the message (the exact path then runs)."""
+        data = m.encode_rows([codec.pack([0, frame]) for frame in body])
+        scan = rowscan.scan_rows(data) if rowscan.native is not None else rowscan.scan_rows_py(data)
+        if scan is None:
+            return False
+        self.stats["rows messages scanned"] += 1
+        ranges: list[tuple[int, int, int]] = []
+        try:
+            s.core.receive_scan(p.uuid, scan, ranges)
+        except RemoteProtocolError as e:
+            self.stats["remote_protocol_errors"] += 1
+            self.stats["rpe: " + str(e).split(": ", 1)[-1].split(" is ")[-1][:60]] += 1
+            self.log(f"{s} <- {p}: {e} (scanned)" + (f"; {len(ranges)} claimed ranges queued first" if ranges else ""))
+            if ranges:                  # as applier.py: claimed rows always reach the WAL
+                s.submit(PackedEntry(scan, ranges).txns)
+            self.break_conn(c, "remote protocol error")
+            return True
+        if ranges:
+            s.submit(PackedEntry(scan, ranges).txns)
+        if s.core.expel_epoch != c.expel_epoch:     # as applier.py's Resubscribe
+            self.stats["resubscribes"] += 1
+            self.break_conn(c, "expelled member's bound grew: resubscribe", 0)
+        return True
 
     def _on_member(self, n: SimNode) -> None:
         """The operator lists a new node in everyone's peers (full mesh; anonymous replicas

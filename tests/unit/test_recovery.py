@@ -46,7 +46,7 @@ def write_history(wal_dir, frames, segment_bytes_max=256) -> WalBuilder:
 def apply_frames(store, frames) -> None:
     txns = [t for f in frames for t in f]
     if txns:
-        store.apply(txns, UUID_A, max(t.timestamp for t in txns))
+        store.apply([txns], UUID_A, max(t.timestamp for t in txns))
 
 
 def reference_state(tmp_path, frames) -> dict:
@@ -61,9 +61,10 @@ def spy_on_apply(store) -> list:
     applied = []
     real = store.apply
 
-    def apply(txns, self_uuid, hlc_last):
-        applied.extend(txns)
-        return real(txns, self_uuid, hlc_last)
+    def apply(parts, self_uuid, hlc_last):
+        for txns in parts:                 # recovery replays lists of txns, never packed entries
+            applied.extend(txns)
+        return real(parts, self_uuid, hlc_last)
 
     store.apply = apply
     return applied

@@ -12,6 +12,7 @@ import pytest
 
 from node import limits
 from node.applier.relay import WalCursor
+from node.core import rowscan
 from node.core.rows import GROUP_DEFAULT, GROUP_LOCAL, OP_PUT, OP_SPACE, Op
 from node.journal import Journal
 from node.wal import format as fmt
@@ -247,3 +248,47 @@ async def test_in_fsync_mode_a_relay_sends_only_after_the_whole_batch_is_persist
         assert node.wal.fsyncs > 0
     finally:
         await node.stop()
+
+
+# --- the native scan of the file path (node.core.rowscan.relay_scan) -------------------------
+def exact_only(node: Node, sub: dict[int, int], budget: int, monkeypatch) -> tuple[list, int, list]:
+    """A cursor read by the exact path alone (no native scanner), in reads of `budget`."""
+    with monkeypatch.context() as mp:
+        mp.setattr(rowscan, "native", None)
+        return reads(node, sub, budget)
+
+
+def reads(node: Node, sub: dict[int, int], budget: int) -> tuple[list, int, list]:
+    cur = WalCursor(node.wal_dir, sub)
+    got, stops = [], []
+    while True:
+        frames = cur.read(node.journal.position, budget)
+        if not frames:
+            return unpacked(got), cur.rows, stops
+        got += frames
+        stops.append((cur.segment, cur.offset, len(frames)))
+
+
+@pytest.mark.parametrize("budget", [1, 300, 5000, BUDGET_ALL])
+async def test_the_native_file_scan_hands_out_what_the_exact_path_does(tmp_path, monkeypatch, budget):
+    """Frames with local rows (some txns wanted: the exact code re-packs them), frames the
+    subscriber has in part or whole, segments rotating under small sizes, budgets that end a
+    read inside a buffer: the same frames, rows and stopping points either way."""
+    assert rowscan.native is not None
+    n = Node(tmp_path, segment_bytes_max=4096)
+    await n.bootstrap()
+    try:
+        for i in range(12):
+            await n.write(2, rows=1 + i % 3, with_local=bool(i % 4 == 1))
+        with open(os.path.join(n.wal_dir, list_segments(n.wal_dir)[1]), "rb") as f:
+            data = f.read()
+        payloads, rows, _, _ = rowscan.relay_scan(data, fmt.decode_header(data)[1], {}, BUDGET_ALL)
+        assert payloads and rows > 0, "the native scan takes plain frames itself"
+        me = n.core.self_id
+        top = n.core.vclock.get(me)
+        for sub in ({}, {me: top // 3}, {me: top - 2}, {me: top}, {me: top, 0: 10**30, 99: 1}):
+            native = reads(n, sub, budget)
+            assert native == exact_only(n, sub, budget, monkeypatch), sub
+            assert native[1] == rows_of(native[0])
+    finally:
+        await n.stop()
