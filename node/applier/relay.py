@@ -23,7 +23,7 @@ from aiohttp import web
 
 from node import limits
 from node.applier.conn import Conn, check_greeting, server_auth
-from node.cluster_space.table import STATE_EXPELLED
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED
 from node.core import messages as m
 from node.core import rowscan
 from node.core.replicaset import relay_wants
@@ -42,16 +42,17 @@ log = logging.getLogger("replog.relay")
 _pack = msgpack.Packer(use_bin_type=True).pack
 
 
-def frame_for(body: bytes, written_us: int, entry, sub: dict[int, int]) -> tuple[bytes | None, int]:
-    """What a subscriber at `sub` gets of one WAL frame (payload `body`, its txns `entry`: a
-    list, or a journal PackedEntry): the payload itself if it wants every txn, re-packed if
-    some, None if none; and the rows that go."""
+def frame_for(body: bytes, written_us: int, entry, sub: dict[int, int],
+              own: tuple[int, int] | None) -> tuple[bytes | None, int]:
+    """What a subscriber at `sub` (and `own`: relay_wants) gets of one WAL frame (payload
+    `body`, its txns `entry`: a list, or a journal PackedEntry): the payload itself if it
+    wants every txn, re-packed if some, None if none; and the rows that go."""
     if type(entry) is PackedEntry:
-        every = entry.wanted(sub)
+        every = entry.wanted(sub, own)
         if every is not None:
             return (body, entry.rows) if every else (None, 0)
         entry = entry.txns
-    keep = [t for t in entry if relay_wants(t, sub)]
+    keep = [t for t in entry if relay_wants(t, sub, own)]
     if not keep:
         return None, 0
     rows = sum([len(t[4]) for t in keep])
@@ -62,9 +63,10 @@ class WalCursor:
     """Reads whole frames from the WAL, never past the journal's durable position:
     `read_tail` from the journal's memory, `read` from the file (in an executor thread)."""
 
-    def __init__(self, wal_dir: str, sub_vclock: dict[int, int]):
+    def __init__(self, wal_dir: str, sub_vclock: dict[int, int], own: tuple[int, int] | None = None):
         self.dir = wal_dir
         self.sub = dict(sub_vclock)
+        self.own = own                              # the subscriber's own rows cut (relay_wants)
         self.segment: str | None = None
         self.offset = 0
         self._next: tuple[int, int] | None = None   # (chunk seq, frame index) to read next from the tail
@@ -98,7 +100,7 @@ class WalCursor:
             while i < len(frames) and budget > 0:
                 end, body, entry = frames[i]
                 i += 1
-                send, rows = frame_for(body, written_us, entry, self.sub)
+                send, rows = frame_for(body, written_us, entry, self.sub, self.own)
                 if send is not None:
                     out.append(send)
                     budget -= len(body)
@@ -157,7 +159,7 @@ class WalCursor:
                 buf = os.pread(f.fileno(), min(size - self.offset, max(budget, 1 << 20)), self.offset)
             pos = 0
             while pos < len(buf):
-                scanned = rowscan.relay_scan(buf, pos, self.sub, budget)
+                scanned = rowscan.relay_scan(buf, pos, self.sub, budget, self.own)
                 if scanned is not None:        # every frame it can decide alone, natively
                     payloads, rows, pos, status = scanned
                     if payloads:
@@ -178,7 +180,7 @@ class WalCursor:
                     raise
                 pos = nxt_pos
                 written_us, txns = walfmt.unpack_frame(body)
-                send, rows = frame_for(body, written_us, txns, self.sub)
+                send, rows = frame_for(body, written_us, txns, self.sub, self.own)
                 if send is not None:
                     out.append(send)
                     budget -= len(body)
@@ -307,6 +309,10 @@ class Relay:
                                    "collected from this node's WAL; rejoin from a snapshot")
             log.warning("relay: %s is behind collected WAL %s: told to rejoin", self.uuid, gc_vclock)
             return
+        member = node.core.table.get(self.uuid)
+        if member is not None and member.state != STATE_ANON:
+            # its own rows past what this node holds of them now come from it: not echoed back
+            self.cursor.own = (member.id, node.core.vclock.get(member.id))
         await self.conn.send(m.SUBSCRIBED, vclock={k: v for k, v in node.core.vclock.items() if k})
         node.relays.add(self)
         sender = asyncio.create_task(self._send_loop(), name=f"relay-send-{self.uuid[:8]}")

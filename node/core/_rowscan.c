@@ -17,9 +17,10 @@ scan_rows(message, replica_id_max, txn_ops_max, space_chars_max, key_bytes_max)
     and `_cluster` rows, extension types, damage) returns None and takes the exact path, which
     gives its own answer or error.
 
-relay_scan(buf, pos, sub, budget, frame_bytes_max)
+relay_scan(buf, pos, sub, budget, frame_bytes_max, own_id, own_cut)
     WAL frames from buf[pos:], checksummed and filtered for a subscriber whose vclock is `sub`
-    ({replica id: lsn}, the relay's ids) without unpacking any value: returns ([payload, ...],
+    ({replica id: lsn}, the relay's ids) and whose own rows past `own_cut` stay here (own_id -1:
+    none; node.core.replicaset.relay_wants), without unpacking any value: returns ([payload, ...],
     rows, pos after the last frame handled, status). A frame whose transactions are all
     wanted is sent whole; one with none is skipped; the scan stops (RS_STOP) before a frame it
     cannot decide alone (some wanted, a torn or damaged frame, an unexpected shape), and the
@@ -849,7 +850,8 @@ static int64_t sub_get(SubVec *sv, uint64_t rid) {
 }
 
 /* Decide one frame payload: 1 all wanted, 0 none, 2 some, -1 not the expected shape. */
-static int frame_wanted(const uint8_t *p, const uint8_t *end, SubVec *sub, int64_t *rows) {
+static int frame_wanted(const uint8_t *p, const uint8_t *end, SubVec *sub, int64_t own_id, int64_t own_cut,
+                        int64_t *rows) {
     uint64_t ntx, rid, lsn, group, nops;
     int some = 0, all = 1;
     *rows = 0;
@@ -867,7 +869,8 @@ static int frame_wanted(const uint8_t *p, const uint8_t *end, SubVec *sub, int64
         if (p == NULL || nops == 0 || lsn > INT64_MAX || nops > (uint64_t)INT64_MAX - lsn)
             return -1;
         int64_t have = sub_get(sub, rid);
-        int wanted = group != GROUP_LOCAL && (int64_t)(lsn + nops - 1) > have;
+        int wanted = group != GROUP_LOCAL && (int64_t)(lsn + nops - 1) > have
+                     && !((int64_t)rid == own_id && (int64_t)lsn > own_cut);   /* relay_wants' own cut */
         if (wanted) {
             some = 1;
             *rows += (int64_t)nops;
@@ -883,8 +886,10 @@ static PyObject *relay_scan(PyObject *mod, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t pos, budget;
     unsigned long long frame_max;
+    long long own_id, own_cut;
     PyObject *subd;
-    if (!PyArg_ParseTuple(args, "y*nO!nK", &buf, &pos, &PyDict_Type, &subd, &budget, &frame_max))
+    if (!PyArg_ParseTuple(args, "y*nO!nKLL", &buf, &pos, &PyDict_Type, &subd, &budget, &frame_max, &own_id,
+                          &own_cut))
         return NULL;
     SubVec sub = {NULL, NULL, 0, 0};
     PyObject *out = NULL, *payloads = NULL;
@@ -906,7 +911,7 @@ static PyObject *relay_scan(PyObject *mod, PyObject *args) {
         const uint8_t *body = f + FRAME_OVERHEAD;
         if (crc32c(body, len) != crc) { status = RS_STOP; break; }
         int64_t frows;
-        int w = frame_wanted(body, body + len, &sub, &frows);
+        int w = frame_wanted(body, body + len, &sub, own_id, own_cut, &frows);
         if (w < 0 || w == 2) { status = RS_STOP; break; }
         if (w == 1) {
             PyObject *p = PyBytes_FromStringAndSize((const char *)body, len);

@@ -373,10 +373,18 @@ class NodeCore:
 
 
 # --- relay side ----------------------------------------------------------------------
-def relay_wants(txn_wire: list, sub_vclock: dict[int, int]) -> bool:
+def relay_wants(txn_wire: list, sub_vclock: dict[int, int], own: tuple[int, int] | None = None) -> bool:
     """Should a relay send this WAL txn (wire form, relay's ids) to a subscriber whose
-    vclock (in the relay's ids) is sub_vclock? Local rows never leave the node."""
+    vclock (in the relay's ids) is sub_vclock? Local rows never leave the node.
+
+    `own` = (the subscriber's id, the relay's durable lsn of it when it subscribed): the
+    subscriber's own rows go back to it only up to that cut (after Tarantool's relay). Those
+    are what it may have lost and what its greeting told it to wait for (the relay's greeting
+    came on the same link, before the cut); a row of it past the cut was written by the
+    subscriber that is alive and subscribed now, so sending it back would be an echo."""
     rid, lsn, group = txn_wire[0], txn_wire[1], txn_wire[2]
     if group == GROUP_LOCAL:
+        return False
+    if own is not None and rid == own[0] and lsn > own[1]:
         return False
     return lsn + len(txn_wire[4]) - 1 > sub_vclock.get(rid, 0)

@@ -189,12 +189,13 @@ class PackedEntry:
         lasts = memoryview(scan.lasts()).cast("q")
         rows = 0
         tops: dict[int, int] = {}           # vclock component -> highest last lsn (commit_tops)
-        firsts = []                         # each range's first txn's last lsn (relay filtering)
+        firsts = []                         # per range: id, first lsn, first txn's last lsn, last lsn
         for a, b, rid in ranges:
-            rows += lasts[b - 1] - scan.lsn(a) + 1
+            first = scan.lsn(a)
+            rows += lasts[b - 1] - first + 1
             if lasts[b - 1] > tops.get(rid, 0):
                 tops[rid] = lasts[b - 1]
-            firsts.append((rid, lasts[a], lasts[b - 1]))
+            firsts.append((rid, first, lasts[a], lasts[b - 1]))
         self.ntxn = sum(b - a for a, b, _ in ranges)
         self.rows = rows
         self.tops = tops
@@ -215,13 +216,19 @@ class PackedEntry:
             self._txns = unpack_frame_txns(self.frame_payload(0))[1]
         return self._txns
 
-    def wanted(self, sub: dict[int, int]) -> bool | None:
-        """Would `relay_wants` keep every txn (True), none (False), or some (None), for a
-        subscriber at `sub`? Every txn is plain, and each range is one origin's run, so
-        each range is decided by its first txn's last lsn and its own last lsn."""
+    def wanted(self, sub: dict[int, int], own: tuple[int, int] | None = None) -> bool | None:
+        """Would `relay_wants(txn, sub, own)` keep every txn (True), none (False), or some
+        (None)? Every txn is plain, and each range is one origin's run, so a range is decided
+        by its first lsn, its first txn's last lsn and its last lsn (an own cut is a txn
+        boundary of that origin: it never splits a txn)."""
         every = none = True
-        for rid, first_last, last in self._firsts:
+        for rid, first, first_last, last in self._firsts:
             have = sub.get(rid, 0)
+            if own is not None and rid == own[0] and last > own[1]:
+                if first > own[1] or own[1] <= have:
+                    every = False         # all past the cut, or the subscriber has what is before it
+                    continue
+                return None               # some it lacks before the cut, then some past it
             if last <= have:
                 every = False             # none of this range
             elif first_last > have:
@@ -232,10 +239,13 @@ class PackedEntry:
 
 
 # --- the relay's scan ----------------------------------------------------------------------
-def relay_scan(buf: Any, pos: int, sub: dict[int, int], budget: int) -> tuple[list[bytes], int, int, int] | None:
-    """([payload, ...], rows, pos after them, status) of the native relay scan, or None
-    without the native module (the relay's exact path reads every frame)."""
+def relay_scan(buf: Any, pos: int, sub: dict[int, int], budget: int,
+               own: tuple[int, int] | None = None) -> tuple[list[bytes], int, int, int] | None:
+    """([payload, ...], rows, pos after them, status) of the native relay scan with
+    `relay_wants`'s rule (`own` too), or None without the native module (the relay's exact
+    path reads every frame)."""
     if native is None:
         return None
-    return native.relay_scan(buf, pos, sub, budget, limits.frame_bytes_max)
+    own_id, own_cut = own if own is not None else (-1, 0)
+    return native.relay_scan(buf, pos, sub, budget, limits.frame_bytes_max, own_id, own_cut)
 

@@ -132,3 +132,19 @@ def test_segments_rotate_and_are_collected_while_the_relay_streams_from_memory(t
     for i in (0, 59, 119):
         assert b.kv_get("kv", f"r{i}")[1]["value"] == "w" * 300
     wait_for(lambda: vclocks_converged([a, b]), 20, "converged")
+
+
+def test_a_member_does_not_get_its_own_rows_echoed_back(tmp_path, procs):
+    """In a mesh each node relays to the other. A's rows reach B; B's relay to A must not send
+    them back (A wrote them after it subscribed to B): B's relay counts 0 rows sent to A."""
+    a, b, au, bu = pair(tmp_path, procs)
+    a.set_peers([b])                             # now A follows B too: a mesh of two
+    wait_for(lambda: any(d["uuid"] == au for d in b.info()["downstreams"]), 20, "A subscribed to B")
+    sent_before = downstream(b, au)["rows_sent"]
+    for i in range(40):
+        a.kv_put("kv", f"echo{i}", i)
+    target = own_lsn(a)
+    wait_for(lambda: has_lsn(b, au, target), 20, "B has A's rows")
+    b.kv_put("kv", "from-b", 1)                  # and B's own row still goes to A
+    wait_for(lambda: a.kv_get("kv", "from-b")[0] == 200, 20, "A has B's row")
+    assert downstream(b, au)["rows_sent"] - sent_before == 1, "only B's own row went to A"

@@ -25,7 +25,8 @@ Rules the harness keeps, each the same as the shell it stands in for:
   RemoteProtocolError drops the link; every broken link `drop_peer`s and
   reconnects after a backoff with a fresh greeting;
 - relay (relay.py): refuses an expelled subscriber, streams only durable WAL entries, in
-  WAL order, filtered by `relay_wants` with the SUBSCRIBE vclock;
+  WAL order, filtered by `relay_wants` with the SUBSCRIBE vclock and the subscriber's own-rows
+  cut (its own rows go back only up to what the relay held of them when it subscribed);
 - JOIN (relay.handle_replication + store.install_snapshot): the donor registers the joiner,
   waits until that is durable, snapshots its state (`_cluster`, replicated spaces and
   data, vclock without component 0); the joiner's WAL starts empty; FETCH_SNAPSHOT is the
@@ -86,6 +87,7 @@ class Conn:
     streaming: bool = False   # relay side: SUBSCRIBE received
     cursor: int = 0           # relay side: next WAL entry to read
     sub_vclock: dict[int, int] = field(default_factory=dict)
+    own: tuple[int, int] | None = None       # relay side: the subscriber's own rows cut (relay_wants)
     wait_durable: int | None = None   # JOIN/REGISTER: donor entries that must be durable first
     expel_epoch: int = 0      # client side: core.expel_epoch when it subscribed
 
@@ -374,6 +376,8 @@ class Cluster:
                 c.wait_durable = 0
         elif kind == "SUBSCRIBE":
             c.streaming, c.cursor, c.sub_vclock = True, 0, {int(k): v for k, v in body.items()}
+            me = core.table.get(s.uuid)      # as relay.py: its own rows past this cut are not echoed
+            c.own = (me.id, core.vclock.get(me.id)) if me is not None and me.state != STATE_ANON else None
         else:
             raise AssertionError(kind)
 
@@ -545,7 +549,7 @@ class Cluster:
                 min(p.durable, c.cursor + self.rng.randint(1, self.relay_batch_max))
             frames = []
             for entry in p.wal[c.cursor:end]:
-                keep = [w for w in (t.to_wire() for t in entry) if relay_wants(w, c.sub_vclock)]
+                keep = [w for w in (t.to_wire() for t in entry) if relay_wants(w, c.sub_vclock, c.own)]
                 if keep:
                     frames.append(keep)
             c.cursor = end

@@ -251,15 +251,15 @@ async def test_in_fsync_mode_a_relay_sends_only_after_the_whole_batch_is_persist
 
 
 # --- the native scan of the file path (node.core.rowscan.relay_scan) -------------------------
-def exact_only(node: Node, sub: dict[int, int], budget: int, monkeypatch) -> tuple[list, int, list]:
+def exact_only(node: Node, sub: dict[int, int], budget: int, monkeypatch, own=None) -> tuple[list, int, list]:
     """A cursor read by the exact path alone (no native scanner), in reads of `budget`."""
     with monkeypatch.context() as mp:
         mp.setattr(rowscan, "native", None)
-        return reads(node, sub, budget)
+        return reads(node, sub, budget, own)
 
 
-def reads(node: Node, sub: dict[int, int], budget: int) -> tuple[list, int, list]:
-    cur = WalCursor(node.wal_dir, sub)
+def reads(node: Node, sub: dict[int, int], budget: int, own=None) -> tuple[list, int, list]:
+    cur = WalCursor(node.wal_dir, sub, own)
     got, stops = [], []
     while True:
         frames = cur.read(node.journal.position, budget)
@@ -278,8 +278,10 @@ async def test_the_native_file_scan_hands_out_what_the_exact_path_does(tmp_path,
     n = Node(tmp_path, segment_bytes_max=4096)
     await n.bootstrap()
     try:
+        boundaries = []                        # the writer's lsn after each write: txn boundaries
         for i in range(12):
             await n.write(2, rows=1 + i % 3, with_local=bool(i % 4 == 1))
+            boundaries.append(n.core.vclock.get(n.core.self_id))
         with open(os.path.join(n.wal_dir, list_segments(n.wal_dir)[1]), "rb") as f:
             data = f.read()
         payloads, rows, _, _ = rowscan.relay_scan(data, fmt.decode_header(data)[1], {}, BUDGET_ALL)
@@ -287,8 +289,9 @@ async def test_the_native_file_scan_hands_out_what_the_exact_path_does(tmp_path,
         me = n.core.self_id
         top = n.core.vclock.get(me)
         for sub in ({}, {me: top // 3}, {me: top - 2}, {me: top}, {me: top, 0: 10**30, 99: 1}):
-            native = reads(n, sub, budget)
-            assert native == exact_only(n, sub, budget, monkeypatch), sub
-            assert native[1] == rows_of(native[0])
+            for own in (None, (me, boundaries[3]), (me, 0), (me, top), (99, 5)):
+                native = reads(n, sub, budget, own)
+                assert native == exact_only(n, sub, budget, monkeypatch, own), (sub, own)
+                assert native[1] == rows_of(native[0])
     finally:
         await n.stop()

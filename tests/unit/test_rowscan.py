@@ -228,10 +228,15 @@ def test_packed_entry_is_its_txns(seed):
     assert entry.rows == sum(len(t.ops) for t in txns) and entry.ntxn == len(txns)
     for c, last in entry.tops.items():
         assert last == max(t.last_lsn for t in txns if t.replica_id == c)
-    for _ in range(20):                        # relay filtering, for subscribers anywhere
+    for _ in range(40):                        # relay filtering, for subscribers anywhere
         sub = {t.replica_id: rng.randint(0, t.last_lsn + 1) for t in txns if rng.random() < 0.8}
-        want = [relay_wants(t, sub) for t in txns]
-        assert entry.wanted(sub) == (True if all(want) else False if not any(want) else None)
+        own = None
+        if rng.random() < 0.6:                 # the subscriber is one origin; its cut a txn boundary
+            o = rng.choice(txns)
+            own = (o.replica_id, rng.choice([t.last_lsn for t in txns if t.replica_id == o.replica_id]
+                                            + [o.lsn - 1, 0, 10**9]))
+        want = [relay_wants(t, sub, own) for t in txns]
+        assert entry.wanted(sub, own) == (True if all(want) else False if not any(want) else None), (sub, own)
 
 
 # --- the store --------------------------------------------------------------------------------
@@ -301,3 +306,11 @@ def test_a_packed_entry_for_an_unknown_space_fails_as_apply_txns_does(tmp_path):
     with pytest.raises(StorageError, match="row 2:1 writes unknown space 'nope'"):
         s.apply([wire], SELF, 5)
     assert s.vclock.get(2) == 0, "nothing of a failed batch stays"
+
+
+def test_a_subscriber_gets_its_own_rows_back_only_up_to_the_cut():
+    t = Txn(4, 10, GROUP_DEFAULT, 1, (Op(OP_PUT, "kv", "a", 1), Op(OP_PUT, "kv", "b", 1)))    # lsns 10-11
+    assert relay_wants(t, {4: 9}, (4, 11)), "before the cut: what it may have lost"
+    assert not relay_wants(t, {4: 9}, (4, 9)), "past the cut: it wrote that itself since"
+    assert not relay_wants(t, {4: 11}, (4, 11)), "it has them"
+    assert relay_wants(t, {4: 9}, (5, 0)), "another member's cut says nothing of origin 4"
