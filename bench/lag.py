@@ -34,6 +34,10 @@ shares the machine with the three nodes; its CPU is reported.
     python -m bench.lag --only replog --keep
     python -m bench.lag --only replog --profile /tmp/lagprof  # py-spy on every node during the load
 
+Also printed first: the machine's wake-up floor (`wakeup_floor`), a bare round trip over a
+loopback socket to a process that sat idle for one batch interval, which no replication
+system on this machine can beat for its followers' lag.
+
 Figures only: nothing here asserts on timing."""
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -58,6 +63,7 @@ from node.wal import format as walfmt
 from node.wal.reader import iter_segment, list_segments
 
 SPACE = "lag"
+WAKEUP_SAMPLES = 1000            # idle-wakeup round trips measured for the floor line
 VALUE = "v" * 100                    # every row's value: a 100-byte string
 NODES = 3
 RATE_DEFAULT = 10_000                # rows/s on the master
@@ -333,6 +339,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
+def wakeup_floor(idle_s: float, samples: int = WAKEUP_SAMPLES) -> dict[str, Any]:
+    """What this machine alone costs a replication hop: a process idle for `idle_s` (a
+    follower between two batches at this rate) gets one byte over a loopback socket and
+    answers; round trip p50/p99. On a VM whose idle vCPU halts (this project's machines are
+    microVMs), waking it is most of a low-rate follower's lag tail; nothing replog does changes it."""
+    a, b = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:                       # the "follower": answer each byte, idle in between
+        try:
+            for _ in range(samples):
+                b.sendall(b.recv(1))
+        finally:
+            os._exit(0)
+    rtts = []
+    try:
+        for _ in range(samples):
+            time.sleep(idle_s)
+            t = time.perf_counter()
+            a.sendall(b"x")
+            a.recv(1)
+            rtts.append(int((time.perf_counter() - t) * 1e6))
+    finally:
+        os.waitpid(pid, 0)
+        a.close()
+        b.close()
+    return {"idle_ms": idle_s * 1e3, **_lag_summary(rtts)}
+
+
 def _all_cpu_s() -> float:
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
@@ -343,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     mach = machine(args.dir)
     mach["code"] = code_version()
     watch, c0 = LoadWatch(), _all_cpu_s()
+    floor = wakeup_floor(args.txn_rows / args.rate)
     results = {}
     for system in args.systems:
         base = tempfile.mkdtemp(prefix=f"lag-{system}-", dir=args.dir)
@@ -356,13 +391,16 @@ def main(argv: list[str] | None = None) -> int:
     load = watch.stop(_all_cpu_s() - c0)
     if args.json:
         dump_json({"machine": mach, "load": load, "args": {k: v for k, v in vars(args).items()},
-                   "results": results})
+                   "wakeup_floor": floor, "results": results})
         return 0
     print_machine(mach)
     print(f"code:    {mach['code']}")
     print_load(load, mach["nproc"])
     print(f"workload: 3-node full mesh, wal_mode write; one master takes {args.rate:,.0f} rows/s "
-          f"({args.txn_rows}-row txns, 100-byte values) for {args.seconds:.0f} s\n")
+          f"({args.txn_rows}-row txns, 100-byte values) for {args.seconds:.0f} s")
+    print(f"floor:   a process idle {floor['idle_ms']:.1f} ms (a follower between batches) gets a byte over "
+          f"loopback and answers: round trip p50 {floor['p50_ms']:.2f} ms, p99 {floor['p99_ms']:.2f} ms, "
+          f"max {floor['max_ms']:.2f} ms (the machine's own wake-up cost; bench.lag.wakeup_floor)\n")
     for system, res in results.items():
         print_result(system, res)
     if "replog" in results and "tarantool" in results:
