@@ -37,6 +37,7 @@ ROWS_TYPES = {
     "txn_rows": pa.int32(), "timestamp": pa.int64(), "group": pa.string(), "op": pa.string(),
     "space": pa.string(), "key": pa.string(), "content_hash": pa.int64(),
 }
+# The tables as every reader sees them (written partly as dictionaries: see _write).
 ROWS_SCHEMA = pa.schema([(c, ROWS_TYPES[c]) for c in T.ROWS])
 VCLOCK_TYPE = pa.map_(pa.string(), pa.int64())
 VCLOCK_SCHEMA = pa.schema([(c, ROWS_TYPES[c]) for c in T.VCLOCK_HISTORY[:8]]
@@ -67,11 +68,36 @@ def write_table(d: str, schema: pa.Schema, rows: list[tuple]) -> None:
     open(os.path.join(d, "_SUCCESS"), "w").close()
 
 
-def _names(names: dict[int, str]) -> pa.Array:
-    return pa.array([names.get(i) for i in range(max(names) + 1)], pa.string())
+class _Names(NamedTuple):
+    """A code -> name column as an Arrow dictionary: the names once, the codes as indices."""
+    values: pa.Array        # the names, in code order (no nulls: Parquet refuses them there)
+    index: np.ndarray       # int32: code -> position in values
+
+    def of(self, codes: np.ndarray) -> pa.DictionaryArray:
+        return pa.DictionaryArray.from_arrays(self.index[codes], self.values)
+
+
+def _names(names: dict[int, str]) -> _Names:
+    codes = sorted(names)
+    index = np.full(max(codes) + 1, -1, np.int32)
+    index[codes] = np.arange(len(codes), dtype=np.int32)
+    return _Names(pa.array([names[k] for k in codes], pa.string()), index)
 
 
 _GROUPS, _OPS = _names(GROUP_NAMES), _names(OP_NAMES)
+_DELAY_BASIS = pa.array(["origin_wal", "timestamp"], pa.string())
+
+
+def _same(value: str, n: int) -> pa.DictionaryArray:
+    """n copies of one string, as a dictionary of one value (Parquet writes it, never hashes it n times)."""
+    return pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), pa.array([value], pa.string()))
+
+
+def _coded(codes: np.ndarray, values: pa.Array) -> pa.DictionaryArray:
+    """values[codes], null where a code is negative, as a dictionary array (values hold no nulls)."""
+    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32, copy=False), mask=codes < 0), values)
+
+
 _WRITE_KINDS = np.array([k for k, name in OP_NAMES.items() if name in T.WRITE_OPS], dtype=np.int8)
 
 
@@ -90,53 +116,56 @@ def row_index(c: walcols.SplitColumns) -> RowIndex:
 
 
 def txn_table(c: walcols.SplitColumns) -> pa.Table:
-    """Per transaction: the columns of its first row that are the transaction's own."""
+    """Per transaction: the columns of its first row that are the transaction's own. The
+    few-valued strings are dictionary arrays (see _write); txn_id is null where the origin is."""
     nt = len(c.t_rows)
-    origin = pa.array(c.origins, pa.string()).take(pa.array(c.t_origin, mask=c.t_origin < 0))
+    origins = pa.array(c.origins, pa.string())
     local = c.t_group == GROUP_LOCAL
     sep = pa.array(np.where(local, "/local/", "/"), pa.string())
     return pa.table({
-        "node_uuid": pa.repeat(pa.scalar(c.node_uuid, pa.string()), nt),
+        "node_uuid": _same(c.node_uuid, nt),
         "position": pa.array((c.ordinal << walread.POSITION_SEGMENT_SHIFT) + c.t_offset + c.t_first_index),
-        "segment": pa.repeat(pa.scalar(c.segment, pa.string()), nt),
+        "segment": _same(c.segment, nt),
         "offset": pa.array(c.t_offset),
         "written_us": pa.array(c.t_written_us),
-        "origin_uuid": origin,
-        "txn_id": pc.binary_join_element_wise(origin, sep, pc.cast(pa.array(c.t_lsn), pa.string()), ""),
-        "group": _GROUPS.take(pa.array(c.t_group.astype(np.int64))),
+        "origin_uuid": _coded(c.t_origin, origins),
+        "txn_id": pc.binary_join_element_wise(origins.take(pa.array(c.t_origin, mask=c.t_origin < 0)), sep,
+                                              pc.cast(pa.array(c.t_lsn), pa.string()), ""),
+        "group": _GROUPS.of(c.t_group),
         "txn_lsn": pa.array(c.t_lsn),
         "timestamp": pa.array(c.t_timestamp),
     })
 
 
-def rows_batch(c: walcols.SplitColumns, t: pa.Table | None = None, at: RowIndex | None = None) -> pa.RecordBatch:
-    """One split's columns -> a record batch of spark.tables.ROWS: per-row columns are the
-    per-transaction ones (txn_table) taken by each row's transaction."""
+def rows_batch(c: walcols.SplitColumns, t: pa.Table | None = None, at: RowIndex | None = None) -> pa.Table:
+    """One split's columns -> a table of spark.tables.ROWS (ROWS_SCHEMA once written): per-row
+    columns are the per-transaction ones (txn_table) taken by each row's transaction; strings
+    repeated per transaction are dictionaries indexed by it (no string is copied per row)."""
     t = txn_table(c) if t is None else t
     at = row_index(c) if at is None else at
     txn, row_in_txn, n = at.txn, at.row_in_txn, len(c.r_kind)
     t_off = c.t_offset[txn]
-    take = pa.array(txn)
-    return pa.RecordBatch.from_arrays([
-        pa.repeat(pa.scalar(c.node_uuid, pa.string()), n),
-        pa.repeat(pa.scalar(c.segment, pa.string()), n),
+    origin = c.t_origin[txn]
+    return pa.table([
+        _same(c.node_uuid, n),
+        _same(c.segment, n),
         pa.array(t_off),
         pa.array(at.index.astype(np.int32)),
         pa.array((c.ordinal << walread.POSITION_SEGMENT_SHIFT) + t_off + at.index),
         pa.array(c.t_written_us[txn]),
-        t["origin_uuid"].take(take).combine_chunks(),
+        _coded(origin, pa.array(c.origins, pa.string())),
         pa.array(c.t_lsn[txn] + row_in_txn),
-        t["txn_id"].take(take).combine_chunks(),
+        _coded(np.where(origin < 0, -1, txn), t["txn_id"].combine_chunks().fill_null("")),
         pa.array(c.t_lsn[txn]),
         pa.array(row_in_txn.astype(np.int32)),
         pa.array(c.t_rows[txn]),
         pa.array(c.t_timestamp[txn]),
-        _GROUPS.take(pa.array(c.t_group[txn].astype(np.int64))),
-        _OPS.take(pa.array(c.r_kind.astype(np.int64))),
+        _GROUPS.of(c.t_group[txn]),
+        _OPS.of(c.r_kind),
         c.r_space,
         c.r_key,
         pa.array(c.r_hash),
-    ], schema=ROWS_SCHEMA)
+    ], names=list(T.ROWS))
 
 
 class SplitStats(NamedTuple):
@@ -157,19 +186,28 @@ class SplitStats(NamedTuple):
 # column dictionary-encoded first, statistics for all) 0.52 µs, 24 B; dictionaries only for the
 # few-valued strings, deltas for the int64 columns that grow or repeat 0.35 µs, 17 B; and no
 # min/max statistics for the many-valued columns (no reader skips a file by its keys or
-# hashes) 0.31 µs. Spark reads them all.
+# hashes) 0.31 µs. Spark reads them all. Columns handed over as Arrow dictionary arrays (the
+# uuids, group, op, txn_id per row) are written with their dictionary as it is: the writer then
+# hashes each distinct value once, not every row (rows 0.63 -> 0.34 µs/row, same bytes).
 _MANY_VALUES = frozenset({"key", "txn_id", "content_hash", "seen"})   # no dictionary, delta, statistics
 
 
 def _write(table: pa.Table, d: str, i: int | str) -> None:
-    """part-<i>.parquet in d, written whole or not at all (a retried task writes it again)."""
+    """part-<i>.parquet in d, written whole or not at all (a retried task writes it again).
+    Dictionary arrays are stored as dictionary-encoded strings without Arrow's schema, so every
+    reader (Spark, pyarrow) sees plain strings: the schema read back is the declared one."""
     name = f"{i:05d}" if isinstance(i, int) else i
     tmp = os.path.join(d, f".part-{name}.{os.getpid()}.tmp")
+    coded = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
+    # A map's keys (a vclock's uuids): the leaf column by its Parquet path; not its values.
+    coded += [f"{f.name}.key_value.key" for f in table.schema
+              if pa.types.is_map(f.type) and pa.types.is_dictionary(f.type.key_type)]
     fields = [f for f in table.schema if f.name not in _MANY_VALUES]
     pq.write_table(table, tmp, compression=codec,
-                   use_dictionary=[f.name for f in fields if pa.types.is_string(f.type)],
+                   use_dictionary=coded + [f.name for f in fields if pa.types.is_string(f.type)],
                    write_statistics=[f.name for f in fields],
-                   column_encoding={f.name: "DELTA_BINARY_PACKED" for f in fields if pa.types.is_int64(f.type)})
+                   column_encoding={f.name: "DELTA_BINARY_PACKED" for f in fields if pa.types.is_int64(f.type)},
+                   store_schema=not coded)
     os.replace(tmp, os.path.join(d, f"part-{name}.parquet"))
 
 
@@ -190,7 +228,7 @@ def write_segment_rows(n: int, seg: walread.SegmentFile, split_bytes: int, rows_
 def _split_rows(i: int, split: walread.Split, name: str, rows_dir: str) -> SplitStats:
     c = walcols.read_split_columns(split)
     at = row_index(c)
-    _write(pa.Table.from_batches([rows_batch(c, at=at)]), rows_dir, name)
+    _write(rows_batch(c, at=at), rows_dir, name)
     code, last = c.t_origin, c.t_lsn + c.t_rows - 1
     local = c.t_group == GROUP_LOCAL
     known = ~local & (code >= 0)
@@ -314,19 +352,18 @@ ORIGIN_HISTORY_SCHEMA = pa.schema([
     ("origin_written_us", pa.int64()), ("delay_us", pa.int64()), ("delay_basis", pa.string())])
 
 
-def _origin_history(t: pa.Table, replicated: np.ndarray, last: np.ndarray, own: dict[str, tuple],
-                    history_dir: str, i: int) -> list[tuple]:
+def _origin_history(c: walcols.SplitColumns, t: pa.Table, replicated: np.ndarray, last: np.ndarray,
+                    own: dict[str, tuple], history_dir: str, i: int) -> list[tuple]:
     """Write split i's origin_history; returns replication_delay partials: (node, origin,
     txns, max delay, sum of delays) for origins other than the node."""
     r = t.filter(pa.array(replicated))
-    origin = r["origin_uuid"].combine_chunks()
-    lsn = r["txn_lsn"].to_numpy()
+    codes = c.t_origin[replicated]
+    lsn = c.t_lsn[replicated]
     ow = np.zeros(len(lsn), dtype=np.int64)
     found = np.zeros(len(lsn), dtype=bool)
-    enc = pc.dictionary_encode(origin)
-    codes = enc.indices.to_numpy(zero_copy_only=False)
-    here = enc.dictionary.to_pylist()
-    for k, u in enumerate(here):
+    here = np.unique(codes).tolist()
+    for k in here:
+        u = c.origins[k]
         if u not in own:
             continue
         at = codes == k
@@ -335,46 +372,42 @@ def _origin_history(t: pa.Table, replicated: np.ndarray, last: np.ndarray, own: 
         hit = lsns[j] == lsn[at] if len(lsns) else np.zeros(at.sum(), dtype=bool)
         found[at] = hit
         ow[at] = np.where(hit, wus[j], 0)
-    wus = r["written_us"].to_numpy()
-    ts = r["timestamp"].to_numpy()
-    delay = wus - np.where(found, ow, ts)
-    _write(pa.Table.from_arrays([
-        origin, r["txn_lsn"], pa.array(last[replicated]), r["txn_id"], r["timestamp"], r["node_uuid"],
+    wus = c.t_written_us[replicated]
+    delay = wus - np.where(found, ow, c.t_timestamp[replicated])
+    _write(pa.table([
+        r["origin_uuid"], r["txn_lsn"], pa.array(last[replicated]), r["txn_id"], r["timestamp"], r["node_uuid"],
         r["position"], r["written_us"], pa.array(ow, mask=~found), pa.array(delay),
-        pa.array(np.where(found, "origin_wal", "timestamp"), pa.string())], schema=ORIGIN_HISTORY_SCHEMA),
-        history_dir, i)
-    if not len(lsn):
-        return []
-    node = r["node_uuid"][0].as_py()
+        pa.DictionaryArray.from_arrays(np.where(found, 0, 1).astype(np.int32), _DELAY_BASIS)],
+        names=list(T.ORIGIN_HISTORY)), history_dir, i)
     out = []
-    for k, u in enumerate(here):
-        if u == node:
+    for k in here:
+        u = c.origins[k]
+        if u == c.node_uuid:
             continue
         d = delay[codes == k]
-        if len(d):
-            out.append((node, u, len(d), int(d.max()), int(d.sum())))
+        out.append((c.node_uuid, u, len(d), int(d.max()), int(d.sum())))
     return out
 
 
-def _vclocks(prefix: dict[str, int], origin: pa.Array, replicated: np.ndarray, last: np.ndarray) -> pa.Array:
+def _vclocks(prefix: dict[str, int], c: walcols.SplitColumns, replicated: np.ndarray, last: np.ndarray
+             ) -> tuple[pa.Array, np.ndarray, list[str]]:
     """The vclock after each transaction: prefix, then a running max per origin (a map,
-    components > 0, in uuid order)."""
-    enc = pc.dictionary_encode(origin)
-    codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-    here = enc.dictionary.to_pylist()
-    uuids = sorted(set(prefix) | {u for k, u in enumerate(here) if (replicated & (codes == k)).any()})
+    components > 0, in uuid order); also as a matrix (transaction x uuid) and its uuids."""
+    codes = np.where(replicated, c.t_origin, -1)
+    present = np.unique(codes[codes >= 0]).tolist()
+    uuids = sorted(set(prefix) | {c.origins[k] for k in present})
     m = np.zeros((len(last), len(uuids)), dtype=np.int64)
     for j, u in enumerate(uuids):
         base = prefix.get(u, 0)
-        k = here.index(u) if u in here else -2
-        col = np.where(replicated & (codes == k), last, 0)
+        k = c.origins.index(u) if u in c.origins else -2
+        col = np.where(codes == k, last, 0)
         np.maximum.accumulate(col, out=col)
         m[:, j] = np.maximum(col, base)
     mask = m > 0
     offsets = np.zeros(len(last) + 1, dtype=np.int32)
     np.cumsum(mask.sum(axis=1), out=offsets[1:])
-    keys = pa.array(uuids, pa.string()).take(pa.array(np.nonzero(mask)[1]))
-    return pa.MapArray.from_arrays(pa.array(offsets), keys, pa.array(m[mask]), type=VCLOCK_TYPE), m, uuids
+    keys = _coded(np.nonzero(mask)[1], pa.array(uuids, pa.string()))
+    return pa.MapArray.from_arrays(pa.array(offsets), keys, pa.array(m[mask])), m, uuids
 
 
 def write_split_pass2(i: int, split: walread.Split, vclock_dir: str, writes_dir: str, history_dir: str | None,
@@ -390,14 +423,13 @@ def write_split_pass2(i: int, split: walread.Split, vclock_dir: str, writes_dir:
     t, at = txn_table(c), row_index(c)
     node = c.node_uuid
     local = c.t_group == GROUP_LOCAL
-    origin = t["origin_uuid"].combine_chunks()
     known = c.t_origin >= 0
     replicated = ~local & known
     last = c.t_lsn + c.t_rows - 1
-    vclock, m, uuids = _vclocks(prefix[0], origin, replicated, last)
+    vclock, m, uuids = _vclocks(prefix[0], c, replicated, last)
     local_lsn = np.maximum(np.maximum.accumulate(np.where(local, last, 0)) if len(last) else last, prefix[1])
     cols = [t[name] for name in T.VCLOCK_HISTORY[:8]] + [vclock, pa.array(local_lsn, pa.int64())]
-    _write(pa.Table.from_arrays(cols, schema=VCLOCK_SCHEMA), vclock_dir, i)
+    _write(pa.table(cols, names=list(T.VCLOCK_HISTORY)), vclock_dir, i)
 
     # Own writes with the vclock of their transaction (concurrent_writes' input): one origin,
     # the node's own, which is a writer (it has replicated rows).
@@ -422,7 +454,7 @@ def write_split_pass2(i: int, split: walread.Split, vclock_dir: str, writes_dir:
         _write(ws.filter(pa.array(bucket == b)), d, i)
 
     suspects = 0 if div_dir is None else _divergence_input(c, at, ref or {}, div_dir, i)
-    delays = [] if history_dir is None else _origin_history(t, replicated, last, own or {}, history_dir, i)
+    delays = [] if history_dir is None else _origin_history(c, t, replicated, last, own or {}, history_dir, i)
     if t0 is None or not replicated.any():
         return [], delays, suspects
     wus, lst = c.t_written_us[replicated], last[replicated]

@@ -217,3 +217,29 @@ def test_a_damaged_segment_fails_the_run_with_file_and_offset_not_a_task_failure
     tracker = sc.statusTracker()
     jobs_run = tracker.getJobIdsForGroup("damaged-input")
     assert jobs_run and [tracker.getJobInfo(j).status for j in jobs_run] == ["SUCCEEDED"] * len(jobs_run)
+
+
+# --- how the tables are written -----------------------------------------------------------------
+def _plain_type(t):
+    """A type as a reader that knows no Arrow schema sees it (a map's inner names aside)."""
+    import pyarrow as pa
+    return ("map", t.key_type, t.item_type) if pa.types.is_map(t) else t
+
+
+def test_tables_read_back_with_their_declared_types_whatever_was_dictionary_coded(healthy_run):
+    """Strings handed to Parquet as dictionaries (uuids, group, op, txn_id) are a writing
+    detail: pyarrow reads every file of rows, vclock_history and origin_history back with
+    plain strings, the declared schema."""
+    import pyarrow.parquet as pq
+
+    from spark import columnar
+    for name, schema in (("rows", columnar.ROWS_SCHEMA), ("vclock_history", columnar.VCLOCK_SCHEMA),
+                         ("origin_history", columnar.ORIGIN_HISTORY_SCHEMA)):
+        d = os.path.join(healthy_run["out"], name)
+        files = [f for f in os.listdir(d) if f.endswith(".parquet")]
+        assert files, name
+        for f in files:
+            got = pq.read_schema(os.path.join(d, f))
+            assert got.names == schema.names, (name, f)
+            assert [_plain_type(t) for t in got.types] == [_plain_type(t) for t in schema.types], (name, f)
+
