@@ -84,10 +84,26 @@ def session(master: str | None = None, *, app_name: str = "replog-analyze",
         if not under_submit:
             from spark import jvmstart
             settings["spark.driver.extraJavaOptions"] = jvmstart.driver_java_options()
+            settings.update(_local_daemon(conf or {}))
     settings.update(conf or {})
     for k, v in settings.items():
         b = b.config(k, v)
     return b.getOrCreate()
+
+
+def _local_daemon(conf: dict[str, str]) -> dict[str, str]:
+    """Settings that start PySpark's workers from the installed pyspark, not from the zip of
+    the same sources under SPARK_HOME (spark/localdaemon: ~1.6 CPU-s and ~1 s less before the
+    first task). Only when SPARK_HOME is that installed package (pip's PySpark, which the driver
+    launched itself; another Spark's zip may hold another version), and the caller sets neither
+    the daemon nor the workers' PYTHONPATH."""
+    import pyspark
+    home = os.path.dirname(os.path.abspath(pyspark.__file__))
+    if os.path.realpath(os.environ.get("SPARK_HOME", home)) != os.path.realpath(home) \
+            or {"spark.python.daemon.module", "spark.executorEnv.PYTHONPATH"} & set(conf):
+        return {}
+    return {"spark.python.daemon.module": "replog_local_daemon",
+            "spark.executorEnv.PYTHONPATH": os.path.join(os.path.dirname(os.path.abspath(__file__)), "localdaemon")}
 
 
 def _local_cores(master: str) -> int:

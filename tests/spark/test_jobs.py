@@ -243,3 +243,19 @@ def test_tables_read_back_with_their_declared_types_whatever_was_dictionary_code
             assert got.names == schema.names, (name, f)
             assert [_plain_type(t) for t in got.types] == [_plain_type(t) for t in schema.types], (name, f)
 
+
+# --- local mode -------------------------------------------------------------------------------
+def test_local_workers_run_the_installed_pyspark_not_the_zip_under_spark_home(spark):
+    """spark/localdaemon: in local mode the daemon and its workers import pyspark from the
+    package the driver runs (compiled once), not from SPARK_HOME/python/lib/pyspark.zip."""
+    import pyspark
+
+    def where(_):
+        import sys as worker_sys
+        return worker_sys.modules["pyspark"].__file__, [p for p in worker_sys.path if p.endswith("pyspark.zip")]
+
+    files = set()
+    for f, zips in spark.sparkContext.parallelize(range(4), 4).map(where).collect():
+        files.add(f)
+        assert zips == [], zips
+    assert files == {pyspark.__file__}
