@@ -8,9 +8,14 @@ holds about that many, so row observations ~ nodes x rows), generated once into 
 reused. Each side runs in a child process of its own, so its wall time and peak memory are its
 own: for Spark, the driver's Python (getrusage), the JVM (driver and, on local[*], the executor:
 VmHWM from /proc) and the Python workers (VmHWM, largest and sum), sampled before the session
-stops; for the oracle, its getrusage. Figures: wall time end to end (process start to tables and
-plots written), the jobs alone (session ready to tables written), row observations per second,
-CPU seconds of the whole process tree. Prints the figures; writes nothing but the workdir."""
+stops; for the oracle, its getrusage. The Spark side runs as `replog analyze` does
+(spark.analyze.Analysis: in local mode pass 1 begins on the driver while the session starts, and
+the plots are drawn while the last stage runs). Figures: wall time end to end (process start to
+tables and plots written), when the session was ready, the jobs from then to the tables written,
+the plots' tail after that, row observations per second, CPU seconds of the whole process tree.
+The machine may be shared and its speed vary: before each side a fixed pure-Python loop is timed
+(`speed reference`), and the CPU other processes used meanwhile is printed. Prints the figures;
+writes nothing but the workdir."""
 from __future__ import annotations
 
 import argparse
@@ -142,25 +147,20 @@ def run_spark(workdir: str, master: str, conf: dict[str, str]) -> dict:
     t0 = time.monotonic()
     sampler = _MemorySampler()
     sampler.start()
-    from spark import jobs, plots
-    spark = jobs.session(master, app_name="replog-analyze-bench", conf=conf)
-    spark.sparkContext.setLogLevel("ERROR")
-    jobs.ship_code(spark)
-    t_ready = time.monotonic()
-    out = os.path.join(workdir, "spark-out")
-    s, points = jobs.run(spark, _dirs(workdir), out)
-    t_tables = time.monotonic()
-    plots.draw(points, os.path.join(out, "plots"))
-    t_done = time.monotonic()
-    sampler.stop()
-    cpu = _tree_cpu_s()
-    sides = _cpu_by_side()
-    spark.stop()
-    return {**sides,
+    from spark.analyze import Analysis
+    with Analysis(_dirs(workdir), os.path.join(workdir, "spark-out"), master=master, conf=conf,
+                  log_level="ERROR") as a:
+        s, _plots = a.run()
+        sampler.stop()
+        cpu = _tree_cpu_s()
+        sides = _cpu_by_side()
+    marks = a.marks
+    done = max(marks["tables"], marks["plots"])
+    return {**sides, "head_start": a.head_started,
         "rows": s["rows"], "nodes": len(s["nodes"]), "divergent_rows": len(s["divergent_rows"]),
         "concurrent_writes": s["concurrent_writes"],
-        "wall_s": t_done - t0, "session_start_s": t_ready - t0, "jobs_s": t_tables - t_ready,
-        "plots_s": t_done - t_tables, "cpu_s": cpu,
+        "wall_s": done - t0, "session_start_s": marks["session"] - t0, "jobs_s": marks["tables"] - marks["session"],
+        "plots_s": done - marks["tables"], "cpu_s": cpu,
         "driver_python_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "jvm_peak_mib": sampler.jvm_mib,
         "python_worker_peak_mib": max(sampler.worker_mib.values(), default=0.0),
@@ -179,7 +179,21 @@ def run_oracle(workdir: str) -> dict:
             "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+reference_loop_items = 5_000_000     # additions in the speed reference (~0.4 s on the machine of record)
+
+
+def _reference_s() -> float:
+    """CPU seconds of a fixed pure-Python loop: how fast this machine runs Python right now
+    (a shared virtual machine's speed moves with its neighbours; compare runs by it)."""
+    t = time.process_time()
+    s = 0
+    for i in range(reference_loop_items):
+        s += i
+    return time.process_time() - t
+
+
 def _child(side: str, args: argparse.Namespace) -> dict:
+    reference_s = _reference_s()
     cmd = [sys.executable, os.path.abspath(__file__), "--child", side, "--workdir", args.workdir,
            "--master", args.master] + [f"--conf={kv}" for kv in args.conf]
     t = time.monotonic()
@@ -191,6 +205,7 @@ def _child(side: str, args: argparse.Namespace) -> dict:
     r["others_cpus"] = max(0.0, _busy_cpu_s() - busy - r["cpu_s"]) / r["process_wall_s"]
     # The machine may be shared: the 1-minute load before and after says how much (ours included).
     r["load"] = f"{load:.2f} -> {os.getloadavg()[0]:.2f}"
+    r["reference_s"] = reference_s
     return r
 
 
@@ -243,11 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     sp = _child("spark", args)
     rows = sp["rows"]
     print(f"spark:  {rows:,} row observations ({sp['nodes']} nodes); load average {sp['load']}; "
-          f"other processes used {sp['others_cpus']:.2f} CPUs meanwhile")
+          f"other processes used {sp['others_cpus']:.2f} CPUs meanwhile; speed reference {sp['reference_s']:.2f} s")
     print(f"  wall end to end      {sp['wall_s']:8.1f} s   {rows / sp['wall_s']:>12,.0f} rows/s")
-    print(f"  session start        {sp['session_start_s']:8.1f} s")
-    print(f"  jobs (tables)        {sp['jobs_s']:8.1f} s   {rows / sp['jobs_s']:>12,.0f} rows/s")
-    print(f"  plots                {sp['plots_s']:8.1f} s")
+    print(f"  session ready at     {sp['session_start_s']:8.1f} s"
+          + ("   (pass 1 began on the driver meanwhile)" if sp["head_start"] else ""))
+    print(f"  jobs, then tables    {sp['jobs_s']:8.1f} s   {rows / sp['jobs_s']:>12,.0f} rows/s")
+    print(f"  plots after tables   {sp['plots_s']:8.1f} s   (drawn while the last stage ran)")
     print(f"  cpu, process tree    {sp['cpu_s']:8.1f} s   (driver python {sp['driver_cpu_s']:.1f}, JVM "
           f"{sp['jvm_cpu_s']:.1f}, python workers {sp['workers_cpu_s']:.1f})")
     print(f"  peak memory: driver python {sp['driver_python_peak_mib']:.0f} MiB, JVM (driver+executor) "
@@ -259,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         assert o["rows"] == rows and o["divergent_rows"] == sp["divergent_rows"] \
             and o["concurrent_writes"] == sp["concurrent_writes"], (o, sp)
         print(f"oracle: wall {o['wall_s']:.1f} s, {rows / o['wall_s']:,.0f} rows/s, cpu {o['cpu_s']:.1f} s, "
-              f"peak {o['peak_mib']:.0f} MiB; load average {o['load']}; other processes used {o['others_cpus']:.2f} CPUs")
+              f"peak {o['peak_mib']:.0f} MiB; load average {o['load']}; other processes used {o['others_cpus']:.2f} CPUs; "
+              f"speed reference {o['reference_s']:.2f} s")
         print(f"spark vs oracle: {o['wall_s'] / sp['wall_s']:.2f}x end to end, "
               f"{o['wall_s'] / sp['jobs_s']:.2f}x jobs alone")
     return 0

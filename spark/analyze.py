@@ -15,11 +15,16 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 if __package__ in (None, ""):
     # Run as a script (spark-submit spark/analyze.py): import the packages from the tree above.
     _root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path[0] = _root
+
+# After the path is fixed: run as a script, the script's own dir (holding spark/concurrent.py)
+# would otherwise shadow the standard library's `concurrent`.
+import concurrent.futures  # noqa: E402
 
 from spark import walread  # noqa: E402
 
@@ -60,6 +65,85 @@ def format_summary(s: dict, node_dirs: dict[str, str] | None = None, out: str | 
     return "\n".join(lines)
 
 
+class Analysis:
+    """One run of the jobs from this driver, as a context: on entry a SparkSession (or the
+    caller's, which is left running) with the code shipped; `run()` writes the tables and the
+    plots; on exit the session stops. In local mode (no session yet, not under spark-submit) pass 1
+    begins on the driver while the JVM starts (spark.headstart); everywhere the plots are drawn
+    in a driver thread while the last Spark stages run. `marks` holds when each part ended
+    (time.monotonic()): "session", "tables", "plots"."""
+
+    def __init__(self, dirs: list[str], out: str, *, master: str | None = None, conf: dict[str, str] | None = None,
+                 split_bytes: int = walread.split_bytes_default, log_level: str = "WARN"):
+        self.dirs, self.out, self.master, self.conf = dirs, out, master, conf or {}
+        self.split_bytes, self.log_level = split_bytes, log_level
+        self.node_dirs: dict[str, str] = {}
+        self.marks: dict[str, float] = {}
+        self.spark = self._head = None
+        self._embedded = False
+
+    def __enter__(self) -> "Analysis":
+        from pyspark.sql import SparkSession
+
+        from spark import jobs
+        self._embedded = SparkSession.getActiveSession() is not None
+        local = (self.master or "local").startswith("local") and "PYSPARK_GATEWAY_PORT" not in os.environ
+        if local and not self._embedded:
+            self._head = jobs.head_start(self.dirs, self.out, self.split_bytes)
+        started = False
+        try:
+            self.spark = jobs.session(self.master, conf=self.conf)
+            if not self._embedded:
+                self.spark.sparkContext.setLogLevel(self.log_level)
+            jobs.ship_code(self.spark)
+            started = True
+        finally:
+            if not started:             # no `with` body will run: stop what did start
+                self.__exit__(None, None, None)
+        self.marks["session"] = time.monotonic()
+        return self
+
+    def run(self) -> tuple[dict, list[str]]:
+        """Every table and plot under `out`: the summary and the plots' paths."""
+        from spark import jobs
+        self.node_dirs = {b.node_uuid: d for b, d in zip(self._bases(), self.dirs)}
+        drawer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="replog-plots")
+        drawn: list[concurrent.futures.Future] = []
+
+        def on_points(points: list) -> None:
+            drawn.append(drawer.submit(self._draw, points))
+
+        try:
+            s, points = jobs.run(self.spark, self.dirs, self.out, split_bytes=self.split_bytes, head=self._head,
+                                 on_points=on_points)
+            self.marks["tables"] = time.monotonic()
+            written = drawn[0].result() if drawn else self._draw(points)
+        finally:
+            drawer.shutdown(wait=True)
+        return s, written
+
+    @property
+    def head_started(self) -> bool:
+        """Whether pass 1 began on the driver (local mode, a session of our own)."""
+        return self._head is not None
+
+    def _bases(self) -> list[walread.NodeBase]:
+        return self._head.inputs.bases if self._head is not None else [walread.node_base(d) for d in self.dirs]
+
+    def _draw(self, points: list) -> list[str]:
+        from spark import plots          # matplotlib: ~0.5 s to import, in the drawing thread
+        written = plots.draw(points, os.path.join(self.out, "plots"), self.node_dirs)
+        self.marks["plots"] = time.monotonic()
+        log.info("wrote %d plots", len(written))
+        return written
+
+    def __exit__(self, *exc) -> None:
+        if self._head is not None:
+            self._head.stop()
+        if self.spark is not None and not self._embedded:
+            self.spark.stop()
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if not args.quiet:
@@ -74,31 +158,14 @@ def main(argv: list[str]) -> int:
     try:
         for d in args.dirs:                 # fail fast, before a JVM starts
             walread.wal_dir_of(d)
+        # pyspark is imported on entry: `--help` and bad input answer without loading it.
+        with Analysis(args.dirs, args.out, master=args.master, conf=conf,
+                      split_bytes=int(args.split_mb * 2**20)) as a:
+            s, _plots = a.run()
     except walread.WalInputError as e:
         print(f"analyze: {e}", file=sys.stderr)
         return 2
-    # Imported here: `--help` and bad input answer without loading pyspark.
-    from pyspark.sql import SparkSession
-
-    from spark import jobs, plots
-    embedded = SparkSession.getActiveSession() is not None   # a caller's session: leave it running
-    spark = jobs.session(args.master, conf=conf)
-    try:
-        if not embedded:
-            spark.sparkContext.setLogLevel("WARN")
-        jobs.ship_code(spark)
-        try:
-            s, points = jobs.run(spark, args.dirs, args.out, split_bytes=int(args.split_mb * 2**20))
-        except walread.WalInputError as e:
-            print(f"analyze: {e}", file=sys.stderr)
-            return 2
-    finally:
-        if not embedded:
-            spark.stop()
-    node_dirs = {walread.node_base(d).node_uuid: d for d in args.dirs}
-    written = plots.draw(points, os.path.join(args.out, "plots"), node_dirs)
-    log.info("wrote %d plots", len(written))
-    print(format_summary(s, node_dirs, args.out))
+    print(format_summary(s, a.node_dirs, args.out))
     return 0
 
 

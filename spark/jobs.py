@@ -42,6 +42,7 @@ from pyspark.sql import functions as F
 
 from spark import tables as T
 from spark import walread
+from spark.headstart import HeadStart
 
 log = logging.getLogger("replog.analyze")
 
@@ -139,15 +140,19 @@ def ship_code(spark: SparkSession) -> None:
 
 
 # --- stage 1-3: reading ------------------------------------------------------------
-def plan_and_write_rows(spark: SparkSession, dirs: list[str], split_bytes: int, rows_dir: str
-                        ) -> tuple[list[walread.Split], list, list[walread.NodeBase]]:
-    """Pass 1, one task per segment: cut it into splits (walking frame headers: each split
-    carries the table at its start) and write each split's `rows` Parquet file, from the
-    executor (Python, Arrow) that read it: no row crosses into the JVM. Returns the splits in
-    WAL order, their SplitStats (numbered as the splits) and each node's base vclock."""
+class Inputs(NamedTuple):
+    dirs: tuple[str, ...]
+    segments: list[walread.SegmentFile]      # every node's, node by node, in WAL order
+    bases: list[walread.NodeBase]
+    node_of: dict[str, str]                  # segment path -> node uuid (from its first header)
+    total_bytes: int
+
+
+def list_inputs(dirs: list[str]) -> Inputs:
+    """Each node's segments and base vclock (its first header): the driver's only reading."""
     segments: list[walread.SegmentFile] = []
     bases: list[walread.NodeBase] = []
-    node_of: dict[str, str] = {}                 # segment path -> node uuid (from its first header)
+    node_of: dict[str, str] = {}
     dir_of: dict[str, str] = {}                  # node uuid -> input dir
     for d in dirs:
         base = walread.node_base(d)
@@ -160,26 +165,57 @@ def plan_and_write_rows(spark: SparkSession, dirs: list[str], split_bytes: int, 
         node_of.update((s.path, base.node_uuid) for s in segs)
     total = sum(os.path.getsize(s.path) for s in segments)
     log.info("[1/8] %d nodes, %d segments, %.1f MiB", len(dirs), len(segments), total / 2**20)
+    return Inputs(tuple(dirs), segments, bases, node_of, total)
+
+
+def _pass1(inputs: Inputs, split_bytes: int, rows_dir: str):
+    """Pass 1 of one segment, as a function of (n, segment) that any process can run."""
+    own_cap = 4 * task_lookup_rows_max // max(1, len(inputs.segments))    # the total is checked after
+    return lambda n, seg: _as_value(_columnar().write_segment_rows, n, seg, split_bytes, rows_dir, own_cap)
+
+
+def head_start(dirs: list[str], out: str, split_bytes: int = walread.split_bytes_default) -> HeadStart:
+    """Local mode, before the session exists: list the inputs (input errors are raised here,
+    before a JVM starts) and begin pass 1 on the driver (spark.headstart). Give it to run()."""
+    inputs = list_inputs(dirs)
+    rows_dir = os.path.join(out, "rows")
+    _fresh(rows_dir)
+    return HeadStart(inputs, _pass1(inputs, split_bytes, rows_dir)).start()
+
+
+def plan_and_write_rows(spark: SparkSession, dirs: list[str], split_bytes: int, rows_dir: str,
+                        head: HeadStart | None = None) -> tuple[list[walread.Split], list, list[walread.NodeBase]]:
+    """Pass 1, one task per segment: cut it into splits (walking frame headers: each split
+    carries the table at its start) and write each split's `rows` Parquet file, from the
+    executor (Python, Arrow) that read it: no row crosses into the JVM. Segments a head start
+    reads are not read again. Returns the splits in WAL order, their SplitStats (numbered as
+    the splits) and each node's base vclock."""
+    if head is None:
+        inputs, taken = list_inputs(dirs), set()
+        _fresh(rows_dir)
+    else:
+        inputs, taken = head.inputs, head.stop()
+        assert inputs.dirs == tuple(dirs), (inputs.dirs, dirs)
     t = time.monotonic()
     sc = spark.sparkContext
-    _fresh(rows_dir)
-    own_cap = 4 * task_lookup_rows_max // max(1, len(segments))    # the total is checked after
-    done = (sc.parallelize(list(enumerate(segments)), _tasks(sc, len(segments), total))
-            .map(lambda w: (w[0], _as_value(_columnar().write_segment_rows, w[0], w[1], split_bytes, rows_dir,
-                                            own_cap)))
-            .collect())
+    rest = [(n, seg) for n, seg in enumerate(inputs.segments) if n not in taken]
+    work = _pass1(inputs, split_bytes, rows_dir)
+    done = (sc.parallelize(rest, _tasks(sc, len(rest), sum(os.path.getsize(seg.path) for _, seg in rest)))
+            .map(lambda w: (w[0], work(*w))).collect()) if rest else []
+    if head is not None:
+        done.extend(head.results().items())
     done.sort(key=lambda r: r[0])
     _raise_first([r for _, r in done])
-    assert [n for n, _ in done] == list(range(len(segments)))
+    assert [n for n, _ in done] == list(range(len(inputs.segments)))
     splits = [s for _, parts in done for s, _x in parts]
     stats = [x._replace(i=i) for i, x in enumerate(x for _, parts in done for _s, x in parts)]
     for s in splits:
-        if s.node_uuid != node_of[s.path]:
-            raise walread.WalInputError(f"{s.path}: segment of node {s.node_uuid} among node {node_of[s.path]}'s")
+        if s.node_uuid != inputs.node_of[s.path]:
+            raise walread.WalInputError(f"{s.path}: segment of node {s.node_uuid} among node {inputs.node_of[s.path]}'s")
     _done(rows_dir)
     log.info("[2/8] planned %d splits; [3/8] rows: %d rows in %.1fs", len(splits), sum(x.rows for x in stats),
              time.monotonic() - t)
-    return splits, stats, bases
+    return splits, stats, inputs.bases
 
 
 class InputFailure(NamedTuple):
@@ -325,16 +361,28 @@ def _concurrent():
     return concurrent
 
 
+def _progress_points(partials: list[tuple], t0: int | None) -> list[tuple[str, str, float, int]]:
+    """(node, origin, seconds since t0, lsn) per plot bucket, from pass 2's partial maxima."""
+    points: dict[tuple, list[int]] = {}
+    for node, origin, b, tw, lsn in partials:
+        p = points.setdefault((node, origin, b), [tw, lsn])
+        p[0], p[1] = max(p[0], tw), max(p[1], lsn)
+    return sorted((node, origin, (tw - t0) / 1e6, lsn) for (node, origin, _b), (tw, lsn) in points.items())
+
+
 # --- the whole run -----------------------------------------------------------------------
 _INPUT_ERROR = re.compile(r"WalInputError: (.*)")
 
 
 def run(spark: SparkSession, dirs: list[str], out: str, *,
-        split_bytes: int = walread.split_bytes_default) -> tuple[dict, list]:
-    """Write every table under `out`; returns the summary and the progress points.
+        split_bytes: int = walread.split_bytes_default, head: HeadStart | None = None,
+        on_points=None) -> tuple[dict, list]:
+    """Write every table under `out`; returns the summary and the progress points, which
+    `on_points(points)` also gets as soon as they are known (pass 2), while the last stages
+    run. `head`: pass 1 begun on the driver (head_start(), same dirs, out and split_bytes).
     Raises WalInputError for input that cannot be analysed, wherever a reader met it."""
     try:
-        return _run(spark, dirs, out, split_bytes)
+        return _run(spark, dirs, out, split_bytes, head, on_points)
     except (PySparkException, Py4JJavaError) as e:
         # A reader's WalInputError in an executor reaches the driver as text inside Spark's error.
         m = _INPUT_ERROR.search(str(e))
@@ -343,7 +391,8 @@ def run(spark: SparkSession, dirs: list[str], out: str, *,
         raise walread.WalInputError(m.group(1)) from None
 
 
-def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tuple[dict, list]:
+def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int, head: HeadStart | None,
+         on_points) -> tuple[dict, list]:
     started = time.monotonic()
     sc = spark.sparkContext
     col = _columnar()
@@ -358,7 +407,7 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
         log.info("%s %s: %d rows in %.1fs", step, name, back.count(), time.monotonic() - t)
         return back
 
-    splits, stats, bases = plan_and_write_rows(spark, dirs, split_bytes, path("rows"))
+    splits, stats, bases = plan_and_write_rows(spark, dirs, split_bytes, path("rows"), head)
 
     # vclock_history, the writes' vclocks and (when the origins' own transactions are few
     # enough to send to every task) origin_history: per split, from the vclock at its start.
@@ -386,9 +435,11 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
                                         div_dir, ref.value if ref is not None else None,
                                         w[2], t0, width, writers, buckets)).collect())
     _raise_first(results)
-    partials = [p for r in results for p in r[0]]
     _done(vclock_dir)
     log.info("[4/8] vclock_history: %d rows in %.1fs", sum(x.txns for x in stats), time.monotonic() - t)
+    pts = _progress_points([p for r in results for p in r[0]], t0)
+    if on_points is not None:
+        on_points(pts)
 
     def rows() -> DataFrame:        # only the Spark SQL fallbacks read `rows` back
         return spark.read.parquet(rows_dir)
@@ -452,10 +503,5 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int) -> tu
         "divergent_rows": divergent_rows,
         "concurrent_writes": conc,
     }
-    points: dict[tuple, list[int]] = {}
-    for node, origin, b, tw, lsn in partials:
-        p = points.setdefault((node, origin, b), [tw, lsn])
-        p[0], p[1] = max(p[0], tw), max(p[1], lsn)
-    pts = sorted((node, origin, (tw - t0) / 1e6, lsn) for (node, origin, _b), (tw, lsn) in points.items())
-    log.info("[8/8] summary and plot data in %.1fs; all stages %.1fs", time.monotonic() - t, time.monotonic() - started)
+    log.info("[8/8] summary in %.1fs; all stages %.1fs", time.monotonic() - t, time.monotonic() - started)
     return s, pts

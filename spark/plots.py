@@ -1,16 +1,15 @@
 """Progress plots: one PNG per node, each origin's lsn on that node over time.
 
-Input is the small list of points spark.jobs.progress_points collects (node, origin, seconds,
-lsn); nothing here touches Spark. matplotlib runs on its file-only Agg backend (no display)."""
+Input is the small list of points spark.jobs collects from pass 2 (node, origin, seconds, lsn);
+nothing here touches Spark. Figures are matplotlib's objects on its file-only Agg canvas, never
+pyplot's global state: the driver draws them in a thread of its own while the last Spark stage
+runs (spark.analyze)."""
 from __future__ import annotations
 
 import os
 from collections import defaultdict
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure
 
 
 def draw(points: list[tuple[str, str, float, int]], out_dir: str,
@@ -25,7 +24,8 @@ def draw(points: list[tuple[str, str, float, int]], out_dir: str,
     for node in sorted(by_node):
         # Fixed margins, not tight_layout (which draws the figure once more); fast zlib level:
         # the PNGs are a few flat lines, and drawing them was ~1 s of a ~13 s run.
-        fig, ax = plt.subplots(figsize=(9, 5), dpi=100)
+        fig = Figure(figsize=(9, 5), dpi=100)
+        ax = fig.subplots()
         fig.subplots_adjust(left=0.09, right=0.98, top=0.93, bottom=0.1)
         for origin in sorted(by_node[node]):
             pts = sorted(by_node[node][origin])
@@ -39,6 +39,5 @@ def draw(points: list[tuple[str, str, float, int]], out_dir: str,
         ax.legend(fontsize="small", loc="upper left", title="origin")
         path = os.path.join(out_dir, f"progress-{node}.png")
         fig.savefig(path, pil_kwargs={"compress_level": 1})
-        plt.close(fig)
         written.append(path)
     return written

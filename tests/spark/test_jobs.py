@@ -243,6 +243,42 @@ def test_tables_read_back_with_their_declared_types_whatever_was_dictionary_code
             assert got.names == schema.names, (name, f)
             assert [_plain_type(t) for t in got.types] == [_plain_type(t) for t in schema.types], (name, f)
 
+# --- the head start (local mode: pass 1 begun on the driver) -------------------------------------
+HEAD_WAIT_S = 120       # a slow CI machine; the wait ends as soon as the segments are read
+
+
+def test_a_head_start_and_the_job_together_write_the_oracles_tables(spark, corrupted, tmp_path):
+    """Some segments read by the driver's thread, the rest by the pass-1 job: every table
+    and the summary still equal the oracle's (divergence included)."""
+    root, m = corrupted
+    dirs, out = node_dirs(root, m), str(tmp_path / "out")
+    head = jobs.head_start(dirs, out, SPLIT_BYTES)
+    assert head.wait(3, HEAD_WAIT_S)
+    r = {"out": out}
+    r["summary"], r["points"] = jobs.run(spark, dirs, out, split_bytes=SPLIT_BYTES, head=head)
+    assert 3 <= len(head.results()) < len(head.inputs.segments)    # both read some
+    o = oracle.analyze(dirs)
+    for name in T.TABLES:
+        assert table(spark, out, name) == expected(o, name), name
+    assert r["summary"] == o["summary"] and r["summary"]["divergent_rows"]
+
+
+def test_a_damaged_segment_read_by_the_head_start_fails_the_run_with_file_and_offset(spark, healthy, tmp_path):
+    root, m = healthy
+    d = str(tmp_path / "node")
+    shutil.copytree(os.path.join(root, m["nodes"][0]["dir"]), d)
+    last = walread.node_segments(d)[-1].path          # the head start reads from the last
+    with open(last, "r+b") as f:
+        f.seek(os.path.getsize(last) // 2)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([b[0] ^ 0xFF]))
+    head = jobs.head_start([d], str(tmp_path / "out"), SPLIT_BYTES)
+    assert head.wait(1, HEAD_WAIT_S)
+    with pytest.raises(walread.WalInputError, match=re.escape(last) + r": .* at byte \d+"):
+        jobs.run(spark, [d], str(tmp_path / "out"), split_bytes=SPLIT_BYTES, head=head)
+
+
 
 # --- local mode -------------------------------------------------------------------------------
 def test_local_workers_run_the_installed_pyspark_not_the_zip_under_spark_home(spark):
