@@ -40,7 +40,6 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from spark import tables as T
 from spark import walread
 from spark.headstart import HeadStart
 
@@ -265,6 +264,12 @@ def _freeze() -> None:
     _frozen = True
 
 
+def _pass2():
+    from spark import pass2
+    _columnar()                   # which freezes what is imported by then
+    return pass2
+
+
 def _fresh(d: str) -> None:
     if os.path.isdir(d):
         shutil.rmtree(d)
@@ -330,7 +335,7 @@ def divergence(rows: DataFrame) -> DataFrame:
 
 
 def divergence_from_input(rows: DataFrame, suspects: DataFrame) -> DataFrame:
-    """divergence, given pass 2's suspects (columnar._divergence_input): the (origin, lsn) whose
+    """divergence, given pass 2's suspects (pass2._divergence_input): the (origin, lsn) whose
     suspects hold two contents are divergent; their observations are then found in `rows`
     (skipped when there are none: the usual case)."""
     bad = (suspects.groupBy("origin_uuid", "origin_lsn")
@@ -395,7 +400,7 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int, head:
          on_points) -> tuple[dict, list]:
     started = time.monotonic()
     sc = spark.sparkContext
-    col = _columnar()
+    col, pass2 = _columnar(), _pass2()
 
     def path(name: str) -> str:
         return os.path.join(out, name)
@@ -423,14 +428,14 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int, head:
     own = sc.broadcast(col.own_written(splits, stats)) if in_tasks else None
     contents = col.own_contents(stats, task_lookup_rows_max)
     ref = sc.broadcast(contents) if contents is not None else None
-    div_dir = path(col.DIVERGENCE_DIR) if contents is not None else None
+    div_dir = path(pass2.DIVERGENCE_DIR) if contents is not None else None
     for d in (vclock_dir, writes_dir) + ((history_dir,) if in_tasks else ()) + ((div_dir,) if div_dir else ()):
         _fresh(d)
     writers = sorted({u for x in stats for u in x.origin_max})
     buckets = max(2 * sc.defaultParallelism, sum(x.own_txns for x in stats) // writes_bucket_txns + 1)
     work = [(i, splits[i], pre[i]) for i in range(len(splits))]
     results = (sc.parallelize(work, _tasks(sc, len(work), sum(x.end - x.start for x in splits)))
-               .map(lambda w: _as_value(_columnar().write_split_pass2, w[0], w[1], vclock_dir, writes_dir, history_dir,
+               .map(lambda w: _as_value(_pass2().write_split_pass2, w[0], w[1], vclock_dir, writes_dir, history_dir,
                                         own.value if own is not None else None,
                                         div_dir, ref.value if ref is not None else None,
                                         w[2], t0, width, writers, buckets)).collect())

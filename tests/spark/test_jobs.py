@@ -232,9 +232,9 @@ def test_tables_read_back_with_their_declared_types_whatever_was_dictionary_code
     plain strings, the declared schema."""
     import pyarrow.parquet as pq
 
-    from spark import columnar
+    from spark import columnar, pass2
     for name, schema in (("rows", columnar.ROWS_SCHEMA), ("vclock_history", columnar.VCLOCK_SCHEMA),
-                         ("origin_history", columnar.ORIGIN_HISTORY_SCHEMA)):
+                         ("origin_history", pass2.ORIGIN_HISTORY_SCHEMA)):
         d = os.path.join(healthy_run["out"], name)
         files = [f for f in os.listdir(d) if f.endswith(".parquet")]
         assert files, name
