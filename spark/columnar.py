@@ -14,6 +14,7 @@ writes the same file again. Paths must be reachable from every executor (as the 
 from __future__ import annotations
 
 import os
+import pickle
 from typing import NamedTuple
 
 import numpy as np
@@ -21,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from node.core.rows import GROUP_LOCAL, GROUP_NAMES, OP_NAMES
+from node.core.rows import GROUP_DEFAULT, GROUP_LOCAL, GROUP_NAMES, OP_NAMES
 from spark import tables as T
 from spark import walcols, walread
 
@@ -101,14 +102,14 @@ class RowIndex(NamedTuple):
     index: np.ndarray
 
 
-def row_index(c: walcols.SplitColumns) -> RowIndex:
+def row_index(c: walcols.SplitColumns | Pass2Input) -> RowIndex:
     n_rows = c.t_rows.astype(np.int64)
     txn = np.repeat(np.arange(len(n_rows), dtype=np.int64), n_rows)
-    row_in_txn = np.arange(len(c.r_kind), dtype=np.int64) - (np.cumsum(n_rows) - n_rows)[txn]
+    row_in_txn = np.arange(len(c.r_hash), dtype=np.int64) - (np.cumsum(n_rows) - n_rows)[txn]
     return RowIndex(txn, row_in_txn, c.t_first_index[txn] + row_in_txn)
 
 
-def txn_table(c: walcols.SplitColumns) -> pa.Table:
+def txn_table(c: walcols.SplitColumns | Pass2Input) -> pa.Table:
     """Per transaction: the columns of its first row that are the transaction's own. The
     few-valued strings are dictionary arrays (see _write); txn_id is null where the origin is."""
     nt = len(c.t_rows)
@@ -173,6 +174,7 @@ class SplitStats(NamedTuple):
     written_us: tuple[int, int] | None   # min, max written_us of replicated transactions
     own: tuple | None = None         # (lsns, written_us) of the node's own replicated txns (numpy)
     own_rows: tuple | None = None    # (origin_lsns, content_hashes) of the node's own replicated rows
+    name: str = ""                   # of the split's files: rows/part-<name>.parquet, its Pass2Input
 
 
 # Parquet encodings (measured on `rows`, µs/row to write, bytes/row): pyarrow's default (every
@@ -204,12 +206,12 @@ def _write(table: pa.Table, d: str, i: int | str) -> None:
     os.replace(tmp, os.path.join(d, f"part-{name}.parquet"))
 
 
-def write_segment_rows(n: int, seg: walread.SegmentFile, split_bytes: int, rows_dir: str,
+def write_segment_rows(n: int, seg: walread.SegmentFile, split_bytes: int, rows_dir: str, pass2_dir: str,
                        own_cap: int) -> list[tuple[walread.Split, SplitStats]]:
-    """Pass 1 of segment n: its splits, each with its rows written and its facts. The node's
-    own transactions and rows come back only if the segment holds at most own_cap of each (so
-    the driver never gathers more than the tasks of pass 2 can be sent)."""
-    out = [(s, _split_rows(k, s, f"{n:05d}-{k:05d}", rows_dir))
+    """Pass 1 of segment n: its splits, each with its rows and its pass-2 input written, and its
+    facts. The node's own transactions and rows come back only if the segment holds at most
+    own_cap of each (so the driver never gathers more than the tasks of pass 2 can be sent)."""
+    out = [(s, _split_rows(k, s, f"{n:05d}-{k:05d}", rows_dir, pass2_dir))
            for k, s in enumerate(walread.plan_segment(seg, split_bytes))]
     if sum(len(x.own[0]) for _, x in out if x.own is not None) > own_cap:
         out = [(s, x._replace(own=None)) for s, x in out]
@@ -218,10 +220,11 @@ def write_segment_rows(n: int, seg: walread.SegmentFile, split_bytes: int, rows_
     return out
 
 
-def _split_rows(i: int, split: walread.Split, name: str, rows_dir: str) -> SplitStats:
+def _split_rows(i: int, split: walread.Split, name: str, rows_dir: str, pass2_dir: str) -> SplitStats:
     c = walcols.read_split_columns(split)
     at = row_index(c)
     _write(rows_batch(c, at=at), rows_dir, name)
+    _save_pass2_input(c, at, pass2_dir, name)
     code, last = c.t_origin, c.t_lsn + c.t_rows - 1
     local = c.t_group == GROUP_LOCAL
     known = ~local & (code >= 0)
@@ -236,7 +239,58 @@ def _split_rows(i: int, split: walread.Split, name: str, rows_dir: str) -> Split
     mine_rows = mine[at.txn]
     own_rows = (c.t_lsn[at.txn][mine_rows] + at.row_in_txn[mine_rows], c.r_hash[mine_rows])
     return SplitStats(i, c.node_uuid, len(c.r_kind), len(c.t_rows), own, unresolved, origin_max, local_max, span,
-                      own_arrays, own_rows)
+                      own_arrays, own_rows, name)
+
+
+# --- what pass 1 leaves for pass 2 ---------------------------------------------------------------
+_WRITE_KINDS = np.array([k for k, name in OP_NAMES.items() if name in T.WRITE_OPS], dtype=np.int8)
+
+
+class Pass2Input(NamedTuple):
+    """A split as pass 2 needs it, kept by pass 1 so that pass 2 does not decode it again
+    (decoding was ~0.2 µs/row; this file is ~22 bytes/row, read back in one piece): the
+    per-transaction columns of SplitColumns, every row's content hash, and only the rows that
+    are the node's own writes (put or delete in a replicated transaction of its own) with
+    their space and key."""
+    node_uuid: str
+    segment: str
+    ordinal: int
+    t_offset: np.ndarray
+    t_written_us: np.ndarray
+    t_origin: np.ndarray
+    origins: list
+    t_lsn: np.ndarray
+    t_group: np.ndarray
+    t_timestamp: np.ndarray
+    t_first_index: np.ndarray
+    t_rows: np.ndarray
+    r_hash: np.ndarray
+    w_row: np.ndarray         # int64: the own writes' row numbers, in order
+    w_space: pa.Array         # string, per own write
+    w_key: pa.Array           # string, per own write
+
+
+def _save_pass2_input(c: walcols.SplitColumns, at: RowIndex, d: str, name: str) -> None:
+    own = c.origins.index(c.node_uuid) if c.node_uuid in c.origins else -2
+    own_txn = (c.t_origin == own) & (c.t_group == GROUP_DEFAULT)
+    w_row = np.nonzero(own_txn[at.txn] & np.isin(c.r_kind, _WRITE_KINDS))[0]
+    sel = pa.array(w_row)
+    p = Pass2Input(c.node_uuid, c.segment, c.ordinal, c.t_offset, c.t_written_us, c.t_origin, c.origins, c.t_lsn,
+                   c.t_group, c.t_timestamp, c.t_first_index, c.t_rows, c.r_hash, w_row, c.r_space.take(sel),
+                   c.r_key.take(sel))
+    # Written whole or not at all, like the Parquet files: a retried task writes it again.
+    tmp = os.path.join(d, f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(p, f, protocol=5)
+    os.replace(tmp, os.path.join(d, name))
+
+
+def load_pass2_input(d: str, name: str) -> Pass2Input:
+    """The split pass 1 kept (a file this job wrote, under OUT)."""
+    with open(os.path.join(d, name), "rb") as f:
+        p = pickle.load(f)
+    assert isinstance(p, Pass2Input), name
+    return p
 
 
 def prefixes(splits: list[walread.Split], stats: list[SplitStats],

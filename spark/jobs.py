@@ -167,38 +167,47 @@ def list_inputs(dirs: list[str]) -> Inputs:
     return Inputs(tuple(dirs), segments, bases, node_of, total)
 
 
-def _pass1(inputs: Inputs, split_bytes: int, rows_dir: str):
+def _pass1(inputs: Inputs, split_bytes: int, out: str):
     """Pass 1 of one segment, as a function of (n, segment) that any process can run."""
     own_cap = 4 * task_lookup_rows_max // max(1, len(inputs.segments))    # the total is checked after
-    return lambda n, seg: _as_value(_columnar().write_segment_rows, n, seg, split_bytes, rows_dir, own_cap)
+    rows_dir, pass2_dir = os.path.join(out, "rows"), os.path.join(out, PASS2_INPUT_DIR)
+    return lambda n, seg: _as_value(_columnar().write_segment_rows, n, seg, split_bytes, rows_dir, pass2_dir, own_cap)
+
+
+PASS2_INPUT_DIR = "_pass2_input"    # under OUT from pass 1 to the end of pass 2 (columnar.Pass2Input)
+
+
+def _fresh_pass1(out: str) -> None:
+    _fresh(os.path.join(out, "rows"))
+    _fresh(os.path.join(out, PASS2_INPUT_DIR))
 
 
 def head_start(dirs: list[str], out: str, split_bytes: int = walread.split_bytes_default) -> HeadStart:
     """Local mode, before the session exists: list the inputs (input errors are raised here,
     before a JVM starts) and begin pass 1 on the driver (spark.headstart). Give it to run()."""
     inputs = list_inputs(dirs)
-    rows_dir = os.path.join(out, "rows")
-    _fresh(rows_dir)
-    return HeadStart(inputs, _pass1(inputs, split_bytes, rows_dir)).start()
+    _fresh_pass1(out)
+    return HeadStart(inputs, _pass1(inputs, split_bytes, out)).start()
 
 
-def plan_and_write_rows(spark: SparkSession, dirs: list[str], split_bytes: int, rows_dir: str,
+def plan_and_write_rows(spark: SparkSession, dirs: list[str], split_bytes: int, out: str,
                         head: HeadStart | None = None) -> tuple[list[walread.Split], list, list[walread.NodeBase]]:
     """Pass 1, one task per segment: cut it into splits (walking frame headers: each split
     carries the table at its start) and write each split's `rows` Parquet file, from the
-    executor (Python, Arrow) that read it: no row crosses into the JVM. Segments a head start
-    reads are not read again. Returns the splits in WAL order, their SplitStats (numbered as
-    the splits) and each node's base vclock."""
+    executor (Python, Arrow) that read it: no row crosses into the JVM; and what pass 2 needs
+    of the split (columnar.Pass2Input), so that pass 2 does not decode it again. Segments a
+    head start reads are not read again. Returns the splits in WAL order, their SplitStats
+    (numbered as the splits) and each node's base vclock."""
     if head is None:
         inputs, taken = list_inputs(dirs), set()
-        _fresh(rows_dir)
+        _fresh_pass1(out)
     else:
         inputs, taken = head.inputs, head.stop()
         assert inputs.dirs == tuple(dirs), (inputs.dirs, dirs)
     t = time.monotonic()
     sc = spark.sparkContext
     rest = [(n, seg) for n, seg in enumerate(inputs.segments) if n not in taken]
-    work = _pass1(inputs, split_bytes, rows_dir)
+    work = _pass1(inputs, split_bytes, out)
     done = (sc.parallelize(rest, _tasks(sc, len(rest), sum(os.path.getsize(seg.path) for _, seg in rest)))
             .map(lambda w: (w[0], work(*w))).collect()) if rest else []
     if head is not None:
@@ -211,7 +220,7 @@ def plan_and_write_rows(spark: SparkSession, dirs: list[str], split_bytes: int, 
     for s in splits:
         if s.node_uuid != inputs.node_of[s.path]:
             raise walread.WalInputError(f"{s.path}: segment of node {s.node_uuid} among node {inputs.node_of[s.path]}'s")
-    _done(rows_dir)
+    _done(os.path.join(out, "rows"))
     log.info("[2/8] planned %d splits; [3/8] rows: %d rows in %.1fs", len(splits), sum(x.rows for x in stats),
              time.monotonic() - t)
     return splits, stats, inputs.bases
@@ -412,7 +421,7 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int, head:
         log.info("%s %s: %d rows in %.1fs", step, name, back.count(), time.monotonic() - t)
         return back
 
-    splits, stats, bases = plan_and_write_rows(spark, dirs, split_bytes, path("rows"), head)
+    splits, stats, bases = plan_and_write_rows(spark, dirs, split_bytes, out, head)
 
     # vclock_history, the writes' vclocks and (when the origins' own transactions are few
     # enough to send to every task) origin_history: per split, from the vclock at its start.
@@ -433,13 +442,16 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int, head:
         _fresh(d)
     writers = sorted({u for x in stats for u in x.origin_max})
     buckets = max(2 * sc.defaultParallelism, sum(x.own_txns for x in stats) // writes_bucket_txns + 1)
-    work = [(i, splits[i], pre[i]) for i in range(len(splits))]
+    work = [(i, stats[i].name, pre[i]) for i in range(len(splits))]
+    input_dir = path(PASS2_INPUT_DIR)
     results = (sc.parallelize(work, _tasks(sc, len(work), sum(x.end - x.start for x in splits)))
-               .map(lambda w: _as_value(_pass2().write_split_pass2, w[0], w[1], vclock_dir, writes_dir, history_dir,
+               .map(lambda w: _as_value(_pass2().write_split_pass2, w[0], w[1], input_dir, vclock_dir, writes_dir,
+                                        history_dir,
                                         own.value if own is not None else None,
                                         div_dir, ref.value if ref is not None else None,
                                         w[2], t0, width, writers, buckets)).collect())
     _raise_first(results)
+    shutil.rmtree(input_dir)
     _done(vclock_dir)
     log.info("[4/8] vclock_history: %d rows in %.1fs", sum(x.txns for x in stats), time.monotonic() - t)
     pts = _progress_points([p for r in results for p in r[0]], t0)

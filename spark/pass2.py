@@ -1,9 +1,9 @@
-"""Pass 2, a task per split (`write_split_pass2`), in Arrow/numpy columns: decode the split
-again (faster than reading its rows back) and write its `vclock_history` (the vclock at the
-split's start, from the driver, + a running max within the split: exactly the window of a running
-max per node over position), its `origin_history`, its divergence suspects and its own writes
-with their vclock (the input of concurrent_writes, bucketed by key), and return the progress-plot
-partial maxima and replication_delay partial sums.
+"""Pass 2, a task per split (`write_split_pass2`), in Arrow/numpy columns, from what pass 1
+kept of the split (columnar.Pass2Input: no second decode): write its `vclock_history` (the vclock
+at the split's start, from the driver, + a running max within the split: exactly the window of a
+running max per node over position), its `origin_history`, its divergence suspects and its own
+writes with their vclock (the input of concurrent_writes, bucketed by key), and return the
+progress-plot partial maxima and replication_delay partial sums.
 
 Files are named by split number, written to a temporary name and renamed (spark.columnar._write):
 a retried task writes the same file again."""
@@ -14,12 +14,11 @@ import os
 import numpy as np
 import pyarrow as pa
 
-from node.core.rows import GROUP_DEFAULT, GROUP_LOCAL, OP_NAMES
-from spark import concurrent, walcols, walread
+from node.core.rows import GROUP_LOCAL
+from spark import concurrent
 from spark import tables as T
-from spark.columnar import WRITES_SCHEMA, RowIndex, _coded, _write, row_index, txn_table
+from spark.columnar import WRITES_SCHEMA, Pass2Input, RowIndex, _coded, _write, load_pass2_input, row_index, txn_table
 
-_WRITE_KINDS = np.array([k for k, name in OP_NAMES.items() if name in T.WRITE_OPS], dtype=np.int8)
 _DELAY_BASIS = pa.array(["origin_wal", "timestamp"], pa.string())
 
 DIVERGENCE_INPUT_SCHEMA = pa.schema([("origin_uuid", pa.string()), ("origin_lsn", pa.int64()),
@@ -27,7 +26,7 @@ DIVERGENCE_INPUT_SCHEMA = pa.schema([("origin_uuid", pa.string()), ("origin_lsn"
 DIVERGENCE_DIR = "_divergence_input"       # under OUT while the job runs; removed after
 
 
-def _divergence_input(c: walcols.SplitColumns, at: RowIndex, ref: dict[str, tuple], out_dir: str, i: int) -> int:
+def _divergence_input(c: Pass2Input, at: RowIndex, ref: dict[str, tuple], out_dir: str, i: int) -> int:
     """The observations of split i that may make an (origin, lsn) divergent: those that differ
     from the origin's own observation (written with that reference content), and those with no
     own observation to compare with. An (origin, lsn) is divergent exactly when its rows here
@@ -65,7 +64,7 @@ ORIGIN_HISTORY_SCHEMA = pa.schema([
     ("origin_written_us", pa.int64()), ("delay_us", pa.int64()), ("delay_basis", pa.string())])
 
 
-def _origin_history(c: walcols.SplitColumns, t: pa.Table, replicated: np.ndarray, last: np.ndarray,
+def _origin_history(c: Pass2Input, t: pa.Table, replicated: np.ndarray, last: np.ndarray,
                     own: dict[str, tuple], history_dir: str, i: int) -> list[tuple]:
     """Write split i's origin_history; returns replication_delay partials: (node, origin,
     txns, max delay, sum of delays) for origins other than the node."""
@@ -102,7 +101,7 @@ def _origin_history(c: walcols.SplitColumns, t: pa.Table, replicated: np.ndarray
     return out
 
 
-def _vclocks(prefix: dict[str, int], c: walcols.SplitColumns, replicated: np.ndarray, last: np.ndarray
+def _vclocks(prefix: dict[str, int], c: Pass2Input, replicated: np.ndarray, last: np.ndarray
              ) -> tuple[pa.Array, np.ndarray, list[str]]:
     """The vclock after each transaction: prefix, then a running max per origin (a map,
     components > 0, in uuid order); also as a matrix (transaction x uuid) and its uuids."""
@@ -123,16 +122,16 @@ def _vclocks(prefix: dict[str, int], c: walcols.SplitColumns, replicated: np.nda
     return pa.MapArray.from_arrays(pa.array(offsets), keys, pa.array(m[mask])), m, uuids
 
 
-def write_split_pass2(i: int, split: walread.Split, vclock_dir: str, writes_dir: str, history_dir: str | None,
+def write_split_pass2(i: int, name: str, input_dir: str, vclock_dir: str, writes_dir: str, history_dir: str | None,
                       own: dict[str, tuple] | None, div_dir: str | None, ref: dict[str, tuple] | None,
                       prefix: tuple[dict[str, int], int], t0: int | None,
                       width: float, writers: list[str], buckets: int) -> tuple[list[tuple], list[tuple], int]:
     """Pass 2 of split i: its vclock_history, its own writes with their vclock and, given the
     origins' own transactions (`own`), its origin_history. Returns the split's progress partials
     (node, origin, bucket, max written_us, max last lsn) of its replicated transactions, and
-    its replication_delay partials (see _origin_history). The split is decoded again: the native
-    reader is faster than reading pass 1's Parquet back, and leaves origins as integer codes."""
-    c = walcols.read_split_columns(split)
+    its replication_delay partials (see _origin_history). The split is as pass 1 kept it
+    (columnar.Pass2Input `name` in input_dir): no decoding again, origins as integer codes."""
+    c = load_pass2_input(input_dir, name)
     t, at = txn_table(c), row_index(c)
     node = c.node_uuid
     local = c.t_group == GROUP_LOCAL
@@ -146,8 +145,7 @@ def write_split_pass2(i: int, split: walread.Split, vclock_dir: str, writes_dir:
 
     # Own writes with the vclock of their transaction (concurrent_writes' input): one origin,
     # the node's own, which is a writer (it has replicated rows).
-    own_txn = (c.t_origin == (c.origins.index(node) if node in c.origins else -2)) & (c.t_group == GROUP_DEFAULT)
-    writes = np.nonzero(own_txn[at.txn] & np.isin(c.r_kind, _WRITE_KINDS))[0]
+    writes = c.w_row
     wt = at.txn[writes]
     seen = np.zeros((len(wt), len(writers)), dtype=np.int64)
     for j, u in enumerate(writers):
@@ -155,9 +153,8 @@ def write_split_pass2(i: int, split: walread.Split, vclock_dir: str, writes_dir:
             seen[:, j] = m[wt, uuids.index(u)]
     seen_list = pa.ListArray.from_arrays(pa.array(np.arange(len(wt) + 1, dtype=np.int32) * len(writers)),
                                          pa.array(seen.reshape(-1)))
-    sel = pa.array(writes)
     ws = pa.Table.from_arrays([
-        c.r_space.take(sel), c.r_key.take(sel), pa.repeat(pa.scalar(node, pa.string()), len(wt)),
+        c.w_space, c.w_key, pa.repeat(pa.scalar(node, pa.string()), len(wt)),
         pa.array(np.full(len(wt), writers.index(node) if node in writers else -1, dtype=np.int32)),
         pa.array(c.t_lsn[wt] + at.row_in_txn[writes]), pa.array(c.t_timestamp[wt]), seen_list], schema=WRITES_SCHEMA)
     bucket = concurrent.bucket_of(ws["key"], buckets)
