@@ -40,12 +40,6 @@ ROWS_SCHEMA = pa.schema([(c, ROWS_TYPES[c]) for c in T.ROWS])
 VCLOCK_TYPE = pa.map_(pa.string(), pa.int64())
 VCLOCK_SCHEMA = pa.schema([(c, ROWS_TYPES[c]) for c in T.VCLOCK_HISTORY[:8]]
                           + [("vclock", VCLOCK_TYPE), ("local_lsn", pa.int64())])
-# A write's `seen` lists its origin's vclock at write time, component by component in the
-# order of the writers (the origins of replicated rows, sorted): longs, no uuids, cheap to shuffle.
-WRITES_SCHEMA = pa.schema([("space", pa.string()), ("key", pa.string()), ("origin_uuid", pa.string()),
-                           ("origin_idx", pa.int32()), ("origin_lsn", pa.int64()), ("timestamp", pa.int64()),
-                           ("seen", pa.list_(pa.int64()))])
-WRITES_DIR = "_concurrent_writes_input"     # under OUT while the job runs; removed after
 
 
 REPLICATION_DELAY_SCHEMA = pa.schema([("node_uuid", pa.string()), ("origin_uuid", pa.string()), ("txns", pa.int64()),

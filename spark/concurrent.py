@@ -1,9 +1,11 @@
 """concurrent_writes from the origins' own writes, in Python tasks over Arrow (no Spark SQL).
 
-- pass 2 (spark.columnar) writes each split's own writes with their origin's vclock into
+- pass 2 (spark.pass2) writes each split's own writes with their origin's vclock into
   `buckets` files by a hash of the key (`bucket_of`): every write to one (space, key) lands in
   one bucket, from whichever split or node it came. That is the shuffle, done with the files
-  the passes already write (they must be reachable from every executor anyway);
+  the passes already write (they must be reachable from every executor anyway). The files are
+  Arrow IPC, lz4 (`write_bucket_file`): read once by one task, never by Spark (Parquet cost
+  ~8x more CPU to write and read back, for 30 -> 8 bytes a write);
 - one task per bucket (`write_bucket_pairs`) reads its files, sorts the writes by (space, key)
   and compares every two writes of a key from two origins: concurrent when neither origin had
   seen the other's row when it wrote its own (spark.tables.CONCURRENT_WRITES).
@@ -17,9 +19,30 @@ import os
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
+import pyarrow.ipc as ipc
 
 pairs_max = 4_000_000             # candidate pairs held at once by one task (~100 MiB of indices)
+
+def writes_schema(writers: int) -> pa.Schema:
+    """A split's own writes, as pass 2 hands them over: `seen` is the writing origin's vclock
+    at write time, one component per writer (the origins of replicated rows, sorted), and
+    origin_idx the rank of the writing origin among them: longs, no uuids."""
+    return pa.schema([("space", pa.string()), ("key", pa.string()), ("origin_idx", pa.int32()),
+                      ("origin_lsn", pa.int64()), ("timestamp", pa.int64()), ("seen", pa.list_(pa.int64(), writers))])
+
+
+_IPC_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
+
+
+def write_bucket_file(w: pa.Table, writes_dir: str, b: int, i: int) -> None:
+    """Split i's writes of bucket b, written whole or not at all (a retried task writes it again)."""
+    d = bucket_dir(writes_dir, b)
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, f".part-{i:05d}.{os.getpid()}.tmp")
+    with ipc.new_file(tmp, w.schema, options=_IPC_OPTIONS) as f:
+        f.write_table(w)
+    os.replace(tmp, os.path.join(d, f"part-{i:05d}.arrow"))
+
 
 CONCURRENT_SCHEMA = pa.schema([("space", pa.string()), ("key", pa.string()), ("origin_a", pa.string()),
                                ("lsn_a", pa.int64()), ("timestamp_a", pa.int64()), ("origin_b", pa.string()),
@@ -79,8 +102,8 @@ def _slices(sizes: np.ndarray) -> list[tuple[int, int]]:
     return out
 
 
-def concurrent_pairs(w: pa.Table) -> pa.Table:
-    """The concurrent pairs among writes (spark.columnar.WRITES_SCHEMA) of whole keys."""
+def concurrent_pairs(w: pa.Table, writers: list[str]) -> pa.Table:
+    """The concurrent pairs among writes (writes_schema) of whole keys."""
     if len(w) == 0:
         return CONCURRENT_SCHEMA.empty_table()
     space = pc.dictionary_encode(w["space"].combine_chunks())
@@ -90,9 +113,7 @@ def concurrent_pairs(w: pa.Table) -> pa.Table:
     k = k[order]
     idx = w["origin_idx"].to_numpy()[order]
     lsn = w["origin_lsn"].to_numpy()[order]
-    seen_col = w["seen"].combine_chunks()
-    width = len(seen_col[0]) if len(seen_col) else 0
-    seen = seen_col.flatten().to_numpy().reshape(-1, width)[order]
+    seen = w["seen"].combine_chunks().flatten().to_numpy().reshape(-1, len(writers))[order]
     bounds = np.flatnonzero(np.diff(k)) + 1
     starts = np.concatenate([[0], bounds])
     sizes = np.diff(np.concatenate([starts, [len(k)]]))
@@ -112,11 +133,14 @@ def concurrent_pairs(w: pa.Table) -> pa.Table:
             ok = (seen[b, idx[a]] < lsn[a]) & (seen[a, idx[b]] < lsn[b])
             picked_a.append(a[ok])
             picked_b.append(b[ok])
-    a = pa.array(order[np.concatenate(picked_a)] if picked_a else np.zeros(0, np.int64))
-    b = pa.array(order[np.concatenate(picked_b)] if picked_b else np.zeros(0, np.int64))
-    wa, wb = w.take(a), w.take(b)
-    return pa.Table.from_arrays([wa["space"], wa["key"], wa["origin_uuid"], wa["origin_lsn"], wa["timestamp"],
-                                 wb["origin_uuid"], wb["origin_lsn"], wb["timestamp"]], schema=CONCURRENT_SCHEMA)
+    a = order[np.concatenate(picked_a)] if picked_a else np.zeros(0, np.int64)
+    b = order[np.concatenate(picked_b)] if picked_b else np.zeros(0, np.int64)
+    cols = w.select(["space", "key", "origin_lsn", "timestamp"])
+    wa, wb = cols.take(pa.array(a)), cols.take(pa.array(b))
+    uuids, origin = pa.array(writers, pa.string()), w["origin_idx"].to_numpy()
+    return pa.Table.from_arrays([wa["space"], wa["key"], uuids.take(pa.array(origin[a])), wa["origin_lsn"],
+                                 wa["timestamp"], uuids.take(pa.array(origin[b])), wb["origin_lsn"], wb["timestamp"]],
+                                schema=CONCURRENT_SCHEMA)
 
 
 def _pairs_of_big_group(start: int, size: int):
@@ -126,12 +150,17 @@ def _pairs_of_big_group(start: int, size: int):
         yield np.full(len(right), r, dtype=np.int64), right
 
 
-def write_bucket_pairs(b: int, writes_dir: str, out_dir: str, write) -> int:
+def write_bucket_pairs(b: int, writes_dir: str, out_dir: str, write, writers: list[str]) -> int:
     """The concurrent pairs of bucket b, as out_dir/part-b; returns how many."""
     d = bucket_dir(writes_dir, b)
-    files = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".parquet")) if os.path.isdir(d) else []
+    files = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".arrow")) if os.path.isdir(d) else []
     # An empty bucket writes an empty file: the table is readable even with no writes at all.
-    pairs = concurrent_pairs(pa.concat_tables(pq.read_table(f) for f in files)) if files else \
+    pairs = concurrent_pairs(pa.concat_tables(_read(f) for f in files), writers) if files else \
         CONCURRENT_SCHEMA.empty_table()
     write(pairs, out_dir, b)
     return len(pairs)
+
+
+def _read(path: str) -> pa.Table:
+    with ipc.open_file(pa.memory_map(path)) as f:
+        return f.read_all()

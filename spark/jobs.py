@@ -360,12 +360,13 @@ def divergence_from_input(rows: DataFrame, suspects: DataFrame) -> DataFrame:
                       F.size(F.collect_set("content_hash").over(w)).alias("variants"))
 
 
-def concurrent_pairs(spark: SparkSession, writes_dir: str, out: str, buckets: int) -> int:
+def concurrent_pairs(spark: SparkSession, writes_dir: str, out: str, buckets: int, writers: list[str]) -> int:
     """concurrent_writes from pass 2's own writes, bucketed by key: one Python task a bucket
     (spark.concurrent); returns the number of pairs."""
     _fresh(out)
     n = sum(spark.sparkContext.parallelize(range(buckets), buckets)
-            .map(lambda b: _concurrent().write_bucket_pairs(b, writes_dir, out, _columnar()._write)).collect())
+            .map(lambda b: _concurrent().write_bucket_pairs(b, writes_dir, out, _columnar()._write, writers))
+            .collect())
     _done(out)
     return n
 
@@ -430,7 +431,7 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int, head:
     spans = [x.written_us for x in stats if x.written_us is not None]
     t0 = min(lo for lo, _ in spans) if spans else None
     width = max(1, max(hi for _, hi in spans) - t0) / plot_buckets if spans else 1.0
-    rows_dir, vclock_dir, writes_dir = path("rows"), path("vclock_history"), path(col.WRITES_DIR)
+    rows_dir, vclock_dir, writes_dir = path("rows"), path("vclock_history"), path(pass2.WRITES_DIR)
     in_tasks = (all(x.own is not None or x.own_txns == 0 for x in stats)
                 and sum(x.own_txns for x in stats) <= task_lookup_rows_max)
     history_dir = path("origin_history") if in_tasks else None
@@ -497,7 +498,7 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int, head:
     if div is not None:
         divergent_rows = sorted((r[0], r[1]) for r in div.select("origin_uuid", "origin_lsn").distinct().collect())
     t = time.monotonic()
-    conc = concurrent_pairs(spark, writes_dir, path("concurrent_writes"), buckets)
+    conc = concurrent_pairs(spark, writes_dir, path("concurrent_writes"), buckets, writers)
     shutil.rmtree(writes_dir)
     log.info("[7/8] concurrent_writes: %d rows in %.1fs", conc, time.monotonic() - t)
 

@@ -9,17 +9,16 @@ Files are named by split number, written to a temporary name and renamed (spark.
 a retried task writes the same file again."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pyarrow as pa
 
 from node.core.rows import GROUP_LOCAL
 from spark import concurrent
 from spark import tables as T
-from spark.columnar import WRITES_SCHEMA, Pass2Input, RowIndex, _coded, _write, load_pass2_input, row_index, txn_table
+from spark.columnar import Pass2Input, RowIndex, _coded, _write, load_pass2_input, row_index, txn_table
 
 _DELAY_BASIS = pa.array(["origin_wal", "timestamp"], pa.string())
+WRITES_DIR = "_concurrent_writes_input"     # under OUT from pass 2 to concurrent_writes; removed after
 
 DIVERGENCE_INPUT_SCHEMA = pa.schema([("origin_uuid", pa.string()), ("origin_lsn", pa.int64()),
                                      ("content_hash", pa.int64())])
@@ -151,17 +150,14 @@ def write_split_pass2(i: int, name: str, input_dir: str, vclock_dir: str, writes
     for j, u in enumerate(writers):
         if u in uuids:
             seen[:, j] = m[wt, uuids.index(u)]
-    seen_list = pa.ListArray.from_arrays(pa.array(np.arange(len(wt) + 1, dtype=np.int32) * len(writers)),
-                                         pa.array(seen.reshape(-1)))
     ws = pa.Table.from_arrays([
-        c.w_space, c.w_key, pa.repeat(pa.scalar(node, pa.string()), len(wt)),
-        pa.array(np.full(len(wt), writers.index(node) if node in writers else -1, dtype=np.int32)),
-        pa.array(c.t_lsn[wt] + at.row_in_txn[writes]), pa.array(c.t_timestamp[wt]), seen_list], schema=WRITES_SCHEMA)
+        c.w_space, c.w_key, pa.array(np.full(len(wt), writers.index(node) if node in writers else -1, dtype=np.int32)),
+        pa.array(c.t_lsn[wt] + at.row_in_txn[writes]), pa.array(c.t_timestamp[wt]),
+        pa.FixedSizeListArray.from_arrays(pa.array(seen.reshape(-1)), len(writers))],
+        schema=concurrent.writes_schema(len(writers)))
     bucket = concurrent.bucket_of(ws["key"], buckets)
     for b in np.unique(bucket).tolist():
-        d = concurrent.bucket_dir(writes_dir, b)
-        os.makedirs(d, exist_ok=True)
-        _write(ws.filter(pa.array(bucket == b)), d, i)
+        concurrent.write_bucket_file(ws.filter(pa.array(bucket == b)), writes_dir, b, i)
 
     suspects = 0 if div_dir is None else _divergence_input(c, at, ref or {}, div_dir, i)
     delays = [] if history_dir is None else _origin_history(c, t, replicated, last, own or {}, history_dir, i)

@@ -6,7 +6,7 @@ import random
 
 import pyarrow as pa
 
-from spark import columnar, concurrent
+from spark import concurrent
 
 WRITERS = ["u-a", "u-b", "u-c"]
 
@@ -17,22 +17,23 @@ def _writes(seed: int, n: int) -> pa.Table:
     for _ in range(n):
         o = rng.randrange(len(WRITERS))
         key = "hot" if rng.random() < 0.3 else f"k{rng.randrange(n // 3)}"
-        rows.append((rng.choice(["s", "t"]), key, WRITERS[o], o, rng.randrange(1, 50), rng.randrange(10**6),
+        rows.append((rng.choice(["s", "t"]), key, o, rng.randrange(1, 50), rng.randrange(10**6),
                      [rng.randrange(0, 50) for _ in WRITERS]))
-    return pa.Table.from_arrays([pa.array(list(c)) for c in zip(*rows)], schema=columnar.WRITES_SCHEMA)
+    schema = concurrent.writes_schema(len(WRITERS))
+    return pa.Table.from_arrays([pa.array(list(c), f.type) for c, f in zip(zip(*rows), schema)], schema=schema)
 
 
 def _definition(w: pa.Table) -> list[tuple]:
     ws = w.to_pylist()
-    return sorted((a["space"], a["key"], a["origin_uuid"], a["origin_lsn"], a["timestamp"],
-                   b["origin_uuid"], b["origin_lsn"], b["timestamp"])
+    return sorted((a["space"], a["key"], WRITERS[a["origin_idx"]], a["origin_lsn"], a["timestamp"],
+                   WRITERS[b["origin_idx"]], b["origin_lsn"], b["timestamp"])
                   for a in ws for b in ws
-                  if a["space"] == b["space"] and a["key"] == b["key"] and a["origin_uuid"] < b["origin_uuid"]
+                  if a["space"] == b["space"] and a["key"] == b["key"] and a["origin_idx"] < b["origin_idx"]
                   and b["seen"][a["origin_idx"]] < a["origin_lsn"] and a["seen"][b["origin_idx"]] < b["origin_lsn"])
 
 
 def _pairs(w: pa.Table) -> list[tuple]:
-    return sorted(tuple(r.values()) for r in concurrent.concurrent_pairs(w).to_pylist())
+    return sorted(tuple(r.values()) for r in concurrent.concurrent_pairs(w, WRITERS).to_pylist())
 
 
 def test_pairs_are_the_definitions_in_one_slice_or_row_by_row(monkeypatch):
