@@ -12,6 +12,7 @@ Python needs msgpack and crc32c). Exit codes: 0 done (divergences are findings, 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -85,17 +86,17 @@ class Analysis:
     def __enter__(self) -> "Analysis":
         from pyspark.sql import SparkSession
 
-        from spark import jobs
+        from spark import jobs, launch
         self._embedded = SparkSession.getActiveSession() is not None
         local = (self.master or "local").startswith("local") and "PYSPARK_GATEWAY_PORT" not in os.environ
         if local and not self._embedded:
             self._head = jobs.head_start(self.dirs, self.out, self.split_bytes)
         started = False
         try:
-            self.spark = jobs.session(self.master, conf=self.conf)
+            self.spark = launch.session(self.master, conf=self.conf)
             if not self._embedded:
                 self.spark.sparkContext.setLogLevel(self.log_level)
-            jobs.ship_code(self.spark)
+            launch.ship_code(self.spark)
             started = True
         finally:
             if not started:             # no `with` body will run: stop what did start
@@ -113,6 +114,9 @@ class Analysis:
         def on_points(points: list) -> None:
             drawn.append(drawer.submit(self._draw, points))
 
+        # matplotlib takes ~0.5 CPU-s to import: now, while PySpark's workers start for pass 1
+        # (a CPU is about idle then), not after pass 2 (both are busy).
+        drawer.submit(importlib.import_module, "spark.plots")
         try:
             s, points = jobs.run(self.spark, self.dirs, self.out, split_bytes=self.split_bytes, head=self._head,
                                  on_points=on_points)
@@ -131,7 +135,7 @@ class Analysis:
         return self._head.inputs.bases if self._head is not None else [walread.node_base(d) for d in self.dirs]
 
     def _draw(self, points: list) -> list[str]:
-        from spark import plots          # matplotlib: ~0.5 s to import, in the drawing thread
+        from spark import plots          # imported already (run()), in this thread
         written = plots.draw(points, os.path.join(self.out, "plots"), self.node_dirs)
         self.marks["plots"] = time.monotonic()
         log.info("wrote %d plots", len(written))

@@ -7,7 +7,7 @@ start and its JIT compiler:
   ~7 -> ~4 s. A run without one has the JVM write one at exit under a temporary name; a later
   run checks it with `java -version` before it promotes it, because a truncated archive (a
   killed run) crashes the JVM that maps it.
-Rules: only for local mode outside spark-submit (spark.jobs.session); nothing here is needed
+Rules: only for local mode outside spark-submit (spark.launch); nothing here is needed
 for a correct result, so every failure (no java found, no cache dir) means no archive."""
 from __future__ import annotations
 

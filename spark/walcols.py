@@ -70,7 +70,7 @@ _native_tried = False
 
 def native():
     """The C reader, or None. In a Spark executor the `spark` package comes from the job's zip,
-    which cannot hold an extension: spark.jobs.ship_code sends the built file along, and the
+    which cannot hold an extension: spark.launch.ship_code sends the built file along, and the
     worker puts Spark's files directory on sys.path, where it is found."""
     global _native_module, _native_tried
     if not _native_tried:

@@ -8,7 +8,7 @@ compiles pyspark.worker (~0.6 CPU-s each), on the critical path of the first job
 drops those zips from sys.path, so the installed package (with its cached bytecode) is used, then
 runs PySpark's own daemon unchanged.
 
-Used only where the two are the same files: spark.jobs.session sets it for a local master,
+Used only where the two are the same files: spark.launch.session sets it for a local master,
 outside spark-submit, when SPARK_HOME is the installed pyspark package (the embedded default),
 and puts this directory on the workers' PYTHONPATH. Not a package on purpose: this directory
 holds nothing else, so nothing else is importable from it."""

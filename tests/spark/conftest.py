@@ -19,14 +19,14 @@ SPLIT_BYTES = 16 * 1024
 
 @pytest.fixture(scope="session")
 def spark():
-    from spark import jobs
-    s = jobs.session("local[2]", app_name="replog-analyze-tests", conf={
+    from spark import launch
+    s = launch.session("local[2]", app_name="replog-analyze-tests", conf={
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "4",
         "spark.driver.memory": "1g",
     })
     s.sparkContext.setLogLevel("ERROR")
-    jobs.ship_code(s)
+    launch.ship_code(s)
     yield s
     s.stop()
 
