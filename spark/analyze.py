@@ -67,9 +67,9 @@ def format_summary(s: dict, node_dirs: dict[str, str] | None = None, out: str | 
 
 
 class Analysis:
-    """One run of the jobs from this driver, as a context: on entry a SparkSession (or the
-    caller's, which is left running) with the code shipped; `run()` writes the tables and the
-    plots; on exit the session stops. In local mode (no session yet, not under spark-submit) pass 1
+    """One run of the jobs from this driver, as a context: on entry a SparkContext (or the
+    caller's session, which is left running) with the code shipped; `run()` writes the tables
+    and the plots; on exit the context stops. In local mode (no session yet, not under spark-submit) pass 1
     begins on the driver while the JVM starts (spark.headstart); everywhere the plots are drawn
     in a driver thread while the last Spark stages run. `marks` holds when each part ended
     (time.monotonic()): "session", "tables", "plots"."""
@@ -93,9 +93,12 @@ class Analysis:
             self._head = jobs.head_start(self.dirs, self.out, self.split_bytes)
         started = False
         try:
-            self.spark = launch.session(self.master, conf=self.conf)
+            # The usual path runs RDD jobs only: a bare SparkContext starts ~1 s sooner than a
+            # session (spark.jobs makes one if a Spark SQL stage runs).
+            self.spark = SparkSession.getActiveSession() if self._embedded else \
+                launch.context(self.master, conf=self.conf)
             if not self._embedded:
-                self.spark.sparkContext.setLogLevel(self.log_level)
+                self.spark.setLogLevel(self.log_level)
             launch.ship_code(self.spark)
             started = True
         finally:

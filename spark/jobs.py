@@ -33,6 +33,7 @@ import time
 from typing import NamedTuple
 
 from py4j.protocol import Py4JJavaError
+from pyspark import SparkContext
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -96,7 +97,7 @@ def head_start(dirs: list[str], out: str, split_bytes: int = walread.split_bytes
     return HeadStart(inputs, _pass1(inputs, split_bytes, out)).start()
 
 
-def plan_and_write_rows(spark: SparkSession, dirs: list[str], split_bytes: int, out: str,
+def plan_and_write_rows(sc: SparkContext, dirs: list[str], split_bytes: int, out: str,
                         head: HeadStart | None = None) -> tuple[list[walread.Split], list, list[walread.NodeBase]]:
     """Pass 1, one task per segment: cut it into splits (walking frame headers: each split
     carries the table at its start) and write each split's `rows` Parquet file, from the
@@ -111,7 +112,6 @@ def plan_and_write_rows(spark: SparkSession, dirs: list[str], split_bytes: int, 
         inputs, taken = head.inputs, head.stop()
         assert inputs.dirs == tuple(dirs), (inputs.dirs, dirs)
     t = time.monotonic()
-    sc = spark.sparkContext
     rest = [(n, seg) for n, seg in enumerate(inputs.segments) if n not in taken]
     work = _pass1(inputs, split_bytes, out)
     done = (sc.parallelize(rest, _tasks(sc, len(rest), sum(os.path.getsize(seg.path) for _, seg in rest)))
@@ -266,11 +266,11 @@ def divergence_from_input(rows: DataFrame, suspects: DataFrame) -> DataFrame:
                       F.size(F.collect_set("content_hash").over(w)).alias("variants"))
 
 
-def concurrent_pairs(spark: SparkSession, writes_dir: str, out: str, buckets: int, writers: list[str]) -> int:
+def concurrent_pairs(sc: SparkContext, writes_dir: str, out: str, buckets: int, writers: list[str]) -> int:
     """concurrent_writes from pass 2's own writes, bucketed by key: one Python task a bucket
     (spark.concurrent); returns the number of pairs."""
     _fresh(out)
-    n = sum(spark.sparkContext.parallelize(range(buckets), buckets)
+    n = sum(sc.parallelize(range(buckets), buckets)
             .map(lambda b: _concurrent().write_bucket_pairs(b, writes_dir, out, _columnar()._write, writers))
             .collect())
     _done(out)
@@ -295,13 +295,15 @@ def _progress_points(partials: list[tuple], t0: int | None) -> list[tuple[str, s
 _INPUT_ERROR = re.compile(r"WalInputError: (.*)")
 
 
-def run(spark: SparkSession, dirs: list[str], out: str, *,
+def run(spark: SparkSession | SparkContext, dirs: list[str], out: str, *,
         split_bytes: int = walread.split_bytes_default, head: HeadStart | None = None,
         on_points=None) -> tuple[dict, list]:
     """Write every table under `out`; returns the summary and the progress points, which
     `on_points(points)` also gets as soon as they are known (pass 2), while the last stages
     run. `head`: pass 1 begun on the driver (head_start(), same dirs, out and split_bytes).
-    Raises WalInputError for input that cannot be analysed, wherever a reader met it."""
+    Given a SparkContext, a SparkSession is made only if a Spark SQL stage runs (the fallbacks,
+    or divergence suspects). Raises WalInputError for input that cannot be analysed, wherever
+    a reader met it."""
     try:
         return _run(spark, dirs, out, split_bytes, head, on_points)
     except (PySparkException, Py4JJavaError) as e:
@@ -312,11 +314,14 @@ def run(spark: SparkSession, dirs: list[str], out: str, *,
         raise walread.WalInputError(m.group(1)) from None
 
 
-def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int, head: HeadStart | None,
+def _run(spark: SparkSession | SparkContext, dirs: list[str], out: str, split_bytes: int, head: HeadStart | None,
          on_points) -> tuple[dict, list]:
     started = time.monotonic()
-    sc = spark.sparkContext
+    sc = spark.sparkContext if isinstance(spark, SparkSession) else spark
     col, pass2 = _columnar(), _pass2()
+
+    def sql() -> SparkSession:
+        return spark if isinstance(spark, SparkSession) else SparkSession.builder.getOrCreate()
 
     def path(name: str) -> str:
         return os.path.join(out, name)
@@ -324,11 +329,11 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int, head:
     def write(df: DataFrame, name: str, step: str) -> DataFrame:
         t = time.monotonic()
         df.write.mode("overwrite").parquet(path(name))
-        back = spark.read.parquet(path(name))
+        back = sql().read.parquet(path(name))
         log.info("%s %s: %d rows in %.1fs", step, name, back.count(), time.monotonic() - t)
         return back
 
-    splits, stats, bases = plan_and_write_rows(spark, dirs, split_bytes, out, head)
+    splits, stats, bases = plan_and_write_rows(sc, dirs, split_bytes, out, head)
 
     # vclock_history, the writes' vclocks and (when the origins' own transactions are few
     # enough to send to every task) origin_history: per split, from the vclock at its start.
@@ -366,7 +371,7 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int, head:
         on_points(pts)
 
     def rows() -> DataFrame:        # only the Spark SQL fallbacks read `rows` back
-        return spark.read.parquet(rows_dir)
+        return sql().read.parquet(rows_dir)
 
     if in_tasks:
         _done(history_dir)
@@ -397,14 +402,14 @@ def _run(spark: SparkSession, dirs: list[str], out: str, split_bytes: int, head:
         log.info("[6/8] divergence: none (every observation equals its origin's own)")
     elif div_dir is not None:
         ref.unpersist()
-        div = write(divergence_from_input(rows(), spark.read.parquet(div_dir)), "divergence", "[6/8]")
+        div = write(divergence_from_input(rows(), sql().read.parquet(div_dir)), "divergence", "[6/8]")
         shutil.rmtree(div_dir)
     else:
         div = write(divergence(rows()), "divergence", "[6/8]")
     if div is not None:
         divergent_rows = sorted((r[0], r[1]) for r in div.select("origin_uuid", "origin_lsn").distinct().collect())
     t = time.monotonic()
-    conc = concurrent_pairs(spark, writes_dir, path("concurrent_writes"), buckets, writers)
+    conc = concurrent_pairs(sc, writes_dir, path("concurrent_writes"), buckets, writers)
     shutil.rmtree(writes_dir)
     log.info("[7/8] concurrent_writes: %d rows in %.1fs", conc, time.monotonic() - t)
 

@@ -13,11 +13,35 @@ import sys
 import tempfile
 import zipfile
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 def session(master: str | None = None, *, app_name: str = "replog-analyze",
             conf: dict[str, str] | None = None) -> SparkSession:
-    """A SparkSession for the jobs. `master=None` keeps what spark-submit chose (or local[*])."""
+    """A SparkSession for the jobs (and whoever reads their tables with Spark SQL)."""
+    master, settings = _settings(master, conf)
+    b = SparkSession.builder.appName(app_name)
+    if master is not None:
+        b = b.master(master)
+    for k, v in settings.items():
+        b = b.config(k, v)
+    return b.getOrCreate()
+
+
+def context(master: str | None = None, *, app_name: str = "replog-analyze",
+            conf: dict[str, str] | None = None) -> SparkContext:
+    """The SparkContext alone, with the same settings: all that the usual path of the jobs needs
+    (RDDs of Python tasks). A SparkSession on top cost ~1 s more of start and ~1.2 CPU-s of JVM
+    (local[2], measured); spark.jobs makes one only for its Spark SQL stages."""
+    master, settings = _settings(master, conf)
+    c = SparkConf().setAppName(app_name).setAll(list(settings.items()))
+    if master is not None:
+        c.setMaster(master)
+    return SparkContext.getOrCreate(c)
+
+
+def _settings(master: str | None, conf: dict[str, str] | None) -> tuple[str | None, dict[str, str]]:
+    """The master (None: what spark-submit chose) and the settings, the caller's `conf` last."""
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     if master is None and not under_submit:
         master = "local[*]"
@@ -27,9 +51,6 @@ def session(master: str | None = None, *, app_name: str = "replog-analyze",
         # may not resolve, the loopback always does. Never for a cluster: executors connect back.
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    b = SparkSession.builder.appName(app_name)
-    if master is not None:
-        b = b.master(master)
     settings = {
         "spark.sql.execution.arrow.pyspark.enabled": "true",       # readers hand Arrow batches over
         "spark.sql.execution.pythonUDF.arrow.enabled": "true",
@@ -53,9 +74,7 @@ def session(master: str | None = None, *, app_name: str = "replog-analyze",
             settings["spark.driver.extraJavaOptions"] = jvmstart.driver_java_options()
             settings.update(_local_daemon(conf or {}))
     settings.update(conf or {})
-    for k, v in settings.items():
-        b = b.config(k, v)
-    return b.getOrCreate()
+    return master, settings
 
 
 def _local_daemon(conf: dict[str, str]) -> dict[str, str]:
@@ -78,10 +97,10 @@ def _local_cores(master: str) -> int:
     return int(m.group(1)) if m else (os.cpu_count() or 1)
 
 
-def ship_code(spark: SparkSession) -> None:
+def ship_code(spark: SparkSession | SparkContext) -> None:
     """Send the `spark` and `node` packages to the executors (a cluster has no copy of them).
     Once per SparkContext: a second zip of the same name would be refused."""
-    sc = spark.sparkContext
+    sc = spark.sparkContext if isinstance(spark, SparkSession) else spark
     if getattr(sc, "_replog_code_shipped", False):
         return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -249,13 +249,14 @@ HEAD_WAIT_S = 120       # a slow CI machine; the wait ends as soon as the segmen
 
 def test_a_head_start_and_the_job_together_write_the_oracles_tables(spark, corrupted, tmp_path):
     """Some segments read by the driver's thread, the rest by the pass-1 job: every table
-    and the summary still equal the oracle's (divergence included)."""
+    and the summary still equal the oracle's (divergence included). Given the bare
+    SparkContext, as `replog analyze` gives it, the run gets a session for its SQL stage."""
     root, m = corrupted
     dirs, out = node_dirs(root, m), str(tmp_path / "out")
     head = jobs.head_start(dirs, out, SPLIT_BYTES)
     assert head.wait(3, HEAD_WAIT_S)
     r = {"out": out}
-    r["summary"], r["points"] = jobs.run(spark, dirs, out, split_bytes=SPLIT_BYTES, head=head)
+    r["summary"], r["points"] = jobs.run(spark.sparkContext, dirs, out, split_bytes=SPLIT_BYTES, head=head)
     assert 3 <= len(head.results()) < len(head.inputs.segments)    # both read some
     o = oracle.analyze(dirs)
     for name in T.TABLES:
