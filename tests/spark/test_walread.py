@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
 
 from node.core.rows import OP_CLUSTER
-from spark import generate, oracle, walread
+from spark import generate, oracle, walcols, walread
 from tests.spark.conftest import SPLIT_BYTES, node_dirs
 
 NODE, POSITION, ORIGIN = (walread.ROW_COLUMNS.index(c) for c in ("node_uuid", "position", "origin_uuid"))
@@ -141,6 +142,31 @@ def test_torn_last_frame_ends_the_input_and_damage_before_the_end_is_an_error(he
     with pytest.raises(walread.WalInputError, match=os.path.basename(first)):
         for s in walread.plan_segment(walread.node_segments(d)[0], SPLIT_BYTES):
             list(walread.read_split(s))
+
+
+def test_a_segment_read_as_one_split_is_not_walked_and_its_damage_is_the_readers_to_report(healthy, tmp_path):
+    """A segment that is not a node's last and fits in one split is planned from its header
+    alone; the split's reader (both of them) still finds the damage, by file and offset, and
+    the `_cluster` rows inside it still move the table."""
+    root, m = healthy
+    d = str(tmp_path / "node")
+    shutil.copytree(os.path.join(root, m["nodes"][0]["dir"]), d)
+    segs = walread.node_segments(d)
+    assert len(segs) > 1
+    one = [walread.plan_segment(seg, 1 << 30) for seg in segs]
+    assert all(len(p) == 1 for p in one)
+    whole = list(walread.read_node_frames(d))
+    assert [r for p in one for s in p for r in walread.read_split(s)] == whole
+    first = segs[0].path
+    with open(first, "r+b") as f:
+        f.seek(os.path.getsize(first) // 2)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([b[0] ^ 0xFF]))
+    split, = walread.plan_segment(walread.node_segments(d)[0], 1 << 30)     # no frame is read here
+    for pure in (False, True):
+        with pytest.raises(walread.WalInputError, match=re.escape(first) + r": .* at byte \d+"):
+            walcols.read_split_columns(split, pure=pure)
 
 
 def test_wal_dir_of_accepts_a_data_dir_or_a_wal_dir_and_refuses_others(healthy, tmp_path):
