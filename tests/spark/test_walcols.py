@@ -58,6 +58,16 @@ def test_native_content_hash_is_the_hash_of_the_op_as_packed():
         assert native.crc32(data) == zlib.crc32(data)
 
 
+def test_crc32c_by_the_cpu_instruction_equals_the_tables_at_every_length_and_alignment():
+    """Where the CPU has a CRC32 instruction the native reader uses it (checked at import);
+    the tables stay its fallback: both agree with the crc32c package."""
+    data = bytes(range(256)) * 3
+    for start in range(8):
+        for n in (0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 300):
+            piece = data[start:start + n]
+            assert native.crc32c(piece) == native.crc32c_table(piece) == crc32c(piece), (start, n)
+
+
 def test_damaged_segments_give_the_same_error_from_both_readers(healthy, tmp_path):
     root, m = healthy
     src = os.path.join(root, m["nodes"][1]["dir"])
@@ -106,6 +116,13 @@ def _claim(uuid: str, rid: int) -> list:
     return [OP_CLUSTER, "_cluster", uuid, {"id": rid, "address": "", "state": "member"}]
 
 
+def _nested_value(depth: int) -> bytes:
+    """A frame whose op value is `depth` arrays around an int: the int sits at nesting depth
+    5 + depth of the payload (payload, txns, txn, ops, op, then the value's own arrays)."""
+    head = msgpack.packb([7, [_txn(ops=[_op(value=0)])]])[:-1]      # up to the value (the 0)
+    return head + b"\x91" * depth + b"\x01"
+
+
 GOOD = _txn()
 FRAMES = {
     "good": [msgpack.packb([7, [GOOD, _txn(group=GROUP_LOCAL, rid=0)]])],
@@ -142,6 +159,9 @@ FRAMES = {
     "bad _cluster row before a bad frame": [
         msgpack.packb([7, [_txn(rid=1, group=GROUP_CLUSTER, ops=[[OP_CLUSTER, "_cluster", NEW, {}]])]]), b"\xc1"],
     "bad frame after a good one": [msgpack.packb([7, [GOOD]]), msgpack.packb([8, [GOOD[:2]]])],
+    # msgpack's own nesting limit (1024 containers deep), which the native reader keeps too
+    "value nested to the limit": [_nested_value(1019)],
+    "value nested past the limit": [_nested_value(1020)],
 }
 
 
@@ -157,7 +177,7 @@ def test_hand_made_frames_give_the_same_result_from_both_readers(tmp_path, name)
     split = walread.Split(path, "00000000000000000000.wal", 0, True, len(first), len(data), ME, 1, table)
     a, b = _outcome(split, pure=False), _outcome(split, pure=True)
     assert a == b
-    assert isinstance(a, tuple) == (name not in ("good", "cluster moves the table mid-split")), a
+    assert isinstance(a, tuple) == (name not in ("good", "cluster moves the table mid-split", "value nested to the limit")), a
     if name == "cluster moves the table mid-split":
         assert a["t_origin"] == [None, ME, NEW, NEW, OTHER, None]
     if isinstance(a, tuple):
