@@ -8,10 +8,12 @@ the job reads the others.
 
 Rules: a segment is read once: `stop()` closes the thread's intake and names every segment it
 took (done or under way), and the job reads exactly the rest; `results()` waits for the one
-under way. Going on after the job is submitted was measured worse: the thread then competes
-with PySpark's daemon and workers as they start (~1.5 s), and ends up reading nearly every
-segment alone on one CPU. A reader's WalInputError comes back as a value, as from a task
-(spark.jobs). On a cluster there is no head start: the driver reads no segment."""
+under way. Going on after the job is submitted was measured worse (the thread competed with
+PySpark's daemon and workers as they started, then read nearly every segment alone on one CPU),
+and going on only until the job's first task begins (claims by symlink in OUT, tasks leaving the
+driver's segments) no better: 8 alternating runs, the same median. A reader's WalInputError
+comes back as a value, as from a task (spark.jobs). On a cluster there is no head start: the
+driver reads no segment."""
 from __future__ import annotations
 
 import concurrent.futures
