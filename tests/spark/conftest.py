@@ -54,3 +54,12 @@ def node_dirs(root: str, manifest: dict) -> list[str]:
 
 def uuid_of(manifest: dict, name: str) -> str:
     return next(n["uuid"] for n in manifest["nodes"] if n["name"] == name)
+
+
+def flip_a_middle_byte(path: str) -> None:
+    """Damage a segment: one byte in its middle inverted (a frame's body or header)."""
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([b[0] ^ 0xFF]))

@@ -11,7 +11,7 @@ import pytest
 from spark import analyze, jobs, oracle, plots, walread
 from spark import tables as T
 from tests.spark import scenario
-from tests.spark.conftest import SPLIT_BYTES, node_dirs, uuid_of
+from tests.spark.conftest import SPLIT_BYTES, flip_a_middle_byte, node_dirs, uuid_of
 
 
 def _norm(v):
@@ -201,11 +201,7 @@ def test_a_damaged_segment_fails_the_run_with_file_and_offset_not_a_task_failure
     d = str(tmp_path / "node")
     shutil.copytree(os.path.join(root, m["nodes"][0]["dir"]), d)
     first = walread.node_segments(d)[0].path
-    with open(first, "r+b") as f:
-        f.seek(os.path.getsize(first) // 2)
-        b = f.read(1)
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([b[0] ^ 0xFF]))
+    flip_a_middle_byte(first)
     sc = spark.sparkContext
     sc.setJobGroup("damaged-input", "a run over a damaged segment")
     try:
@@ -269,11 +265,7 @@ def test_a_damaged_segment_read_by_the_head_start_fails_the_run_with_file_and_of
     d = str(tmp_path / "node")
     shutil.copytree(os.path.join(root, m["nodes"][0]["dir"]), d)
     last = walread.node_segments(d)[-1].path          # the head start reads from the last
-    with open(last, "r+b") as f:
-        f.seek(os.path.getsize(last) // 2)
-        b = f.read(1)
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([b[0] ^ 0xFF]))
+    flip_a_middle_byte(last)
     head = jobs.head_start([d], str(tmp_path / "out"), SPLIT_BYTES)
     assert head.wait(1, HEAD_WAIT_S)
     with pytest.raises(walread.WalInputError, match=re.escape(last) + r": .* at byte \d+"):

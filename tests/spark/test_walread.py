@@ -10,7 +10,7 @@ import pytest
 
 from node.core.rows import OP_CLUSTER
 from spark import generate, oracle, walcols, walread
-from tests.spark.conftest import SPLIT_BYTES, node_dirs
+from tests.spark.conftest import SPLIT_BYTES, flip_a_middle_byte, node_dirs
 
 NODE, POSITION, ORIGIN = (walread.ROW_COLUMNS.index(c) for c in ("node_uuid", "position", "origin_uuid"))
 
@@ -132,11 +132,7 @@ def test_torn_last_frame_ends_the_input_and_damage_before_the_end_is_an_error(he
     assert torn == whole[:-1]
     assert by_splits() == torn
     first = segs[0].path
-    with open(first, "r+b") as f:
-        f.seek(os.path.getsize(first) // 2)
-        b = f.read(1)
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([b[0] ^ 0xFF]))
+    flip_a_middle_byte(first)
     with pytest.raises(walread.WalInputError, match=os.path.basename(first)):
         list(walread.read_node_frames(d))
     with pytest.raises(walread.WalInputError, match=os.path.basename(first)):
@@ -158,11 +154,7 @@ def test_a_segment_read_as_one_split_is_not_walked_and_its_damage_is_the_readers
     whole = list(walread.read_node_frames(d))
     assert [r for p in one for s in p for r in walread.read_split(s)] == whole
     first = segs[0].path
-    with open(first, "r+b") as f:
-        f.seek(os.path.getsize(first) // 2)
-        b = f.read(1)
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([b[0] ^ 0xFF]))
+    flip_a_middle_byte(first)
     split, = walread.plan_segment(walread.node_segments(d)[0], 1 << 30)     # no frame is read here
     for pure in (False, True):
         with pytest.raises(walread.WalInputError, match=re.escape(first) + r": .* at byte \d+"):
