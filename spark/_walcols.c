@@ -29,74 +29,13 @@ Rules kept here:
 #include <stdint.h>
 #include <string.h>
 
+#include "crc.h"   /* node/core/crc.h, shared with node.core._rowscan */
+
 #define FRAME_OVERHEAD 12
 #define DEPTH_MAX 1024            /* nesting of one msgpack value: msgpack-python's own stack */
 static const uint8_t FRAME_MAGIC[4] = {0xd5, 0x1a, 0x7e, 0x01};
 
-/* --- CRCs: reflected, slicing by 8 ---------------------------------------------------- */
-static uint32_t crc32c_t[8][256], crc32_t[8][256];
-
-static void crc_tables(uint32_t t[8][256], uint32_t poly) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ poly : c >> 1;
-        t[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int k = 1; k < 8; k++)
-            t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xff];
-}
-
-static uint32_t crc(const uint32_t t[8][256], const uint8_t *p, size_t n) {
-    uint32_t c = 0xffffffffu;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    while (n >= 8) {
-        uint32_t lo, hi;
-        memcpy(&lo, p, 4);
-        memcpy(&hi, p + 4, 4);
-        lo ^= c;
-        c = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24]
-          ^ t[3][hi & 0xff] ^ t[2][(hi >> 8) & 0xff] ^ t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
-        p += 8;
-        n -= 8;
-    }
-#endif
-    while (n--)
-        c = t[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-    return ~c;
-}
-
-/* crc32c: the Castagnoli polynomial is the one x86's CRC32 instruction computes (reflected, the
-   same register convention as the tables above), 8 bytes an instruction. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HAVE_HW_CRC32C 1
-__attribute__((target("sse4.2")))
-static uint32_t crc32c_hw(const uint8_t *p, size_t n) {
-    uint64_t c = 0xffffffffu;
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = __builtin_ia32_crc32di(c, v);
-        p += 8;
-        n -= 8;
-    }
-    uint32_t c32 = (uint32_t)c;
-    while (n--)
-        c32 = __builtin_ia32_crc32qi(c32, *p++);
-    return ~c32;
-}
-
-static int hw_crc32c;              /* set at import: the CPU has the instruction */
-#endif
-
-static uint32_t crc32c(const uint8_t *p, size_t n) {
-#ifdef HAVE_HW_CRC32C
-    if (hw_crc32c)
-        return crc32c_hw(p, n);
-#endif
-    return crc(crc32c_t, p, n);
-}
+static uint32_t crc32_t[8][256];   /* zlib's crc32; crc32c and its tables are in crc.h */
 
 /* --- growable column buffers ------------------------------------------------------------ */
 typedef struct { char *p; size_t len, cap; } Col;
@@ -338,7 +277,7 @@ static int read_txn(Split *s, Cur *c, int64_t offset, int64_t written_us, int64_
         if (kind < 0 || kind > 63 || !((s->kinds >> kind) & 1)) { r = WRONG; goto wrong; }
         if ((r = skip(c, 2)) != OK) goto wrong;
         size_t len = (size_t)(c->p - op);
-        uint64_t h = ((uint64_t)(crc32c(op, len) >> 1) << 32) | crc(crc32_t, op, len);
+        uint64_t h = ((uint64_t)(crc32c(op, len) >> 1) << 32) | crc_sliced(crc32_t, op, len);
         if (col[R_SPACE].len + sp_len > INT32_MAX || col[R_KEY].len + key_len > INT32_MAX) {
             PyErr_SetString(PyExc_OverflowError, "a split's space or key bytes exceed 2 GiB: use smaller splits");
             return -1;
@@ -476,7 +415,7 @@ static PyObject *py_crc(PyObject *args, const uint32_t t[8][256]) {
     Py_buffer view;
     if (!PyArg_ParseTuple(args, "y*", &view))
         return NULL;
-    uint32_t v = crc(t, view.buf, (size_t)view.len);
+    uint32_t v = crc_sliced(t, view.buf, (size_t)view.len);
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(v);
 }
@@ -505,11 +444,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "spark._walcols", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__walcols(void) {
-    crc_tables(crc32c_t, 0x82f63b78u);
-    crc_tables(crc32_t, 0xedb88320u);
-#ifdef HAVE_HW_CRC32C
-    __builtin_cpu_init();
-    hw_crc32c = __builtin_cpu_supports("sse4.2");
-#endif
+    crc_module_init();
+    crc_tables(crc32_t, CRC32_POLY);
     return PyModule_Create(&module);
 }

@@ -31,6 +31,8 @@ relay_scan(buf, pos, sub, budget, frame_bytes_max, own_id, own_cut)
 #include <stdlib.h>
 #include <string.h>
 
+#include "crc.h"
+
 #define ROWS_TYPE 30
 #define GROUP_DEFAULT 0
 #define GROUP_LOCAL 1
@@ -46,67 +48,6 @@ static const uint8_t ROWS_HEAD[] = {0x92, ROWS_TYPE, 0x81, 0xa6, 'f', 'r', 'a', 
 /* relay_scan status: every frame read; the budget is spent; stopped before a frame the caller's
    exact code must handle (some of its txns wanted, torn, damaged, or of an unexpected shape) */
 enum { RS_END = 0, RS_BUDGET = 1, RS_STOP = 2 };
-
-/* --- crc32c (Castagnoli, reflected): SSE 4.2 when the CPU has it, else slicing by 8 ----- */
-static uint32_t crc_t[8][256];
-static int crc_hw;
-
-static void crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-        crc_t[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int k = 1; k < 8; k++)
-            crc_t[k][i] = (crc_t[k - 1][i] >> 8) ^ crc_t[0][crc_t[k - 1][i] & 0xff];
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    crc_hw = __builtin_cpu_supports("sse4.2");
-#endif
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("sse4.2")))
-static uint32_t crc_sse42(const uint8_t *p, size_t n) {
-    uint64_t c = 0xffffffffu;
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = __builtin_ia32_crc32di(c, v);
-        p += 8;
-        n -= 8;
-    }
-    uint32_t c32 = (uint32_t)c;
-    while (n--)
-        c32 = __builtin_ia32_crc32qi(c32, *p++);
-    return ~c32;
-}
-#endif
-
-static uint32_t crc32c(const uint8_t *p, size_t n) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (crc_hw)
-        return crc_sse42(p, n);
-#endif
-    uint32_t c = 0xffffffffu;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    while (n >= 8) {
-        uint32_t lo, hi;
-        memcpy(&lo, p, 4);
-        memcpy(&hi, p + 4, 4);
-        lo ^= c;
-        c = crc_t[7][lo & 0xff] ^ crc_t[6][(lo >> 8) & 0xff] ^ crc_t[5][(lo >> 16) & 0xff] ^ crc_t[4][lo >> 24]
-          ^ crc_t[3][hi & 0xff] ^ crc_t[2][(hi >> 8) & 0xff] ^ crc_t[1][(hi >> 16) & 0xff] ^ crc_t[0][hi >> 24];
-        p += 8;
-        n -= 8;
-    }
-#endif
-    while (n--)
-        c = crc_t[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-    return ~c;
-}
 
 /* --- reading msgpack ----------------------------------------------------------------------
    Every reader takes (p, end), returns the position after what it read, or NULL when the bytes
@@ -953,7 +894,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "node.core._rowscan", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__rowscan(void) {
-    crc_init();
+    crc_module_init();
     if (PyType_Ready(&ScanType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
