@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pyarrow.parquet as pq
 import pyspark
@@ -16,6 +15,7 @@ import pytest
 from bench.common import free_port
 from spark import generate, oracle
 from spark import tables as T
+from tests.integration.harness import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -33,14 +33,9 @@ def _norm(v):
     return v
 
 
-def _wait_for_line(path: str, text: str, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with open(path, errors="replace") as f:
-            if text in f.read():
-                return True
-        time.sleep(0.2)                         # polling a log file for a condition, with a deadline
-    return False
+def _log(path: str) -> str:
+    with open(path, errors="replace") as f:
+        return f.read()
 
 
 @pytest.fixture
@@ -62,8 +57,11 @@ def cluster(tmp_path):
                 [spark_class, "org.apache.spark.deploy.worker.Worker", "--cores", "2", "--memory", "2g",
                  "--port", str(free_port()), "--webui-port", str(free_port()), master_url],
                 env=env, stdout=log, stderr=subprocess.STDOUT))
-        assert _wait_for_line(logs["worker"], "Successfully registered with master", REGISTER_S), \
-            open(logs["worker"]).read()[-2000:]
+        try:
+            wait_for(lambda: "Successfully registered with master" in _log(logs["worker"]), REGISTER_S,
+                     "the worker to register with the master", interval=0.2)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the worker's log ends:\n{_log(logs['worker'])[-2000:]}") from None
         yield master_url, env
     finally:
         for p in procs:

@@ -221,15 +221,18 @@ async def order_of_send_and_apply(node: Node) -> list:
     cur = WalCursor(node.wal_dir, {})
     drain(cur, node.journal)
 
+    waiting = asyncio.Event()
+
     async def relay():
         wake.clear()
+        waiting.set()
         await wake.wait()
         frames = cur.read_tail(node.journal, BUDGET_ALL)
         on_disk = os.path.getsize(os.path.join(node.wal_dir, cur.segment))
         events.append(("relay", len(frames), on_disk >= cur.offset))
 
     task = asyncio.create_task(relay())
-    await asyncio.sleep(0)                                # the relay waits
+    await asyncio.wait_for(waiting.wait(), DEADLINE_S)    # the relay is listening
     await node.write(1)
     await asyncio.wait_for(task, DEADLINE_S)
     return events
