@@ -1,6 +1,7 @@
 """Identity and cluster lifecycle of one node: crash-safe registration on JOIN/REGISTER
 (RocketMQ), the Qpid join protocol (wait for N, store status and signatures, initialization,
-joining, wrong store), orderly cluster shutdown, address changes, and fault points.
+joining, wrong store), orderly cluster shutdown and address changes (fault points for tests of
+all this: node/faults.py).
 
 The decisions come from node/identity/identity_file.py (register codes, the online process)
 and node/identity/signature.py (decide_initialization, decide_join); this module gathers their
@@ -29,7 +30,6 @@ import asyncio
 import fcntl
 import logging
 import os
-import sys
 import time
 import uuid as uuidlib
 from dataclasses import dataclass
@@ -41,7 +41,7 @@ from node import limits
 from node.applier.applier import PROBE_ERRORS, open_link, probe
 from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
-from node.errors import ConfigError, PeerRefused, RemoteProtocolError, StorageError
+from node.errors import PeerRefused, RemoteProtocolError, StorageError
 from node.identity import identity_file as idf
 from node.identity.signature import (
     Decision, InitialSignature, MemberStatus, Outcome, StoreStatus, decide_initialization, decide_join,
@@ -59,56 +59,6 @@ wait_backoff_s_max = 1.0             # a forming cluster polls its peers at most
 catch_up_poll_s = 0.05               # how often a catching-up member compares vclocks
 address_follow_s = 0.5               # how often appliers are checked against members' new addresses
 LOCK_FILE = "replog.lock"            # flock'd by the running node; `admin mark-clean` checks it
-
-# --- fault points ------------------------------------------------------------------------------
-# REPLOG_FAULT_POINT=NAME[:N]. A registration crash point (identity_file.FAULT_POINTS) makes the
-# process os._exit(137) the N-th time it is reached (default 1), as kill -9 would; a server point
-# acts the first N times: lose_apply_answer = the donor applies a JOIN/REGISTER, then closes the
-# link without answering (the "lost ApplyResult" of the reference).
-FAULT_ENV = "REPLOG_FAULT_POINT"
-SERVER_FAULT_POINTS = ("lose_apply_answer",)
-_server_fault: dict[str, int] = {}
-
-
-def install_fault_points(env: dict | None = None) -> None:
-    spec = (os.environ if env is None else env).get(FAULT_ENV, "").strip()
-    if not spec:
-        return
-    name, _, count = spec.partition(":")
-    if name not in idf.FAULT_POINTS + SERVER_FAULT_POINTS:
-        raise ConfigError(FAULT_ENV, f"unknown fault point {name!r}; known: "
-                          f"{', '.join(idf.FAULT_POINTS + SERVER_FAULT_POINTS)}")
-    try:
-        n = int(count) if count else 1
-    except ValueError:
-        raise ConfigError(FAULT_ENV, f"count must be an integer, got {count!r}") from None
-    if name in SERVER_FAULT_POINTS:
-        _server_fault[name] = n
-        return
-    hits = 0
-
-    def hook(point: str) -> None:
-        nonlocal hits
-        if point != name:
-            return
-        hits += 1
-        if hits == n:
-            sys.stderr.write(f"replog: fault point {point}: exiting with 137\n")
-            sys.stderr.flush()
-            os._exit(137)
-
-    idf.FAULT_POINT = hook
-
-
-def fault(name: str) -> bool:
-    """A server-side fault point: True while it still has hits left."""
-    assert name in SERVER_FAULT_POINTS, name
-    left = _server_fault.get(name, 0)
-    if left <= 0:
-        return False
-    _server_fault[name] = left - 1
-    return True
-
 
 class Aborted(StorageError):
     """Start-up cannot go on without an operator (no clean store, wrong store, ...): the process

@@ -34,7 +34,8 @@ from node.identity.identity_file import IdentityFileError
 from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
 from node.cluster_shutdown import ClusterShutdown
 from node.journal import Journal
-from node.lifecycle import Aborted, Lifecycle, install_fault_points
+from node.faults import install_fault_points
+from node.lifecycle import Aborted, Lifecycle
 from node.storage.store import Store
 from node.wal.recovery import recover
 from node.wal.writer import WalWriter

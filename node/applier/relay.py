@@ -29,7 +29,7 @@ from node.core import rowscan
 from node.core.replicaset import relay_wants
 from node.core.rowscan import PackedEntry
 from node.errors import PeerRefused, RemoteProtocolError
-from node.lifecycle import fault
+from node.faults import fault
 from node.wal import format as walfmt
 from node.wal.gc import behind
 from node.wal.reader import list_segments, read_header

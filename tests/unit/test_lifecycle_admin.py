@@ -1,4 +1,4 @@
-"""node/lifecycle.py helpers (fault points, store status and signatures from `_meta` and greetings)
+"""node/lifecycle.py and node/faults.py helpers (fault points, store status and signatures from `_meta` and greetings)
 and `replog admin` over stores built in place: concurrent stores, different clusters, mark-clean."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:   # tests/unit has no __init__.py and replog is not pip-installed
     sys.path.insert(0, str(REPO))
 
-from node import admin, lifecycle
+from node import admin, faults, lifecycle
 from node.cluster_space.table import Member
 from node.errors import ConfigError
 from node.identity import identity_file as idf
@@ -30,19 +30,19 @@ SIG = InitialSignature(CLUSTER, 100.0, (A, B))
 @pytest.fixture(autouse=True)
 def no_fault_hook(monkeypatch):
     monkeypatch.setattr(idf, "FAULT_POINT", None)
-    monkeypatch.setattr(lifecycle, "_server_fault", {})
+    monkeypatch.setattr(faults, "_server_fault", {})
 
 
 # --- fault points ------------------------------------------------------------------------------
 
 def test_fault_point_spec_is_checked_and_server_points_count_down():
     with pytest.raises(ConfigError, match="unknown fault point"):
-        lifecycle.install_fault_points({"REPLOG_FAULT_POINT": "after_lunch"})
+        faults.install_fault_points({"REPLOG_FAULT_POINT": "after_lunch"})
     with pytest.raises(ConfigError, match="integer"):
-        lifecycle.install_fault_points({"REPLOG_FAULT_POINT": "after_apply_ok:x"})
-    lifecycle.install_fault_points({"REPLOG_FAULT_POINT": "lose_apply_answer:2"})
-    assert [lifecycle.fault("lose_apply_answer") for _ in range(3)] == [True, True, False]
-    lifecycle.install_fault_points({"REPLOG_FAULT_POINT": "after_apply_ok"})
+        faults.install_fault_points({"REPLOG_FAULT_POINT": "after_apply_ok:x"})
+    faults.install_fault_points({"REPLOG_FAULT_POINT": "lose_apply_answer:2"})
+    assert [faults.fault("lose_apply_answer") for _ in range(3)] == [True, True, False]
+    faults.install_fault_points({"REPLOG_FAULT_POINT": "after_apply_ok"})
     idf.fault_point("after_temp_written")      # another point: the hook lets it pass
     assert idf.FAULT_POINT is not None
 
