@@ -69,6 +69,7 @@ def run_demo(args: argparse.Namespace) -> int:
     addrs = [f"127.0.0.1:{p}" for p in ports]
     masters = addrs[: args.masters]
     procs: list[tuple[str, subprocess.Popen]] = []
+    names = [f"master{i + 1}" if i < args.masters else f"anon{i - args.masters + 1}" for i in range(len(addrs))]
     print(f"replog demo: {args.masters} masters in full mesh + {args.anon} anonymous replica(s) under {base}")
     stop = threading.Event()
 
@@ -78,8 +79,7 @@ def run_demo(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        for i, addr in enumerate(addrs):
-            name = f"master{i + 1}" if i < args.masters else f"anon{i - args.masters + 1}"
+        for i, (addr, name) in enumerate(zip(addrs, names)):
             peers = [a for a in masters if a != addr]
             argv = exe + ["--data-dir", os.path.join(base, name), "--listen", addr]
             if peers:
@@ -126,22 +126,35 @@ def run_demo(args: argparse.Namespace) -> int:
         stop.set()
         for t in threads:
             t.join(5)
-        return 0
     finally:
         print("replog demo: stopping every node ...")
         for _, p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        failed = 0
-        for addr, p in procs:
+        failed = []
+        for (addr, p), name in zip(procs, names):
             try:
                 rc = p.wait(20)
             except subprocess.TimeoutExpired:
                 p.kill()
                 rc = p.wait(5)
-            failed += rc != 0
             print(f"  {addr} exited with {rc}")
+            if rc != 0:
+                failed.append(name)
+        for name in failed:   # say why here, not only in a log the user has to find
+            print(f"--- {name} did not stop cleanly; the end of {name}.log:\n{_tail(os.path.join(base, name + '.log'))}",
+                  file=sys.stderr)
         if not args.dir and not failed:
             shutil.rmtree(base, ignore_errors=True)
-        elif args.dir:
+        else:
             print(f"data kept in {base} (try: replog analyze {base}/master1 {base}/master2 {base}/master3)")
+    return 1 if failed else 0
+
+
+def _tail(path: str, n: int = 20) -> str:
+    try:
+        with open(path, "rb") as f:
+            return b"\n".join(f.read().splitlines()[-n:]).decode(errors="replace")
+    except OSError as e:
+        return f"(cannot read it: {e.strerror})"
+

@@ -40,6 +40,7 @@ applier_pending_rows_max = 20_000    # rows queued to the journal before applier
 heartbeat_interval_s = 1.0           # idle links send a heartbeat this often
 peer_timeout_s = 10.0                # no message for this long: the link is dead
 handshake_timeout_s = 10.0           # a peer must finish auth + greeting within this
+link_close_timeout_s = 2.0           # closing a link waits this long for the peer's CLOSE
 reconnect_backoff_min_s = 0.1        # first retry after a broken link
 reconnect_backoff_max_s = 5.0        # retries back off to at most this
 refused_backoff_s = 10.0             # a peer that refused us (wrong secret, cluster) is retried this slowly
@@ -47,6 +48,7 @@ ack_interval_s = 0.05                # appliers send ACKs at most this often (ba
 
 # --- lifecycle ----------------------------------------------------------------
 shutdown_deadline_s = 10.0           # orderly shutdown gives up waiting after this
+http_drain_s = 5.0                   # requests still running at shutdown get this long, then are cancelled
 checkpoint_interval_s = 60.0         # LMDB is synced and WAL collected this often
 anon_ttl_s = 3600.0                  # an anonymous replica's position holds WAL this long
 

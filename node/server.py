@@ -22,6 +22,7 @@ from aiohttp import web
 
 from node import limits
 from node.applier.applier import Applier, open_link
+from node.applier.conn import Conn
 from node.applier.relay import Relay
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, Member
 from node.config import Config
@@ -65,6 +66,7 @@ class Node:
         self.status_reason = "opening the store"
         self.appliers: dict[str, Applier] = {}
         self.relays: set[Relay] = set()
+        self.links: set[Conn] = set()    # every inbound replication link, from accept (relays: subscribed ones)
         self.http_session: aiohttp.ClientSession | None = None
         self.stopped = asyncio.Event()
         self.fatal: BaseException | None = None
@@ -171,7 +173,8 @@ class Node:
         self.http_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5))
         from node.http.api import make_app
         app = make_app(self)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=limits.http_drain_s)
         await self._runner.setup()
         site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
         await site.start()
@@ -534,7 +537,9 @@ class Node:
             except asyncio.CancelledError:
                 raise
             except BaseException as e:  # shutdown collects every cleanup error and goes on
-                log.error("shutdown: %s failed: %s", name, e)
+                why = f"took longer than {limits.shutdown_deadline_s:.0f} s" if isinstance(e, asyncio.TimeoutError) \
+                    else f"{type(e).__name__}: {e}"
+                log.error("shutdown: %s failed: %s", name, why)
                 errors.append(e)
 
         self.status, self.status_reason = "stopping", "shutting down"
@@ -547,8 +552,12 @@ class Node:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
-        for r in list(self.relays):
-            await step("relay", r.conn.close())
+        # Every inbound link, not only subscribed relays: one still in its handshake would
+        # otherwise hold the HTTP server's drain until its peer gave up. Links accepted from
+        # here on close themselves (status is "stopping").
+        links = list(self.links)
+        if links:
+            await step("replication links", asyncio.gather(*(c.close() for c in links)))
         if self._runner:
             await step("http", self._runner.cleanup())
         if self.http_session:

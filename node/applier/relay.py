@@ -195,10 +195,16 @@ class WalCursor:
 
 
 async def handle_replication(node: "Node", request: web.Request) -> web.StreamResponse:
-    ws = web.WebSocketResponse(max_msg_size=limits.message_bytes_max, autoping=True)
+    ws = web.WebSocketResponse(max_msg_size=limits.message_bytes_max, autoping=True,
+                               timeout=limits.link_close_timeout_s)
     await ws.prepare(request)
     peer = f"{request.remote}"
     conn = Conn(ws, peer)
+    if node.status in ("stopping", "stopped"):   # stop() has closed the links it knew of
+        await conn.refuse("not_ready", "this node is shutting down")
+        await conn.close()
+        return ws
+    node.links.add(conn)
     try:
         await server_auth(conn, node.cfg.secret)
         hello = await conn.expect(m.GREETING, timeout=limits.handshake_timeout_s)
@@ -255,6 +261,7 @@ async def handle_replication(node: "Node", request: web.Request) -> web.StreamRe
     except (ConnectionError, asyncio.TimeoutError) as e:
         log.info("relay: link to %s lost: %s", conn.peer, e)
     finally:
+        node.links.discard(conn)
         await conn.close()
     return ws
 

@@ -86,4 +86,4 @@ def test_demo_runs_masters_and_an_anonymous_replica_and_stops_cleanly(tmp_path):
     r = run("demo", "--dir", str(tmp_path / "demo"), "--duration", "4", "--base-port", "0",
             timeout=120)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "anonymous" in r.stdout and r.stdout.count("exited with 0") == 4
+    assert "anonymous" in r.stdout and r.stdout.count("exited with 0") == 4, r.stdout[-3000:] + r.stderr[-3000:]

@@ -200,3 +200,25 @@ def test_sigterm_is_an_orderly_shutdown_and_restart_keeps_data(tmp_path, procs):
     assert n.stop() == 0
     n.start()
     assert n.uuid() == uuid and n.kv_get("kv", "k")[1]["value"] == 1
+
+
+async def test_sigterm_does_not_wait_for_links_in_their_handshake_or_unfinished_requests(tmp_path, procs):
+    # A peer that connected but never answered HELLO, and a client that sent headers but not its
+    # body: neither may turn an orderly stop into a failed one (exit 1, "shutdown: http failed").
+    import asyncio
+    import aiohttp
+    n = ReplogProcess(tmp_path, "term").start()
+    procs.append(n)
+    async with aiohttp.ClientSession() as session:
+        link = await session.ws_connect(f"{n.url}/v1/replication")
+        assert (await link.receive(timeout=10)).type == aiohttp.WSMsgType.BINARY   # HELLO, then silence
+        reader, writer = await asyncio.open_connection("127.0.0.1", n.port)
+        writer.write(b"PUT /v1/spaces/kv HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{")
+        await writer.drain()
+        assert (await asyncio.to_thread(n.get, "/v1/health"))[0] == 200   # a round trip after it
+        rc = await asyncio.to_thread(n.stop, 30.0)
+        writer.close()
+    log = n.log_text()
+    assert rc == 0, log[-3000:]
+    assert "shutdown:" not in log, log[-3000:]
