@@ -126,7 +126,7 @@ async def connect(session: aiohttp.ClientSession, address: str) -> Conn:
     url = f"http://{address}/v1/replication"
     try:
         ws = await session.ws_connect(url, max_msg_size=limits.message_bytes_max, autoping=True,
-                                      timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
+                                      timeout=aiohttp.ClientWSTimeout(ws_close=limits.link_close_timeout_s),
                                       compress=0)
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
         raise ConnectionError(f"cannot connect to {address}: {e}") from None
