@@ -35,6 +35,7 @@ import aiohttp
 
 from bench.common import (LoadWatch, dump_json, free_port, machine, median, percentile, print_load, print_machine,
                           print_table)
+from node.logsetup import file_tail
 
 SPACE = "bench"
 VALUE_BYTES = 100                    # every value: a 100-character JSON string
@@ -96,11 +97,7 @@ class Server:
             return float("nan")
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
-        except OSError:
-            return ""
+        return file_tail(self.log_path, lines)
 
     async def wait_healthy(self, session: aiohttp.ClientSession) -> float:
         """Poll /v1/health until 200; returns seconds taken. Fails if the process exits."""

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from bench.common import free_port
 from node.client import request
+from node.logsetup import file_tail
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LUA_DIR = os.path.join(REPO, "bench", "tarantool")
@@ -130,11 +131,7 @@ class Proc:
         return proc_cpu_s(self.pid) if self.alive() else None
 
     def log_tail(self, n: int = 40) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return b"\n".join(f.read().splitlines()[-n:]).decode(errors="replace")
-        except OSError:
-            return ""
+        return file_tail(self.log_path, n)
 
 
 # --- replog ------------------------------------------------------------------------------

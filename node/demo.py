@@ -20,6 +20,7 @@ import time
 import urllib.error
 
 from node.cli import http
+from node.logsetup import file_tail
 from node.status import status_table
 
 
@@ -142,19 +143,11 @@ def run_demo(args: argparse.Namespace) -> int:
             if rc != 0:
                 failed.append(name)
         for name in failed:   # say why here, not only in a log the user has to find
-            print(f"--- {name} did not stop cleanly; the end of {name}.log:\n{_tail(os.path.join(base, name + '.log'))}",
+            print(f"--- {name} did not stop cleanly; the end of {name}.log:\n{file_tail(os.path.join(base, name + '.log'), 20)}",
                   file=sys.stderr)
         if not args.dir and not failed:
             shutil.rmtree(base, ignore_errors=True)
         else:
             print(f"data kept in {base} (try: replog analyze {base}/master1 {base}/master2 {base}/master3)")
     return 1 if failed else 0
-
-
-def _tail(path: str, n: int = 20) -> str:
-    try:
-        with open(path, "rb") as f:
-            return b"\n".join(f.read().splitlines()[-n:]).decode(errors="replace")
-    except OSError as e:
-        return f"(cannot read it: {e.strerror})"
 

@@ -1,4 +1,4 @@
-"""Logging in text or JSON lines, to stderr."""
+"""Logging in text or JSON lines, to stderr; and the end of a log file, for reports."""
 from __future__ import annotations
 
 import json
@@ -28,3 +28,13 @@ def setup(level: str = "info", fmt: str = "text") -> None:
     root.handlers[:] = [h]
     root.setLevel(level.upper())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def file_tail(path: str, lines: int) -> str:
+    """The last `lines` lines of a log file ("" if it cannot be read): what a report of a
+    process that failed shows of its log."""
+    try:
+        with open(path, "rb") as f:
+            return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+    except OSError:
+        return ""

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from bench.common import free_port  # noqa: F401  (tests import it from here)
 from node.client import request  # noqa: F401  (tests import it from here)
+from node.logsetup import file_tail
 
 REPLOG = [sys.executable, "-m", "node"]
 
@@ -105,11 +106,7 @@ class ReplogProcess:
         return self.proc.returncode
 
     def log_tail(self, n: int = 60) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return b"\n".join(f.read().splitlines()[-n:]).decode(errors="replace")
-        except OSError:
-            return ""
+        return file_tail(self.log_path, n)
 
     def log_text(self) -> str:
         with open(self.log_path, "rb") as f:

@@ -1,6 +1,7 @@
 """One real node process: the HTTP API, its errors, auth, and crash durability."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import threading
 import urllib.request
 
+import aiohttp
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -205,8 +207,6 @@ def test_sigterm_is_an_orderly_shutdown_and_restart_keeps_data(tmp_path, procs):
 async def test_sigterm_does_not_wait_for_links_in_their_handshake_or_unfinished_requests(tmp_path, procs):
     # A peer that connected but never answered HELLO, and a client that sent headers but not its
     # body: neither may turn an orderly stop into a failed one (exit 1, "shutdown: http failed").
-    import asyncio
-    import aiohttp
     n = ReplogProcess(tmp_path, "term").start()
     procs.append(n)
     async with aiohttp.ClientSession() as session:
