@@ -4,7 +4,13 @@
 member (writes refused, replication goes on), waits until all hold one vclock by uuid, sends
 that vclock + a shutdown id as the final signature, and everybody stops; each store whose
 vclock equals the agreed one is marked clean as its node stops (`on_stop`). A quiesced member
-that hears no final phase resumes serving after `quiesce_hold_s`. See docs/operations.md."""
+that hears no final phase resumes serving after `quiesce_hold_s`. See docs/operations.md.
+
+The phases travel over replication links (SHUTDOWN after the greeting, node/applier/relay.py):
+authenticated by the cluster secret and sealed by the session, answered only to a member, and
+sent only to the member whose uuid the greeting names. The client bearer token never leaves
+this node: members' addresses are learned from peers, and anyone holding the cluster secret can
+register a member at an address it listens on."""
 from __future__ import annotations
 
 import asyncio
@@ -12,9 +18,9 @@ import logging
 import uuid as uuidlib
 from typing import TYPE_CHECKING
 
-import aiohttp
-
-from node.cluster_space.table import STATE_MEMBER
+from node.applier.applier import open_link
+from node.cluster_space.table import STATE_MEMBER, Member
+from node.core import messages as m
 from node.errors import ClientError, RemoteProtocolError
 from node.identity.signature import FinalSignature, StoreStatus, final_from_wire, final_to_wire
 
@@ -41,24 +47,29 @@ class ClusterShutdown:
 
     async def request(self, cluster: bool, fields: dict) -> dict:
         """POST /v1/admin/shutdown. Plain: this node stops (its store stays dirty). cluster=true:
-        this node coordinates an orderly cluster shutdown. `phase` (quiesce | final | resume) is
-        what a coordinator sends the other members."""
+        this node coordinates an orderly cluster shutdown."""
+        node = self.node
+        if fields.get("phase") is not None:
+            raise ClientError(400, "bad_body", "shutdown phases travel between members over replication links, "
+                                               "not through the client API")
+        if not cluster:
+            asyncio.get_running_loop().call_later(0.05, node.stopped.set)
+            return {"status": "stopping", "cluster": False}
+        if node.core is None or node.core.anon or node.status != "running":
+            raise ClientError(409, "not_ready", f"node is {node.status}"
+                              + (" (an anonymous replica)" if node.core and node.core.anon else "")
+                              + ": only a running member can shut the cluster down")
+        sid = str(uuidlib.uuid4())
+        self._quiesce(sid)
+        node.spawn(self._coordinate_shutdown(sid), "cluster-shutdown")
+        return {"status": "stopping", "cluster": True, "shutdown_id": sid}
+
+    async def phase(self, fields: dict) -> dict:
+        """One step a coordinator sends over a replication link (SHUTDOWN): `phase` is quiesce,
+        final (with the agreed signature, or none: stop dirty) or resume. ClientError refuses."""
         node = self.node
         loop = asyncio.get_running_loop()
-        phase = fields.get("phase")
-        if phase is None:
-            if not cluster:
-                loop.call_later(0.05, node.stopped.set)
-                return {"status": "stopping", "cluster": False}
-            if node.core is None or node.core.anon or node.status != "running":
-                raise ClientError(409, "not_ready", f"node is {node.status}"
-                                  + (" (an anonymous replica)" if node.core and node.core.anon else "")
-                                  + ": only a running member can shut the cluster down")
-            sid = str(uuidlib.uuid4())
-            self._quiesce(sid)
-            node.spawn(self._coordinate_shutdown(sid), "cluster-shutdown")
-            return {"status": "stopping", "cluster": True, "shutdown_id": sid}
-        sid = fields.get("shutdown_id")
+        phase, sid = fields.get("phase"), fields.get("shutdown_id")
         if not isinstance(sid, str) or not sid:
             raise ClientError(400, "bad_body", "a shutdown phase needs a shutdown_id")
         if phase == "quiesce":
@@ -71,6 +82,9 @@ class ClusterShutdown:
         if self.shutdown_id != sid:
             raise ClientError(409, "shutdown_conflict", f"not quiesced for shutdown {sid}")
         if phase == "final":
+            if fields.get("final") is None:             # no agreement: stop, the store stays dirty
+                loop.call_later(0.05, node.stopped.set)
+                return {"status": "stopping", "clean": False}
             final = final_from_wire(fields.get("final"))
             if final is None or final.shutdown_id != sid:
                 raise ClientError(400, "bad_body", "final is {\"vclock_by_uuid\": {...}, \"shutdown_id\": ...}")
@@ -78,12 +92,11 @@ class ClusterShutdown:
             if self._resume:
                 self._resume.cancel()
             loop.call_later(0.05, node.stopped.set)
-            return {"status": "stopping", "cluster": False,
-                    "clean": final.vclock_by_uuid == self._vclock_now()}
+            return {"status": "stopping", "clean": final.vclock_by_uuid == self._vclock_now()}
         if phase == "resume":
             self._do_resume(sid)
             return {"status": node.status, "shutdown_id": sid}
-        raise ClientError(400, "bad_body", f"unknown shutdown phase {phase!r}")
+        raise ClientError(400, "bad_body", f"unknown shutdown phase {phase!r:.40}")
 
     def _vclock_now(self) -> dict[str, int]:
         core = self.node.core
@@ -106,35 +119,39 @@ class ClusterShutdown:
         self.shutdown_id = None
         node.status, node.status_reason = "running", ""
 
-    async def _call(self, address: str, body: dict) -> dict:
+    async def _call(self, member: Member, body: dict) -> dict:
+        """One phase to one member, over an authenticated replication link to its address;
+        the greeting must name that member (an address may have changed hands)."""
         node = self.node
-        headers = {"Authorization": f"Bearer {self.cfg.token}"} if self.cfg.token else {}
-        async with node.http_session.post(f"http://{address}/v1/admin/shutdown", json=body, headers=headers,
-                                          timeout=aiohttp.ClientTimeout(total=shutdown_call_timeout_s)) as r:
-            doc = await r.json(content_type=None)
-            if r.status >= 300:
-                raise RemoteProtocolError(f"{address} answered {r.status}: {doc}")
-            return doc if isinstance(doc, dict) else {}
+        conn, theirs = await asyncio.wait_for(open_link(node, node.http_session, member.address),
+                                              shutdown_call_timeout_s)
+        try:
+            if theirs["uuid"] != member.uuid:
+                raise RemoteProtocolError(f"{member.address} is {theirs['uuid']}, not member {member.uuid}")
+            await conn.send(m.SHUTDOWN, **body)
+            return (await conn.expect(m.SHUTDOWN_OK, timeout=shutdown_call_timeout_s)).body
+        finally:
+            await conn.close()
 
     async def _coordinate_shutdown(self, sid: str) -> None:
         """Quiesce every member, wait until all hold one vclock, agree that vclock + sid as the
         final signature, and stop everybody; each store is marked clean as it stops."""
         node = self.node
         loop = asyncio.get_running_loop()
-        members = [mem.address for mem in node.core.table.members()
+        members = [mem for mem in node.core.table.members()
                    if mem.state == STATE_MEMBER and mem.uuid != node.uuid and mem.address]
-        reached: dict[str, dict] = {}
+        reached: dict[str, dict] = {}                        # member uuid -> its quiesce answer
         deadline = loop.time() + shutdown_converge_s
         agreed: dict[str, int] | None = None
         try:
             while True:
-                calls = await asyncio.gather(*(self._call(a, {"cluster": False, "phase": "quiesce", "shutdown_id": sid})
+                calls = await asyncio.gather(*(self._call(a, {"phase": "quiesce", "shutdown_id": sid})
                                                for a in members), return_exceptions=True)
                 for a, r in zip(members, calls):
                     if isinstance(r, dict):
-                        reached[a] = r
-                    elif a not in reached:
-                        log.warning("shutdown: member %s not reached: %s", a, r)
+                        reached[a.uuid] = r
+                    elif a.uuid not in reached:
+                        log.warning("shutdown: member %s not reached: %s", a.address, r)
                 mine = self._vclock_now()
                 clocks = [{u: n for u, n in (reached[a].get("vclock_uuid") or {}).items() if n} for a in reached]
                 if all(c == mine for c in clocks):
@@ -147,14 +164,15 @@ class ClusterShutdown:
                 await asyncio.sleep(0.1)
             if agreed is not None:
                 self.final = FinalSignature(agreed, sid)
-                body = {"cluster": False, "phase": "final", "shutdown_id": sid, "final": final_to_wire(self.final)}
+                body = {"phase": "final", "shutdown_id": sid, "final": final_to_wire(self.final)}
             else:
-                body = {"cluster": False}
-            results = await asyncio.gather(*(self._call(a, body) for a in reached), return_exceptions=True)
-            for a, r in zip(reached, results):
+                body = {"phase": "final", "shutdown_id": sid}      # stop, stores stay dirty
+            stopping = [a for a in members if a.uuid in reached]
+            results = await asyncio.gather(*(self._call(a, body) for a in stopping), return_exceptions=True)
+            for a, r in zip(stopping, results):
                 if not isinstance(r, dict):
-                    log.error("shutdown: member %s did not take the final phase: %s", a, r)
-            missing = sorted(set(members) - set(reached))
+                    log.error("shutdown: member %s did not take the final phase: %s", a.address, r)
+            missing = sorted(a.address for a in members if a.uuid not in reached)
             log.info("shutdown: cluster shutdown %s: %d members stop %s%s", sid, len(reached) + 1,
                      "clean" if agreed is not None else "dirty",
                      f"; not reached (stay dirty): {', '.join(missing)}" if missing else "")

@@ -61,3 +61,13 @@ gc_gen0_objects = 100_000            # allocations (net) between young collectio
 gc_gen1_collections = 50             # young collections between middle ones
 gc_gen2_collections = 100            # middle collections between full ones (CPython also waits
                                      # until 25% of long-lived objects are new)
+
+# --- link security: before and around authentication ------------------------------
+# Before a peer has proven the cluster secret only HELLO, AUTH, AUTH_OK and ERROR travel
+# (each ~150 bytes): nothing larger is read, and nothing is inflated (no permessage-deflate).
+preauth_message_bytes_max = 1024     # one WebSocket message before auth (node/applier/ws_limit.py)
+handshakes_in_flight_max = 256       # unauthenticated inbound links at once: refused (503) beyond, before the upgrade
+handshakes_per_address_max = 32      # ... from one address: a host runs a few nodes, each opens one link per peer
+auth_failure_log_interval_s = 60.0   # failed handshakes from one address: one WARNING per interval, with a count
+auth_failure_addresses_max = 1024    # addresses counted apart for that; beyond, they share one line
+lease_verify_interval_s = 0.5        # a peer's claim of a newer lease version re-reads the lease store at most this often

@@ -21,6 +21,7 @@ import aiohttp
 from aiohttp import web
 
 from node import limits
+from node.applier.accept import LinkGuard
 from node.applier.applier import Applier, open_link
 from node.applier.conn import Conn
 from node.applier.relay import Relay
@@ -67,6 +68,7 @@ class Node:
         self.appliers: dict[str, Applier] = {}
         self.relays: set[Relay] = set()
         self.links: set[Conn] = set()    # every inbound replication link, from accept (relays: subscribed ones)
+        self.link_guard = LinkGuard()    # bounds on links still in their handshake (node/applier/accept.py)
         self.http_session: aiohttp.ClientSession | None = None
         self.stopped = asyncio.Event()
         self.fatal: BaseException | None = None

@@ -32,11 +32,11 @@ async def open_link(node: "Node", session: aiohttp.ClientSession, address: str) 
     """Connect, authenticate and exchange greetings; returns the link and the peer's greeting."""
     conn = await connect(session, address)
     try:
-        await client_auth(conn, node.cfg.secret)
+        await client_auth(conn, node.cfg.secret, node.uuid)
         mine = node.greeting()
         await conn.send(m.GREETING, **mine)
         theirs = (await conn.expect(m.GREETING, timeout=limits.handshake_timeout_s)).body
-        check_greeting(mine, theirs, address)
+        check_greeting(mine, theirs, address, conn.session.peer_uuid)
         node.check_peer_greeting(theirs)
         return conn, theirs
     except BaseException:

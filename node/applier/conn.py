@@ -1,10 +1,21 @@
 """One replication link over a WebSocket, and the authentication + greeting handshake
 both sides run before anything else is read or sent.
 
-The handshake is symmetric in shape: the relay (server) sends HELLO with a nonce; the
-applier (client) proves it knows the cluster secret; the relay proves it too; then both
-exchange greetings. Checks that refuse a peer raise PeerRefused (logged, retried slowly);
-malformed input raises RemoteProtocolError (retried with backoff)."""
+The handshake is symmetric in shape: the relay (server) sends HELLO with a nonce and its uuid;
+the applier (client) proves it knows the cluster secret over both nonces and both uuids; the
+relay proves it too; from then on every message is sealed under the session's keys
+(node/core/session.py), and both exchange greetings, whose uuid must be the authenticated one.
+Checks that refuse a peer raise PeerRefused (logged, retried slowly); malformed input raises
+RemoteProtocolError (retried with backoff).
+
+Rules kept here:
+- Before auth a link reads messages of at most `preauth_message_bytes_max` and never
+  negotiates compression; the limit is raised only once the peer has proven the secret
+  (node/applier/ws_limit.py).
+- A sealed message is sealed and written in one synchronous step (aiohttp writes an
+  uncompressed frame before its first await), so message numbers follow the wire order.
+- `connect`, `client_auth` and `server_auth` are the production handshake: tests that play a
+  peer use them rather than a copy."""
 from __future__ import annotations
 
 import asyncio
@@ -15,9 +26,14 @@ import aiohttp
 from aiohttp import web
 
 from node import limits
+from node.applier.ws_limit import raise_message_limit, reader_limit
 from node.core import messages as m
+from node.core import session as sess
 from node.errors import PeerRefused, RemoteProtocolError
 from node.identity.signature import first_mismatch
+
+# A sealed message may be a whole message_bytes_max message plus its tag.
+LINK_MESSAGE_BYTES_MAX = limits.message_bytes_max + sess.TAG_BYTES
 
 
 class Conn:
@@ -28,15 +44,21 @@ class Conn:
         self.peer = peer
         self.bytes_in = 0
         self.bytes_out = 0
+        self.session: sess.Session | None = None    # set once the handshake succeeded
         # an applier's link: ROWS messages the scanner takes arrive as {"scan": ...}
         self.scan_rows: Callable[[bytes], Any] | None = None
 
     async def send(self, mtype: int, **body: Any) -> None:
         data = m.encode(mtype, **body)
+        if self.session is not None:
+            data = self.session.seal(data)
         self.bytes_out += len(data)
         await self.ws.send_bytes(data)
 
-    async def send_raw(self, data: bytes) -> None:
+    async def send_rows(self, frames: list[bytes]) -> None:
+        """A ROWS message of WAL frame payloads, spliced as they are (messages.rows_parts)."""
+        parts = m.rows_parts(frames)
+        data = self.session.seal_parts(parts) if self.session is not None else b"".join(parts)
         self.bytes_out += len(data)
         await self.ws.send_bytes(data)
 
@@ -46,8 +68,13 @@ class Conn:
         except asyncio.TimeoutError:
             raise RemoteProtocolError(f"{self.peer}: no message for {timeout:.0f} s") from None
         if msg.type == aiohttp.WSMsgType.BINARY:
-            self.bytes_in += len(msg.data)
-            out = m.decode(msg.data, self.scan_rows)
+            data = msg.data
+            self.bytes_in += len(data)
+            if self.session is not None:
+                data = self.session.unseal(data)      # the tag over the raw bytes; no decode yet
+            elif len(data) > limits.preauth_message_bytes_max:   # the reader's own limit, also checked here
+                raise RemoteProtocolError(f"{self.peer}: message of {len(data)} bytes before authentication")
+            out = m.decode(data, self.scan_rows)
             if out.type == m.ERROR:
                 refused = PeerRefused(out["code"], out["message"])
                 refused.body = out.body     # extra fields, e.g. next_id of a register_rejected
@@ -55,7 +82,7 @@ class Conn:
             return out
         if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
             raise RemoteProtocolError(f"{self.peer}: connection closed")
-        if msg.type == aiohttp.WSMsgType.ERROR:
+        if msg.type == aiohttp.WSMsgType.ERROR:   # e.g. a message over the reader's size limit
             raise RemoteProtocolError(f"{self.peer}: {self.ws.exception()}")
         raise RemoteProtocolError(f"{self.peer}: unexpected {msg.type.name} message")
 
@@ -79,29 +106,44 @@ class Conn:
             pass
 
 
-async def server_auth(conn: Conn, secret: bytes) -> None:
-    nonce = os.urandom(32)
-    await conn.send(m.HELLO, version=m.PROTOCOL_VERSION, nonce=nonce)
+async def server_auth(conn: Conn, secret: bytes, uuid: str) -> None:
+    """The relay's side: HELLO, check the applier's proof, AUTH_OK; then the link is sealed
+    and `conn.session.peer_uuid` is the applier's authenticated uuid."""
+    nonce = os.urandom(sess.NONCE_BYTES)
+    await conn.send(m.HELLO, version=m.PROTOCOL_VERSION, nonce=nonce, uuid=uuid)
     msg = await conn.expect(m.AUTH, timeout=limits.handshake_timeout_s)
-    if not m.auth_ok(secret, b"client", nonce, msg["nonce"], msg["mac"]):
+    their_uuid = sess.check_hello_fields(msg["nonce"], msg["uuid"], f"{conn.peer}: AUTH")
+    t = sess.transcript(m.PROTOCOL_VERSION, nonce, uuid, msg["nonce"], their_uuid)
+    if not sess.proof_ok(secret, sess.CLIENT, t, msg["mac"]):
         await conn.refuse("auth", "wrong cluster secret")
         raise PeerRefused("auth", f"{conn.peer} failed authentication (wrong cluster secret)")
-    await conn.send(m.AUTH_OK, mac=m.auth_mac(secret, b"server", msg["nonce"], nonce))
+    raise_message_limit(conn.ws, LINK_MESSAGE_BYTES_MAX)   # the applier is silent until AUTH_OK
+    await conn.send(m.AUTH_OK, mac=sess.proof(secret, sess.SERVER, t))
+    conn.session = sess.Session(secret, t, sess.SERVER, their_uuid)
 
 
-async def client_auth(conn: Conn, secret: bytes) -> None:
+async def client_auth(conn: Conn, secret: bytes, uuid: str) -> None:
+    """The applier's side: answer HELLO with our proof, check the relay's; then the link is
+    sealed and `conn.session.peer_uuid` is the relay's authenticated uuid."""
     hello = await conn.expect(m.HELLO, timeout=limits.handshake_timeout_s)
     if hello["version"] != m.PROTOCOL_VERSION:
         raise PeerRefused("version", f"{conn.peer} speaks protocol {hello['version']}, we speak {m.PROTOCOL_VERSION}")
-    nonce = os.urandom(32)
-    await conn.send(m.AUTH, nonce=nonce, mac=m.auth_mac(secret, b"client", hello["nonce"], nonce))
+    their_uuid = sess.check_hello_fields(hello["nonce"], hello.get("uuid"), f"{conn.peer}: HELLO")
+    nonce = os.urandom(sess.NONCE_BYTES)
+    t = sess.transcript(m.PROTOCOL_VERSION, hello["nonce"], their_uuid, nonce, uuid)
+    await conn.send(m.AUTH, nonce=nonce, uuid=uuid, mac=sess.proof(secret, sess.CLIENT, t))
     ok = await conn.expect(m.AUTH_OK, timeout=limits.handshake_timeout_s)
-    if not m.auth_ok(secret, b"server", nonce, hello["nonce"], ok["mac"]):
+    if not sess.proof_ok(secret, sess.SERVER, t, ok["mac"]):
         raise PeerRefused("auth", f"{conn.peer} does not know the cluster secret")
+    raise_message_limit(conn.ws, LINK_MESSAGE_BYTES_MAX)   # the relay is silent until our GREETING
+    conn.session = sess.Session(secret, t, sess.CLIENT, their_uuid)
 
 
-def check_greeting(mine: dict, theirs: dict, peer: str) -> None:
-    """Lasting reasons to refuse a peer, from either side's point of view."""
+def check_greeting(mine: dict, theirs: dict, peer: str, authenticated: str | None = None) -> None:
+    """Lasting reasons to refuse a peer, from either side's point of view. `authenticated`:
+    the uuid the peer's handshake proof covered (conn.session.peer_uuid)."""
+    if authenticated is not None and theirs["uuid"] != authenticated:
+        raise RemoteProtocolError(f"{peer}: greeting names uuid {theirs['uuid']!r:.80}, its handshake {authenticated!r}")
     if theirs["uuid"] == mine["uuid"]:
         raise PeerRefused("self", f"{peer} is this node itself (uuid {mine['uuid']})")
     if mine["cluster_uuid"] and theirs["cluster_uuid"] and mine["cluster_uuid"] != theirs["cluster_uuid"]:
@@ -123,9 +165,10 @@ def check_greeting(mine: dict, theirs: dict, peer: str) -> None:
 
 
 async def connect(session: aiohttp.ClientSession, address: str) -> Conn:
+    """A WebSocket to a peer's /v1/replication, reading only pre-auth sized messages so far."""
     url = f"http://{address}/v1/replication"
     try:
-        ws = await session.ws_connect(url, max_msg_size=limits.message_bytes_max, autoping=True,
+        ws = await session.ws_connect(url, max_msg_size=reader_limit(limits.preauth_message_bytes_max), autoping=True,
                                       timeout=aiohttp.ClientWSTimeout(ws_close=limits.link_close_timeout_s),
                                       compress=0)
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:

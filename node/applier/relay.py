@@ -1,9 +1,10 @@
 """The relay: the server side of a replication link (`/v1/replication`).
 
-After auth and greeting it serves one request: JOIN (register + snapshot), FETCH_SNAPSHOT
-(anonymous bootstrap), REGISTER (anonymous -> member) or SUBSCRIBE (stream the WAL from
-the subscriber's vclock). Rows go out in this node's ids, in WAL order, whole
-transactions, never rows of local spaces; the subscriber translates them.
+Once the link is authenticated (node/applier/accept.py) and greetings are exchanged, it
+serves one request: JOIN (register + snapshot), FETCH_SNAPSHOT (anonymous bootstrap),
+REGISTER (anonymous -> member), SUBSCRIBE (stream the WAL from the subscriber's vclock) or
+SHUTDOWN (one phase of an orderly cluster shutdown). Rows go out in this node's ids, in WAL
+order, whole transactions, never rows of local spaces; the subscriber translates them.
 
 A subscribed relay reads from one position (segment, offset) on: from the journal's
 in-memory tail when it is exactly at a batch the tail holds (caught up: no file read, no
@@ -22,13 +23,13 @@ import msgpack
 from aiohttp import web
 
 from node import limits
-from node.applier.conn import Conn, check_greeting, server_auth
-from node.cluster_space.table import STATE_ANON, STATE_EXPELLED
+from node.applier.conn import Conn, check_greeting
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER
 from node.core import messages as m
 from node.core import rowscan
 from node.core.replicaset import relay_wants
 from node.core.rowscan import PackedEntry
-from node.errors import PeerRefused, RemoteProtocolError
+from node.errors import ClientError, PeerRefused, RemoteProtocolError
 from node.faults import fault
 from node.wal import format as walfmt
 from node.wal.gc import behind
@@ -194,25 +195,16 @@ class WalCursor:
         return out
 
 
-async def handle_replication(node: "Node", request: web.Request) -> web.StreamResponse:
-    ws = web.WebSocketResponse(max_msg_size=limits.message_bytes_max, autoping=True,
-                               timeout=limits.link_close_timeout_s)
-    await ws.prepare(request)
-    peer = f"{request.remote}"
-    conn = Conn(ws, peer)
-    if node.status in ("stopping", "stopped"):   # stop() has closed the links it knew of
-        await conn.refuse("not_ready", "this node is shutting down")
-        await conn.close()
-        return ws
-    node.links.add(conn)
+async def serve_link(node: "Node", conn: Conn) -> None:
+    """An authenticated inbound link (node/applier/accept.py): greetings, then the one request
+    it came for."""
     try:
-        await server_auth(conn, node.cfg.secret)
         hello = await conn.expect(m.GREETING, timeout=limits.handshake_timeout_s)
         theirs = hello.body
         conn.peer = f"{theirs['address']} ({theirs['uuid'][:8]})"
         mine = node.greeting()
         try:
-            check_greeting(mine, theirs, conn.peer)
+            check_greeting(mine, theirs, conn.peer, conn.session.peer_uuid)
             node.check_peer_greeting(theirs)
         except PeerRefused as e:
             await conn.refuse(e.code, e.message)
@@ -222,29 +214,32 @@ async def handle_replication(node: "Node", request: web.Request) -> web.StreamRe
             await conn.refuse("expelled", f"{theirs['uuid']} was expelled from this cluster")
             raise PeerRefused("expelled", f"refused expelled member {theirs['uuid']}")
         await conn.send(m.GREETING, **mine)
-        req = await conn.expect(m.JOIN, m.FETCH_SNAPSHOT, m.REGISTER, m.SUBSCRIBE, m.BYE,
+        req = await conn.expect(m.JOIN, m.FETCH_SNAPSHOT, m.REGISTER, m.SUBSCRIBE, m.SHUTDOWN, m.BYE,
                                 timeout=limits.handshake_timeout_s)
         if req.type == m.BYE:
-            return ws
+            return
+        if req.type == m.SHUTDOWN:
+            await _shutdown_step(node, conn, theirs, req)
+            return
         if node.core is None:
             await conn.refuse("not_ready", "this node has not joined a cluster yet")
-            return ws
+            return
         if req.type in (m.JOIN, m.REGISTER):
             # Crash-safe registration (node/lifecycle.py): the apply is idempotent for one uuid +
             # register code; REGISTERED {id} answers it, an ERROR register_rejected refuses it.
             if node.core.anon:
                 await conn.refuse("anon", "an anonymous replica cannot register members")
-                return ws
+                return
             if node.status != "running":
                 await conn.refuse("not_ready", f"this node is {node.status}: {node.status_reason}")
-                return ws
+                return
             applied = await node.life.apply_registration(theirs, req.body)
             if not applied.ok:
                 await conn.send(m.ERROR, code="register_rejected", message=applied.reason, next_id=applied.next_id)
-                return ws
+                return
             if fault("lose_apply_answer"):
                 log.warning("relay: fault point lose_apply_answer: dropping the answer to %s", conn.peer)
-                return ws
+                return
             await conn.send(m.REGISTERED, id=applied.id)
             if req.type == m.REGISTER:
                 req = await conn.expect(m.SUBSCRIBE, m.BYE, timeout=limits.handshake_timeout_s)
@@ -260,10 +255,21 @@ async def handle_replication(node: "Node", request: web.Request) -> web.StreamRe
         await conn.refuse("protocol", str(e))
     except (ConnectionError, asyncio.TimeoutError) as e:
         log.info("relay: link to %s lost: %s", conn.peer, e)
-    finally:
-        node.links.discard(conn)
-        await conn.close()
-    return ws
+
+
+async def _shutdown_step(node: "Node", conn: Conn, theirs: dict, req: m.Message) -> None:
+    """One phase of an orderly cluster shutdown, asked by its coordinator: a member of this
+    cluster, authenticated by the session (never by the client token; cluster_shutdown.py)."""
+    member = node.core.table.get(theirs["uuid"]) if node.core else None
+    if member is None or member.state != STATE_MEMBER:
+        await conn.refuse("not_member", f"{theirs['uuid']} is not a member here: it cannot coordinate a shutdown")
+        return
+    try:
+        answer = await node.cluster_shutdown.phase(req.body)
+    except ClientError as e:
+        await conn.refuse(e.code, e.message)
+        return
+    await conn.send(m.SHUTDOWN_OK, **answer)
 
 
 async def send_snapshot(node: "Node", conn: Conn) -> None:
@@ -365,7 +371,7 @@ class Relay:
                     frames = await loop.run_in_executor(None, cursor.read, journal.position,
                                                         limits.relay_batch_bytes_max)
                 if frames:
-                    await self.conn.send_raw(m.encode_rows(frames))
+                    await self.conn.send_rows(frames)
                     last_send = loop.time()
                     continue
                 if loop.time() - last_send >= limits.heartbeat_interval_s:

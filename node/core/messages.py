@@ -3,27 +3,30 @@
 Pure encoding and validation: `decode()` turns any bytes into a Message or raises
 RemoteProtocolError — nothing else — so a peer sending garbage only drops its link.
 
-Conversation (client = the subscribing node, server = the relay):
-  S: HELLO {version, nonce}                         nothing else before auth succeeds
-  C: AUTH {nonce, mac}                              mac = HMAC(secret, "client"|s_nonce|c_nonce)
-  S: AUTH_OK {mac}                                  mac = HMAC(secret, "server"|c_nonce|s_nonce)
-  C: GREETING {...}     S: GREETING {...} | ERROR   uuid, cluster, options digest, whole _cluster
-  C: JOIN {code, id} | FETCH_SNAPSHOT | REGISTER {code, id} | SUBSCRIBE {vclock} | BYE
+Conversation (client = the subscribing node, server = the relay; node/core/session.py):
+  S: HELLO {version, nonce, uuid}                   nothing else before auth succeeds, and
+  C: AUTH {nonce, uuid, mac}                        nothing longer than preauth_message_bytes_max
+  S: AUTH_OK {mac}                                  mac = proofs over the transcript (both nonces,
+                                                    both uuids); every message from here on is
+                                                    sealed: its bytes + a tag under the session key
+  C: GREETING {...}     S: GREETING {...} | ERROR   uuid (= the authenticated one), cluster,
+                                                    options digest, whole _cluster
+  C: JOIN {code, id} | FETCH_SNAPSHOT | REGISTER {code, id} | SUBSCRIBE {vclock} | SHUTDOWN | BYE
   S: REGISTERED {id} | ERROR register_rejected      (JOIN, REGISTER; node/lifecycle.py)
   S: SNAPSHOT {meta} SNAPSHOT_ROWS* SNAPSHOT_END   (JOIN, FETCH_SNAPSHOT)
   S: SUBSCRIBED {vclock}  then ROWS {frames} / HEARTBEAT   (SUBSCRIBE)
   C: ACK {vclock}                                   in the relay's ids
+  S: SHUTDOWN_OK {status, ...} | ERROR              (SHUTDOWN {phase, shutdown_id, final?}: one
+                                                    step of an orderly cluster shutdown)
 Vclocks on the wire are maps {id: lsn} in the *receiver's* id space.
 
 ROWS carries WAL frame payloads inline: {"frames": [[written_us, [txn, ...]], ...]}. A payload
 is already that msgpack, so the relay splices WAL bytes without re-encoding them
-(`encode_rows`), and `decode` reads a whole ROWS message into validated Txns in one call:
+(`rows_parts`), and `decode` reads a whole ROWS message into validated Txns in one call:
 its body is {"txns": [Txn, ...] up to the first bad one, "error": that RemoteProtocolError or None},
 or, for an applier that passes a scanner, {"scan": ...} (node.core.rowscan: no Txn per row)."""
 from __future__ import annotations
 
-import hashlib
-import hmac
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
@@ -35,26 +38,27 @@ from node.core import codec
 from node.core.rows import FAST_ERRORS, WIRE_FRAME, Txn, check_plain, exact_frame, no_ext
 from node.errors import RemoteProtocolError
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2                 # 2: session-bound auth (uuids in HELLO/AUTH, sealed messages)
 
 HELLO, AUTH, AUTH_OK, GREETING, ERROR = 1, 2, 3, 4, 5
-JOIN, FETCH_SNAPSHOT, SUBSCRIBE, REGISTER, BYE = 10, 11, 12, 13, 14
-SNAPSHOT, SNAPSHOT_ROWS, SNAPSHOT_END, SUBSCRIBED, REGISTERED = 20, 21, 22, 23, 24
+JOIN, FETCH_SNAPSHOT, SUBSCRIBE, REGISTER, BYE, SHUTDOWN = 10, 11, 12, 13, 14, 15
+SNAPSHOT, SNAPSHOT_ROWS, SNAPSHOT_END, SUBSCRIBED, REGISTERED, SHUTDOWN_OK = 20, 21, 22, 23, 24, 25
 ROWS, ACK, HEARTBEAT = 30, 31, 32
 
 NAMES = {
     HELLO: "HELLO", AUTH: "AUTH", AUTH_OK: "AUTH_OK", GREETING: "GREETING", ERROR: "ERROR",
     JOIN: "JOIN", FETCH_SNAPSHOT: "FETCH_SNAPSHOT", SUBSCRIBE: "SUBSCRIBE", REGISTER: "REGISTER",
-    BYE: "BYE", SNAPSHOT: "SNAPSHOT", SNAPSHOT_ROWS: "SNAPSHOT_ROWS", SNAPSHOT_END: "SNAPSHOT_END",
+    BYE: "BYE", SHUTDOWN: "SHUTDOWN", SHUTDOWN_OK: "SHUTDOWN_OK", SNAPSHOT: "SNAPSHOT", SNAPSHOT_ROWS: "SNAPSHOT_ROWS", SNAPSHOT_END: "SNAPSHOT_END",
     SUBSCRIBED: "SUBSCRIBED", REGISTERED: "REGISTERED", ROWS: "ROWS", ACK: "ACK", HEARTBEAT: "HEARTBEAT",
 }
 
 # Body schema: field -> accepted python types. Extra fields are ignored (forward compatible).
+# HELLO's uuid is read after its version is compared (a peer of another version is told so).
 _STR, _INT, _BYTES, _BOOL = (str,), (int,), (bytes,), (bool,)
 _OPT_STR = (str, type(None))
 SCHEMA: dict[int, dict[str, tuple]] = {
     HELLO: {"version": _INT, "nonce": _BYTES},
-    AUTH: {"nonce": _BYTES, "mac": _BYTES},
+    AUTH: {"nonce": _BYTES, "uuid": _STR, "mac": _BYTES},
     AUTH_OK: {"mac": _BYTES},
     GREETING: {"uuid": _STR, "cluster_uuid": _OPT_STR, "cluster_name": _STR, "options_digest": _STR,
                "anon": _BOOL, "address": _STR, "cluster": (list,), "status": _STR},
@@ -64,11 +68,13 @@ SCHEMA: dict[int, dict[str, tuple]] = {
     SUBSCRIBE: {"vclock": (dict,)},
     REGISTER: {},
     BYE: {},
+    SHUTDOWN: {"phase": _STR, "shutdown_id": _STR},
     SNAPSHOT: {"vclock": (dict,), "cluster": (list,), "spaces": (dict,)},
     SNAPSHOT_ROWS: {"space": _STR, "rows": (list,)},
     SNAPSHOT_END: {},
     SUBSCRIBED: {"vclock": (dict,)},
     REGISTERED: {"id": _INT},
+    SHUTDOWN_OK: {"status": _STR},
     ROWS: {"frames": (list,)},
     ACK: {"vclock": (dict,)},
     HEARTBEAT: {"now_us": _INT},
@@ -99,8 +105,9 @@ def encode(mtype: int, **body: Any) -> bytes:
     return _packer.pack([mtype, body])
 
 
-def encode_rows(frames: list[bytes]) -> bytes:
-    """A ROWS message of these frame payloads (node.wal.format), spliced in as they are."""
+def rows_parts(frames: list[bytes]) -> list[bytes]:
+    """A ROWS message of these frame payloads (node.wal.format) as the pieces that, joined,
+    make it: the frames are spliced in as they are."""
     n = len(frames)
     if n < 16:
         head = bytes((0x90 | n,))
@@ -108,7 +115,11 @@ def encode_rows(frames: list[bytes]) -> bytes:
         head = b"\xdc" + n.to_bytes(2, "big")
     else:
         head = b"\xdd" + n.to_bytes(4, "big")
-    return _ROWS_HEAD + head + b"".join(frames)
+    return [_ROWS_HEAD + head, *frames]
+
+
+def encode_rows(frames: list[bytes]) -> bytes:
+    return b"".join(rows_parts(frames))
 
 
 class _RowsBody(msgspec.Struct):
@@ -179,11 +190,3 @@ def vclock_from_wire(d: dict) -> dict[int, int]:
         if v:
             out[k] = v
     return out
-
-
-def auth_mac(secret: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
-    return hmac.new(secret, role + b"|" + first + b"|" + second, hashlib.sha256).digest()
-
-
-def auth_ok(secret: bytes, role: bytes, first: bytes, second: bytes, mac: bytes) -> bool:
-    return hmac.compare_digest(auth_mac(secret, role, first, second), mac)

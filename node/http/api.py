@@ -15,7 +15,7 @@ import msgpack
 from aiohttp import web
 
 from node import limits
-from node.applier.relay import handle_replication
+from node.applier.accept import handle_replication
 from node.core import codec
 from node.core.rows import OP_DELETE, OP_PUT, OP_SPACE, Op
 from node.errors import ClientError

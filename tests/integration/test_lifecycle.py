@@ -19,7 +19,9 @@ from unittest import mock
 import aiohttp
 import pytest
 
+from node.applier.conn import client_auth, connect
 from node.core import messages as m
+from node.errors import PeerRefused
 from node.identity.identity_file import FAULT_POINTS
 from tests.integration.harness import REPLOG, ReplogProcess, free_port, mesh, vclocks_converged, wait_for
 
@@ -223,17 +225,19 @@ def test_option_mismatch_is_refused_naming_the_option(tmp_path, procs):
     assert len(a.cluster()) == 1
 
     async def peer_with_other_options() -> tuple[str, str]:
-        async with aiohttp.ClientSession() as s, s.ws_connect(a.url + "/v1/replication") as ws:
-            hello = m.decode((await ws.receive(timeout=10)).data)
-            nonce = os.urandom(32)
-            await ws.send_bytes(m.encode(m.AUTH, nonce=nonce, mac=m.auth_mac(b"", b"client", hello["nonce"], nonce)))
-            m.decode((await ws.receive(timeout=10)).data)   # AUTH_OK
-            await ws.send_bytes(m.encode(
-                m.GREETING, uuid="0f0f0f0f-0000-4000-8000-000000000001", cluster_uuid=None, cluster_name="replog",
-                options_digest="elsewhere", options={"identity": "lease", "cluster_size": 3}, anon=False,
-                address="127.0.0.1:1", cluster=[], status="joining"))
-            answer = m.decode((await ws.receive(timeout=10)).data)
-            return answer["code"], answer["message"]
+        async with aiohttp.ClientSession() as s:
+            conn = await connect(s, a.address)
+            try:
+                await client_auth(conn, b"", "0f0f0f0f-0000-4000-8000-000000000001")
+                await conn.send(
+                    m.GREETING, uuid="0f0f0f0f-0000-4000-8000-000000000001", cluster_uuid=None,
+                    cluster_name="replog", options_digest="elsewhere", options={"identity": "lease", "cluster_size": 3},
+                    anon=False, address="127.0.0.1:1", cluster=[], status="joining")
+                with pytest.raises(PeerRefused) as e:
+                    await conn.recv()
+                return e.value.code, e.value.message
+            finally:
+                await conn.close()
 
     code, message = asyncio.run(peer_with_other_options())
     assert code == "options" and "identity is 'lease' there, 'local' here" in message, message

@@ -1,0 +1,87 @@
+"""Accepting an inbound replication link (`GET /v1/replication`): everything a node does for a
+peer that has not proven the cluster secret yet.
+
+Order: count the handshake (refused with 503 before the upgrade when too many are in flight,
+in total or from the remote address) -> upgrade to a WebSocket without compression and with
+the pre-auth message limit -> authenticate (node/applier/conn.py: server_auth, which raises the
+limit once the peer has proven the secret) -> hand the sealed link to the relay
+(node/applier/relay.py: serve_link).
+
+Rules kept here:
+- Before auth nothing larger than `preauth_message_bytes_max` is read and nothing is inflated;
+  the wait for AUTH is bounded by `handshake_timeout_s`.
+- Every handshake admitted is released exactly once, when auth succeeds or fails.
+- An unauthenticated peer's failures are logged through LinkGuard: one WARNING per remote
+  address per `auth_failure_log_interval_s`, carrying the count of those not logged.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from node import limits
+from node.applier.conn import Conn, server_auth
+from node.applier.relay import serve_link
+from node.applier.ws_limit import reader_limit
+from node.core.admission import FailureLog, HandshakeGate
+from node.errors import PeerRefused, RemoteProtocolError
+
+if TYPE_CHECKING:
+    from node.server import Node
+
+log = logging.getLogger("replog.relay")
+
+
+class LinkGuard:
+    """One node's bounds on unauthenticated links, and their rate-limited log."""
+
+    def __init__(self) -> None:
+        self.gate = HandshakeGate(limits.handshakes_in_flight_max, limits.handshakes_per_address_max)
+        self.failures = FailureLog(limits.auth_failure_log_interval_s, limits.auth_failure_addresses_max)
+
+    def note_failure(self, remote: str, why: str) -> None:
+        show, suppressed = self.failures.note(remote, time.monotonic())
+        if show:
+            more = (f" ({suppressed} more from this address since the last such line were not logged)"
+                    if suppressed else "")
+            log.warning("relay: refused an unauthenticated link from %s: %s%s", remote, why, more)
+
+
+async def handle_replication(node: "Node", request: web.Request) -> web.StreamResponse:
+    guard: LinkGuard = node.link_guard
+    remote = request.remote or "?"
+    why = guard.gate.admit(remote)
+    if why is not None:
+        guard.note_failure(remote, f"handshake refused: {why}")
+        return web.json_response({"error": {"code": "busy", "message": why}}, status=503)
+    admitted = True
+    ws = web.WebSocketResponse(max_msg_size=reader_limit(limits.preauth_message_bytes_max), autoping=True,
+                               timeout=limits.link_close_timeout_s, compress=False)
+    conn = Conn(ws, remote)
+    try:
+        await ws.prepare(request)
+        if node.status in ("stopping", "stopped"):   # stop() has closed the links it knew of
+            await conn.refuse("not_ready", "this node is shutting down")
+            return ws
+        node.links.add(conn)
+        try:
+            await server_auth(conn, node.cfg.secret, node.uuid)
+        except (PeerRefused, RemoteProtocolError, ConnectionError, asyncio.TimeoutError) as e:
+            guard.note_failure(remote, str(e) or type(e).__name__)
+            if isinstance(e, RemoteProtocolError):
+                await conn.refuse("protocol", str(e))
+            return ws
+        finally:
+            guard.gate.release(remote)
+            admitted = False
+        await serve_link(node, conn)
+    finally:
+        if admitted:
+            guard.gate.release(remote)
+        node.links.discard(conn)
+        await conn.close()
+    return ws
