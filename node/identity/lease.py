@@ -17,6 +17,9 @@ Rules this module keeps:
   another node may take the slot.
 - Bytes that are not a lease raise `LeaseCorrupt`; callers treat the slot as expired and
   report it. Calling a decision on a state it does not apply to is a bug (AssertionError).
+- Fencing acts on versions read from the lease store only. A peer's greeting that claims a
+  newer version is a hint to read the store again (`unverified_claims`); one that lies
+  changes nothing, and nothing it says is written to the store.
 """
 
 from __future__ import annotations
@@ -284,8 +287,15 @@ def next_renew_ms(lease: Lease, duration_ms: int, *, failed_at_ms: int | None = 
 
 
 def check_fencing(seen_versions: Mapping[int, int], slot: int, version: int) -> bool:
-    """May a peer claiming `slot` at `version` handshake? Not if we saw a newer version of the slot."""
+    """May a peer claiming `slot` at `version` handshake? Not if we saw a newer version of the slot.
+    `seen_versions` holds versions read from the lease store only: a peer's word fences nobody."""
     return version >= seen_versions.get(slot, 0)
+
+
+def unverified_claims(seen_versions: Mapping[int, int], claims: Mapping[int, int]) -> dict[int, int]:
+    """The slots a peer claims at versions newer than any read from the lease store: a reason to
+    read the store again, never a fact to act on or to persist."""
+    return {s: v for s, v in claims.items() if v > seen_versions.get(s, 0)}
 
 
 def note_version(seen_versions: Mapping[int, int], slot: int, version: int) -> dict[int, int]:

@@ -15,6 +15,8 @@ Rules it keeps:
   have stopped serving then.
 - LeaseLost: the slot is not ours any more; stop serving. LeaseStoreUnavailable: the store
   did not answer; it propagates so the caller can retry until the deadline.
+- Known versions (written with every renewal) come from reads of the store only, never from
+  what a peer says.
 - Steps block (boto3, flock) and are serialised by a lock; call them from one worker
   thread at a time (lease_runner does). Properties read without blocking.
 """
@@ -119,10 +121,20 @@ class LeaseManager:
         assert self._lease is not None, "not holding a lease"
         return core.next_renew_ms(self._lease, self.duration_ms, failed_at_ms=failed_at_ms)
 
-    def note_version(self, slot: int, version: int) -> None:
-        """Record a slot version seen elsewhere (a peer's handshake); written at the next renewal."""
-        with self._kv_lock:
-            self._known_versions = core.note_version(self._known_versions, slot, version)
+    def refresh(self) -> tuple[dict[int, int], str | None]:
+        """Read every slot again (a peer claimed a version newer than any read so far): the
+        versions now known, all read from the store; and why our lease is gone, or None.
+        Does not change the held lease: the caller stops serving if it is gone, and the next
+        renewal confirms it."""
+        with self._lock:
+            lost = None
+            for slot in range(self.cluster_size):
+                state, _ = self._read(slot)
+                if isinstance(state, Lease):
+                    self._learn(state)
+                if self._lease is not None and slot == self._lease.slot and not self._ours(state):
+                    lost = _describe(state)
+            return self.known_versions, lost
 
     # --- steps -------------------------------------------------------------------
     def bootstrap(self) -> int:

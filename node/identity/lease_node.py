@@ -12,11 +12,13 @@ Rules it keeps:
 - No slot, no store: `acquire()` returns only holding a lease. While every slot is held it
   polls (logging progress) until one is released or expires; a store that stays
   unavailable for `acquire_store_retry_s_max` ends start-up with the store's error.
-- Fencing: `seen` maps slot -> highest version this node has seen, from the lease store at
-  acquisition and from every peer greeting (the peer's own slot and its whole `seen`). A
-  handshake claiming a slot at an older version is refused (PeerRefused "lease_fenced").
-  A peer showing a newer version of *our* slot means we are the stale holder: the lease is
-  lost at once, without waiting for the next renewal.
+- Fencing: `seen` maps slot -> highest version this node has read from the lease store (at
+  acquisition, at renewals' reads, and at re-reads). A handshake claiming a slot at an older
+  version is refused (PeerRefused "lease_fenced"). A peer's greeting is only a hint: a
+  version it claims (its own slot, or any in its `seen`) newer than ours makes the node read
+  the store again (`_verify`, at most every `lease_verify_interval_s`); if the store shows our
+  slot taken over, we are the stale holder and the lease is lost at once, without waiting for
+  the next renewal. A claim the store does not back changes nothing and is never persisted.
 - Taking over a slot whose holder did not release (crash, pause): the node does not report
   "running" until every listed peer's greeting shows it has seen our version, or
   `lease.peer_wait_until_ms` passes. It probes the peers itself meanwhile.
@@ -35,6 +37,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import logging
+import math
 import os
 import secrets
 import socket
@@ -161,8 +164,12 @@ class LeaseIdentity:
         self.slot: int | None = None
         self.version: int | None = None
         self.member_uuid: str | None = None
-        self.seen: dict[int, int] = {}               # fencing: slot -> highest version seen
+        self.seen: dict[int, int] = {}               # fencing: slot -> highest version read from the store
         self.fenced = 0                              # handshakes refused for an older version
+        self.verifications = 0                       # re-reads of the store a peer's claim asked for
+        self._verify_task: asyncio.Task | None = None
+        self._verify_again = False
+        self._verified_at = -math.inf                # monotonic time of the last re-read
         self.lost_reason: str | None = None
         self.released: bool | None = None
         # Taking over from a holder that did not release: wait for peers (see module doc).
@@ -308,7 +315,8 @@ class LeaseIdentity:
                 "seen": {str(k): v for k, v in sorted(self.seen.items())}}
 
     def check_peer(self, theirs: dict) -> None:
-        """Fencing for one peer greeting (either side of a handshake): raises PeerRefused to refuse."""
+        """Fencing for one peer greeting (either side of a handshake): raises PeerRefused to refuse.
+        Acts on versions read from the lease store only; newer claims ask for a re-read."""
         peer = f"{theirs.get('address')} ({str(theirs.get('uuid'))[:8]})"
         if self.lost_reason is not None:
             raise PeerRefused("lease_lost", f"this node lost lease slot {self.slot} ({self.lost_reason}); "
@@ -319,22 +327,46 @@ class LeaseIdentity:
             raise PeerRefused("lease_fenced", f"{peer} claims lease slot {slot} at version {version}, but version "
                                               f"{self.seen[slot]} of that slot exists: the peer is a stale holder "
                                               f"and must stop")
-        newest_of_ours = max(version if slot == self.slot else 0, their_seen.get(self.slot, 0))
-        if self.version is not None and newest_of_ours > self.version:
-            reason = (f"{peer} has seen lease slot {self.slot} at version {newest_of_ours}, newer than this "
-                      f"node's {self.version}: another node took the slot over")
-            self._lose_now(reason)
-            raise PeerRefused("lease_superseded", reason)
-        for s, v in [(slot, version), *their_seen.items()]:
-            if v > self.seen.get(s, 0):
-                self.seen = core.note_version(self.seen, s, v)
-                if self.manager is not None:
-                    self.manager.note_version(s, v)   # written to the store at the next renewal
+        claims = dict(their_seen)
+        claims[slot] = max(claims.get(slot, 0), version)
+        if core.unverified_claims(self.seen, claims) and self.manager is not None:
+            self._verify_soon()
         if self.version is not None and their_seen.get(self.slot, 0) >= self.version:
             address = theirs.get("address")
             if isinstance(address, str) and address not in self.peers_confirmed:
                 self.peers_confirmed.add(address)
                 self._peers_changed.set()
+
+    def _verify_soon(self) -> None:
+        """Re-read the lease store (once at a time, at most every lease_verify_interval_s)."""
+        if self._verify_task is not None and not self._verify_task.done():
+            self._verify_again = True
+            return
+        self._verify_task = asyncio.get_running_loop().create_task(self._verify(), name="lease-verify")
+        self._verify_task.add_done_callback(self._runner_done)
+
+    async def _verify(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(0.0, self._verified_at + limits.lease_verify_interval_s - time.monotonic()))
+            self._verify_again = False
+            try:
+                versions, lost = await loop.run_in_executor(self._executor, self.manager.refresh)
+            except LeaseStoreUnavailable as e:
+                # The renewal path owns store outages (it stops serving at the deadline).
+                log.warning("lease: re-reading the store after a peer's claim failed: %s", e)
+                return
+            finally:
+                self._verified_at = time.monotonic()
+            self.verifications += 1
+            for s, v in versions.items():
+                if v:
+                    self.seen = core.note_version(self.seen, s, v)
+            if lost is not None and self.lost_reason is None:
+                self._lose_now(f"the lease store shows slot {self.slot} taken over: {lost}")
+                return
+            if not self._verify_again:
+                return
 
     # --- loss ------------------------------------------------------------------------
     async def _on_lost(self, reason: str) -> None:
@@ -385,6 +417,8 @@ class LeaseIdentity:
     async def release(self) -> None:
         """Orderly shutdown: stop renewing and give the slot back (not after a loss)."""
         self._stop.set()
+        if self._verify_task is not None:
+            self._verify_task.cancel()
         for t in (self._runner, self._wind_down_task):
             if t is not None and not t.done():
                 try:
@@ -439,6 +473,7 @@ class LeaseIdentity:
             "renewals": mgr.renewals if mgr else 0,
             "renew_failures": mgr.renew_failures if mgr else 0,
             "fenced": self.fenced,
+            "verifications": self.verifications,
             "seen": {str(k): v for k, v in sorted(self.seen.items())},
             "lost_reason": self.lost_reason,
             "peer_wait": None if self.peer_wait_until_ms is None else {

@@ -290,7 +290,7 @@ def greeting(slot: int, version: int, seen: dict | None = None, address: str = "
             "lease": {"slot": slot, "version": version, "seen": {str(k): v for k, v in (seen or {}).items()}}}
 
 
-async def test_check_peer_refuses_versions_older_than_seen(tmp_path):
+async def test_check_peer_refuses_versions_older_than_those_read_from_the_store(tmp_path):
     other = LeaseManager(open_store(f"file://{tmp_path}/leases"), 3, "other-task", 30.0)
     other.bootstrap()
     assert other.acquire().slot == 0                        # slot 0 held at version 1 by someone else
@@ -302,24 +302,31 @@ async def test_check_peer_refuses_versions_older_than_seen(tmp_path):
         assert node.data_dir == os.path.join(str(tmp_path / "data"), "slot-1")
         assert lease.greeting_field() == {"slot": 1, "version": 1, "seen": {"0": 1, "1": 1}}
 
-        # Versions read from the store at acquisition already fence.
+        # Versions read from the store at acquisition fence.
         with pytest.raises(PeerRefused) as e:
             lease.check_peer(greeting(0, 0))
         assert e.value.code == "lease_fenced" and "slot 0 at version 0" in e.value.message
 
-        lease.check_peer(greeting(2, 3))                    # newer than anything seen: accepted, noted
-        with pytest.raises(PeerRefused) as e:
-            lease.check_peer(greeting(2, 2))
-        assert e.value.code == "lease_fenced"
-        lease.check_peer(greeting(2, 3))                    # the same version again is the same holder
-
-        # Versions a peer has seen are learned too, and go to the store with the next renewal.
+        # A peer's word is a hint, not a fact: slot 2 claimed at version 3 (the store has it at 0)
+        # makes the node read the store again, and then fences nobody on its account.
+        lease.check_peer(greeting(2, 3))
+        await wait_verified(lease, 1)
+        lease.check_peer(greeting(2, 2))                    # not refused: version 3 was never real
         lease.check_peer(greeting(0, 1, seen={2: 5}))
+        await wait_verified(lease, 2)
+        lease.check_peer(greeting(2, 4))
+        assert 2 not in lease.seen and lease.manager.known_versions.get(2, 0) == 0, "an unverified claim was kept"
+
+        # A version the store really holds is learned at the re-read, and fences from then on.
+        third = LeaseManager(open_store(f"file://{tmp_path}/leases"), 3, "third-task", 30.0)
+        assert third.acquire().slot == 2                    # slot 2 at version 1, in the store
+        lease.check_peer(greeting(2, 1))                    # the hint: a version above what we read
+        await wait_verified(lease, 3)
+        assert lease.seen[2] == 1 and lease.manager.known_versions[2] == 1
         with pytest.raises(PeerRefused) as e:
-            lease.check_peer(greeting(2, 4))
-        assert e.value.code == "lease_fenced" and "version 5" in e.value.message
-        assert lease.manager.known_versions[2] == 5
-        assert lease.fenced == 3
+            lease.check_peer(greeting(2, 0))
+        assert e.value.code == "lease_fenced" and "version 1" in e.value.message
+        assert lease.fenced == 2
 
         with pytest.raises(RemoteProtocolError):
             lease.check_peer({"uuid": "x", "address": "y", "lease": {"slot": "1", "version": 1}})
@@ -335,17 +342,44 @@ async def test_check_peer_refuses_versions_older_than_seen(tmp_path):
     assert lease.released is True
 
 
-async def test_a_newer_version_of_our_own_slot_means_the_lease_is_lost(tmp_path):
+async def wait_verified(lease: LeaseIdentity, n: int) -> None:
+    """Until the node has re-read the lease store n times (each a peer's claim asked for)."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while lease.verifications < n:
+        assert asyncio.get_running_loop().time() < deadline, f"{lease.verifications} re-reads, expected {n}"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_fake_claim_of_a_newer_version_of_our_slot_changes_nothing(tmp_path):
     node = lease_node(tmp_path, size=1)
     lease = LeaseIdentity(node, exit_at_once_on_loss=False)   # a loss must not end pytest
     await lease.acquire()
     try:
-        with pytest.raises(PeerRefused) as e:
-            lease.check_peer(greeting(0, 2))                # someone else holds our slot now
-        assert e.value.code == "lease_superseded"
-        assert node.status == "lease_lost"                  # health 503 and writes refused at once
-        assert isinstance(node.fatal, LeaseLost)            # serve() exits 1
-        await asyncio.wait_for(node.stopped.wait(), 2.0)    # and the process is told to stop
+        lease.check_peer(greeting(0, 1, seen={0: 2 ** 62}))   # "someone holds your slot at 2^62"
+        await wait_verified(lease, 1)
+        assert lease.lost_reason is None and node.fatal is None and not node.stopped.is_set()
+        assert lease.seen == {0: 1} and lease.manager.known_versions == {0: 1}
+        lease.manager.renew()                                  # what the next renewal writes
+        stored = core.decode(open(tmp_path / "leases" / "0.json", "rb").read(), 0)
+        assert stored.known_versions == {0: 1}, "a peer's claim reached the lease store"
+    finally:
+        await lease.release()
+    assert lease.released is True
+
+
+async def test_a_newer_version_of_our_own_slot_in_the_store_means_the_lease_is_lost(tmp_path):
+    node = lease_node(tmp_path, size=1)
+    lease = LeaseIdentity(node, exit_at_once_on_loss=False)   # a loss must not end pytest
+    await lease.acquire()
+    try:
+        # Another node took the slot over (its clock says our lease expired): version 2 in the store.
+        ahead = LeaseManager(open_store(f"file://{tmp_path}/leases"), 1, "new-holder", 2.0,
+                             clock=lambda: wall_clock_ms() + 60_000)
+        assert ahead.acquire().version == 2
+        lease.check_peer(greeting(0, 2, address="127.0.0.1:7402"))   # the new holder greets us
+        await asyncio.wait_for(node.stopped.wait(), 5.0)       # re-read, lost, told to stop
+        assert node.status == "lease_lost"                     # health 503 and writes refused
+        assert isinstance(node.fatal, LeaseLost) and "taken over" in lease.lost_reason
         with pytest.raises(PeerRefused) as e:
             lease.check_peer(greeting(0, 2, address="127.0.0.1:7401"))
         assert e.value.code == "lease_lost"

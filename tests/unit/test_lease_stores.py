@@ -305,13 +305,29 @@ def test_crash_without_release_makes_the_next_holder_wait_for_peers(backend):
     assert b.wait_for_peers is True and b.peer_wait_until_ms == clock.ms + b.duration_ms
 
 
+def test_refresh_reads_every_slot_and_reports_a_takeover_without_touching_the_held_lease(backend):
+    clock = Clock()
+    a = manager(backend.open(), "a", clock)
+    first = a.acquire()
+    assert a.refresh() == ({0: 1}, None)
+    clock.ms = first.expires_ms                 # a paused past its expiry; b takes the slot
+    b = manager(backend.open(), "b", clock)
+    assert b.acquire().version == 2
+    versions, lost = a.refresh()
+    assert versions == {0: 2} and "held by b at version 2" in lost
+    assert a.lease == first, "refresh only reports; the caller stops serving"
+
+
 def test_corrupt_lease_is_treated_as_expired_and_reported_not_wedging(backend, caplog):
     clock = Clock()
     a = manager(backend.open(), "a", clock, slots=2)
     a.bootstrap()
     a.acquire()                                 # slot 0
-    a.note_version(1, 4)                        # a peer told a that slot 1 reached version 4
-    a.renew()
+    b = manager(backend.open(), "b", clock, slots=2)
+    for _ in range(4):                          # slot 1 reaches version 4 in the store
+        assert b.acquire().slot == 1 and b.release()
+    assert a.refresh() == ({0: 1, 1: 4}, None)  # a reads it again (a peer's claim asked it to)
+    a.renew()                                   # and writes what it read with its lease
     old_uuid = stored(a.store, 1).member_uuid
     _, token = a.store.read(1)
     assert a.store.compare_and_swap(1, b"\x00 not a lease {", token)
