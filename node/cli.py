@@ -56,6 +56,10 @@ SERVE_FLAGS: list[tuple[str, dict]] = [
     ("--segment-bytes-max", {"dest": "segment_bytes_max"}),
     ("--checkpoint-interval-s", {"dest": "checkpoint_interval_s"}),
     ("--anon-ttl-s", {"dest": "anon_ttl_s"}),
+    ("--tls-cert-file", {"dest": "tls_cert_file"}),
+    ("--tls-key-file", {"dest": "tls_key_file"}),
+    ("--tls-ca-file", {"dest": "tls_ca_file"}),
+    ("--tls-client-auth", {"dest": "tls_client_auth", "action": "store_const", "const": True}),
 ]
 
 
@@ -113,21 +117,29 @@ async def serve(cfg) -> int:
 
 
 # --- client commands ----------------------------------------------------------------------
-def http(method: str, url: str, body: Any = None, token: str | None = None, timeout: float = 10) -> tuple[int, Any]:
+def http(method: str, url: str, body: Any = None, token: str | None = None, timeout: float = 10,
+         ca_file: str | None = None) -> tuple[int, Any]:
+    """One call to the node at `url`; `token` (else $REPLOG_TOKEN) goes to that URL only."""
     from node.client import request
-    status, doc = request(method, url, body, token=token or os.environ.get("REPLOG_TOKEN"), timeout=timeout)
+    status, doc = request(method, url, body, token=token if token is not None else os.environ.get("REPLOG_TOKEN"),
+                          timeout=timeout,
+                          ca_file=ca_file or os.environ.get("REPLOG_CA_FILE") or None)
     if status >= 400 and not isinstance(doc, dict):
         doc = {"error": {"code": "http", "message": f"HTTP {status}"}}
     return status, doc
 
 
-def base_url(u: str) -> str:
-    return (u if u.startswith("http") else f"http://{u}").rstrip("/")
+def base_url(u: str, ca_file: str | None = None) -> str:
+    """host:port alone means http://, or https:// when a CA file is given."""
+    if u.startswith(("http://", "https://")):
+        return u.rstrip("/")
+    tls = ca_file or os.environ.get("REPLOG_CA_FILE")
+    return f"{'https' if tls else 'http'}://{u}".rstrip("/")
 
 
 def _client(args: argparse.Namespace, method: str, path: str, body: Any = None) -> int:
     try:
-        status, doc = http(method, base_url(args.url) + path, body, args.token)
+        status, doc = http(method, base_url(args.url, args.ca_file) + path, body, args.token, ca_file=args.ca_file)
     except (urllib.error.URLError, OSError) as e:
         fail(f"cannot reach {args.url}: {getattr(e, 'reason', e)}", 1)
     print(json.dumps(doc, indent=2, ensure_ascii=False))
@@ -153,7 +165,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from node.status import status_table
     try:
-        print(status_table([base_url(u) for u in args.url], args.token))
+        print(status_table([base_url(u, args.ca_file) for u in args.url], args.token, args.ca_file))
     except (urllib.error.URLError, OSError) as e:
         fail(f"cannot reach {args.url}: {getattr(e, 'reason', e)}", 1)
     return 0
@@ -210,11 +222,14 @@ def build_parser() -> Parser:
         if name == "put":
             c.add_argument("value", help="JSON value (or a plain string)")
         c.add_argument("--token")
+        c.add_argument("--ca-file", dest="ca_file", help="PEM CA bundle that signed the node's TLS certificate "
+                                                        "(https; also $REPLOG_CA_FILE)")
         c.set_defaults(fn=fn)
 
     st = sub.add_parser("status", help="members, ids on each node, vclocks, lag")
     st.add_argument("url", nargs="+")
-    st.add_argument("--token")
+    st.add_argument("--token", help="sent only to the URLs given here, never to addresses learned from them")
+    st.add_argument("--ca-file", dest="ca_file", help="PEM CA bundle for https nodes (also $REPLOG_CA_FILE)")
 
     w = sub.add_parser("wal", help="inspect WAL segments")
     wsub = w.add_subparsers(dest="wal_cmd", required=True, parser_class=Parser)

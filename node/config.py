@@ -12,6 +12,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from node import tls
 from node.errors import ConfigError
 
 WAL_MODES = ("none", "write", "fsync")
@@ -44,10 +45,20 @@ class Config:
     segment_bytes_max: int = 64 * 1024 * 1024
     checkpoint_interval_s: float = 60.0
     anon_ttl_s: float = 3600.0
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""
+    tls_client_auth: bool = False
 
     # derived, filled by load()
     secret: bytes = field(default=b"", repr=False)
     token: str = field(default="", repr=False)
+    server_ssl: Any = field(default=None, repr=False, compare=False)   # ssl.SSLContext (node/tls.py)
+    client_ssl: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def tls(self) -> bool:
+        return self.server_ssl is not None
 
     @property
     def host(self) -> str:
@@ -66,7 +77,8 @@ class Config:
         return {"identity": self.identity, "cluster_size": self.cluster_size if self.identity == "lease" else 0}
 
 
-OPTION_TYPES = {f.name: f.type for f in fields(Config) if f.name not in ("secret", "token")}
+DERIVED = ("secret", "token", "server_ssl", "client_ssl")
+OPTION_TYPES = {f.name: f.type for f in fields(Config) if f.name not in DERIVED}
 
 
 def _coerce(name: str, value: Any) -> Any:
@@ -192,4 +204,15 @@ def validate(cfg: Config) -> Config:
             raise ConfigError("secret_file", f"listening on non-loopback {cfg.host} needs a cluster secret (or --insecure)")
         if not token:
             raise ConfigError("token_file", f"listening on non-loopback {cfg.host} needs a client token (or --insecure)")
-    return Config(**{**{f.name: getattr(cfg, f.name) for f in fields(cfg)}, "secret": secret, "token": token})
+    tls.check_options(cfg)
+    return Config(**{**{f.name: getattr(cfg, f.name) for f in fields(cfg)}, "secret": secret, "token": token,
+                     "server_ssl": tls.server_context(cfg), "client_ssl": tls.client_context(cfg)})
+
+
+def plaintext_exposure(cfg: Config) -> str | None:
+    """What a node on a non-loopback address without TLS sends in the clear, or None."""
+    if cfg.tls or is_loopback(cfg.host):
+        return None
+    return (f"listening on {cfg.listen} without TLS: the client API (bearer token, keys and values) and "
+            "replication (rows, snapshots, the member table) travel in plaintext; anyone on the path reads "
+            "them. Set tls_cert_file and tls_key_file (docs/operations.md)")

@@ -96,6 +96,7 @@ class Lifecycle:
         self.peers_seen: dict[str, dict] = {}                 # uuid -> last greeting (both directions)
         self.advertised: dict[str, str] = {}                  # uuid -> the address its last greeting gave
         self.moved_from: dict[str, set[str]] = {}             # uuid -> addresses it advertised before
+        self.refusals: dict[str, str] = {}                    # peer address -> the refusal last logged
         self._lock_fd: int | None = None
         self._register_lock = asyncio.Lock()
 
@@ -230,6 +231,10 @@ class Lifecycle:
             try:
                 return address, await probe(node, node.http_session, address, timeout)
             except PROBE_ERRORS as e:
+                if isinstance(e, PeerRefused) and self.refusals.get(address) != str(e):
+                    # a lasting reason (secret, TLS certificate, cluster): logged once per change
+                    self.refusals[address] = str(e)
+                    log.warning("peer %s refused: %s", address, e)
                 return address, e
 
         peers = [a for a in self.cfg.peers if a != self.cfg.address]

@@ -26,7 +26,7 @@ from node.applier.applier import Applier, open_link
 from node.applier.conn import Conn
 from node.applier.relay import Relay
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, Member
-from node.config import Config
+from node.config import Config, plaintext_exposure
 from node.core import messages as m
 from node.core.replicaset import NodeCore, cluster_op
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_SPACE, Op
@@ -178,9 +178,14 @@ class Node:
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      shutdown_timeout=limits.http_drain_s)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
+        site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True, ssl_context=cfg.server_ssl)
         await site.start()
-        log.info("node %s listening on %s (data %s)", self.uuid, cfg.listen, self.data_dir)
+        log.info("node %s listening on %s%s (data %s)", self.uuid, cfg.listen,
+                 " over TLS" + (" (links need a client certificate)" if cfg.tls_client_auth else "")
+                 if cfg.tls else "", self.data_dir)
+        exposed = plaintext_exposure(cfg)
+        if exposed:
+            log.warning("node: %s", exposed)
         self.spawn(self._start_replication(), "start-replication")
         self.spawn(self._checkpoint_loop(), "checkpoint")
 

@@ -1,7 +1,8 @@
 """Accepting an inbound replication link (`GET /v1/replication`): everything a node does for a
 peer that has not proven the cluster secret yet.
 
-Order: count the handshake (refused with 503 before the upgrade when too many are in flight,
+Order: with tls_client_auth, refuse (403) a TLS connection that presented no client
+certificate -> count the handshake (refused with 503 before the upgrade when too many are in flight,
 in total or from the remote address) -> upgrade to a WebSocket without compression and with
 the pre-auth message limit -> authenticate (node/applier/conn.py: server_auth, which raises the
 limit once the peer has proven the secret) -> hand the sealed link to the relay
@@ -54,6 +55,11 @@ class LinkGuard:
 async def handle_replication(node: "Node", request: web.Request) -> web.StreamResponse:
     guard: LinkGuard = node.link_guard
     remote = request.remote or "?"
+    if node.cfg.tls_client_auth and not request.transport.get_extra_info("peercert"):
+        # The TLS layer verified any certificate presented (node/tls.py); links must present one.
+        why = "replication links must present a client certificate signed by tls_ca_file (tls_client_auth)"
+        guard.note_failure(remote, why)
+        return web.json_response({"error": {"code": "client_certificate", "message": why}}, status=403)
     why = guard.gate.admit(remote)
     if why is not None:
         guard.note_failure(remote, f"handshake refused: {why}")

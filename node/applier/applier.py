@@ -30,7 +30,7 @@ log = logging.getLogger("replog.applier")
 
 async def open_link(node: "Node", session: aiohttp.ClientSession, address: str) -> tuple[Conn, dict]:
     """Connect, authenticate and exchange greetings; returns the link and the peer's greeting."""
-    conn = await connect(session, address)
+    conn = await connect(session, address, node.cfg.client_ssl)
     try:
         await client_auth(conn, node.cfg.secret, node.uuid)
         mine = node.greeting()

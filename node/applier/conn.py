@@ -19,7 +19,9 @@ Rules kept here:
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import ssl
 from typing import Any, Callable
 
 import aiohttp
@@ -164,13 +166,30 @@ def check_greeting(mine: dict, theirs: dict, peer: str, authenticated: str | Non
                           f"there, {ours.get(name)!r} here")
 
 
-async def connect(session: aiohttp.ClientSession, address: str) -> Conn:
-    """A WebSocket to a peer's /v1/replication, reading only pre-auth sized messages so far."""
-    url = f"http://{address}/v1/replication"
+async def connect(session: aiohttp.ClientSession, address: str, tls: ssl.SSLContext | None = None) -> Conn:
+    """A WebSocket to a peer's /v1/replication (wss:// with `tls`: node/tls.py), reading only
+    pre-auth sized messages so far. A peer whose certificate we do not trust, or that refuses
+    ours, is refused for a lasting reason; anything else is a connection error."""
+    url = f"{'https' if tls else 'http'}://{address}/v1/replication"
     try:
         ws = await session.ws_connect(url, max_msg_size=reader_limit(limits.preauth_message_bytes_max), autoping=True,
                                       timeout=aiohttp.ClientWSTimeout(ws_close=limits.link_close_timeout_s),
-                                      compress=0)
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+                                      compress=0, ssl=tls if tls is not None else True)
+    except aiohttp.ClientConnectorCertificateError as e:
+        raise PeerRefused("tls", f"{address}: its TLS certificate does not verify against tls_ca_file "
+                                 f"({e.certificate_error})") from None
+    except aiohttp.ClientSSLError as e:
+        raise PeerRefused("tls", f"{address}: TLS handshake failed ({e}); does it serve TLS, "
+                                 f"and does it take this node's certificate?") from None
+    except aiohttp.WSServerHandshakeError as e:
+        if e.status == 403:      # a relay that requires a client certificate (tls_client_auth)
+            raise PeerRefused("tls_client_auth", f"{address} refused the link (HTTP 403): it requires a client "
+                                                 "certificate signed by its tls_ca_file") from None
         raise ConnectionError(f"cannot connect to {address}: {e}") from None
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+        # Under TLS 1.3 a relay that refuses our certificate resets the connection after our
+        # side of the handshake: say so, but retry (a reset may be nothing more).
+        reset = getattr(e, "errno", None) == errno.ECONNRESET or isinstance(e, aiohttp.ServerDisconnectedError)
+        hint = " (a relay that does not take this node's TLS certificate does this)" if tls is not None and reset else ""
+        raise ConnectionError(f"cannot connect to {address}: {e}{hint}") from None
     return Conn(ws, address)

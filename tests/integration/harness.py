@@ -37,7 +37,8 @@ def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condit
 
 class ReplogProcess:
     def __init__(self, tmp, name: str, *, port: int | None = None, peers: list["ReplogProcess"] | list[str] = (),
-                 extra: list[str] | None = None, token: str | None = None):
+                 extra: list[str] | None = None, token: str | None = None, tls=None, client_auth: bool = False):
+        """`tls`: a bench.throwaway_ca.NodeTls; the node serves TLS and the harness speaks https."""
         self.name = name
         self.dir = os.path.join(str(tmp), name)
         os.makedirs(self.dir, exist_ok=True)
@@ -46,6 +47,8 @@ class ReplogProcess:
         self.peers = [p.address if isinstance(p, ReplogProcess) else p for p in peers]
         self.extra = list(extra or [])
         self.token = token
+        self.tls = tls
+        self.client_auth = client_auth
         self.proc: subprocess.Popen | None = None
         self.log_path = os.path.join(self.dir, "node.log")
         self.starts = 0
@@ -56,12 +59,14 @@ class ReplogProcess:
 
     @property
     def url(self) -> str:
-        return f"http://{self.address}"
+        return f"{'https' if self.tls else 'http'}://{self.address}"
 
     def argv(self) -> list[str]:
         a = REPLOG + ["serve", "--data-dir", self.data_dir, "--listen", self.address, "--log-level", "debug"]
         if self.peers:
             a += ["--peers", ",".join(self.peers)]
+        if self.tls:
+            a += self.tls.flags(self.client_auth)
         return a + self.extra
 
     def start(self, wait: bool = True, timeout: float = 30.0) -> "ReplogProcess":
@@ -113,17 +118,22 @@ class ReplogProcess:
             return f.read().decode(errors="replace")
 
     # --- HTTP ----------------------------------------------------------------------------
+    def _tls_kw(self, kw: dict) -> dict:
+        if self.tls and "ca_file" not in kw:
+            kw["ca_file"] = self.tls.ca_file
+        return kw
+
     def get(self, path: str, **kw) -> tuple[int, Any]:
-        return request("GET", self.url + path, token=kw.pop("token", self.token), **kw)
+        return request("GET", self.url + path, token=kw.pop("token", self.token), **self._tls_kw(kw))
 
     def put(self, path: str, body: Any = None, **kw) -> tuple[int, Any]:
-        return request("PUT", self.url + path, body, token=kw.pop("token", self.token), **kw)
+        return request("PUT", self.url + path, body, token=kw.pop("token", self.token), **self._tls_kw(kw))
 
     def post(self, path: str, body: Any = None, **kw) -> tuple[int, Any]:
-        return request("POST", self.url + path, body, token=kw.pop("token", self.token), **kw)
+        return request("POST", self.url + path, body, token=kw.pop("token", self.token), **self._tls_kw(kw))
 
     def delete(self, path: str, **kw) -> tuple[int, Any]:
-        return request("DELETE", self.url + path, token=kw.pop("token", self.token), **kw)
+        return request("DELETE", self.url + path, token=kw.pop("token", self.token), **self._tls_kw(kw))
 
     def info(self) -> dict:
         s, d = self.get("/v1/info")
@@ -163,13 +173,14 @@ def vclocks_converged(nodes: list[ReplogProcess], ignore: set[str] = frozenset()
     return all(v == vcs[0] for v in vcs)
 
 
-def mesh(tmp, n: int, extra: list[str] | None = None) -> list[ReplogProcess]:
-    """n fresh nodes listing each other: they form one cluster (simultaneous join)."""
+def mesh(tmp, n: int, extra: list[str] | None = None, **kw) -> list[ReplogProcess]:
+    """n fresh nodes listing each other: they form one cluster (simultaneous join). `kw`
+    goes to every ReplogProcess (tls, client_auth, token)."""
     ports = [free_port() for _ in range(n)]
     nodes = []
     for i in range(n):
         peers = [f"127.0.0.1:{p}" for j, p in enumerate(ports) if j != i]
-        nodes.append(ReplogProcess(tmp, f"n{i + 1}", port=ports[i], peers=peers, extra=extra))
+        nodes.append(ReplogProcess(tmp, f"n{i + 1}", port=ports[i], peers=peers, extra=extra, **kw))
     for node in nodes:
         node.start(wait=False)
     for node in nodes:
