@@ -1,4 +1,9 @@
-"""`replog status`: one table of every member, its id on each node, vclocks and lag."""
+"""`replog status`: one table of every member, its id on each node, vclocks and lag.
+
+It follows the member addresses the named nodes report, but sends the client token only to
+the URLs it was given: a member's address is learned from the cluster, and anyone holding the
+cluster secret can register a member at an address it listens on. A learned member that wants
+the token is listed as such; name it on the command line to see it."""
 from __future__ import annotations
 
 import urllib.error
@@ -6,18 +11,26 @@ import urllib.error
 from node.cli import http
 
 
-def status_table(urls: list[str], token: str | None = None) -> str:
+def status_table(urls: list[str], token: str | None = None, ca_file: str | None = None) -> str:
     infos, clusters = {}, {}
+    given = set(urls)
+    scheme = urls[0].split("://", 1)[0] if urls else "http"
     queue = list(urls)
     seen = set()
+    needs_token = []
     while queue:
         u = queue.pop(0)
         if u in seen:
             continue
         seen.add(u)
         try:
-            _, info = http("GET", u + "/v1/info", token=token, timeout=3)
-            _, cl = http("GET", u + "/v1/cluster", token=token, timeout=3)
+            # An empty token, not None: None would fall back to $REPLOG_TOKEN (node.cli.http).
+            t = token if u in given else ""
+            status, info = http("GET", u + "/v1/info", token=t, timeout=3, ca_file=ca_file)
+            if status == 401:
+                needs_token.append(u)
+                continue
+            _, cl = http("GET", u + "/v1/cluster", token=t, timeout=3, ca_file=ca_file)
         except (urllib.error.URLError, OSError):
             continue
         if not isinstance(info, dict) or "uuid" not in info:
@@ -25,7 +38,7 @@ def status_table(urls: list[str], token: str | None = None) -> str:
         infos[info["uuid"]], clusters[info["uuid"]] = info, cl
         for mem in cl.get("members", []):
             if mem.get("address") and mem["state"] != "expelled":
-                queue.append("http://" + mem["address"])
+                queue.append(f"{scheme}://" + mem["address"])
     nodes = list(infos)
     uuids = []
     for n in nodes:
@@ -57,4 +70,6 @@ def status_table(urls: list[str], token: str | None = None) -> str:
     for n in nodes:
         i = infos[n]
         lines.append(f"{n[:8]} {i['status']:<8} vclock {i['vclock']}")
+    if needs_token:
+        lines.append(f"not shown (they need the token, which goes only to the URLs given): {', '.join(needs_token)}")
     return "\n".join(lines)
