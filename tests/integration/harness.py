@@ -160,8 +160,8 @@ class ReplogProcess:
         s, d = self.put(f"/v1/spaces/{space}", {"local": local})
         assert s in (200, 201), (s, d)
 
-    def set_peers(self, peers: list["ReplogProcess"]) -> None:
-        s, d = self.put("/v1/admin/peers", {"peers": [p.address for p in peers]})
+    def set_peers(self, peers: list["ReplogProcess"] | list[str]) -> None:
+        s, d = self.put("/v1/admin/peers", {"peers": [p if isinstance(p, str) else p.address for p in peers]})
         assert s == 200, (s, d)
 
 
