@@ -44,6 +44,11 @@ Also printed, per shape:
     python -m bench.applier --only replog --txn-rows 100
     python -m bench.applier --profile --rows 300000 --txn-rows 1   # py-spy on the replica's catch-up
     python -m bench.applier --only replog --gc-stats --replica-prelude "import gc; gc.freeze()"
+    python -m bench.applier --only replog --links plain,tls,nomac   # TLS and the per-message MAC, alternating
+
+`--links` runs replog with each link variant of bench/links.py in turn (replog = sealed
+messages, replog+tls = the same inside TLS, replog-nomac = without the per-message tag), so
+their figures come from one alternating run and sit in one table.
 
 `--gc-stats` times the replog replica's cyclic garbage collector (gc.callbacks, CPU time of
 the collecting thread) and `--replica-prelude` runs a line of Python in the replica before
@@ -70,6 +75,8 @@ import crc32c
 import lmdb
 import msgpack
 
+from bench import links as links_mod
+from bench.links import SYSTEM, LinkSetup
 from bench.common import LoadWatch, dump_json, machine, median, print_load, print_machine, print_table
 from bench.procs import (BenchError, ReplogNode, TarantoolNode, code_version, proc_cpu_s, proc_status_kib,
                          wait_for)
@@ -163,7 +170,7 @@ async def _direct_load(data_dir: str, rows: int, txn_rows: int, writers: int, fi
         store.close()
 
 
-async def _http_load(url: str, rows: int, txn_rows: int, clients: int, first: int) -> None:
+async def _http_load(url: str, rows: int, txn_rows: int, clients: int, first: int, ssl=None) -> None:
     import aiohttp
 
     def bodies():
@@ -177,7 +184,7 @@ async def _http_load(url: str, rows: int, txn_rows: int, clients: int, first: in
     it = bodies()
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(timeout=timeout, headers={"Content-Type": "application/json"},
-                                     connector=aiohttp.TCPConnector(limit=clients)) as session:
+                                     connector=aiohttp.TCPConnector(limit=clients, ssl=ssl or True)) as session:
         async def client() -> None:
             for method, u, body in it:
                 async with session.request(method, u, data=body) as r:
@@ -223,18 +230,20 @@ def _catch_up(replica, master, master_uuid: str, target: int, rows: int, txn_row
                (master.cpu_s() or 0.0) - c0, rss_anon_kib=anon, rss_file_kib=file_backed)
 
 
-def replog_prepare(base: str, rows: int, txn_rows: int, args: argparse.Namespace
+def replog_prepare(base: str, rows: int, txn_rows: int, args: argparse.Namespace, links: str = "plain"
                    ) -> tuple[ReplogNode, ReplogNode, str, int, int, float]:
     """Steps 1-3: master + joined replica, replica stopped, backlog written. Returns the
     nodes (master running, replica stopped), the master's uuid, the lsn before and after
-    the backlog, and the seconds the load took."""
-    master = ReplogNode("master", os.path.join(base, "master"), log_level="warning", extra=NO_CHECKPOINT).start()
+    the backlog, and the seconds the load took. `links`: bench/links.py."""
+    setup = LinkSetup(base)
+    master = ReplogNode("master", os.path.join(base, "master"), log_level="warning", extra=NO_CHECKPOINT,
+                        **setup.node_kwargs(links, "master")).start()
     replica = None
     try:
         master.create_space(SPACE)
         master_uuid = master.info()["uuid"]
         replica = ReplogNode("replica", os.path.join(base, "replica"), peers=[master.address],
-                             log_level="warning", extra=NO_CHECKPOINT).start()
+                             log_level="warning", extra=NO_CHECKPOINT, **setup.node_kwargs(links, "replica")).start()
         before = master.lsn_of(master_uuid)
         wait_for(lambda: replica.lsn_of(master_uuid) >= before, 60, "the replica to join")
         replica.stop()
@@ -244,7 +253,7 @@ def replog_prepare(base: str, rows: int, txn_rows: int, args: argparse.Namespace
             asyncio.run(_direct_load(master.data_dir, rows, txn_rows, args.writers, 1))
             master.start()
         else:
-            asyncio.run(_http_load(master.url, rows, txn_rows, args.http_clients, 1))
+            asyncio.run(_http_load(master.url, rows, txn_rows, args.http_clients, 1, master.ssl_context))
         load_s = time.monotonic() - t0
         after = master.lsn_of(master_uuid)
         if after - before < rows - rows % txn_rows:
@@ -278,17 +287,19 @@ atexit.register(_gc_dump)
 
 def _start_replica(replica: ReplogNode, args: argparse.Namespace, gc_path: str) -> None:
     gc_stats = _GC_STATS.format(path=gc_path) if args.gc_stats else ""
-    replica.prelude = (gc_stats + "\n" + args.replica_prelude).strip()
+    replica.prelude = (replica.prelude + "\n" + gc_stats + "\n" + args.replica_prelude).strip()
     replica.start(wait=False)
 
 
-def replog_run(base: str, rows: int, txn_rows: int, args: argparse.Namespace) -> tuple[Run, list[list[bytes]]]:
+def replog_run(base: str, rows: int, txn_rows: int, args: argparse.Namespace, links: str = "plain"
+               ) -> tuple[Run, list[list[bytes]]]:
     """One replog run; also returns the backlog's frames in relay batches for the floor."""
-    master, replica, master_uuid, before, target, load_s = replog_prepare(base, rows, txn_rows, args)
+    master, replica, master_uuid, before, target, load_s = replog_prepare(base, rows, txn_rows, args, links)
     gc_path = os.path.join(base, "replica-gc.json")
     try:
         _start_replica(replica, args, gc_path)
         run = _catch_up(replica, master, master_uuid, target, target - before, txn_rows)
+        run.system = SYSTEM[links]
         run.load_s = load_s
     finally:
         _stop_all(replica, master)
@@ -393,7 +404,7 @@ def profile_run(base: str, rows: int, txn_rows: int, args: argparse.Namespace) -
     pyspy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
     if not os.path.exists(pyspy):
         raise BenchError("py-spy is not installed (pip install py-spy into the venv)")
-    master, replica, master_uuid, before, target, _ = replog_prepare(base, rows, txn_rows, args)
+    master, replica, master_uuid, before, target, _ = replog_prepare(base, rows, txn_rows, args, args.links[0])
     raw = os.path.join(base, "replica.pyspy.txt")
     try:
         argv = [pyspy, "record", "--format", "raw", "--threads", "--rate", str(args.profile_rate), "-o", raw]
@@ -462,19 +473,22 @@ def summarize(runs: list[Run]) -> dict[str, Any]:
 
 def run_matrix(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = []
-    systems = [s for s in ("replog", "tarantool") if s in args.systems]
+    variants = {SYSTEM[v]: v for v in args.links} if "replog" in args.systems else {}
+    systems = list(variants) + [s for s in ("tarantool",) if s in args.systems]
     for txn_rows in args.txn_rows:
         runs: dict[str, list[Run]] = {s: [] for s in systems + ["floor"]}
         for i in range(args.runs):
             for system in systems:
                 base = tempfile.mkdtemp(prefix=f"applier-{system}-{txn_rows}-", dir=args.dir)
                 try:
-                    if system == "replog":
-                        run, batches = replog_run(base, args.rows, txn_rows, args)
-                        fl = floor_run(batches, os.path.join(base, "floor"), txn_rows)
+                    if system in variants:
+                        run, batches = replog_run(base, args.rows, txn_rows, args, variants[system])
+                        extra = ""
+                        if system == systems[0]:     # the floor once per round, beside the first variant
+                            fl = floor_run(batches, os.path.join(base, "floor"), txn_rows)
+                            runs["floor"].append(fl)
+                            extra = f"; floor {fl.rows_s:,.0f} rows/s"
                         del batches
-                        runs["floor"].append(fl)
-                        extra = f"; floor {fl.rows_s:,.0f} rows/s"
                     else:
                         run = tarantool_run(base, args.rows, txn_rows, args)
                         extra = ""
@@ -519,6 +533,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=RUNS_DEFAULT, help="runs per system and shape (default %(default)s)")
     p.add_argument("--txn-rows", default="1,100", help="rows per transaction: 1, 100 or 1,100 (default %(default)s)")
     p.add_argument("--only", choices=("replog", "tarantool"), help="run one system (the floor runs with replog)")
+    p.add_argument("--links", default="plain",
+                   help="replog link variants to run in alternation: plain, tls, nomac, comma-separated "
+                        "(bench/links.py; default %(default)s)")
     p.add_argument("--load", choices=("direct", "http"), default="direct",
                    help="how the replog master gets its backlog (default %(default)s; see the module doc)")
     p.add_argument("--writers", type=int, default=WRITERS_DEFAULT, help="--load direct: submitting tasks")
@@ -534,7 +551,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true", help="keep each run's data dirs and logs")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     p.add_argument("--profile", action="store_true",
-                   help="instead of the matrix: one replog catch-up (last --txn-rows) under py-spy")
+                   help="instead of the matrix: one replog catch-up (last --txn-rows, first --links) under py-spy")
     p.add_argument("--profile-rate", type=int, default=200, help="with --profile: samples per second")
     p.add_argument("--profile-gil", action="store_true",
                    help="with --profile: sample only the thread holding the GIL (where CPU goes)")
@@ -545,6 +562,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--txn-rows: each is 1..{limits.txn_ops_max}")
     if a.rows < max(a.txn_rows) or a.runs < 1 or a.writers < 1 or a.http_clients < 1:
         p.error("--rows, --runs, --writers and --http-clients must be positive (and rows >= txn rows)")
+    try:
+        a.links = links_mod.parse(a.links)
+    except ValueError as e:
+        p.error(str(e))
     a.systems = ("replog", "tarantool") if a.only is None else (a.only,)
     a.tarantool = shutil.which("tarantool")
     if "tarantool" in a.systems and not a.tarantool:
@@ -609,6 +630,10 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(f"replog/Tarantool = {c['replog']['vs_tarantool']:.3f}")
         if "floor" in c:
             parts += [f"{s}/floor = {c[s]['vs_floor']:.3f}" for s in ("replog", "tarantool") if s in c]
+        for s in ("replog+tls", "replog-nomac"):      # --links: each variant beside plain
+            if s in c and "replog" in c:
+                parts.append(f"{s}/replog rows/s = {c[s]['rows_s'] / c['replog']['rows_s']:.3f} (replica CPU "
+                             f"{c[s]['replica_cpu_us_row']:.2f} vs {c['replog']['replica_cpu_us_row']:.2f} us/row)")
         print(f"{txn_rows}-row txns: " + "; ".join(parts))
     return 0
 

@@ -33,6 +33,7 @@ shares the machine with the three nodes; its CPU is reported.
     python -m bench.lag --txn-rows 1 --rate 2000         # single-row transactions
     python -m bench.lag --only replog --keep
     python -m bench.lag --only replog --profile /tmp/lagprof  # py-spy on every node during the load
+    python -m bench.lag --only replog --links plain,tls,nomac --runs 3   # TLS and the MAC, alternating
 
 Also printed first: the machine's wake-up floor (`wakeup_floor`), a bare round trip over a
 loopback socket to a process that sat idle for one batch interval, which no replication
@@ -54,6 +55,8 @@ import tempfile
 import time
 from typing import Any
 
+from bench import links as links_mod
+from bench.links import SYSTEM, LinkSetup
 from bench.common import LoadWatch, dump_json, free_port, machine, median, percentile, print_load, print_machine, \
     print_table
 from bench.procs import ReplogNode, TarantoolNode, code_version, wait_for
@@ -90,7 +93,8 @@ def _lag_summary(samples_us: list[int]) -> dict[str, Any]:
 
 
 # --- the load (replog, over HTTP) --------------------------------------------------------------
-async def paced_http_load(url: str, rate: float, seconds: float, txn_rows: int, clients: int) -> dict[str, Any]:
+async def paced_http_load(url: str, rate: float, seconds: float, txn_rows: int, clients: int,
+                          ssl=None) -> dict[str, Any]:
     import aiohttp
 
     n_txns = int(rate * seconds / txn_rows)
@@ -131,7 +135,7 @@ async def paced_http_load(url: str, rate: float, seconds: float, txn_rows: int, 
 
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(timeout=timeout, headers={"Content-Type": "application/json"},
-                                     connector=aiohttp.TCPConnector(limit=clients)) as session:
+                                     connector=aiohttp.TCPConnector(limit=clients, ssl=ssl or True)) as session:
         await asyncio.gather(*(client(session) for _ in range(clients)))
     wall = loop.time() - t0
     return {"rows": n_txns * txn_rows, "txns": n_txns, "seconds": wall, "rows_s": n_txns * txn_rows / wall,
@@ -155,11 +159,15 @@ def wal_rows(wal_dir: str, origin_id: int) -> dict[int, tuple[int, int, int]]:
     return out
 
 
-def replog_lag(base: str, args: argparse.Namespace) -> dict[str, Any]:
+def replog_lag(base: str, args: argparse.Namespace, links: str = "plain") -> dict[str, Any]:
     ports = [free_port() for _ in range(NODES)]
-    nodes = [ReplogNode(f"n{i + 1}", os.path.join(base, f"n{i + 1}"), port=ports[i], log_level="warning",
-                        peers=[f"127.0.0.1:{p}" for j, p in enumerate(ports) if j != i], prelude=args.node_prelude)
-             for i in range(NODES)]
+    setup = LinkSetup(base)
+    nodes = []
+    for i in range(NODES):
+        kw = setup.node_kwargs(links, f"n{i + 1}")
+        kw["prelude"] = (kw["prelude"] + "\n" + args.node_prelude).strip()
+        nodes.append(ReplogNode(f"n{i + 1}", os.path.join(base, f"n{i + 1}"), port=ports[i], log_level="warning",
+                                peers=[f"127.0.0.1:{p}" for j, p in enumerate(ports) if j != i], **kw))
     try:
         for n in nodes:
             n.start(wait=False)
@@ -175,7 +183,8 @@ def replog_lag(base: str, args: argparse.Namespace) -> dict[str, Any]:
         cpu0 = [n.cpu_s() or 0.0 for n in nodes]
         t0 = time.monotonic()
         try:
-            load = asyncio.run(paced_http_load(master.url, args.rate, args.seconds, args.txn_rows, args.clients))
+            load = asyncio.run(paced_http_load(master.url, args.rate, args.seconds, args.txn_rows, args.clients,
+                                               master.ssl_context))
         finally:
             cpu_wall = time.monotonic() - t0
             cpu = [100.0 * ((n.cpu_s() or 0.0) - c) / cpu_wall for n, c in zip(nodes, cpu0)]
@@ -311,6 +320,18 @@ def print_result(system: str, res: dict[str, Any]) -> None:
         print_profiles(res["profiles"])
 
 
+def print_summary(runs: dict[str, list[dict[str, Any]]]) -> None:
+    """One row per system: medians over its runs and followers (bench/links.py variants side by side)."""
+    rows = []
+    for system, each in runs.items():
+        lags = [f["lag"] for res in each for f in res["followers"].values()]
+        cpu = [c for res in each for c in res["cpu_pct"].values()]
+        rows.append([system, len(each), median(x["p50_ms"] for x in lags), median(x["p99_ms"] for x in lags),
+                     median(x["max_ms"] for x in lags), median(cpu), sum(r["load"]["late_txns"] for r in each)])
+    print_table(["system", "runs", "p50 ms", "p99 ms", "max ms", "node CPU % (median)", "late txns"], rows)
+    print()
+
+
 # --- command line ------------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.lag", description=__doc__.split("\n\n")[0])
@@ -319,6 +340,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--txn-rows", type=int, default=TXN_ROWS_DEFAULT, help="rows per transaction (default %(default)s)")
     p.add_argument("--clients", type=int, default=CLIENTS_DEFAULT, help="concurrent HTTP clients (default %(default)s)")
     p.add_argument("--only", choices=("replog", "tarantool"), help="run one system")
+    p.add_argument("--links", default="plain",
+                   help="replog link variants, run in alternation: plain, tls, nomac, comma-separated "
+                        "(bench/links.py; default %(default)s)")
+    p.add_argument("--runs", type=int, default=1, help="rounds of every system, alternating (default %(default)s)")
     p.add_argument("--node-prelude", metavar="PYTHON", default="",
                    help="replog nodes: Python run before each node starts, to try a change without editing node/, "
                         "e.g. \"import sys; sys.setswitchinterval(0.0005)\"")
@@ -328,8 +353,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true", help="keep the data dirs and logs")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     a = p.parse_args(argv)
-    if a.rate <= 0 or a.seconds <= 0 or a.txn_rows < 1 or a.clients < 1:
-        p.error("--rate, --seconds, --txn-rows and --clients must be positive")
+    if a.rate <= 0 or a.seconds <= 0 or a.txn_rows < 1 or a.clients < 1 or a.runs < 1:
+        p.error("--rate, --seconds, --txn-rows, --clients and --runs must be positive")
+    try:
+        a.links = links_mod.parse(a.links)
+    except ValueError as e:
+        p.error(str(e))
     a.systems = ("replog", "tarantool") if a.only is None else (a.only,)
     if "tarantool" in a.systems and not shutil.which("tarantool"):
         if a.only == "tarantool":
@@ -378,20 +407,25 @@ def main(argv: list[str] | None = None) -> int:
     mach["code"] = code_version()
     watch, c0 = LoadWatch(), _all_cpu_s()
     floor = wakeup_floor(args.txn_rows / args.rate)
-    results = {}
-    for system in args.systems:
-        base = tempfile.mkdtemp(prefix=f"lag-{system}-", dir=args.dir)
-        try:
-            results[system] = (replog_lag if system == "replog" else tarantool_lag)(base, args)
-        finally:
-            if args.keep:
-                print(f"kept {base}", file=sys.stderr)
-            else:
-                shutil.rmtree(base, ignore_errors=True)
+    variants = {SYSTEM[v]: v for v in args.links} if "replog" in args.systems else {}
+    systems = list(variants) + [s for s in ("tarantool",) if s in args.systems]
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    for _ in range(args.runs):
+        for system in systems:
+            base = tempfile.mkdtemp(prefix=f"lag-{system}-", dir=args.dir)
+            try:
+                runs[system].append(replog_lag(base, args, variants[system]) if system in variants
+                                    else tarantool_lag(base, args))
+            finally:
+                if args.keep:
+                    print(f"kept {base}", file=sys.stderr)
+                else:
+                    shutil.rmtree(base, ignore_errors=True)
+    results = {s: r[-1] for s, r in runs.items()}
     load = watch.stop(_all_cpu_s() - c0)
     if args.json:
         dump_json({"machine": mach, "load": load, "args": {k: v for k, v in vars(args).items()},
-                   "wakeup_floor": floor, "results": results})
+                   "wakeup_floor": floor, "results": results, "runs": runs})
         return 0
     print_machine(mach)
     print(f"code:    {mach['code']}")
@@ -401,8 +435,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"floor:   a process idle {floor['idle_ms']:.1f} ms (a follower between batches) gets a byte over "
           f"loopback and answers: round trip p50 {floor['p50_ms']:.2f} ms, p99 {floor['p99_ms']:.2f} ms, "
           f"max {floor['max_ms']:.2f} ms (the machine's own wake-up cost; bench.lag.wakeup_floor)\n")
-    for system, res in results.items():
-        print_result(system, res)
+    for system, each in runs.items():
+        for i, res in enumerate(each):
+            print_result(system + (f" (run {i + 1}/{len(each)})" if len(each) > 1 else ""), res)
+    if len(runs) > 1:
+        print_summary(runs)
     if "replog" in results and "tarantool" in results:
         r = [f["lag"]["p99_ms"] for f in results["replog"]["followers"].values()]
         t = [f["lag"]["p99_ms"] for f in results["tarantool"]["followers"].values()]

@@ -19,7 +19,7 @@ import urllib.error
 from typing import Any, Callable
 
 from bench.common import free_port
-from node.client import request
+from node.client import request, tls_context
 from node.logsetup import file_tail
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -138,8 +138,9 @@ class Proc:
 RUN_NODE = "import runpy, sys; sys.argv = ['node'] + sys.argv[1:]; runpy.run_module('node', run_name='__main__')"
 
 
-def http_request(method: str, url: str, body: Any = None, timeout_s: float = HTTP_TIMEOUT_S) -> tuple[int, Any]:
-    return request(method, url, body, timeout=timeout_s)
+def http_request(method: str, url: str, body: Any = None, timeout_s: float = HTTP_TIMEOUT_S,
+                 ca_file: str | None = None) -> tuple[int, Any]:
+    return request(method, url, body, timeout=timeout_s, ca_file=ca_file)
 
 
 class ReplogNode(Proc):
@@ -147,7 +148,8 @@ class ReplogNode(Proc):
 
     def __init__(self, name: str, workdir: str, *, peers: list[str] = (), wal_mode: str = "write",
                  port: int | None = None, log_level: str = "info", extra: list[str] | None = None,
-                 prelude: str = ""):
+                 prelude: str = "", tls=None):
+        """`tls`: a bench.throwaway_ca.NodeTls; the node serves TLS and is spoken to over https."""
         super().__init__(name, workdir)
         self.data_dir = os.path.join(self.dir, "data")
         self.port = port or free_port()
@@ -156,6 +158,7 @@ class ReplogNode(Proc):
         self.log_level = log_level
         self.extra = list(extra or [])
         self.prelude = prelude
+        self.tls = tls
         self._poll_conn: http.client.HTTPConnection | None = None
 
     @property
@@ -164,7 +167,12 @@ class ReplogNode(Proc):
 
     @property
     def url(self) -> str:
-        return f"http://{self.address}"
+        return f"{'https' if self.tls else 'http'}://{self.address}"
+
+    @property
+    def ssl_context(self):
+        """What a client of this node verifies it with (None: plaintext)."""
+        return tls_context(self.tls.ca_file) if self.tls else None
 
     def argv(self) -> list[str]:
         """`python -m node serve ...`; with a prelude, `python -c "<prelude>; <run node>" serve ...`,
@@ -177,6 +185,8 @@ class ReplogNode(Proc):
               "--wal-mode", self.wal_mode, "--log-level", self.log_level]
         if self.peers:
             a += ["--peers", ",".join(self.peers)]
+        if self.tls:
+            a += self.tls.flags()
         return a + self.extra
 
     def start(self, wait: bool = True) -> "ReplogNode":
@@ -198,7 +208,7 @@ class ReplogNode(Proc):
         wait_for(lambda: self.info()["status"] == "running", timeout_s, f"{self.name} running")
 
     def request(self, method: str, path: str, body: Any = None, timeout_s: float = HTTP_TIMEOUT_S) -> tuple[int, Any]:
-        return http_request(method, self.url + path, body, timeout_s)
+        return http_request(method, self.url + path, body, timeout_s, self.tls.ca_file if self.tls else None)
 
     def info(self) -> dict:
         s, d = self.request("GET", "/v1/info")
@@ -213,7 +223,9 @@ class ReplogNode(Proc):
         connection per poll costs the node an accept and a transport each time."""
         try:
             if self._poll_conn is None:
-                self._poll_conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=HTTP_TIMEOUT_S)
+                self._poll_conn = (http.client.HTTPSConnection("127.0.0.1", self.port, timeout=HTTP_TIMEOUT_S,
+                                                               context=self.ssl_context) if self.tls else
+                                   http.client.HTTPConnection("127.0.0.1", self.port, timeout=HTTP_TIMEOUT_S))
             self._poll_conn.request("GET", "/v1/info")
             r = self._poll_conn.getresponse()
             body = r.read()

@@ -1,0 +1,51 @@
+"""How the replication benchmarks' replog nodes link to each other: the `--links` variants
+of bench/applier.py and bench/lag.py, run in alternation so their figures sit side by side.
+
+  plain   the default: links authenticated by the cluster secret, every message sealed with
+          its session tag (node/core/session.py), no TLS
+  tls     the same inside TLS (node/tls.py): certificates from a throwaway CA made for the run
+          (bench/throwaway_ca.py); the benchmark's own HTTP calls speak https too
+  nomac   plain with the per-message tag neither computed nor checked (a prelude replaces
+          Session.seal_parts/unseal in every node of the run): what the MAC costs, beside plain.
+          A benchmark-only variant; no option of the node turns the MAC off.
+
+Each variant is one `system` in the benchmarks' tables: replog, replog+tls, replog-nomac."""
+from __future__ import annotations
+
+import os
+
+LINKS = ("plain", "tls", "nomac")
+SYSTEM = {"plain": "replog", "tls": "replog+tls", "nomac": "replog-nomac"}
+
+# Replaces the session tag by 16 zero bytes that nobody checks: the framing (and the slice the
+# receiver takes) stay, the HMAC goes.
+NO_MAC_PRELUDE = (
+    "import node.core.session as _s\n"
+    "_s.Session.seal_parts = lambda self, parts: b''.join([*parts, bytes(_s.TAG_BYTES)])\n"
+    "_s.Session.unseal = lambda self, data: data[:-_s.TAG_BYTES]\n"
+)
+
+
+def parse(arg: str) -> list[str]:
+    out = [x.strip() for x in arg.split(",") if x.strip()]
+    bad = [x for x in out if x not in LINKS]
+    if not out or bad:
+        raise ValueError(f"--links takes {', '.join(LINKS)} (comma-separated), got {arg!r}")
+    return out
+
+
+class LinkSetup:
+    """Per benchmark run: the CA (made on first use) and each variant's node settings."""
+
+    def __init__(self, directory: str):
+        self.dir = directory
+        self._ca = None
+
+    def node_kwargs(self, variant: str, name: str) -> dict:
+        """ReplogNode keyword arguments for a node of this variant: tls (NodeTls) and prelude."""
+        if variant == "tls":
+            if self._ca is None:
+                from bench.throwaway_ca import ThrowawayCA   # cryptography: the dev extra
+                self._ca = ThrowawayCA(os.path.join(self.dir, "ca"), name="replog bench CA")
+            return {"tls": self._ca.issue(name), "prelude": ""}
+        return {"tls": None, "prelude": NO_MAC_PRELUDE if variant == "nomac" else ""}
