@@ -55,7 +55,8 @@ class LinkGuard:
 async def handle_replication(node: "Node", request: web.Request) -> web.StreamResponse:
     guard: LinkGuard = node.link_guard
     remote = request.remote or "?"
-    if node.cfg.tls_client_auth and not request.transport.get_extra_info("peercert"):
+    transport = request.transport
+    if node.cfg.tls_client_auth and not (transport and transport.get_extra_info("peercert")):
         # The TLS layer verified any certificate presented (node/tls.py); links must present one.
         why = "replication links must present a client certificate signed by tls_ca_file (tls_client_auth)"
         guard.note_failure(remote, why)

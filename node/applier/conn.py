@@ -190,6 +190,9 @@ async def connect(session: aiohttp.ClientSession, address: str, tls: ssl.SSLCont
         # Under TLS 1.3 a relay that refuses our certificate resets the connection after our
         # side of the handshake: say so, but retry (a reset may be nothing more).
         reset = getattr(e, "errno", None) == errno.ECONNRESET or isinstance(e, aiohttp.ServerDisconnectedError)
-        hint = " (a relay that does not take this node's TLS certificate does this)" if tls is not None and reset else ""
+        hint = ""
+        if reset:
+            hint = (" (a relay that does not take this node's TLS certificate does this)" if tls is not None else
+                    " (a node that serves TLS does this to a plaintext client: is tls_cert_file set on every member?)")
         raise ConnectionError(f"cannot connect to {address}: {e}{hint}") from None
     return Conn(ws, address)

@@ -39,6 +39,11 @@ class NodeCollector:
         for r in node.relays:
             dl.add_metric([r.uuid], r.lag_s)
         yield dl
+        guard = node.link_guard
+        yield CounterMetricFamily("replog_link_auth_failures", "Inbound links that failed before authenticating "
+                                  "(wrong secret, garbage, too large, refused handshakes)", value=guard.failures.failures)
+        yield CounterMetricFamily("replog_link_handshakes_refused", "Inbound handshakes refused before the upgrade "
+                                  "(too many in flight)", value=guard.gate.refused)
         up = GaugeMetricFamily("replog_up", "1 when the node serves clients")
         up.add_metric([], 1 if node.status == "running" else 0)
         yield up

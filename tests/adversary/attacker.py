@@ -20,8 +20,10 @@ import base64
 import hashlib
 import json
 import os
+import re
 import struct
 import time
+import urllib.request
 import zlib
 
 import aiohttp
@@ -284,6 +286,13 @@ class Listener:
 
 
 # --- what an attack costs ------------------------------------------------------------------------
+
+def metric(url: str, name: str) -> float:
+    """One Prometheus sample of the node at `url` (summed over labels; 0 if absent)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
 
 def rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status", encoding="ascii") as f:

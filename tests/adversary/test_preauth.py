@@ -19,7 +19,7 @@ import pytest
 from node import limits
 from node.applier.conn import client_auth, connect
 from node.errors import PeerRefused
-from tests.adversary.attacker import RawLink, health_latencies_s, inflating_message, rss_kib
+from tests.adversary.attacker import RawLink, health_latencies_s, inflating_message, metric, rss_kib
 from tests.integration.harness import ReplogProcess, wait_for
 
 RSS_GROWTH_KIB_MAX = 64 * 1024       # what two attack streams may add to the node's resident set
@@ -130,6 +130,7 @@ def test_handshakes_in_flight_from_one_address_are_bounded_and_refused_before_th
     statuses, over, again = asyncio.run(run())
     assert statuses == [101] * (limits.handshakes_per_address_max - 1)
     assert over == 503, "the handshake past the bound must be refused before the upgrade"
+    assert metric(n.url, "replog_link_handshakes_refused_total") >= 1
     assert again == 101, "health must answer while handshakes are held, and a freed place be taken again"
 
 
@@ -148,4 +149,5 @@ def test_failed_authentications_log_one_line_per_address_per_interval(tmp_path, 
     wait_for(lambda: "wrong cluster secret" in n.log_text(), 10, "the first failure logged")
     lines = [ln for ln in n.log_text().splitlines() if "127.0.0.1" in ln and "wrong cluster secret" in ln]
     assert len(lines) == 1 and "WARNING" in lines[0], lines[:5]
+    assert metric(n.url, "replog_link_auth_failures_total") == 40, "every failure is counted, if not logged"
     assert n.info()["status"] == "running"

@@ -38,8 +38,7 @@ def test_three_node_mesh_over_tls_converges_and_serves_the_api_over_https(tmp_pa
     wait_for(lambda: vclocks_converged(nodes), 30, "vclocks converge over TLS")
     for n in nodes:
         assert all(n.kv_get("kv", f"{m.name}-19")[0] == 200 for m in nodes)
-        info = n.info()
-        assert all(u["status"] == "follow" for u in info["upstreams"]), info["upstreams"]
+        wait_for(lambda: all(u["status"] == "follow" for u in n.info()["upstreams"]), 30, f"{n.name} follows all")
         assert "over TLS" in n.log_text()
     # The CLI speaks https given the CA (host:port alone then means https).
     r = subprocess.run([*REPLOG, "get", nodes[2].address, "kv", "n1-19", "--ca-file", tls.ca_file],
@@ -93,7 +92,8 @@ def test_mutual_tls_refuses_links_without_a_valid_client_certificate_but_not_api
     stranger = ThrowawayCA(str(tmp_path / "stranger"), name="stranger CA").issue("stranger")
     refused = asyncio.run(link(stranger))
     assert (isinstance(refused, PeerRefused) and refused.code == "tls") or "TLS certificate" in str(refused), refused
-    assert all(u["status"] == "follow" for u in a.info()["upstreams"])
+    wait_for(lambda: all(u["status"] == "follow" for u in a.info()["upstreams"]), 30,
+             "the members' own links follow, certificates and all")
 
 
 def test_a_public_address_without_tls_is_announced_loudly_and_with_tls_it_is_not(tmp_path, procs, ca):
