@@ -61,3 +61,16 @@ gc_gen0_objects = 100_000            # allocations (net) between young collectio
 gc_gen1_collections = 50             # young collections between middle ones
 gc_gen2_collections = 100            # middle collections between full ones (CPython also waits
                                      # until 25% of long-lived objects are new)
+
+# --- dashboard (node/http/events.py, node/http/browser.py) -----------------------
+events_interval_s = 1.0              # one snapshot per node per second is live enough to read and
+                                     # shows a killed node within a second or two
+events_cpu_share_max = 0.05          # a snapshot that takes longer to build (a very large _cluster)
+                                     # stretches the interval so the dashboard uses at most 5% of the loop
+events_listeners_max = 32            # open /v1/events streams per node: a few operators' browsers,
+                                     # not a fan-out service; the next one is refused with 503
+events_queue_frames_max = 4          # snapshots waiting for one listener; a listener this far behind
+                                     # is dropped (it reconnects), never buffered without bound
+events_write_timeout_s = 10.0        # one snapshot must reach a listener's socket within this, or the
+                                     # stream is cut: a stalled browser does not hold a connection
+cors_max_age_s = 600                 # browsers may cache a preflight answer this long
