@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import threading
 import time
 
@@ -132,6 +133,21 @@ def docs_screenshot(driver, cluster, dest: str) -> None:
         stop.set()
         for t in threads:
             t.join(10)
+
+
+def test_a_hung_node_is_marked_down_by_its_silence_and_comes_back(driver, cluster):
+    """SIGSTOP sends no FIN: only the stream's silence tells (5 s without a snapshot)."""
+    c_node, u = cluster["c"], cluster["uuids"]
+    card = f'article.card[data-node="{u["c"]}"]'
+    until(driver, lambda d: d.find_element(By.CSS_SELECTOR, card).get_attribute("data-state") == "up", 10, "C up")
+    c_node.proc.send_signal(signal.SIGSTOP)
+    try:
+        until(driver, lambda d: d.find_element(By.CSS_SELECTOR, card).get_attribute("data-state") == "down", DOWN_BOUND_S,
+              f"C marked down within {DOWN_BOUND_S} s of hanging")
+    finally:
+        c_node.proc.send_signal(signal.SIGCONT)
+    until(driver, lambda d: d.find_element(By.CSS_SELECTOR, card).get_attribute("data-state") == "up", 20,
+          "C up again once it runs")
 
 
 def test_a_killed_node_is_marked_down_within_the_bound_and_stays_on_the_page(driver, cluster):
