@@ -244,6 +244,7 @@ def build_parser() -> Parser:
     d.add_argument("--base-port", type=int, default=7301, help="first port (0: any free ports)")
     d.add_argument("--rate", type=float, default=20.0, help="writes per second per master")
     d.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until Ctrl-C)")
+    d.add_argument("--open", action="store_true", help="open the dashboard in a graphical browser, if there is one")
 
     a = sub.add_parser("admin", help="manual recovery tools")
     asub = a.add_subparsers(dest="admin_cmd", required=True, parser_class=Parser)

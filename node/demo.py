@@ -3,7 +3,9 @@
 Starts N masters in full mesh and M anonymous replicas as real `replog serve` processes
 under a temporary (or given) directory, runs a small write workload on every master,
 and prints a live status table (members, their id on each node, vclocks, lag) until
-Ctrl-C or --duration; then stops every process with SIGTERM and waits for each."""
+Ctrl-C or --duration; then stops every process with SIGTERM and waits for each.
+The dashboard's URL (the first master's /ui) is the first line printed; --open starts a
+graphical browser on it where there is one, and does nothing where there is none."""
 from __future__ import annotations
 
 import argparse
@@ -18,6 +20,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import webbrowser
 
 from node.cli import http
 from node.logsetup import file_tail
@@ -59,6 +62,17 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> bool:
     return False
 
 
+def open_browser(url: str) -> None:
+    """A graphical browser only: a console one (lynx, w3m) would take over the demo's terminal."""
+    graphical = sys.platform in ("darwin", "win32") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    try:
+        opened = bool(graphical) and webbrowser.open(url, new=2)
+    except webbrowser.Error:
+        opened = False
+    if not opened:
+        print("  (no graphical browser here: open the dashboard URL above in yours)")
+
+
 def run_demo(args: argparse.Namespace) -> int:
     base = args.dir or tempfile.mkdtemp(prefix="replog-demo-")
     os.makedirs(base, exist_ok=True)
@@ -71,6 +85,8 @@ def run_demo(args: argparse.Namespace) -> int:
     masters = addrs[: args.masters]
     procs: list[tuple[str, subprocess.Popen]] = []
     names = [f"master{i + 1}" if i < args.masters else f"anon{i - args.masters + 1}" for i in range(len(addrs))]
+    dashboard = f"http://{masters[0]}/ui"
+    print(f"dashboard: {dashboard}", flush=True)
     print(f"replog demo: {args.masters} masters in full mesh + {args.anon} anonymous replica(s) under {base}")
     stop = threading.Event()
 
@@ -98,6 +114,8 @@ def run_demo(args: argparse.Namespace) -> int:
         for addr in masters:
             http("PUT", f"http://{addr}/v1/spaces/scratch_local", {"local": True})
         print("  all nodes healthy; space 'demo' created; workload running (Ctrl-C to stop)\n")
+        if args.open:
+            open_browser(dashboard)
 
         def workload(addr: str, seed: int) -> None:
             rng = random.Random(seed)
@@ -120,7 +138,7 @@ def run_demo(args: argparse.Namespace) -> int:
             table = status_table(["http://" + a for a in addrs])
             if tty:
                 sys.stdout.write("\x1b[H\x1b[2J")
-            print(f"replog demo — {time.strftime('%H:%M:%S')} — {base}\n{table}\n", flush=True)
+            print(f"replog demo — {time.strftime('%H:%M:%S')} — dashboard {dashboard} — {base}\n{table}\n", flush=True)
             if args.duration and time.monotonic() - started >= args.duration:
                 break
             stop.wait(1.0)

@@ -71,3 +71,16 @@ handshakes_per_address_max = 32      # ... from one address: a host runs a few n
 auth_failure_log_interval_s = 60.0   # failed handshakes from one address: one WARNING per interval, with a count
 auth_failure_addresses_max = 1024    # addresses counted apart for that; beyond, they share one line
 lease_verify_interval_s = 0.5        # a peer's claim of a newer lease version re-reads the lease store at most this often
+
+# --- dashboard (node/http/events.py, node/http/browser.py) -----------------------
+events_interval_s = 1.0              # one snapshot per node per second is live enough to read and
+                                     # shows a killed node within a second or two
+events_cpu_share_max = 0.05          # a snapshot that takes longer to build (a very large _cluster)
+                                     # stretches the interval so the dashboard uses at most 5% of the loop
+events_listeners_max = 32            # open /v1/events streams per node: a few operators' browsers,
+                                     # not a fan-out service; the next one is refused with 503
+events_queue_frames_max = 4          # snapshots waiting for one listener; a listener this far behind
+                                     # is dropped (it reconnects), never buffered without bound
+events_write_timeout_s = 10.0        # one snapshot must reach a listener's socket within this, or the
+                                     # stream is cut: a stalled browser does not hold a connection
+cors_max_age_s = 600                 # browsers may cache a preflight answer this long

@@ -4,6 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+# The browser tests (tests/browser) drive Debian's chromium with its chromedriver; install them
+# where we can (root with apt), quietly go on without them elsewhere (those tests then skip).
+if ! command -v chromedriver >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing chromium and chromium-driver for the browser tests" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
+        >/dev/null 2>&1 || echo "test.sh: could not install chromium; the browser tests will skip" >&2
+fi
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 rc=$?

@@ -19,6 +19,7 @@ from node.applier.accept import handle_replication
 from node.core import codec
 from node.core.rows import OP_DELETE, OP_PUT, OP_SPACE, Op
 from node.errors import ClientError
+from node.http.browser import browser_mw
 from node.http.metrics import metrics_handler
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ log = logging.getLogger("replog.http")
 SPACE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MSGPACK = "application/msgpack"
 NODE = web.AppKey("node", object)
-OPEN_PATHS = ("/v1/health", "/metrics", "/v1/replication")
+OPEN_PATHS = ("/v1/health", "/metrics", "/v1/replication", "/ui")   # /ui: the page; its data calls carry the token
 
 
 # --- encoding ---------------------------------------------------------------------------
@@ -282,7 +283,7 @@ async def replication(request: web.Request) -> web.StreamResponse:
 
 
 def make_app(node: "Node") -> web.Application:
-    app = web.Application(middlewares=[errors_mw, auth_mw], client_max_size=limits.body_bytes_max)
+    app = web.Application(middlewares=[errors_mw, browser_mw, auth_mw], client_max_size=limits.body_bytes_max)
     app[NODE] = node
     r = app.router
     r.add_get("/v1/health", get_health)
@@ -300,4 +301,6 @@ def make_app(node: "Node") -> web.Application:
     r.add_delete("/v1/cluster/{uuid}", delete_member)
     r.add_put("/v1/admin/peers", put_peers)
     r.add_post("/v1/admin/shutdown", post_shutdown)
+    from node.http.ui import install_ui
+    install_ui(app, node)    # the dashboard: /ui, /v1/events, CORS for the members' pages
     return app

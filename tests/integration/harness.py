@@ -186,3 +186,38 @@ def mesh(tmp, n: int, extra: list[str] | None = None, **kw) -> list[ReplogProces
     for node in nodes:
         node.wait_healthy(60)
     return nodes
+
+
+def case_a(tmp, procs: list[ReplogProcess]) -> tuple[ReplogProcess, ReplogProcess, ReplogProcess, ReplogProcess]:
+    """The reference's case (a), as the README reproduces it by hand: masters A and B; cut A-B;
+    C joins through A and D through B at once (both get id 3); restore A-B, then link
+    C - A - B - D both ways. Returns (a, b, c, d) with space `kv` and one row from C and D;
+    A calls C 3 and D 4, B calls D 3 and C 4. Every process is appended to `procs`."""
+    a, b = mesh(tmp, 2)
+    procs.extend([a, b])
+    a.create_space("kv")
+    wait_for(lambda: b.get("/v1/spaces")[1]["spaces"], 20, "space on B")
+    a.set_peers([])
+    b.set_peers([])
+    wait_for(lambda: not any(u["status"] == "follow" for u in a.info()["upstreams"] + b.info()["upstreams"]), 20,
+             "A-B link cut")
+    c = ReplogProcess(tmp, "c", peers=[a]).start(wait=False)
+    d = ReplogProcess(tmp, "d", peers=[b]).start(wait=False)
+    procs.extend([c, d])
+    c.wait_healthy(60)
+    d.wait_healthy(60)
+    assert c.info()["id"] == 3 and d.info()["id"] == 3, "both masters should hand out id 3 while cut"
+    c.kv_put("kv", "from-c", 1)
+    d.kv_put("kv", "from-d", 1)
+    a.set_peers([b])
+    b.set_peers([a])
+    cu, du = c.uuid(), d.uuid()
+    wait_for(lambda: cu in b.cluster() and du in a.cluster(), 30, "masters learn each other's new member")
+    for n, ps in case_a_topology(a, b, c, d).items():
+        n.set_peers(ps)
+    return a, b, c, d
+
+
+def case_a_topology(a, b, c, d) -> dict:
+    """Links both ways along C - A - B - D: C's rows must cross A and B to reach D."""
+    return {a: [b, c], b: [a, d], c: [a], d: [b]}

@@ -3,6 +3,8 @@ wal_mode none, and local spaces that never leave their node."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 
 from tests.integration.harness import REPLOG, ReplogProcess, free_port, mesh, request, wait_for
@@ -83,7 +85,15 @@ def test_local_space_rows_never_leave_the_node(tmp_path, procs):
 
 
 def test_demo_runs_masters_and_an_anonymous_replica_and_stops_cleanly(tmp_path):
-    r = run("demo", "--dir", str(tmp_path / "demo"), "--duration", "4", "--base-port", "0",
-            timeout=120)
+    """It prints the dashboard's URL first; --open without a graphical display opens nothing
+    (a console browser would take over the terminal) and says so."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")}
+    r = subprocess.run(REPLOG + ["demo", "--dir", str(tmp_path / "demo"), "--duration", "4", "--base-port", "0",
+                                 "--open"], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "anonymous" in r.stdout and r.stdout.count("exited with 0") == 4, r.stdout[-3000:] + r.stderr[-3000:]
+    first = r.stdout.splitlines()[0]
+    assert re.fullmatch(r"dashboard: http://127\.0\.0\.1:\d+/ui", first), first
+    master1 = re.search(r"started master1 on (\S+)", r.stdout).group(1)
+    assert first == f"dashboard: http://{master1}/ui"
+    assert "no graphical browser here" in r.stdout

@@ -9,7 +9,8 @@ import threading
 import aiohttp
 import pytest
 
-from tests.integration.harness import ReplogProcess, free_port, mesh, request, vclocks_converged, wait_for
+from tests.integration.harness import (ReplogProcess, case_a, case_a_topology, free_port, mesh, request,
+                                       vclocks_converged, wait_for)
 
 
 def write_load(node: ReplogProcess, space: str, prefix: str, n: int) -> None:
@@ -51,32 +52,11 @@ def test_three_node_mesh_converges_under_writes_on_every_node(tmp_path, procs):
 
 def test_case_a_id_clash_keeps_replicating(tmp_path, procs):
     """Masters A and B; cut A-B; C joins via A and D via B (both get id 3); restore."""
-    a, b = mesh(tmp_path, 2)
-    procs.extend([a, b])
-    a.create_space("kv")
-    wait_for(lambda: b.get("/v1/spaces")[1]["spaces"], 20, "space on B")
-    a.set_peers([])
-    b.set_peers([])
-    wait_for(lambda: not any(u["status"] == "follow" for u in a.info()["upstreams"] + b.info()["upstreams"]), 20,
-             "A-B link cut")
-    c = ReplogProcess(tmp_path, "c", peers=[a]).start(wait=False)
-    d = ReplogProcess(tmp_path, "d", peers=[b]).start(wait=False)
-    procs.extend([c, d])
-    c.wait_healthy(60)
-    d.wait_healthy(60)
-    assert c.info()["id"] == 3 and d.info()["id"] == 3, "both masters should hand out id 3 while cut"
-    c.kv_put("kv", "from-c", 1)
-    d.kv_put("kv", "from-d", 1)
-    a.set_peers([b])
-    b.set_peers([a])
+    a, b, c, d = case_a(tmp_path, procs)
     cu, du = c.uuid(), d.uuid()
-    wait_for(lambda: cu in b.cluster() and du in a.cluster(), 30, "masters learn each other's new member")
     assert a.cluster()[cu]["id"] == 3 and a.cluster()[du]["id"] == 4
     assert b.cluster()[du]["id"] == 3 and b.cluster()[cu]["id"] == 4
-    # Links both ways along C - A - B - D: C's rows must cross A and B to reach D.
-    topology = {a: [b, c], b: [a, d], c: [a], d: [b]}
-    for n, ps in topology.items():
-        n.set_peers(ps)
+    topology = case_a_topology(a, b, c, d)
     for i in range(20):
         c.kv_put("kv", f"c{i}", i)
         d.kv_put("kv", f"d{i}", i)
