@@ -151,7 +151,8 @@ async def _direct_load(data_dir: str, rows: int, txn_rows: int, writers: int, fi
         res = recover(store, wal_dir, uuid)
         wal = WalWriter(wal_dir, "write", uuid)
         wal.open_last(res.last_valid_end)
-        core = NodeCore(uuid, store.table.copy(), store.vclock, hlc_last=store.get_meta("hlc") or 0)
+        core = NodeCore(uuid, store.table.copy(), store.vclock, hlc_last=store.get_meta("hlc") or 0,
+                        spaces=store.space_flags())
         core.knowledge = store.load_knowledge()
         failed: list[BaseException] = []
         journal = Journal(core, store, wal, failed.append)

@@ -98,7 +98,8 @@ async def open_node(data_dir: str, mode: str) -> tuple[Store, NodeCore, Journal]
     res = recover(store, wal_dir, node_uuid)
     wal = WalWriter(wal_dir, mode, node_uuid)
     wal.open_last(res.last_valid_end)
-    core = NodeCore(node_uuid, store.table.copy(), store.vclock, hlc_last=store.get_meta("hlc") or 0)
+    core = NodeCore(node_uuid, store.table.copy(), store.vclock, hlc_last=store.get_meta("hlc") or 0,
+                     spaces=store.space_flags())
     core.knowledge = store.load_knowledge()
 
     def on_fatal(e: BaseException) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from node import tls
+from node.core.validate import address_error
 from node.errors import ConfigError
 
 WAL_MODES = ("none", "write", "fsync")
@@ -113,9 +114,9 @@ def _coerce(name: str, value: Any) -> Any:
 
 
 def _check_addr(name: str, addr: str) -> None:
-    host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit() or not (0 < int(port) < 65536):
-        raise ConfigError(name, f"expected host:port, got {addr!r}")
+    err = address_error(addr)            # the one rule for a member's address (node.core.validate)
+    if err is not None:
+        raise ConfigError(name, err)
 
 
 def is_loopback(host: str) -> bool:
@@ -136,6 +137,14 @@ def _read_secret(name: str, path: str) -> bytes:
     if not data:
         raise ConfigError(name, f"{path} is empty")
     return data
+
+
+def _read_token(path: str) -> str:
+    """The client token: it travels in an HTTP header, so it is text."""
+    try:
+        return _read_secret("token_file", path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("token_file", f"{path} is not UTF-8 text") from None
 
 
 def load(flags: dict[str, Any], config_file: str | None = None, env: dict[str, str] | None = None) -> Config:
@@ -198,7 +207,7 @@ def validate(cfg: Config) -> Config:
     if cfg.segment_bytes_max < 4096:
         raise ConfigError("segment_bytes_max", "must be at least 4096")
     secret = _read_secret("secret_file", cfg.secret_file) if cfg.secret_file else b""
-    token = _read_secret("token_file", cfg.token_file).decode() if cfg.token_file else ""
+    token = _read_token(cfg.token_file) if cfg.token_file else ""
     if not is_loopback(cfg.host) and not cfg.insecure:
         if not secret:
             raise ConfigError("secret_file", f"listening on non-loopback {cfg.host} needs a cluster secret (or --insecure)")

@@ -204,6 +204,8 @@ class Lifecycle:
         take a member's new address from the member itself (RocketMQ's re-register step)."""
         if theirs.get("anon"):
             return
+        if theirs["uuid"] not in self.peers_seen and len(self.peers_seen) >= limits.members_max:
+            return            # more peers than a cluster has members: a peer inventing uuids
         self.peers_seen[theirs["uuid"]] = theirs
         address = theirs.get("address")
         before = self.advertised.get(theirs["uuid"])
@@ -583,7 +585,7 @@ class Lifecycle:
         if me is not None and me.state == STATE_MEMBER and me.address != self.cfg.address:
             log.info("_cluster: this node's address changed from %s to %s", me.address, self.cfg.address)
             await node.register_member(node.uuid, self.cfg.address)
-        node.spawn(self.follow_addresses(), "follow-addresses")
+        node.supervise("follow-addresses", self.follow_addresses)
 
     async def follow_addresses(self) -> None:
         """An applier whose peer moved (the peer's greetings advertised the applier's address

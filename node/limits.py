@@ -1,20 +1,74 @@
 """Every bound replog keeps, in one place, each with its unit last and a line on why.
 
 Modules import these names instead of writing numbers inline, so a reviewer can see
-every queue, frame and retry limit at a glance (TigerBeetle's habit)."""
+every queue, frame and retry limit at a glance (TigerBeetle's habit).
+
+The data bounds come first and are derived from one another: what the API accepts, the WAL
+holds, a replication message carries, a snapshot chunk carries and LMDB stores is one number
+per quantity, so whatever is acknowledged can be replicated, recovered and read back. The
+assertions at the end of that section keep the derivations honest when a number changes.
+docs/limits.md lists them with what happens to input past each."""
+
+# --- data: one bound per quantity, checked at every edge (node/core/validate.py) ------------
+key_bytes_max = 511                  # LMDB's largest key (mdb_env_get_maxkeysize); Store refuses to
+                                     # open with an LMDB built with a smaller one
+value_bytes_max = 1024 * 1024        # one value, as canonical msgpack (SPEC: values up to 1 MiB)
+value_depth_max = 64                 # containers nested in one value ([] is 1, [[]] 2): deeper than
+                                     # real documents go (MongoDB allows 100, Elasticsearch maps 20),
+                                     # shallow enough for every recursive reader (Python's json at its
+                                     # default limit, msgspec, a client's msgpack) to read it back
+space_name_chars_max = 64            # SPEC: [A-Za-z_][A-Za-z0-9_]{0,63}
+address_bytes_max = 255              # a member's host:port (a DNS name is at most 253 characters)
+uuid_chars = 36                      # a member or cluster uuid, canonical 8-4-4-4-12 lowercase hex
+lsn_max = 1 << 62                    # the largest lsn (and vclock component) anywhere: a row's lsns
+                                     # plus its op count stay within int64 arithmetic (node/core/
+                                     # _rowscan.c), and at a million rows a second it lasts 146k years
+timestamp_us_max = 1 << 62           # the largest row timestamp (µs): the HLC never passes it, so it
+                                     # can always add 1 within int64 and uint64 (year ~148,000)
+hlc_offset_max_s = 60.0              # a remote row may be ahead of this node's wall clock by at most
+                                     # this (CockroachDB's --max-offset, Tarantool's replication
+                                     # clock checks): a row further ahead is refused, never absorbed
+                                     # into the HLC, where it would make every later local write lose
+                                     # last-writer-wins. Generous: a refused row stalls its origin's
+                                     # link until the clocks agree again, which NTP keeps within ms
+message_bytes_max = 16 * 1024 * 1024 # one WebSocket message (a batch of txns, a snapshot chunk, a
+                                     # greeting with the whole _cluster)
+message_margin_bytes = 64 * 1024     # a ROWS message's own framing around one txn (~40 bytes) and the
+                                     # replica id a receiver rewrites (<= 8 bytes), with ample room
+txn_bytes_max = message_bytes_max - message_margin_bytes  # one transaction's encoding: it must fit,
+                                     # alone, in one ROWS message, or its origin could never replicate
+txn_ops_max = 10_000                 # one transaction's rows; keeps one WAL frame bounded
+record_bytes_max = key_bytes_max + value_bytes_max + 64    # one stored record [value, origin, lsn,
+                                     # hlc, deleted] with its key, as a snapshot row carries it
+snapshot_chunk_rows_max = 4096       # rows per snapshot chunk during JOIN
+snapshot_chunk_bytes_max = 4 * 1024 * 1024  # bytes of records per snapshot chunk: a chunk is sent
+                                     # once it holds this much, so it stays below this plus one record
+members_max = 4096                   # SPEC asks for at least 255; ids are plain ints
+replica_id_max = 1 << 31             # ids fit msgpack's int32 comfortably
+cluster_row_bytes_max = 2 * uuid_chars + address_bytes_max + 96   # one encoded _cluster row
+spaces_max = 4096                    # spaces a client may create on one node
+store_spaces_max = 2 * spaces_max    # the store's hard capacity (LMDB max_dbs): spaces created on
+                                     # masters apart during a partition may add up past spaces_max;
+                                     # a replicated create past this is refused before the WAL
+store_system_dbs = 8                 # _meta, _spaces, _cluster, _cluster_ids, and room to grow
 
 # --- client API -------------------------------------------------------------
-key_bytes_max = 1024                 # SPEC: keys are UTF-8 strings up to 1 KiB
-value_bytes_max = 1024 * 1024        # SPEC: values up to 1 MiB (encoded size)
-space_name_chars_max = 64            # SPEC: [A-Za-z_][A-Za-z0-9_]{0,63}
 body_bytes_max = 8 * 1024 * 1024     # one HTTP body; a 1000-op txn of small values fits easily
-txn_ops_max = 10_000                 # one client transaction; keeps one WAL frame bounded
 range_limit_default = 100            # GET .../keys without limit
 range_limit_max = 10_000             # one page of a range read
-spaces_max = 4096                    # user + system spaces per node
+http_header_timeout_s = 10.0         # a connection must send a whole request head within this (from
+                                     # connect, or from its previous answer), or it is closed
+http_body_timeout_s = 30.0           # a request body must arrive within this: 8 MiB at ~300 KB/s
+http_connections_max = 1024          # open client connections; past it new ones are closed at once,
+                                     # so the fds the WAL, LMDB and links need stay free (the limit is
+                                     # also lowered below the process's fd limit: node/http/server.py)
+http_fds_reserved = 128              # fds kept for everything but client connections
+accept_error_log_interval_s = 60.0   # "out of fds" on accept is logged at most this often
 
 # --- WAL ----------------------------------------------------------------------
-frame_bytes_max = 64 * 1024 * 1024   # one WAL frame (one or a few transactions)
+frame_bytes_max = 4 * message_bytes_max  # one WAL frame: a local txn, or what the applier took from
+                                     # one received message, whose txns may each grow by the bytes
+                                     # of a rewritten replica id (<= 8 per txn of >= 16 bytes)
 segment_bytes_max = 64 * 1024 * 1024 # rotate a segment past this size
 segment_header_bytes_max = 16 * 1024 * 1024  # header holds the whole _cluster table
 group_commit_txns_max = 4096         # transactions that share one write (and one fsync)
@@ -24,17 +78,12 @@ journal_inline_rows_max = 256        # a batch this small is persisted on the ev
                                      # ~3 us/row, less than the thread hand-off and GIL wait they replace,
                                      # which were the largest share of replication lag under load
 
-# --- cluster ------------------------------------------------------------------
-members_max = 4096                   # SPEC asks for at least 255; ids are plain ints
-replica_id_max = 1 << 31             # ids fit msgpack's int32 comfortably
-
 # --- replication --------------------------------------------------------------
-message_bytes_max = 16 * 1024 * 1024 # one WebSocket message (a batch of txns or a snapshot chunk)
 relay_batch_txns_max = 1024          # txns per relay message
-relay_batch_bytes_max = 1024 * 1024  # bytes per relay message (before framing)
+relay_batch_bytes_max = 1024 * 1024  # bytes per relay message (before framing); a frame larger than
+                                     # this goes alone, split by whole txns if it must (each fits)
 relay_tail_bytes_max = 4 * 1024 * 1024  # WAL frames the journal keeps in memory for caught-up relays
                                      # (a few seconds at 10k rows/s); a relay behind that reads the file
-snapshot_chunk_rows_max = 4096       # rows per snapshot chunk during JOIN
 applier_pending_rows_max = 20_000    # rows queued to the journal before appliers stop reading; a few
                                      # group-commit batches keep the writer busy, more only grows the heap
 heartbeat_interval_s = 1.0           # idle links send a heartbeat this often
@@ -51,6 +100,7 @@ shutdown_deadline_s = 10.0           # orderly shutdown gives up waiting after t
 http_drain_s = 5.0                   # requests still running at shutdown get this long, then are cancelled
 checkpoint_interval_s = 60.0         # LMDB is synced and WAL collected this often
 anon_ttl_s = 3600.0                  # an anonymous replica's position holds WAL this long
+task_restart_s = 5.0                 # a supervised background task that failed is restarted after this
 
 # --- garbage collector ----------------------------------------------------------
 # Start-up objects are frozen (never scanned again) and the young generation is large:
@@ -84,3 +134,16 @@ events_queue_frames_max = 4          # snapshots waiting for one listener; a lis
 events_write_timeout_s = 10.0        # one snapshot must reach a listener's socket within this, or the
                                      # stream is cut: a stalled browser does not hold a connection
 cors_max_age_s = 600                 # browsers may cache a preflight answer this long
+
+# --- the derivations, checked -------------------------------------------------------
+assert value_bytes_max + key_bytes_max + 64 <= txn_bytes_max, "a one-row txn of the largest value fits"
+assert snapshot_chunk_bytes_max + record_bytes_max + message_margin_bytes <= message_bytes_max, \
+    "a snapshot chunk (one record past its byte bound at most) fits in one message"
+assert relay_batch_bytes_max + message_margin_bytes <= message_bytes_max
+assert members_max * cluster_row_bytes_max + message_margin_bytes <= segment_header_bytes_max, \
+    "a segment header holds the whole _cluster"
+assert members_max * cluster_row_bytes_max + message_margin_bytes <= message_bytes_max, \
+    "a greeting and a snapshot carry the whole _cluster"
+assert txn_bytes_max * 2 <= frame_bytes_max
+assert lsn_max + txn_ops_max < (1 << 63) and timestamp_us_max + (1 << 40) < (1 << 63)
+assert hlc_offset_max_s * 1e6 < timestamp_us_max

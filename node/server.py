@@ -29,6 +29,7 @@ from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, M
 from node.config import Config, plaintext_exposure
 from node.core import messages as m
 from node.core.replicaset import NodeCore, cluster_op
+from node.core.validate import timestamp_ahead_error
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_SPACE, Op
 from node.core.vclock import VClock
 from node.errors import ClientError, PeerRefused, RemoteProtocolError, StorageError
@@ -83,6 +84,7 @@ class Node:
         self._rejoining = False
         self._prev_self_id: int | None = None
         self.own_lsn_seen = 0   # highest lsn of our own component any peer said it holds
+        self.task_failures: dict[str, dict] = {}   # task name -> {"failures", "error"} (note_failure)
 
     # --- small helpers ---------------------------------------------------------------
     def extra_metrics(self) -> list:
@@ -136,6 +138,32 @@ class Node:
         if not t.cancelled() and t.exception() is not None:
             self.on_fatal(t.exception())
 
+    def supervise(self, name: str, run) -> asyncio.Task:
+        """Run the long-lived loop `run()` (a coroutine function) under supervision: a failure
+        that is not the disk's is a bug, logged with its traceback, counted (/v1/info "tasks",
+        /metrics), and the loop starts again after task_restart_s; a StorageError stops the node."""
+        async def supervised() -> None:
+            while True:
+                try:
+                    await run()
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except StorageError:
+                    raise                                  # the disk: spawn's callback stops the node
+                except Exception as e:  # noqa: BLE001 - the one place this task's failures are mapped
+                    self.note_failure(name, e)
+                await asyncio.sleep(limits.task_restart_s)
+        return self.spawn(supervised(), name)
+
+    def note_failure(self, name: str, e: BaseException) -> None:
+        """An unexpected exception in a task that goes on (or a link that stops): our bug, said
+        loudly, with its traceback, and kept where operators look."""
+        log.error("%s failed (a bug; the node serves on): %s: %s", name, type(e).__name__, e, exc_info=e)
+        f = self.task_failures.setdefault(name, {"failures": 0, "error": ""})
+        f["failures"] += 1
+        f["error"] = f"{type(e).__name__}: {e}"[:500]
+
     def on_fatal(self, e: BaseException) -> None:
         if self.fatal is None:
             self.fatal = e
@@ -175,11 +203,9 @@ class Node:
         self.http_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5))
         from node.http.api import make_app
         app = make_app(self)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=limits.http_drain_s)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True, ssl_context=cfg.server_ssl)
-        await site.start()
+        from node.http import listener
+        self._runner = await listener.start(app, cfg.host, cfg.port, ssl_context=cfg.server_ssl, access_log=None,
+                                            handle_signals=False, shutdown_timeout=limits.http_drain_s)
         log.info("node %s listening on %s%s (data %s)", self.uuid, cfg.listen,
                  " over TLS" + (" (links need a client certificate)" if cfg.tls_client_auth else "")
                  if cfg.tls else "", self.data_dir)
@@ -187,7 +213,7 @@ class Node:
         if exposed:
             log.warning("node: %s", exposed)
         self.spawn(self._start_replication(), "start-replication")
-        self.spawn(self._checkpoint_loop(), "checkpoint")
+        self.supervise("checkpoint", self._checkpoint_loop)
 
     def _wipe_partial_join(self) -> None:
         if self.store.spaces or len(self.store.table) or os.path.isdir(self.wal_dir):
@@ -216,7 +242,8 @@ class Node:
         if self.cfg.wal_mode != "none":
             wal = WalWriter(self.wal_dir, self.cfg.wal_mode, self.uuid, segment_bytes_max=self.cfg.segment_bytes_max)
             wal.open_last(res.last_valid_end)
-        self.core = NodeCore(self.uuid, store.table.copy(), store.vclock, hlc_last=store.get_meta("hlc") or 0)
+        self.core = NodeCore(self.uuid, store.table.copy(), store.vclock, hlc_last=res.hlc_last,
+                             spaces=store.space_flags())
         self.core.knowledge = store.load_knowledge()
         self.acks = store.get_meta("acks") or {}
         self.journal = Journal(self.core, store, wal, self.on_fatal)
@@ -308,6 +335,11 @@ class Node:
                 break
             if msg["space"] not in snap["spaces"]:
                 raise RemoteProtocolError(f"snapshot rows for unknown space {msg['space']!r}")
+            wall = self.wall_us()
+            for key, rec in msg["rows"]:     # the HLC is raised by each record's: not past the offset bound
+                why = timestamp_ahead_error(rec[3], wall)
+                if why is not None:
+                    raise RemoteProtocolError(f"snapshot record {msg['space']}/{key[:40]} refused: {why}")
             self.store.install_records(msg["space"], msg["rows"])
             n += len(msg["rows"])
         await conn.send(m.BYE)
@@ -444,16 +476,14 @@ class Node:
         if have < self.own_lsn_seen:
             raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}.."
                               f"{self.own_lsn_seen}) are still coming back from its peers; retry shortly")
-        store = self.store
         local_ops, repl_ops = [], []
         for op in ops:
             if op.kind == OP_SPACE:
                 sdef_local = bool(op.value.get("local"))
             else:
-                sdef = store.spaces.get(op.space)
-                if sdef is None:
+                sdef_local = self.core.spaces.get(op.space)
+                if sdef_local is None:
                     raise ClientError(404, "no_such_space", f"space {op.space!r} does not exist")
-                sdef_local = sdef.local
             (local_ops if sdef_local else repl_ops).append(op)
         if repl_ops and (self.cfg.read_only or self.core.anon):
             why = "an anonymous replica" if self.core.anon else "read_only"
@@ -507,6 +537,7 @@ class Node:
             "uptime_s": round(time.time() - self.started_at, 3),
             "lease": self.lease.info() if self.lease else None,
             "wal": self._wal_info(),
+            "tasks": self.task_failures,
         }
 
     def _wal_info(self) -> dict:

@@ -4,7 +4,11 @@ Loop: connect -> auth -> greeting (the core builds this peer's id map and regist
 unknown members before anything is applied) -> SUBSCRIBE from our vclock permuted into
 the peer's ids -> apply ROWS, ACK in the peer's ids. A broken link reconnects with
 capped exponential backoff; a refusal (secret, cluster, options) is logged and retried
-slowly. `run_once` raises; `run` is the one place that maps errors to next steps."""
+slowly. `run_once` raises; `run` is the one place that maps errors to next steps, and it maps
+every one: a peer's bad input arrives as RemoteProtocolError (the decoders and the core's checks
+raise nothing else for it); anything else is a bug here, logged with its traceback, shown as
+status "failed", and ends this link only: the node serves on, and removing the peer later is an
+ordinary stop."""
 from __future__ import annotations
 
 import asyncio
@@ -132,8 +136,17 @@ class Applier:
                 self.status, self.error = "disconnected", str(e) or type(e).__name__
                 log.info("applier %s: %s", self.address, self.error)
                 delay = backoff
-            except StorageError:
-                raise                                          # the node stops; not ours to handle
+            except StorageError as e:
+                # The disk failed us: the node stops (the journal has usually said so already).
+                self.status, self.error = "failed", str(e)
+                self.node.on_fatal(e)
+                return
+            except Exception as e:  # noqa: BLE001 - the one place: anything else is our bug, not the peer's
+                self.status, self.error = "failed", f"{type(e).__name__}: {e}"
+                self.node.note_failure(f"applier {self.address}", e)
+                if self.peer_uuid and self.node.core:
+                    self.node.core.drop_peer(self.peer_uuid)
+                return                                         # this link stops; the node serves on
             if time.monotonic() - started > 10 * limits.reconnect_backoff_max_s:
                 backoff = limits.reconnect_backoff_min_s       # the link was healthy for a while
             else:
@@ -177,10 +190,14 @@ class Applier:
             now = time.time()
             if msg.type == m.ROWS:
                 scan = msg.body.get("scan")
+                last_ts = None
                 if scan is not None:
-                    self.messages_scanned += 1
-                    last_ts = self._receive_scan(scan)
-                else:
+                    last_ts = self._receive_scan(scan, now)
+                    if last_ts is None:                  # a row the core must refuse exactly
+                        msg = m.decode(msg["data"])
+                    else:
+                        self.messages_scanned += 1
+                if last_ts is None:
                     self.messages_decoded += 1
                     last_ts = self._receive_txns(msg, now)
                 if last_ts:
@@ -201,13 +218,15 @@ class Applier:
                     await conn.send(m.ACK, vclock=v.to_dict(), lag_us=int(self.lag_s * 1e6))
                     acked_sig, last_ack = v.signature, now
 
-    def _receive_scan(self, scan) -> int:
+    def _receive_scan(self, scan, now: float) -> int | None:
         """A message the row scanner took (plain txns only): the core claims whole runs of
         each origin, and what it took becomes one WAL frame built from the received bytes.
-        Returns the last txn's timestamp. Check + claim + submit: no await in between."""
+        Returns the last txn's timestamp, or None if the core wants the message decided by
+        the exact path (nothing claimed). Check + claim + submit: no await in between."""
         ranges: list[tuple[int, int, int]] = []
         try:
-            self.node.core.receive_scan(self.peer_uuid, scan, ranges)
+            if self.node.core.receive_scan(self.peer_uuid, scan, ranges, int(now * 1e6)) is None:
+                return None
         finally:
             # Claimed rows must reach the WAL even if a later run is refused (as below).
             if ranges:
@@ -232,7 +251,7 @@ class Applier:
                 if txn.group == GROUP_DEFAULT:   # a run of one origin's plain txns
                     k = len(entry)
                     try:
-                        i, rows = core.receive_run(peer, valid, i, entry)
+                        i, rows = core.receive_run(peer, valid, i, entry, wall_us)
                     except RemoteProtocolError:
                         claimed = sum(len(t.ops) for t in entry[k:])   # claimed before it
                         self.rows += claimed

@@ -43,6 +43,51 @@ log = logging.getLogger("replog.relay")
 _pack = msgpack.Packer(use_bin_type=True).pack
 
 
+_FRAME_ALONE_MAX = limits.message_bytes_max - limits.message_margin_bytes   # a frame this size fits a message
+
+
+def rows_batches(frames: list) -> list[list]:
+    """The frames (payloads) of ROWS messages carrying `frames` in order, none over
+    message_bytes_max: frames share a message up to relay_batch_bytes_max; a larger one goes alone,
+    split into several payloads of whole txns when even alone it would not fit (one txn always
+    fits: txn_bytes_max, checked before the WAL). A txn larger than that can only be one an earlier
+    version wrote: it cannot be sent, and the link stops saying so."""
+    out: list[list] = []
+    group: list = []
+    size = 0
+    for f in frames:
+        for p in (f,) if len(f) <= _FRAME_ALONE_MAX else _split(f):
+            if group and size + len(p) > limits.relay_batch_bytes_max:
+                out.append(group)
+                group, size = [], 0
+            group.append(p)
+            size += len(p)
+    if group:
+        out.append(group)
+    return out
+
+
+def _split(payload) -> list[bytes]:
+    written_us, txns = walfmt.unpack_frame(payload)
+    pieces: list[bytes] = []
+    chunk: list = []
+    size = 0
+    for t in txns:
+        n = len(_pack(t))
+        if n > _FRAME_ALONE_MAX - 32:
+            raise PeerRefused("txn_too_large", f"txn {t[0]}:{t[1]} in this node's WAL encodes to {n} bytes, "
+                              f"more than one message carries: written before txn_bytes_max was checked, "
+                              "it cannot be replicated")
+        if chunk and size + n > limits.relay_batch_bytes_max:
+            pieces.append(_pack([written_us, chunk]))
+            chunk, size = [], 0
+        chunk.append(t)
+        size += n
+    if chunk:
+        pieces.append(_pack([written_us, chunk]))
+    return pieces
+
+
 def frame_for(body: bytes, written_us: int, entry, sub: dict[int, int],
               own: tuple[int, int] | None) -> tuple[bytes | None, int]:
     """What a subscriber at `sub` (and `own`: relay_wants) gets of one WAL frame (payload
@@ -250,11 +295,15 @@ async def serve_link(node: "Node", conn: Conn) -> None:
             await Relay(node, conn, theirs, m.vclock_from_wire(req["vclock"])).run()
     except PeerRefused as e:
         log.warning("relay: refused %s: %s", conn.peer, e)
+        await conn.refuse(e.code, e.message)        # (a second ERROR after the greeting's is harmless)
     except RemoteProtocolError as e:
         log.info("relay: link to %s dropped: %s", conn.peer, e)
         await conn.refuse("protocol", str(e))
     except (ConnectionError, asyncio.TimeoutError) as e:
         log.info("relay: link to %s lost: %s", conn.peer, e)
+    except Exception as e:  # noqa: BLE001 - the relay's one place: anything else is our bug, not the peer's
+        node.note_failure(f"relay to {conn.peer}", e)
+        await conn.refuse("internal", f"{type(e).__name__}: {e}")
 
 
 async def _shutdown_step(node: "Node", conn: Conn, theirs: dict, req: m.Message) -> None:
@@ -371,7 +420,8 @@ class Relay:
                     frames = await loop.run_in_executor(None, cursor.read, journal.position,
                                                         limits.relay_batch_bytes_max)
                 if frames:
-                    await self.conn.send_rows(frames)
+                    for batch in rows_batches(frames):
+                        await self.conn.send_rows(batch)
                     last_send = loop.time()
                     continue
                 if loop.time() - last_send >= limits.heartbeat_interval_s:

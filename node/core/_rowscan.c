@@ -3,15 +3,19 @@
 The native twin of node.core.rowscan's reference (`ScanPy`, `relay_scan_py`); a differential
 test holds them equal on generated and mutated input, refusals included.
 
-scan_rows(message, replica_id_max, txn_ops_max, space_chars_max, key_bytes_max)
+scan_rows(message, replica_id_max, txn_ops_max, space_chars_max, key_bytes_max, lsn_max, timestamp_us_max,
+          value_depth_max, value_bytes_max, txn_bytes_max)
     A ROWS message ([ROWS, {"frames": [[written_us, [txn, ...]], ...]}]) checked and indexed
     without a Python object per row, or None when it is not for this path. It is for this path
     when every part is written as replog's encoder writes it (canonical msgpack: the shortest
     header of each kind, non-negative ints unsigned, floats as float64) and every transaction is
-    a plain one the exact decoder would accept: group DEFAULT, puts, deletes and nops whose
-    values hold nil, bools, ints, floats, UTF-8 strings, bytes, arrays and maps with string keys
-    (no duplicates), and each origin's transactions in the message follow one another without
-    a gap. Canonical input is what makes splicing safe: the bytes of a transaction or a value
+    a plain one the exact decoder would accept (node.core.validate's rules, within the bounds
+    passed in): group DEFAULT; puts, deletes and nops (these two nil-valued) into well-named spaces
+    under non-empty keys; values of nil, bools, ints, finite floats, UTF-8 strings, arrays and maps
+    with string keys (no duplicates), nested and sized within bounds; lsns and timestamps within
+    bounds; each transaction small enough to travel alone; and each origin's transactions in the
+    message follow one another without a gap. Nothing in it recurses: values are read with an
+    explicit stack, so no input can exhaust the C stack. Canonical input is what makes splicing safe: the bytes of a transaction or a value
     are exactly what decoding and encoding again would give, so the WAL frames and store
     records built from them are those of the exact path, byte for byte. Anything else (space
     and `_cluster` rows, extension types, damage) returns None and takes the exact path, which
@@ -39,7 +43,7 @@ relay_scan(buf, pos, sub, budget, frame_bytes_max, own_id, own_cut)
 #define OP_PUT 1
 #define OP_DELETE 2
 #define OP_NOP 5
-#define DEPTH_MAX 64               /* nesting of one value; deeper ones take the exact path */
+#define VALUE_DEPTH_CAP 128        /* the largest value_depth_max scan_rows takes (Levels on the stack) */
 #define FRAME_OVERHEAD 12
 static const uint8_t FRAME_MAGIC[4] = {0xd5, 0x1a, 0x7e, 0x01};
 /* [ROWS, {"frames": ...}] as replog's encoder writes its head */
@@ -220,105 +224,149 @@ static int keys_distinct(Span *k, uint64_t n) {
 
 static int no_memory;              /* set by plain() when a large map's key list could not be kept */
 
-/* One stored value: nil, bools, ints, float64, strs, bins, arrays and string-keyed maps of
-   these, all canonical. */
-static const uint8_t *plain(const uint8_t *p, const uint8_t *end, int depth) {
-    if (p >= end || depth > DEPTH_MAX)
-        return NULL;
-    uint8_t b = *p;
-    uint64_t n;
-    const uint8_t *s;
-    size_t len;
-    if (b <= 0x7f || b >= 0xe0 || (b >= 0xcc && b <= 0xcf) || (b >= 0xd0 && b <= 0xd3))
-        return rd_int(p, end);
-    if (b == 0xc0 || b == 0xc2 || b == 0xc3)
-        return p + 1;
-    if (b == 0xcb)
-        return end - p >= 9 ? p + 9 : NULL;
-    if ((b & 0xe0) == 0xa0 || (b >= 0xd9 && b <= 0xdb))
-        return rd_str(p, end, &s, &len, NULL);
-    if (b >= 0xc4 && b <= 0xc6) {
-        int h = b == 0xc4 ? 1 : b == 0xc5 ? 2 : 4;
-        if (end - p < 1 + h)
-            return NULL;
-        n = be(p + 1, h);
-        if ((b == 0xc5 && n < 0x100) || (b == 0xc6 && n < 0x10000) || (uint64_t)(end - p - 1 - h) < n)
-            return NULL;
-        return p + 1 + h + n;
-    }
-    if ((b & 0xf0) == 0x90 || b == 0xdc || b == 0xdd) {
-        p = rd_array(p, end, &n);
-        if (p == NULL || n > (uint64_t)(end - p))
-            return NULL;
-        for (uint64_t i = 0; i < n && p; i++)
-            p = plain(p, end, depth + 1);
-        return p;
-    }
-    if ((b & 0xf0) == 0x80 || b == 0xde || b == 0xdf) {
-        p = rd_map(p, end, &n);
-        if (p == NULL || n > (uint64_t)(end - p) / 2)
-            return NULL;
-        Span small[8], *keys = small;
-        if (n > 8 && (keys = PyMem_Malloc(n * sizeof(Span))) == NULL) {
-            no_memory = 1;
-            return NULL;
-        }
-        for (uint64_t i = 0; i < n && p; i++) {
-            p = rd_str(p, end, &keys[i].p, &keys[i].n, NULL);
-            if (p)
-                p = plain(p, end, depth + 1);
-        }
-        if (p && keys_distinct(keys, n) < 0)
-            p = NULL;
-        if (keys != small)
-            PyMem_Free(keys);
-        return p;
-    }
-    return NULL;                   /* 0xc1, float32, extension types */
+/* One open container of plain(): items still to read (pairs for a map), and a map's keys so far. */
+typedef struct { uint64_t left, nkeys; int map; Span *keys; Span small[8]; } Level;
+
+static void levels_free(Level *lv, int d) {
+    for (int i = 0; i < d; i++)
+        if (lv[i].keys != lv[i].small)
+            PyMem_Free(lv[i].keys);
 }
 
-/* Skip any one msgpack value, canonical or not (WAL frames this node wrote and checksummed). */
-static const uint8_t *skip_any(const uint8_t *p, const uint8_t *end, int depth) {
-    if (p >= end || depth > 2 * DEPTH_MAX)
-        return NULL;
-    uint8_t b = *p;
-    uint64_t n, items = 0;
-    size_t h = 1;
-    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
-        return p + 1;
-    if ((b & 0xe0) == 0xa0) { n = b & 0x1f; goto bytes; }
-    if ((b & 0xf0) == 0x90) { items = b & 0x0f; goto seq; }
-    if ((b & 0xf0) == 0x80) { items = 2 * (uint64_t)(b & 0x0f); goto seq; }
-    switch (b) {
-    case 0xcc: case 0xd0: case 0xd4: n = b == 0xd4 ? 2 : 1; h = 1; goto fixed;
-    case 0xcd: case 0xd1: case 0xd5: n = b == 0xd5 ? 3 : 2; goto fixed;
-    case 0xce: case 0xd2: case 0xca: case 0xd6: n = b == 0xd6 ? 5 : 4; goto fixed;
-    case 0xcf: case 0xd3: case 0xcb: n = 8; goto fixed;
-    case 0xd7: n = 9; goto fixed;
-    case 0xd8: n = 17; goto fixed;
-    case 0xc4: case 0xd9: h = 2; if (end - p < 2) return NULL; n = p[1]; goto bytes;
-    case 0xc5: case 0xda: h = 3; if (end - p < 3) return NULL; n = be(p + 1, 2); goto bytes;
-    case 0xc6: case 0xdb: h = 5; if (end - p < 5) return NULL; n = be(p + 1, 4); goto bytes;
-    case 0xc7: h = 3; if (end - p < 3) return NULL; n = p[1]; goto bytes;         /* ext 8 */
-    case 0xc8: h = 4; if (end - p < 4) return NULL; n = be(p + 1, 2); goto bytes; /* ext 16 */
-    case 0xc9: h = 6; if (end - p < 6) return NULL; n = be(p + 1, 4); goto bytes; /* ext 32 */
-    case 0xdc: h = 3; if (end - p < 3) return NULL; items = be(p + 1, 2); goto seq;
-    case 0xdd: h = 5; if (end - p < 5) return NULL; items = be(p + 1, 4); goto seq;
-    case 0xde: h = 3; if (end - p < 3) return NULL; items = 2 * be(p + 1, 2); goto seq;
-    case 0xdf: h = 5; if (end - p < 5) return NULL; items = 2 * be(p + 1, 4); goto seq;
-    default: return NULL;          /* 0xc1 */
+/* One stored value by node.core.validate's rule: nil, bools, ints, finite float64s, strs, arrays and
+   maps with str keys (no duplicates), at most depth_max containers deep and value_max bytes, all
+   canonical. Iterative (a Level per open container), so no input can recurse. */
+static const uint8_t *plain(const uint8_t *p, const uint8_t *end, int depth_max, uint64_t value_max) {
+    Level lv[VALUE_DEPTH_CAP];
+    int d = 0;                                      /* open containers */
+    const uint8_t *start = p, *s;
+    size_t len;
+    uint64_t n;
+    for (;;) {
+        if (d > 0 && lv[d - 1].map) {               /* a map's item begins with its key */
+            Level *L = &lv[d - 1];
+            if ((p = rd_str(p, end, &L->keys[L->nkeys].p, &L->keys[L->nkeys].n, NULL)) == NULL)
+                goto fail;
+            L->nkeys++;
+        }
+        if (p >= end)
+            goto fail;
+        uint8_t b = *p;
+        if (b <= 0x7f || b >= 0xe0 || (b >= 0xcc && b <= 0xcf) || (b >= 0xd0 && b <= 0xd3))
+            p = rd_int(p, end);
+        else if (b == 0xc0 || b == 0xc2 || b == 0xc3)
+            p = p + 1;
+        else if (b == 0xcb) {                       /* float64, finite (NaN and infinities: all-ones exponent) */
+            if (end - p < 9 || ((be(p + 1, 8) >> 52) & 0x7ff) == 0x7ff)
+                goto fail;
+            p = p + 9;
+        } else if ((b & 0xe0) == 0xa0 || (b >= 0xd9 && b <= 0xdb))
+            p = rd_str(p, end, &s, &len, NULL);
+        else if ((b & 0xf0) == 0x90 || b == 0xdc || b == 0xdd || (b & 0xf0) == 0x80 || b == 0xde || b == 0xdf) {
+            int map = (b & 0xf0) == 0x80 || b == 0xde || b == 0xdf;
+            p = map ? rd_map(p, end, &n) : rd_array(p, end, &n);
+            if (p == NULL || d >= depth_max || n > (uint64_t)(end - p) / (map ? 2 : 1))
+                goto fail;
+            if (n > 0) {
+                Level *L = &lv[d];
+                L->left = n;
+                L->nkeys = 0;
+                L->map = map;
+                L->keys = L->small;
+                if (map && n > 8 && (L->keys = PyMem_Malloc(n * sizeof(Span))) == NULL) {
+                    no_memory = 1;
+                    goto fail;
+                }
+                d++;
+                continue;                           /* read its first item */
+            }
+        } else
+            goto fail;                              /* 0xc1, bin, float32, extension types */
+        if (p == NULL)
+            goto fail;
+        for (;;) {                                  /* a value is complete: close what it completes */
+            if (d == 0)
+                return (uint64_t)(p - start) <= value_max ? p : NULL;
+            Level *L = &lv[d - 1];
+            if (--L->left > 0)
+                break;
+            if (L->map && keys_distinct(L->keys, L->nkeys) < 0) {
+                levels_free(lv, d);
+                return NULL;
+            }
+            if (L->keys != L->small)
+                PyMem_Free(L->keys);
+            d--;
+        }
     }
-fixed:
-    return (uint64_t)(end - p) >= 1 + n ? p + 1 + n : NULL;
-bytes:
-    return (uint64_t)(end - p) >= h + n ? p + h + n : NULL;
-seq:
-    p += h;
-    if (p > end || items > (uint64_t)(end - p))
-        return NULL;
-    for (uint64_t i = 0; i < items && p; i++)
-        p = skip_any(p, end, depth + 1);
+fail:
+    levels_free(lv, d);
+    return NULL;
+}
+
+/* Skip any one msgpack value, canonical or not (WAL frames this node wrote and checksummed).
+   Iterative: it only counts the values still to skip. */
+static const uint8_t *skip_any(const uint8_t *p, const uint8_t *end) {
+    uint64_t pending = 1;
+    while (pending) {
+        if (p >= end)
+            return NULL;
+        pending--;
+        uint8_t b = *p;
+        uint64_t n, items = 0;
+        size_t h = 1;
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) { p++; continue; }
+        if ((b & 0xe0) == 0xa0) { n = b & 0x1f; goto bytes; }
+        if ((b & 0xf0) == 0x90) { items = b & 0x0f; goto seq; }
+        if ((b & 0xf0) == 0x80) { items = 2 * (uint64_t)(b & 0x0f); goto seq; }
+        switch (b) {
+        case 0xcc: case 0xd0: case 0xd4: n = b == 0xd4 ? 2 : 1; goto fixed;
+        case 0xcd: case 0xd1: case 0xd5: n = b == 0xd5 ? 3 : 2; goto fixed;
+        case 0xce: case 0xd2: case 0xca: case 0xd6: n = b == 0xd6 ? 5 : 4; goto fixed;
+        case 0xcf: case 0xd3: case 0xcb: n = 8; goto fixed;
+        case 0xd7: n = 9; goto fixed;
+        case 0xd8: n = 17; goto fixed;
+        case 0xc4: case 0xd9: h = 2; if (end - p < 2) return NULL; n = p[1]; goto bytes;
+        case 0xc5: case 0xda: h = 3; if (end - p < 3) return NULL; n = be(p + 1, 2); goto bytes;
+        case 0xc6: case 0xdb: h = 5; if (end - p < 5) return NULL; n = be(p + 1, 4); goto bytes;
+        case 0xc7: h = 3; if (end - p < 3) return NULL; n = p[1]; goto bytes;         /* ext 8 */
+        case 0xc8: h = 4; if (end - p < 4) return NULL; n = be(p + 1, 2); goto bytes; /* ext 16 */
+        case 0xc9: h = 6; if (end - p < 6) return NULL; n = be(p + 1, 4); goto bytes; /* ext 32 */
+        case 0xdc: h = 3; if (end - p < 3) return NULL; items = be(p + 1, 2); goto seq;
+        case 0xdd: h = 5; if (end - p < 5) return NULL; items = be(p + 1, 4); goto seq;
+        case 0xde: h = 3; if (end - p < 3) return NULL; items = 2 * be(p + 1, 2); goto seq;
+        case 0xdf: h = 5; if (end - p < 5) return NULL; items = 2 * be(p + 1, 4); goto seq;
+        default: return NULL;          /* 0xc1 */
+        }
+    fixed:
+        if ((uint64_t)(end - p) < 1 + n)
+            return NULL;
+        p += 1 + n;
+        continue;
+    bytes:
+        if ((uint64_t)(end - p) < h + n)
+            return NULL;
+        p += h + n;
+        continue;
+    seq:
+        p += h;
+        if (p > end || items > (uint64_t)(end - p))
+            return NULL;                /* every item takes at least a byte */
+        pending += items;
+    }
     return p;
+}
+
+/* A space name by node.core.validate's rule: [A-Za-z_][A-Za-z0-9_]{0,max-1}. */
+static int space_ok(const uint8_t *s, size_t n, size_t max) {
+    if (n < 1 || n > max)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = s[i], l = c | 0x20;
+        if (!(c == '_' || (l >= 'a' && l <= 'z') || (i > 0 && c >= '0' && c <= '9')))
+            return 0;
+    }
+    return 1;
 }
 
 /* --- writing msgpack --------------------------------------------------------------------- */
@@ -375,9 +423,14 @@ static void scan_dealloc(Scan *s) {
 
 static PyTypeObject ScanType;
 
+/* The bounds scan_rows checks (node/limits.py's, passed in by node.core.rowscan). */
+typedef struct {
+    uint64_t rid_max, ops_max, space_max, key_max, lsn_max, ts_max, value_max, txn_max;
+    int depth_max;
+} Bounds;
+
 /* 1: indexed; 0: not for this path; -1: out of memory. */
-static int scan_parse(Scan *s, const uint8_t *base, size_t size, uint64_t rid_max, uint64_t ops_max,
-                      Py_ssize_t space_chars_max, size_t key_bytes_max) {
+static int scan_parse(Scan *s, const uint8_t *base, size_t size, const Bounds *bd) {
     const uint8_t *p = base, *end = base + size;
     uint64_t nframes, ntx;
     if (size < sizeof(ROWS_HEAD) || memcmp(p, ROWS_HEAD, sizeof(ROWS_HEAD)) != 0)
@@ -391,36 +444,37 @@ static int scan_parse(Scan *s, const uint8_t *base, size_t size, uint64_t rid_ma
         for (uint64_t i = 0; i < ntx; i++) {
             uint64_t rid, lsn, ts, nops;
             const uint8_t *start = p;
-            if (p >= end || *p++ != 0x95 || (p = rd_uint(p, end, &rid)) == NULL || rid > rid_max)
+            if (p >= end || *p++ != 0x95 || (p = rd_uint(p, end, &rid)) == NULL || rid > bd->rid_max)
                 return 0;
             const uint8_t *body = p;
-            if ((p = rd_uint(p, end, &lsn)) == NULL || lsn < 1 || lsn > INT64_MAX)
+            if ((p = rd_uint(p, end, &lsn)) == NULL || lsn < 1 || lsn > bd->lsn_max)
                 return 0;
             if (p >= end || *p++ != GROUP_DEFAULT)
                 return 0;
-            if ((p = rd_uint(p, end, &ts)) == NULL || ts > INT64_MAX)
+            if ((p = rd_uint(p, end, &ts)) == NULL || ts > bd->ts_max)
                 return 0;
-            if ((p = rd_array(p, end, &nops)) == NULL || nops < 1 || nops > ops_max || nops - 1 > INT64_MAX - lsn)
+            /* lsn <= lsn_max < 2^62 and nops <= ops_max: the sum cannot wrap */
+            if ((p = rd_array(p, end, &nops)) == NULL || nops < 1 || nops > bd->ops_max || lsn + nops - 1 > bd->lsn_max)
                 return 0;
             Py_ssize_t first_op = s->nop;
             for (uint64_t k = 0; k < nops; k++) {
                 const uint8_t *sp, *key, *val;
                 size_t sp_len, key_len;
-                Py_ssize_t sp_chars;
                 if (p >= end || *p++ != 0x94 || p >= end)
                     return 0;
                 uint8_t kind = *p++;
                 if (kind != OP_PUT && kind != OP_DELETE && kind != OP_NOP)
                     return 0;
-                if ((p = rd_str(p, end, &sp, &sp_len, &sp_chars)) == NULL || sp_chars < 1 || sp_chars > space_chars_max)
+                if ((p = rd_str(p, end, &sp, &sp_len, NULL)) == NULL || !space_ok(sp, sp_len, bd->space_max))
                     return 0;
-                if ((p = rd_str(p, end, &key, &key_len, NULL)) == NULL || key_len > key_bytes_max)
+                if ((p = rd_str(p, end, &key, &key_len, NULL)) == NULL || key_len > bd->key_max
+                    || (key_len == 0 && kind != OP_NOP))
                     return 0;
                 val = p;
-                if (kind == OP_DELETE && (p >= end || *p != 0xc0))
-                    return 0;              /* a delete's value reaches resolvers as nil */
+                if (kind != OP_PUT && (p >= end || *p != 0xc0))
+                    return 0;              /* deletes and nops carry nil (a delete reaches resolvers as nil) */
                 no_memory = 0;
-                if ((p = plain(p, end, 1)) == NULL)
+                if ((p = plain(p, end, bd->depth_max, bd->value_max)) == NULL)
                     return no_memory ? -1 : 0;
                 if (vec_push(&s->o[O_KIND], kind) || vec_push(&s->o[O_SPACE], sp - base)
                     || vec_push(&s->o[O_SPACE_LEN], sp_len) || vec_push(&s->o[O_KEY], key - base)
@@ -429,6 +483,8 @@ static int scan_parse(Scan *s, const uint8_t *base, size_t size, uint64_t rid_ma
                     return -1;
                 s->nop++;
             }
+            if ((uint64_t)(p - start) > bd->txn_max)
+                return 0;                  /* too large to travel on alone: the exact path refuses it */
             Py_ssize_t n = s->ntxn;
             int64_t last = (int64_t)(lsn + nops - 1);
             if (n > 0 && s->t[T_RID].v[n - 1] == (int64_t)rid) {
@@ -453,10 +509,18 @@ static int scan_parse(Scan *s, const uint8_t *base, size_t size, uint64_t rid_ma
 
 static PyObject *scan_rows(PyObject *mod, PyObject *args) {
     PyObject *data;
-    unsigned long long rid_max, ops_max, key_max;
-    Py_ssize_t space_max;
-    if (!PyArg_ParseTuple(args, "O!KKnK", &PyBytes_Type, &data, &rid_max, &ops_max, &space_max, &key_max))
+    Bounds bd;
+    unsigned long long rid_max, ops_max, space_max, key_max, lsn_max, ts_max, value_max, txn_max;
+    int depth_max;
+    if (!PyArg_ParseTuple(args, "O!KKKKKKiKK", &PyBytes_Type, &data, &rid_max, &ops_max, &space_max, &key_max,
+                          &lsn_max, &ts_max, &depth_max, &value_max, &txn_max))
         return NULL;
+    if (depth_max < 0 || depth_max > VALUE_DEPTH_CAP || lsn_max > (1ull << 62) || ops_max > (1ull << 32)
+        || ts_max > (uint64_t)INT64_MAX) {
+        PyErr_SetString(PyExc_ValueError, "scan_rows: a bound is beyond what the scanner can hold");
+        return NULL;
+    }
+    bd = (Bounds){rid_max, ops_max, space_max, key_max, lsn_max, ts_max, value_max, txn_max, depth_max};
     Scan *s = PyObject_New(Scan, &ScanType);
     if (s == NULL)
         return NULL;
@@ -465,8 +529,7 @@ static PyObject *scan_rows(PyObject *mod, PyObject *args) {
     memset(s->t, 0, sizeof(s->t));
     memset(s->o, 0, sizeof(s->o));
     memset(&s->runs, 0, sizeof(s->runs));
-    int r = scan_parse(s, (const uint8_t *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), rid_max, ops_max,
-                       space_max, key_max);
+    int r = scan_parse(s, (const uint8_t *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), &bd);
     if (r == 1)
         return (PyObject *)s;
     Py_DECREF(s);
@@ -544,6 +607,29 @@ static PyObject *scan_ts_max(Scan *s, PyObject *args) {
         if (s->t[T_TS].v[i] > m)
             m = s->t[T_TS].v[i];
     return PyLong_FromLongLong(m);
+}
+
+/* spaces() -> the spaces of the puts and deletes, in order, each change of space once: the core
+   checks that they exist here before it claims anything (node.core.replicaset). */
+static PyObject *scan_spaces(Scan *s, PyObject *unused) {
+    const uint8_t *base = scan_base(s), *prev = NULL;
+    size_t prev_len = 0;
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t j = 0; out && j < s->nop; j++) {
+        if (s->o[O_KIND].v[j] == OP_NOP)
+            continue;
+        const uint8_t *sp = base + s->o[O_SPACE].v[j];
+        size_t n = (size_t)s->o[O_SPACE_LEN].v[j];
+        if (prev != NULL && n == prev_len && memcmp(sp, prev, n) == 0)
+            continue;
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)sp, n, "strict");
+        if (name == NULL || PyList_Append(out, name) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(name);
+        prev = sp;
+        prev_len = n;
+    }
+    return out;
 }
 
 /* Accepted ranges: a list of (first txn, end txn, this node's id for their origin). */
@@ -705,6 +791,7 @@ static PyMethodDef scan_methods[] = {
     {"lsn", (PyCFunction)scan_lsn, METH_O, "txn i's first lsn"},
     {"txn_bytes", (PyCFunction)scan_txn_bytes, METH_O, "txn i as it came"},
     {"ts_max", (PyCFunction)scan_ts_max, METH_VARARGS, "largest timestamp of txns [a, b)"},
+    {"spaces", (PyCFunction)scan_spaces, METH_NOARGS, "spaces of the puts and deletes, each change once"},
     {"frame_txns", (PyCFunction)scan_frame_txns, METH_O, "the ranges' txns as msgpack, ids replaced"},
     {"records", (PyCFunction)scan_records, METH_O, "the ranges' store records by space"},
     {NULL}
@@ -796,17 +883,17 @@ static int frame_wanted(const uint8_t *p, const uint8_t *end, SubVec *sub, int64
     uint64_t ntx, rid, lsn, group, nops;
     int some = 0, all = 1;
     *rows = 0;
-    if (p >= end || *p++ != 0x92 || (p = skip_any(p, end, 0)) == NULL)
+    if (p >= end || *p++ != 0x92 || (p = skip_any(p, end)) == NULL)
         return -1;
     if ((p = rd_array(p, end, &ntx)) == NULL)          /* canonical as this node writes it */
         return -1;
     for (uint64_t i = 0; i < ntx; i++) {
         if (p >= end || *p++ != 0x95 || (p = rd_uint(p, end, &rid)) == NULL
             || (p = rd_uint(p, end, &lsn)) == NULL || (p = rd_uint(p, end, &group)) == NULL
-            || (p = skip_any(p, end, 0)) == NULL || (p = rd_array(p, end, &nops)) == NULL)
+            || (p = skip_any(p, end)) == NULL || (p = rd_array(p, end, &nops)) == NULL)
             return -1;
         for (uint64_t k = 0; k < nops && p; k++)
-            p = skip_any(p, end, 0);
+            p = skip_any(p, end);
         if (p == NULL || nops == 0 || lsn > INT64_MAX || nops > (uint64_t)INT64_MAX - lsn)
             return -1;
         int64_t have = sub_get(sub, rid);
@@ -901,7 +988,7 @@ PyMODINIT_FUNC PyInit__rowscan(void) {
     if (m == NULL)
         return NULL;
     if (PyModule_AddIntConstant(m, "RS_END", RS_END) || PyModule_AddIntConstant(m, "RS_BUDGET", RS_BUDGET)
-        || PyModule_AddIntConstant(m, "RS_STOP", RS_STOP) || PyModule_AddIntConstant(m, "DEPTH_MAX", DEPTH_MAX)) {
+        || PyModule_AddIntConstant(m, "RS_STOP", RS_STOP) || PyModule_AddIntConstant(m, "VALUE_DEPTH_CAP", VALUE_DEPTH_CAP)) {
         Py_DECREF(m);
         return NULL;
     }

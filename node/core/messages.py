@@ -34,8 +34,8 @@ import msgpack
 import msgspec
 
 from node import limits
-from node.core import codec
-from node.core.rows import FAST_ERRORS, WIRE_FRAME, Txn, check_plain, exact_frame, no_ext
+from node.core import codec, validate
+from node.core.rows import FAST_ERRORS, WIRE_FRAME, Txn, check_fast, exact_frame, no_ext
 from node.errors import RemoteProtocolError
 
 PROTOCOL_VERSION = 2                 # 2: session-bound auth (uuids in HELLO/AUTH, sealed messages)
@@ -130,7 +130,7 @@ _ROWS_HEAD = b"\x92" + _packer.pack(ROWS) + b"\x81" + _packer.pack("frames")
 _fast_rows = msgspec.msgpack.Decoder(tuple[Literal[ROWS], _RowsBody], ext_hook=no_ext).decode
 
 
-def _rows(body: dict) -> dict:
+def _rows(body: dict, size: int) -> dict:
     """The exact path of a ROWS body decoded by msgpack: txns as if checked one by one."""
     valid: list[Txn] = []
     for frame in body["frames"]:
@@ -140,8 +140,21 @@ def _rows(body: dict) -> dict:
             return {"txns": valid, "error": RemoteProtocolError(f"undecodable ROWS frame: {e}")}
         valid += txns
         if bad is not None:
-            return {"txns": valid, "error": bad}
-    return {"txns": valid, "error": None}
+            return _sized(valid, size, bad)
+    return _sized(valid, size, None)
+
+
+def _sized(txns: list[Txn], size: int, error: RemoteProtocolError | None) -> dict:
+    """A ROWS body, cut before the first txn whose encoding exceeds txn_bytes_max: what could not
+    travel on alone from here (only a message larger than that bound can hold one)."""
+    if size > limits.txn_bytes_max:
+        for i, t in enumerate(txns):
+            n = len(codec.pack(t))
+            if n > limits.txn_bytes_max:
+                return {"txns": txns[:i], "error": RemoteProtocolError(
+                    f"malformed row: txn {t.replica_id}:{t.lsn} encodes to {n} bytes, more than "
+                    f"txn_bytes_max = {limits.txn_bytes_max}")}
+    return {"txns": txns, "error": error}
 
 
 def decode(data: bytes, scan_rows: Callable[[bytes], Any] | None = None) -> Message:
@@ -154,13 +167,13 @@ def decode(data: bytes, scan_rows: Callable[[bytes], Any] | None = None) -> Mess
     if scan_rows is not None and data[:len(_ROWS_HEAD)] == _ROWS_HEAD:
         scan = scan_rows(data)
         if scan is not None:
-            return Message(ROWS, {"scan": scan})
+            return Message(ROWS, {"scan": scan, "data": data})
     if data[:2] == _ROWS_HEAD[:2]:
         try:
             _, body = _fast_rows(data)
             txns = [t for _, frame in body.frames for t in frame]
-            check_plain(txns)
-            return Message(ROWS, {"txns": txns, "error": None})
+            check_fast(txns)
+            return Message(ROWS, _sized(txns, len(data), None))
         except FAST_ERRORS:
             pass                                            # the exact path below
     try:
@@ -178,15 +191,28 @@ def decode(data: bytes, scan_rows: Callable[[bytes], Any] | None = None) -> Mess
         if not isinstance(v, types) or (types is _INT and isinstance(v, bool)):
             raise RemoteProtocolError(f"{NAMES[mtype]}: field {k!r} missing or of the wrong type")
     if mtype == ROWS:
-        return Message(mtype, _rows(body))
+        return Message(mtype, _rows(body, len(data)))
+    check = _CHECKS.get(mtype)
+    err = check(body) if check is not None else None
+    if err is not None:
+        raise RemoteProtocolError(f"{NAMES[mtype]}: {err}")
     return Message(mtype, body)
 
 
+# what a message's fields may hold past their types (node.core.validate), by type
+_CHECKS: dict[int, Callable[[dict], str | None]] = {
+    GREETING: validate.greeting_error,
+    SUBSCRIBE: lambda b: validate.vclock_error(b["vclock"]),
+    SUBSCRIBED: lambda b: validate.vclock_error(b["vclock"]),
+    ACK: lambda b: validate.vclock_error(b["vclock"]),
+    SNAPSHOT: validate.snapshot_error,
+    SNAPSHOT_ROWS: validate.snapshot_rows_error,
+    REGISTERED: lambda b: None if 1 <= b["id"] <= limits.replica_id_max else "id out of range",
+}
+
+
 def vclock_from_wire(d: dict) -> dict[int, int]:
-    out = {}
-    for k, v in d.items():
-        if not isinstance(k, int) or not isinstance(v, int) or k < 0 or v < 0 or isinstance(v, bool):
-            raise RemoteProtocolError("malformed vclock")
-        if v:
-            out[k] = v
-    return out
+    err = validate.vclock_error(d)
+    if err is not None:
+        raise RemoteProtocolError(f"malformed vclock: {err}")
+    return {k: v for k, v in d.items() if v}

@@ -15,18 +15,26 @@ Rules kept here:
   frame, before any row of that member, so a downstream always learns this node's id for
   an origin before that origin's rows;
 - a `_cluster` row states its *origin's* ids: it teaches the map of a directly connected
-  peer only when that peer is the origin."""
+  peer only when that peer is the origin;
+- a remote row is checked against this node's state before it is claimed (what its decoder
+  could not know): its spaces exist here and are replicated ones, a new space fits the store's
+  capacity, its timestamp is not ahead of this node's clock by more than hlc_offset_max_s, and a
+  `_cluster` row contradicts neither this node's table nor the peer's map. A refused row is a
+  RemoteProtocolError: nothing of it is claimed, the link stops, the node serves on."""
 from __future__ import annotations
 
 import logging
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
+from node import limits
 from node.cluster_space.idmap import IdMap
 from node.cluster_space.resolver import resolve_cluster_replace
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core.hlc import HLC
-from node.core.rows import (CLUSTER_SPACE, GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_CLUSTER, Op, Txn)
+from node.core.rows import (CLUSTER_SPACE, GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_CLUSTER, OP_DELETE, OP_PUT,
+                            OP_SPACE, Op, Txn)
+from node.core.validate import timestamp_ahead_error
 from node.core.vclock import VClock
 from node.errors import RemoteProtocolError
 
@@ -56,8 +64,12 @@ def cluster_op(m: Member) -> Op:
     return Op(OP_CLUSTER, CLUSTER_SPACE, m.uuid, v)
 
 
+_OFFSET_MAX_US = int(limits.hlc_offset_max_s * 1e6)
+
+
 class NodeCore:
-    def __init__(self, uuid: str, table: ClusterTable, vclock: VClock, *, hlc_last: int = 0):
+    def __init__(self, uuid: str, table: ClusterTable, vclock: VClock, *, hlc_last: int = 0,
+                 spaces: dict[str, bool] | None = None):
         me = table.get(uuid)
         assert me is not None, "a node's own uuid is always in its _cluster"
         self.uuid = uuid
@@ -65,6 +77,8 @@ class NodeCore:
         self.vclock = vclock.copy()      # durable: what the WAL holds
         self.claimed = vclock.copy()     # durable + in flight to the WAL
         self.hlc = HLC(hlc_last)
+        # space name -> local?, for every space created here or claimed (durable or in flight)
+        self.spaces: dict[str, bool] = dict(spaces or {})
         self.peers: dict[str, Peer] = {}
         # (origin uuid, member uuid) -> the origin's id for the member, from its _cluster rows
         self.knowledge: dict[tuple[str, str], int] = {}
@@ -100,6 +114,9 @@ class NodeCore:
         lsn = self.claimed.get(component) + 1
         txn = Txn(self.self_id, lsn, group, self.hlc.now(wall_us), tuple(ops))
         self.claimed.follow(component, txn.last_lsn)
+        for op in ops:
+            if op.kind == OP_SPACE and op.space not in self.spaces:
+                self.spaces[op.space] = bool(op.value.get("local"))
         return txn
 
     def register_member(self, uuid: str, address: str, wall_us: int,
@@ -107,6 +124,9 @@ class NodeCore:
         """Register (or re-state) a member on this node: JOIN, REGISTER, expel, a new
         address. Returns its local id and the own `_cluster` txn to write, if any."""
         known = self.table.get(uuid)
+        if known is None and len(self.table) >= limits.members_max:
+            raise RemoteProtocolError(f"_cluster holds {limits.members_max} members (members_max): "
+                                      f"cannot register {uuid}")
         have = self.claimed.get(known.id) if known else 0
         res = resolve_cluster_replace(self.table, uuid, proposed_id, address, state, from_self=True,
                                       have_lsn=have)
@@ -123,9 +143,14 @@ class NodeCore:
         """An upstream's greeting carried its whole `_cluster`; build its id map before
         SUBSCRIBE is sent (the answer to the reference's open question) and register
         every member it knows that we do not, before any of its rows is applied."""
-        peer = self.peers.setdefault(peer_uuid, Peer(peer_uuid))
+        old = self.peers.get(peer_uuid)   # a map lives as long as one session: rebuilt from each greeting
+        peer = Peer(peer_uuid, stats=old.stats) if old is not None else Peer(peer_uuid)
         out: list[Txn] = []
         own_ops: list[Op] = []
+        new = sum(1 for r in peer_rows if r[0] not in self.table and (r[3] != STATE_ANON or r[0] == peer_uuid))
+        if new and len(self.table) + new > limits.members_max:
+            raise RemoteProtocolError(f"{peer_uuid}'s greeting would grow _cluster past members_max "
+                                      f"({limits.members_max})")
         for row in peer_rows:
             m = Member.from_row(row)
             if m.state == STATE_ANON and m.uuid != peer_uuid:
@@ -140,6 +165,7 @@ class NodeCore:
                 local = res.member
             self.knowledge[(peer_uuid, m.uuid)] = m.id
             peer.map.learn(m.id, local.id)
+        self.peers[peer_uuid] = peer
         if own_ops:
             txn = self.local_txn(own_ops, GROUP_CLUSTER, wall_us)
             for op in own_ops:
@@ -164,7 +190,7 @@ class NodeCore:
         this node's own `_cluster` txn. Claims lsns before returning (no await inside)."""
         if raw.group == GROUP_DEFAULT:
             out: list[Txn] = []
-            self.receive_run(peer_uuid, (raw,), 0, out)
+            self.receive_run(peer_uuid, (raw,), 0, out, wall_us)
             return out
         peer = self.peers[peer_uuid]
         origin = self._translate(peer, raw.replica_id, raw.lsn)
@@ -188,6 +214,11 @@ class NodeCore:
         if member.state == STATE_EXPELLED and raw.last_lsn > member.expelled_lsn:
             peer.stats.expelled += 1
             return []
+        why = timestamp_ahead_error(raw.timestamp, wall_us)
+        if why is None and raw.group == GROUP_CLUSTER:
+            why = self._cluster_rows_refusal(peer, member, raw.ops)
+        if why is not None:
+            raise RemoteProtocolError(f"row {member.uuid}:{raw.lsn} from {peer_uuid} refused: {why}")
         self.claimed.follow(origin, raw.last_lsn)
         self.hlc.observe(raw.timestamp)
         peer.stats.applied += 1
@@ -199,7 +230,7 @@ class NodeCore:
                 out.append(own)
         return out
 
-    def receive_run(self, peer_uuid: str, raws, start: int, out: list[Txn]) -> tuple[int, int]:
+    def receive_run(self, peer_uuid: str, raws, start: int, out: list[Txn], wall_us: int) -> tuple[int, int]:
         """Decide the run of plain (GROUP_DEFAULT) transactions of one origin that begins
         at raws[start], by exactly the rules of `receive`, with one map lookup, one member
         check and one claim for the run. Accepted txns (translated) are appended to `out`
@@ -217,6 +248,7 @@ class NodeCore:
         claimed = have = self.claimed.get(origin)
         stats = peer.stats
         ts_max = rows = applied = 0
+        ts_limit = wall_us + _OFFSET_MAX_US
         err: RemoteProtocolError | None = None
         i, n = start, len(raws)
         while i < n:
@@ -238,6 +270,10 @@ class NodeCore:
             if bound >= 0 and last > bound:
                 stats.expelled += 1
                 continue
+            why = timestamp_ahead_error(raw[3], wall_us) if raw[3] > ts_limit else self._rows_refusal(raw[4])
+            if why is not None:
+                err = RemoteProtocolError(f"row {member.uuid}:{lsn} from {peer_uuid} refused: {why}")
+                break
             have = last
             if raw[3] > ts_max:
                 ts_max = raw[3]
@@ -252,13 +288,22 @@ class NodeCore:
             raise err
         return i, rows
 
-    def receive_scan(self, peer_uuid: str, scan, out: list[tuple[int, int, int]]) -> int:
+    def receive_scan(self, peer_uuid: str, scan, out: list[tuple[int, int, int]], wall_us: int) -> int | None:
         """Decide a scanned ROWS message (node.core.rowscan: plain txns only, each origin's
         txns contiguous) by exactly the rules of `receive_run`, a whole run of one origin at
         a time: one bisect over the txns' last lsns finds the duplicates, one the expel
         bound. Accepted ranges (first txn, end txn, this node's id for their origin) are
         appended to `out` as they are claimed, so what was claimed is there even when a
-        later run raises. Returns the rows accepted."""
+        later run raises. Returns the rows accepted, or None, claiming nothing, when a row
+        of the message would be refused by the checks that need this node's state (a space
+        unknown here or local, a timestamp too far ahead): the caller decides the message by
+        the exact path, which refuses exactly that row."""
+        if scan.ntxn and scan.ts_max(0, scan.ntxn) > wall_us + _OFFSET_MAX_US:
+            return None
+        spaces = self.spaces
+        for name in scan.spaces():
+            if spaces.get(name) is not False:
+                return None
         peer = self.peers[peer_uuid]
         stats = peer.stats
         lasts = memoryview(scan.lasts()).cast("q")
@@ -293,6 +338,63 @@ class NodeCore:
             rows += last - lsn + 1
             out.append((s, e, origin))
         return rows
+
+    def _rows_refusal(self, ops) -> str | None:
+        """Why a plain txn's rows cannot be applied here (None: they can). Data rows go to
+        replicated spaces this node has (or has claimed); a new space must fit the store's
+        capacity. Accepting the txn claims its new spaces."""
+        spaces = self.spaces
+        new: dict[str, bool] | None = None
+        for kind, space, _, value in ops:
+            if kind == OP_PUT or kind == OP_DELETE:
+                local = spaces.get(space, new.get(space) if new else None)
+                if local is None:
+                    return f"space {space!r} does not exist here"
+                if local:
+                    return f"space {space!r} is local here: its rows never come from a peer"
+            elif kind == OP_SPACE and space not in spaces and (new is None or space not in new):
+                if len(spaces) + (len(new) if new else 0) >= limits.store_spaces_max:
+                    return (f"space {space!r} would be this node's space number {limits.store_spaces_max + 1}, "
+                            f"past the store's capacity (store_spaces_max)")
+                if new is None:
+                    new = {}
+                new[space] = bool(value.get("local"))
+        if new:
+            spaces.update(new)
+        return None
+
+    def _cluster_rows_refusal(self, peer: Peer, origin: Member, ops) -> str | None:
+        """Why `_cluster` rows of `origin` (arriving from `peer`) cannot be followed, checked
+        before anything changes: they would give one uuid two ids or one id two uuids in this
+        node's table (its own rows, coming back) or in the peer's map, or grow `_cluster` past
+        members_max."""
+        mine = origin.uuid == self.uuid
+        by_uuid: dict[str, int] = {}
+        by_id: dict[int, str] = {}
+        new = 0
+        for op in ops:
+            uuid, their_id = op.key, op.value["id"]
+            if by_uuid.setdefault(uuid, their_id) != their_id or by_id.setdefault(their_id, uuid) != uuid:
+                return f"the transaction gives {uuid} or id {their_id} two meanings"
+            known = self.table.get(uuid)
+            if known is None:
+                new += 1
+            if mine:
+                holder = self.table.by_id(their_id)
+                if (known is not None and known.id != their_id) or (known is None and holder is not None):
+                    return (f"a row of this node's own says {uuid} is id {their_id}, but this node's _cluster "
+                            f"has {'it as id ' + str(known.id) if known else 'that id for ' + holder.uuid}")
+            if origin.uuid == peer.uuid:
+                mapped = peer.map.to_local.get(their_id)
+                if mapped is not None and (known is None or mapped != known.id):
+                    return (f"{peer.uuid} says its id {their_id} is {uuid}, but it said before that it is "
+                            f"{self.table.uuid_of(mapped)}")
+                before = peer.map.to_peer.get(known.id) if known is not None else None
+                if before is not None and before != their_id:
+                    return f"{peer.uuid} says {uuid} is its id {their_id}, but it said before {before}"
+        if new and len(self.table) + new > limits.members_max:
+            return f"_cluster would grow past members_max ({limits.members_max})"
+        return None
 
     def _translate(self, peer: Peer, replica_id: int, lsn: int) -> int:
         """This node's id for a row's origin, through the peer's map; never guessed."""
@@ -330,7 +432,13 @@ class NodeCore:
             v = op.value
             their_id, address, state = int(v["id"]), str(v.get("address") or ""), str(v.get("state") or STATE_MEMBER)
             self.knowledge[(origin.uuid, op.key)] = their_id
-            if op.key == self.uuid and state == STATE_EXPELLED:
+            if op.key == self.uuid and origin.uuid != self.uuid:
+                # Another member's row about this node changes nothing here but an expel (an
+                # administrator's act, done on any member): this node's entry is its own rows'.
+                if state != STATE_EXPELLED:
+                    if origin.uuid == peer.uuid:
+                        peer.map.learn(their_id, self.self_id)
+                    continue
                 log.error("_cluster: %s says this node is expelled", origin.uuid)
             known = self.table.get(op.key)
             res = resolve_cluster_replace(self.table, op.key, their_id, address, state,

@@ -20,7 +20,7 @@ import msgpack
 import msgspec
 
 from node import limits
-from node.core import codec
+from node.core import codec, validate
 from node.errors import RemoteProtocolError
 
 GROUP_DEFAULT = 0
@@ -83,65 +83,89 @@ def _bad(what: str) -> RemoteProtocolError:
 _OPS_SET = frozenset(OPS)
 _GROUPS_SET = frozenset(GROUPS)
 _KEY_CHARS_SAFE = limits.key_bytes_max // 4     # a key this short is within bounds whatever its chars
-_KEY_BYTES_MAX = limits.key_bytes_max           # bound to module names: read for every row
 _SPACE_CHARS_MAX = limits.space_name_chars_max
 _REPLICA_ID_MAX = limits.replica_id_max
 _TXN_OPS_MAX = limits.txn_ops_max
+_LSN_MAX = limits.lsn_max
+_TS_MAX = limits.timestamp_us_max
 
 
 _new = tuple.__new__     # builds an Op/Txn from a checked sequence in C, without NamedTuple's __new__
 
 
-def op_from_wire(raw: Any) -> Op:
-    # The hot path of every applier: `type(x) is int` also refuses bools.
+def op_error(kind: Any, space: Any, key: Any, value: Any, *, legacy: bool = False) -> str | None:
+    """What is wrong with one row, by its kind, or None (the rules: node.core.validate).
+    `legacy`: values written before the value rule (recovery of this node's own WAL)."""
+    if kind == OP_PUT or kind == OP_DELETE:
+        err = validate.space_name_error(space) or validate.key_error(key)
+        if err is None:
+            if kind == OP_PUT:
+                err = validate.value_error(value, legacy=legacy)
+            elif value is not None:
+                err = "a delete carries no value"
+        return err
+    if kind == OP_CLUSTER:
+        if space != CLUSTER_SPACE or not validate.is_uuid(key):
+            return f"a _cluster row goes to space _cluster under a canonical uuid, not {str(key)[:80]!r}"
+        return validate.cluster_value_error(value)
+    if kind == OP_SPACE:
+        return validate.space_name_error(space) or (None if key == "" else "a space row has an empty key") \
+            or validate.space_def_error(value)
+    if kind == OP_NOP:
+        return validate.space_name_error(space) or (validate.key_error(key) if key != "" else None) \
+            or (None if value is None else "a nop carries no value")
+    return f"unknown op kind {str(kind)[:20]}"
+
+
+def op_from_wire(raw: Any, legacy: bool = False) -> Op:
     t = type(raw)
     if (t is not list and t is not tuple) or len(raw) != 4:
         raise _bad("op is not a 4-element list")
     kind, space, key, value = raw
     if type(kind) is not int or kind not in _OPS_SET:
-        raise _bad(f"unknown op kind {kind!r}")
-    if type(space) is not str or not (0 < len(space) <= _SPACE_CHARS_MAX):
-        raise _bad("space name")
-    if type(key) is not str or (len(key) > _KEY_CHARS_SAFE and
-                                len(key.encode("utf-8", "surrogatepass")) > _KEY_BYTES_MAX):
-        raise _bad("key")
-    if kind == OP_CLUSTER:
-        if space != CLUSTER_SPACE or type(value) is not dict or type(value.get("id")) is not int:
-            raise _bad("_cluster row")
-    elif kind == OP_SPACE and type(value) is not dict:
-        raise _bad("space definition")
+        raise _bad(f"unknown op kind {str(kind)[:20]}")
+    err = op_error(kind, space, key, value, legacy=legacy)
+    if err is not None:
+        raise _bad(err)
     return _new(Op, raw)
 
 
-def txn_from_wire(raw: Any) -> Txn:
+def txn_from_wire(raw: Any, legacy: bool = False) -> Txn:
+    """A transaction as the wire or the WAL carries it, checked by every rule of its envelope and
+    rows; raises RemoteProtocolError. `legacy`: see op_from_wire."""
     t = type(raw)
     if (t is not list and t is not tuple) or len(raw) != 5:
         raise _bad("txn is not a 5-element list")
     replica_id, lsn, group, ts, ops = raw
     if type(replica_id) is not int or type(lsn) is not int or type(ts) is not int:
         raise _bad("replica_id, lsn and timestamp are integers")
-    if lsn < 1 or ts < 0 or not (0 <= replica_id <= _REPLICA_ID_MAX):
-        raise _bad("lsn, timestamp or replica_id out of range")
-    if type(group) is not int or group not in _GROUPS_SET:
-        raise _bad(f"group {group!r}")
     t = type(ops)
     if (t is not list and t is not tuple) or not ops or len(ops) > _TXN_OPS_MAX:
-        raise _bad("ops")
-    return _new(Txn, (replica_id, lsn, group, ts, tuple(map(op_from_wire, ops))))
+        raise _bad(f"a transaction has 1..{_TXN_OPS_MAX} rows")
+    if lsn < 1 or lsn + len(ops) - 1 > _LSN_MAX or not 0 <= ts <= _TS_MAX or not 0 <= replica_id <= _REPLICA_ID_MAX:
+        raise _bad(f"lsns are 1..{_LSN_MAX}, timestamps 0..{_TS_MAX}, replica ids 0..{_REPLICA_ID_MAX}")
+    if type(group) is not int or group not in _GROUPS_SET:
+        raise _bad(f"group {str(group)[:20]}")
+    out = tuple([op_from_wire(o, legacy) for o in ops])
+    if (group == GROUP_CLUSTER) != all(o[0] == OP_CLUSTER for o in out) or \
+            (group != GROUP_CLUSTER and any(o[0] == OP_CLUSTER for o in out)):
+        raise _bad("_cluster rows travel alone, in group cluster")
+    return _new(Txn, (replica_id, lsn, group, ts, out))
 
 
 # --- the fast path --------------------------------------------------------------------------
 # msgspec decodes a frame payload straight into Txn/Op tuples, checking types, lengths and
-# ranges in C. It accepts a strict subset of what txn_from_wire accepts: data rows and nops
-# with keys short enough to be within bounds whatever their characters, values without
-# extension types (of those, stored values may hold timestamps only: node.core.codec). Anything else (space and `_cluster` rows, long keys, odd values, damage)
-# is decoded again by the exact path, so what is accepted, and every error, is txn_from_wire's.
+# ranges in C. It accepts a strict subset of what txn_from_wire accepts: data rows and nops of
+# groups default and local, with keys short enough to be within bounds whatever their characters
+# and values that pass the value rule (check_fast). Anything else (space and `_cluster` rows, long
+# keys, extension types, odd values, damage, nesting deeper than msgspec recurses) is decoded again
+# by the exact path, so what is accepted, and every error, is txn_from_wire's.
 
 class _WireOp(Op):
     __slots__ = ()
     _field_defaults = {}              # on the wire an op has all four elements
     kind: Literal[OP_PUT, OP_DELETE, OP_NOP]
-    space: Annotated[str, msgspec.Meta(min_length=1, max_length=_SPACE_CHARS_MAX)]
+    space: Annotated[str, msgspec.Meta(pattern=validate.SPACE_RE.pattern)]
     key: Annotated[str, msgspec.Meta(max_length=_KEY_CHARS_SAFE)]
     value: Any
 
@@ -149,9 +173,9 @@ class _WireOp(Op):
 class _WireTxn(Txn):
     __slots__ = ()
     replica_id: Annotated[int, msgspec.Meta(ge=0, le=_REPLICA_ID_MAX)]
-    lsn: Annotated[int, msgspec.Meta(ge=1)]
-    group: Literal[GROUP_DEFAULT, GROUP_LOCAL, GROUP_CLUSTER]
-    timestamp: Annotated[int, msgspec.Meta(ge=0)]
+    lsn: Annotated[int, msgspec.Meta(ge=1, le=_LSN_MAX)]
+    group: Literal[GROUP_DEFAULT, GROUP_LOCAL]
+    timestamp: Annotated[int, msgspec.Meta(ge=0, le=_TS_MAX)]
     ops: Annotated[tuple[_WireOp, ...], msgspec.Meta(min_length=1, max_length=_TXN_OPS_MAX)]
 
 
@@ -165,62 +189,84 @@ def no_ext(code: int, data: memoryview) -> Any:
 
 
 WIRE_FRAME = tuple[int, list[_WireTxn]]     # a frame payload, as the fast decoders read it
-FAST_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, Unusual)
+# RecursionError: msgspec recurses, and a value nested past its limit is refused by the exact path
+FAST_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, Unusual, RecursionError)
 _fast_frame = msgspec.msgpack.Decoder(WIRE_FRAME, ext_hook=no_ext).decode
-_SCALARS = frozenset((str, int, bytes, float, bool, type(None)))
+_SCALARS = frozenset((str, int, bool, type(None)))       # within the rules as any decoder makes them
+_STR_SAFE = limits.value_bytes_max // 4
 
 
-def _plain(v: Any) -> bool:
-    """v holds only what msgpack would make of it too: no map key that is an array (msgspec
-    makes those tuples, msgpack refuses them) and no timestamp (msgspec makes a datetime)."""
-    t = type(v)
-    if t is dict:
-        return all(type(k) is not tuple and (type(x) in _SCALARS or _plain(x)) for k, x in v.items())
-    if t is list:
-        return all(type(x) in _SCALARS or _plain(x) for x in v)
-    return t in _SCALARS
-
-
-def check_plain(txns: list[Txn]) -> None:
-    """Raise Unusual unless every value in txns (from a fast decoder) is plain."""
+def check_fast(txns: list[Txn]) -> None:
+    """Raise Unusual unless every txn (from a fast decoder) passes what msgspec's types do not
+    check: lsns within lsn_max, a key in every data row, no value on deletes and nops, values
+    by the value rule (strictly: values of rows a peer sends, or this node writes)."""
     for t in txns:
-        for o in t[4]:
-            if type(o[3]) not in _SCALARS and not _plain(o[3]):
+        ops = t[4]
+        if t[1] + len(ops) - 1 > _LSN_MAX:
+            raise Unusual
+        for o in ops:
+            v = o[3]
+            if o[0] == OP_PUT:
+                if not o[2]:
+                    raise Unusual
+                tv = type(v)
+                if tv in _SCALARS and (tv is not str or len(v) <= _STR_SAFE):
+                    continue
+                if validate.value_error(v) is not None:
+                    raise Unusual
+            elif v is not None or (not o[2] and o[0] == OP_DELETE):
                 raise Unusual
 
 
-def unpack_frame_txns(body: bytes) -> tuple[int, list[Txn]]:
+def unpack_frame_txns(body: bytes, legacy: bool = False) -> tuple[int, list[Txn]]:
     """(written_us, txns) of a frame payload (node.wal.format), every txn validated as by
     txn_from_wire. Raises RemoteProtocolError for a bad txn and ValueError/TypeError (or
     msgpack's own errors) for an undecodable payload; use frame_txns_upto to keep the txns
     before a bad one."""
-    written_us, txns, err = frame_txns_upto(body)
+    written_us, txns, err = frame_txns_upto(body, legacy)
     if err is not None:
         raise err
     return written_us, txns
 
 
-def frame_txns_upto(body: bytes) -> tuple[int, list[Txn], RemoteProtocolError | None]:
+def frame_txns_upto(body: bytes, legacy: bool = False) -> tuple[int, list[Txn], RemoteProtocolError | None]:
     """(written_us, the valid txns up to the first bad one, that txn's error or None).
-    Raises only when the payload itself cannot be decoded as [written_us, [txn, ...]]."""
+    `legacy`: a frame of this node's own WAL, whose values may predate the value rule (they were
+    acknowledged: node.core.validate). Raises only when the payload itself cannot be decoded as [written_us, [txn, ...]]."""
     try:
         written_us, txns = _fast_frame(body)
-        check_plain(txns)
+        check_fast(txns)
         return written_us, txns, None
     except FAST_ERRORS:
         pass
     return exact_frame(msgpack.unpackb(body, raw=False, strict_map_key=False, use_list=True,
-                                       ext_hook=codec.refuse_ext))
+                                       ext_hook=codec.refuse_ext), legacy)
 
 
-def exact_frame(d: Any) -> tuple[int, list[Txn], RemoteProtocolError | None]:
+def exact_frame(d: Any, legacy: bool = False) -> tuple[int, list[Txn], RemoteProtocolError | None]:
     """frame_txns_upto's exact path, over a frame payload decoded by msgpack."""
     if type(d) is not list or len(d) != 2 or not isinstance(d[0], int) or type(d[1]) is not list:
         raise ValueError("frame payload is not [written_us, txns]")
     out: list[Txn] = []
     try:
         for raw in d[1]:
-            out.append(txn_from_wire(raw))
+            out.append(txn_from_wire(raw, legacy))
     except RemoteProtocolError as e:
         return d[0], out, e
     return d[0], out, None
+
+
+def nop_of(raw: Any) -> Txn | None:
+    """A txn that stands for `raw` in the vclock only (its envelope is sound, its rows are not):
+    what recovery applies for a txn --force-recovery skips, so the skip is not made again at every
+    start. None if even the envelope is unusable."""
+    try:
+        replica_id, lsn, group, ts, ops = raw
+        n = len(ops)
+    except (TypeError, ValueError):
+        return None
+    if validate.lsn_error(lsn) or type(replica_id) is not int or not 0 <= replica_id <= _REPLICA_ID_MAX \
+            or group not in _GROUPS_SET or not 1 <= n <= _TXN_OPS_MAX or lsn < 1 or lsn + n - 1 > _LSN_MAX:
+        return None
+    return Txn(replica_id, lsn, group if group != GROUP_CLUSTER else GROUP_DEFAULT,
+               ts if type(ts) is int and 0 <= ts <= _TS_MAX else 0, (Op(OP_NOP, "_skipped", "", None),) * n)

@@ -8,9 +8,9 @@ journal writes a `PackedEntry` as one WAL frame spliced from the received bytes,
 puts records built from them (`node.core.apply.apply_packed`). No Python object per row but the
 key and record the store puts.
 
-It takes a message only when every transaction is a plain one (group DEFAULT; puts, nil-valued
-deletes and nops; values of nil, bools, ints, floats, strings, bytes, arrays and string-keyed
-maps), each origin's transactions follow one another without a gap, and all of it is written as
+It takes a message only when every transaction is a plain one the exact decoder accepts (group
+DEFAULT; puts, nil-valued deletes and nops; values by node.core.validate's rule; each small enough
+to travel alone), each origin's transactions follow one another without a gap, and all of it is written as
 replog's own encoder writes it (canonical msgpack). Canonical input is what makes splicing exact:
 a transaction's or a value's bytes are then what decoding and encoding again would give, so
 frames and records are byte for byte those of the exact path. Any other message (`_cluster` and
@@ -44,8 +44,6 @@ except ImportError as e:     # a build without the extension: exact paths everyw
     native = None
     log.debug("native row scanner unavailable (%s): exact decoding only", e)
 
-INT64_MAX = (1 << 63) - 1
-DEPTH_MAX = 64                        # nesting of one value on the fast path (the native module's)
 ROWS_HEAD = b"\x92\x1e\x81\xa6frames"  # [ROWS, {"frames": ...}] as codec.pack writes its head
 RS_END, RS_BUDGET, RS_STOP = 0, 1, 2   # relay_scan: all read; budget spent; stopped before a frame
 
@@ -55,24 +53,13 @@ def scan_rows(data: bytes) -> Any:
     if native is None or type(data) is not bytes:
         return None
     return native.scan_rows(data, limits.replica_id_max, limits.txn_ops_max, limits.space_name_chars_max,
-                            limits.key_bytes_max)
+                            limits.key_bytes_max, limits.lsn_max, limits.timestamp_us_max, limits.value_depth_max,
+                            limits.value_bytes_max, limits.txn_bytes_max)
 
 
 # --- the reference -----------------------------------------------------------------------
 _raw_message = msgspec.msgpack.Decoder(tuple[int, dict[str, list[tuple[int, list[msgspec.Raw]]]]])
 _FAST_KINDS = frozenset((OP_PUT, OP_DELETE, OP_NOP))
-
-
-def _depth_ok(v: Any, depth: int) -> bool:
-    """v nests at most DEPTH_MAX deep, and its maps have string keys only."""
-    if depth > DEPTH_MAX:
-        return False
-    t = type(v)
-    if t is list:
-        return all(_depth_ok(x, depth + 1) for x in v)
-    if t is dict:
-        return all(type(k) is str and _depth_ok(x, depth + 1) for k, x in v.items())
-    return True
 
 
 def _plain_txn(raw: bytes) -> Txn | None:
@@ -82,12 +69,10 @@ def _plain_txn(raw: bytes) -> Txn | None:
                                             ext_hook=codec.refuse_ext))
     except (RemoteProtocolError, ValueError, TypeError, msgpack.UnpackException):
         return None
-    if txn.group != GROUP_DEFAULT or txn.lsn > INT64_MAX or txn.timestamp > INT64_MAX or txn.last_lsn > INT64_MAX:
+    if txn.group != GROUP_DEFAULT or len(raw) > limits.txn_bytes_max:
         return None
     for op in txn.ops:
-        if op.kind not in _FAST_KINDS or (op.kind == OP_DELETE and op.value is not None):
-            return None
-        if not _depth_ok(op.value, 1):
+        if op.kind not in _FAST_KINDS:
             return None
     # canonical: encoding it again gives these very bytes (also refuses duplicate map keys,
     # float32, and any int or header not written in its shortest form)
@@ -122,6 +107,15 @@ class ScanPy:
 
     def ts_max(self, a: int, b: int) -> int:
         return max(t.timestamp for t in self.txns[a:b])
+
+    def spaces(self) -> list[str]:
+        """The spaces of the puts and deletes, in order, each change of space once."""
+        out: list[str] = []
+        for t in self.txns:
+            for op in t.ops:
+                if op.kind != OP_NOP and (not out or out[-1] != op.space):
+                    out.append(op.space)
+        return out
 
     def frame_txns(self, ranges) -> bytes:
         return b"".join(codec.pack(t.with_replica_id(rid)) for a, b, rid in ranges for t in self.txns[a:b])

@@ -6,9 +6,9 @@ Malformed input is never a 500 and never stops the node."""
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
-import re
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -16,9 +16,10 @@ from aiohttp import web
 
 from node import limits
 from node.applier.accept import handle_replication
-from node.core import codec
+from node.core import codec, validate
 from node.core.rows import OP_DELETE, OP_PUT, OP_SPACE, Op
 from node.errors import ClientError
+from node.http import render
 from node.http.browser import browser_mw
 from node.http.metrics import metrics_handler
 
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("replog.http")
 
-SPACE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 MSGPACK = "application/msgpack"
 NODE = web.AppKey("node", object)
 OPEN_PATHS = ("/v1/health", "/metrics", "/v1/replication", "/ui")   # /ui: the page; its data calls carry the token
@@ -37,17 +37,38 @@ OPEN_PATHS = ("/v1/health", "/metrics", "/v1/replication", "/ui")   # /ui: the p
 def reply(request: web.Request, data: Any, status: int = 200) -> web.Response:
     if MSGPACK in request.headers.get("Accept", ""):
         return web.Response(body=msgpack.packb(data, use_bin_type=True), status=status, content_type=MSGPACK)
-    return web.Response(text=json.dumps(data, ensure_ascii=False), status=status, content_type="application/json")
+    return web.Response(text=render.dumps(data), status=status, content_type="application/json")
 
 
 def error_body(code: str, message: str) -> dict:
     return {"error": {"code": code, "message": message}}
 
 
+class _NotFinite(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotFinite(name)
+
+
+_json_decode = json.JSONDecoder(parse_constant=_no_constant).decode
+_TOO_LARGE = {"value_too_large", "txn_too_large"}
+
+
+def invalid(e: validate.Invalid) -> ClientError:
+    """A broken data rule (node.core.validate) as the client's error."""
+    return ClientError(413 if e.code in _TOO_LARGE else 400, e.code, e.message)
+
+
 async def read_body(request: web.Request) -> Any:
     if request.content_length is not None and request.content_length > limits.body_bytes_max:
         raise ClientError(413, "body_too_large", f"body exceeds {limits.body_bytes_max} bytes")
-    raw = await request.read()
+    try:
+        raw = await asyncio.wait_for(request.read(), limits.http_body_timeout_s)
+    except asyncio.TimeoutError:
+        raise ClientError(408, "body_timeout", f"the body did not arrive within {limits.http_body_timeout_s:g} s") \
+            from None
     if len(raw) > limits.body_bytes_max:
         raise ClientError(413, "body_too_large", f"body exceeds {limits.body_bytes_max} bytes")
     if not raw:
@@ -56,43 +77,50 @@ async def read_body(request: web.Request) -> Any:
         try:
             return msgpack.unpackb(raw, raw=False, strict_map_key=False, ext_hook=codec.refuse_ext)
         except codec.ExtTypeRefused as e:
-            raise ClientError(400, "bad_value", f"{e} (timestamps are)") from None
+            raise ClientError(400, "bad_value", f"{e} (JSON could not read it back)") from None
         except Exception:  # msgpack raises many types for junk
             raise ClientError(400, "bad_msgpack", "body is not valid msgpack") from None
     try:
-        return json.loads(raw)
+        return _json_decode(raw.decode(json.detect_encoding(raw), "surrogatepass"))   # as json.loads does
+    except _NotFinite as e:
+        raise ClientError(400, "bad_value", f"numbers are finite: {e} cannot be stored") from None
+    except RecursionError:
+        raise ClientError(400, "value_too_deep", f"values nest at most {limits.value_depth_max} arrays and "
+                          "maps deep") from None
     except (ValueError, UnicodeDecodeError):
         raise ClientError(400, "bad_json", "body is not valid JSON") from None
 
 
 def check_space(name: str, *, write: bool) -> str:
-    if not SPACE_RE.match(name):
-        raise ClientError(400, "bad_space_name", "space names match [A-Za-z_][A-Za-z0-9_]{0,63}")
+    try:
+        validate.check_space_name(name)
+    except validate.Invalid as e:
+        raise invalid(e) from None
     if write and name.startswith("_"):
         raise ClientError(403, "system_space", f"{name!r} is a system space; clients cannot write it")
     return name
 
 
 def check_key(key: Any) -> str:
-    if not isinstance(key, str):
-        raise ClientError(400, "bad_key", "keys are strings")
     try:
-        n = len(key.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ClientError(400, "bad_key", "keys are valid UTF-8") from None
-    if n == 0 or n > limits.key_bytes_max:
-        raise ClientError(400, "bad_key", f"keys are 1..{limits.key_bytes_max} bytes of UTF-8")
-    return key
+        return validate.check_key(key)
+    except validate.Invalid as e:
+        raise invalid(e) from None
 
 
-def check_value(value: Any) -> Any:
+def check_value(value: Any) -> int:
+    """The value's size as stored (msgpack); refuses what cannot be stored or read back."""
     try:
-        size = len(msgpack.packb(value, use_bin_type=True))
-    except (TypeError, ValueError, OverflowError):
-        raise ClientError(400, "bad_value", "value cannot be stored") from None
-    if size > limits.value_bytes_max:
-        raise ClientError(413, "value_too_large", f"values are at most {limits.value_bytes_max} bytes")
-    return value
+        return validate.value_size(value)
+    except validate.Invalid as e:
+        raise invalid(e) from None
+
+
+def check_txn_size(ops_bytes: int) -> None:
+    try:
+        validate.check_txn_bytes(ops_bytes)
+    except validate.Invalid as e:
+        raise invalid(e) from None
 
 
 # --- middleware ------------------------------------------------------------------------
@@ -114,9 +142,9 @@ async def auth_mw(request: web.Request, handler):
     node: Node = request.app[NODE]
     token = node.cfg.token
     if token and not request.path.startswith(OPEN_PATHS):
-        got = request.headers.get("Authorization", "")
-        import hmac
-        if not hmac.compare_digest(got.encode(), f"Bearer {token}".encode()):
+        # surrogateescape: a header is bytes, and non-UTF-8 ones are just a wrong token
+        got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(got, f"Bearer {token}".encode()):
             raise ClientError(401, "unauthorized", "a valid 'Authorization: Bearer <token>' header is required")
     return await handler(request)
 
@@ -134,17 +162,15 @@ async def put_space(request: web.Request) -> web.Response:
         raise ClientError(400, "bad_body", "body is an object like {\"local\": false}")
     local = body.get("local", False)
     conflict = body.get("conflict", "lww")
-    if not isinstance(local, bool):
-        raise ClientError(400, "bad_option", "'local' is true or false")
-    from node.cluster_space.resolver import DATA_RESOLVERS
-    if conflict not in DATA_RESOLVERS:
-        raise ClientError(400, "bad_option", f"'conflict' is one of {', '.join(sorted(DATA_RESOLVERS))}")
+    err = validate.space_def_error({"local": local, "conflict": conflict})
+    if err is not None:
+        raise ClientError(400, "bad_option", err)
     existing = node.store.spaces.get(name) if node.store else None
     if existing is not None:
         if existing.local != local or existing.conflict != conflict:
             raise ClientError(409, "space_exists", f"space {name!r} exists with other options {existing.to_dict()}")
         return reply(request, {"space": name, **existing.to_dict(), "created": False})
-    if len(node.store.spaces) >= limits.spaces_max:
+    if node.core is not None and len(node.core.spaces) >= limits.spaces_max:   # with creates in flight
         raise ClientError(409, "too_many_spaces", f"at most {limits.spaces_max} spaces")
     res = await node.write([Op(OP_SPACE, name, "", {"local": local, "conflict": conflict})])
     return reply(request, {"space": name, "local": local, "conflict": conflict, "created": True, **res}, 201)
@@ -159,7 +185,8 @@ async def list_spaces(request: web.Request) -> web.Response:
 async def put_key(request: web.Request) -> web.Response:
     space = check_space(request.match_info["space"], write=True)
     key = check_key(request.match_info["key"])
-    value = check_value(await read_body(request))
+    value = await read_body(request)
+    check_txn_size(check_value(value) + len(space) + len(key.encode()) + 16)
     return reply(request, await _node(request).write([Op(OP_PUT, space, key, value)]))
 
 
@@ -214,17 +241,21 @@ async def post_txn(request: web.Request) -> web.Response:
     if len(body["ops"]) > limits.txn_ops_max:
         raise ClientError(413, "txn_too_large", f"at most {limits.txn_ops_max} ops in one transaction")
     ops = []
+    size = 0                          # the ops' encoding, row by row (a row adds <= 16 bytes of framing)
     for i, o in enumerate(body["ops"]):
         if not isinstance(o, dict) or o.get("op") not in ("put", "delete") or not isinstance(o.get("space"), str):
             raise ClientError(400, "bad_op", f"op {i} is not {{\"op\": \"put\"|\"delete\", \"space\", \"key\", ...}}")
         space = check_space(o["space"], write=True)
         key = check_key(o.get("key"))
+        size += len(space) + len(key.encode()) + 16
         if o["op"] == "put":
             if "value" not in o:
                 raise ClientError(400, "bad_op", f"op {i}: put needs a value")
-            ops.append(Op(OP_PUT, space, key, check_value(o["value"])))
+            size += check_value(o["value"])
+            ops.append(Op(OP_PUT, space, key, o["value"]))
         else:
             ops.append(Op(OP_DELETE, space, key, None))
+    check_txn_size(size)
     return reply(request, await _node(request).write(ops))
 
 
@@ -241,17 +272,14 @@ async def delete_member(request: web.Request) -> web.Response:
 
 
 async def put_peers(request: web.Request) -> web.Response:
-    from node.config import _check_addr
-    from node.errors import ConfigError
     body = await read_body(request)
     if not isinstance(body, dict) or not isinstance(body.get("peers"), list) or \
-            not all(isinstance(p, str) for p in body["peers"]):
+            not all(isinstance(p, str) for p in body["peers"]) or len(body["peers"]) > limits.members_max:
         raise ClientError(400, "bad_peers", "body is {\"peers\": [\"host:port\", ...]}")
-    try:
-        for p in body["peers"]:
-            _check_addr("peers", p)
-    except ConfigError as e:
-        raise ClientError(400, "bad_peers", str(e)) from None
+    for p in body["peers"]:
+        err = validate.address_error(p)
+        if err is not None:
+            raise ClientError(400, "bad_peers", f"peers: {err}")
     node = _node(request)
     if node.status != "running":
         raise ClientError(503, "not_ready", f"node is {node.status}")

@@ -44,6 +44,11 @@ class NodeCollector:
                                   "(wrong secret, garbage, too large, refused handshakes)", value=guard.failures.failures)
         yield CounterMetricFamily("replog_link_handshakes_refused", "Inbound handshakes refused before the upgrade "
                                   "(too many in flight)", value=guard.gate.refused)
+        failures = CounterMetricFamily("replog_task_failures", "Unexpected failures (bugs) of background tasks "
+                                       "and links; each is logged with its traceback", labels=["task"])
+        for name, f in getattr(node, "task_failures", {}).items():
+            failures.add_metric([name], f["failures"])
+        yield failures
         up = GaugeMetricFamily("replog_up", "1 when the node serves clients")
         up.add_metric([], 1 if node.status == "running" else 0)
         yield up

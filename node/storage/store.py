@@ -53,10 +53,14 @@ class Store:
     def __init__(self, path: str, *, sync: bool = False, map_size: int = 1 << 36):
         os.makedirs(path, exist_ok=True)
         try:
-            self.env = lmdb.open(path, map_size=map_size, max_dbs=limits.spaces_max + 8,
+            self.env = lmdb.open(path, map_size=map_size, max_dbs=limits.store_spaces_max + limits.store_system_dbs,
                                  sync=sync, metasync=False, writemap=False, max_readers=256)
         except lmdb.Error as e:
             raise StorageError(f"cannot open store {path}: {e}") from None
+        if self.env.max_key_size() < limits.key_bytes_max:
+            self.env.close()       # every key the API accepts must fit; refusing here loses nothing
+            raise StorageError(f"cannot open store {path}: this build of LMDB takes keys of at most "
+                               f"{self.env.max_key_size()} bytes, replog needs {limits.key_bytes_max}")
         self.path = path
         self._meta = self.env.open_db(b"_meta")
         self._spaces_db = self.env.open_db(b"_spaces")
@@ -104,6 +108,10 @@ class Store:
                 out[(o, m)] = _unpack(v)
         return out
 
+    def space_flags(self) -> dict[str, bool]:
+        """Space name -> local?, as the core keeps it (NodeCore.spaces)."""
+        return {n: d.local for n, d in self.spaces.items()}
+
     # --- applying ------------------------------------------------------------------
     def _db(self, space: str):
         db = self._dbs.get(space)
@@ -115,6 +123,8 @@ class Store:
         """Apply a batch in WAL order — `parts` are lists of transactions and packed entries
         (node.core.rowscan) — and the vclock after it, in one LMDB transaction; returns each
         component's highest last lsn in the batch."""
+        vclock = self.vclock.copy()
+        view = None
         try:
             with self.env.begin(write=True) as t:
                 view = _TxnView(self, t)
@@ -127,8 +137,19 @@ class Store:
                             tops[c] = last
                 t.put(b"vclock", _pack(self.vclock.to_dict()), db=self._meta)
                 t.put(b"hlc", _pack(hlc_last), db=self._meta)
-        except lmdb.Error as e:
-            raise StorageError(f"store write failed: {e}") from None
+        except BaseException as e:
+            # The LMDB transaction was aborted: what it changed in memory goes back too, so a
+            # caller that goes on (recovery, one txn at a time) sees the store as it is on disk.
+            self.vclock = vclock
+            if view is not None:
+                for name in view.created:
+                    self.spaces.pop(name, None)
+                    self._dbs.pop(name, None)
+                if view.members_changed:
+                    self.table = self.load_cluster()
+            if isinstance(e, lmdb.Error):
+                raise StorageError(f"store write failed: {type(e).__name__}: {e}") from None
+            raise
         return tops
 
     def install_snapshot(self, meta: dict, spaces: dict[str, dict], cluster_rows: list[list],
@@ -199,10 +220,13 @@ class Store:
                 ok = cur.next()
         return out, None
 
-    def snapshot(self, chunk_rows: int = limits.snapshot_chunk_rows_max) -> Iterator[tuple[str, Any]]:
+    def snapshot(self, chunk_rows: int = limits.snapshot_chunk_rows_max,
+                 chunk_bytes: int = limits.snapshot_chunk_bytes_max) -> Iterator[tuple[str, Any]]:
         """A consistent snapshot of the replicated state, from one LMDB read transaction:
-        ("meta", {vclock, cluster, spaces}) then ("rows", (space, [[key, record], ...])) chunks.
-        Local spaces, and component 0 of the vclock, are never part of it."""
+        ("meta", {vclock, cluster, spaces}) then ("rows", (space, [[key, record], ...])) chunks,
+        each at most `chunk_rows` records and sent once it holds `chunk_bytes` (so it stays below
+        that plus one record: one message carries it, limits.py). Local spaces, and component 0
+        of the vclock, are never part of it."""
         t = self.env.begin()
         try:
             vclock = _unpack(t.get(b"vclock", db=self._meta) or _pack({}))
@@ -213,11 +237,13 @@ class Store:
             yield "meta", {"vclock": vclock, "cluster": cluster, "spaces": spaces}
             for name in sorted(spaces):
                 chunk: list[list] = []
+                size = 0
                 for k, v in t.cursor(db=self._db(name)):
                     chunk.append([k.decode(), _unpack(v)])
-                    if len(chunk) >= chunk_rows:
+                    size += len(k) + len(v)
+                    if len(chunk) >= chunk_rows or size >= chunk_bytes:
                         yield "rows", (name, chunk)
-                        chunk = []
+                        chunk, size = [], 0
                 if chunk:
                     yield "rows", (name, chunk)
         finally:
@@ -235,12 +261,15 @@ class Store:
 
 
 class _TxnView:
-    """The StateView of node.core.apply over one LMDB write transaction."""
-    __slots__ = ("s", "t", "table", "vclock")
+    """The StateView of node.core.apply over one LMDB write transaction; it notes what it changed
+    in memory, for Store.apply to undo if the transaction is aborted."""
+    __slots__ = ("s", "t", "table", "vclock", "created", "members_changed")
 
     def __init__(self, store: Store, t):
         self.s, self.t = store, t
         self.table, self.vclock = store.table, store.vclock
+        self.created: list[str] = []
+        self.members_changed = False
 
     def space(self, name: str):
         d = self.s.spaces.get(name)
@@ -248,6 +277,7 @@ class _TxnView:
 
     def create_space(self, name: str, local: bool, conflict: str) -> None:
         sdef = SpaceDef(name, local, conflict)
+        self.created.append(name)
         self.s.spaces[name] = sdef
         self.s._dbs[name] = self.s.env.open_db(b"s:" + name.encode(), txn=self.t)
         self.t.put(name.encode(), _pack(sdef.to_dict()), db=self.s._spaces_db)
@@ -283,6 +313,7 @@ class _TxnView:
         self.t.delete(key.encode(), db=self.s._dbs[space])
 
     def put_member(self, m: Member) -> None:
+        self.members_changed = True
         self.t.put(m.uuid.encode(), _pack(m.to_row()), db=self.s._cluster_db)
 
     def put_knowledge(self, origin_uuid: str, member_uuid: str, their_id: int) -> None:
@@ -294,7 +325,7 @@ def read_only_view(path: str) -> dict:
     while a node has the store open. {"meta": {key: value}, "cluster": [row, ...]}."""
     if not os.path.isfile(os.path.join(path, "data.mdb")):
         raise StorageError(f"{path}: no store here (no data.mdb)")
-    kw = dict(readonly=True, max_dbs=limits.spaces_max + 8, max_readers=256)
+    kw = dict(readonly=True, max_dbs=limits.store_spaces_max + limits.store_system_dbs, max_readers=256)
     try:
         env = lmdb.open(path, lock=True, **kw)
     except lmdb.Error:

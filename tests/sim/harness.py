@@ -468,7 +468,8 @@ class Cluster:
         self.stats["rows messages scanned"] += 1
         ranges: list[tuple[int, int, int]] = []
         try:
-            s.core.receive_scan(p.uuid, scan, ranges)
+            if s.core.receive_scan(p.uuid, scan, ranges, s.wall_us()) is None:
+                return False            # a row the core refuses exactly: the exact path runs
         except RemoteProtocolError as e:
             self.stats["remote_protocol_errors"] += 1
             self.stats["rpe: " + str(e).split(": ", 1)[-1].split(" is ")[-1][:60]] += 1

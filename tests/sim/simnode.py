@@ -147,7 +147,8 @@ class SimNode:
             for t in entry:
                 apply_txn(self.state, t, self.uuid)
                 hlc = max(hlc, t.timestamp)
-        self.core = NodeCore(self.uuid, self.state.table.copy(), self.state.vclock, hlc_last=hlc)
+        self.core = NodeCore(self.uuid, self.state.table.copy(), self.state.vclock, hlc_last=hlc,
+                             spaces={n: d[0] for n, d in self.state.spaces.items()})
         self.core.knowledge = dict(self.state.knowledge)
 
     def install(self, base: Base) -> None:

@@ -73,7 +73,7 @@ class Node:
         real_write = self.wal.write_batch
         self.wal.write_batch = lambda data: self._write(real_write, data)
         self.core = NodeCore(UUID_A, self.store.table.copy(), self.store.vclock,
-                             hlc_last=self.store.get_meta("hlc") or 0)
+                             hlc_last=self.store.get_meta("hlc") or 0, spaces=self.store.space_flags())
         self.core.knowledge = self.store.load_knowledge()
         self.journal = Journal(self.core, self.store, self.wal, self.fatal.append)
         self.journal.start()

@@ -116,7 +116,9 @@ def test_a_damaged_valid_message_still_decodes_or_is_refused(msg, pos, byte):
 @given(VALID_MESSAGES)
 def test_valid_messages_round_trip(msg):
     mtype, body = msg
-    assume(mtype != m.ROWS)                     # decoded into txns: see the ROWS tests below
+    # ROWS are decoded into txns (the ROWS tests below); fields some types check past their
+    # types (greetings, vclocks, snapshots) are drawn here only by type: tests/unit/test_validate.py
+    assume(mtype != m.ROWS and mtype not in m._CHECKS)
     out = m.decode(m.encode(mtype, **body))
     assert out.type == mtype and out.name == m.NAMES[mtype]
     assert out.body == msgpack.unpackb(msgpack.packb(body, use_bin_type=True), raw=False, strict_map_key=False)
@@ -161,30 +163,41 @@ def test_vclock_from_wire_returns_a_vclock_or_refuses(raw):
 # --- rows.txn_from_wire ---------------------------------------------------------------------------
 
 TEXT = st.text(max_size=12)
+KEY = st.text(min_size=1, max_size=12)
 JSONISH = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-(2 ** 63), 2 ** 63 - 1),
-                                 st.floats(allow_nan=False), TEXT, st.binary(max_size=8)),
+                                 st.floats(allow_nan=False, allow_infinity=False), TEXT),
                        lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                st.dictionaries(TEXT, inner, max_size=4)), max_leaves=12)
-SPACE = st.text(st.characters(min_codepoint=48, max_codepoint=122), min_size=1,
-                max_size=limits.space_name_chars_max)
+SPACE = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+ADDRESS = st.one_of(st.just(""), st.tuples(st.from_regex(r"\A[a-z0-9.-]{1,30}\Z"), st.integers(1, 65535)).map(
+    lambda p: f"{p[0]}:{p[1]}"))
 
 
-def valid_op():
+def valid_data_op():
     return st.one_of(
-        st.builds(Op, st.just(OP_PUT), SPACE, TEXT, JSONISH),
-        st.builds(Op, st.just(OP_DELETE), SPACE, TEXT, st.none()),
+        st.builds(Op, st.just(OP_PUT), SPACE, KEY, JSONISH),
+        st.builds(Op, st.just(OP_DELETE), SPACE, KEY, st.none()),
         st.builds(Op, st.just(OP_NOP), SPACE, TEXT, st.none()),
         st.builds(Op, st.just(OP_SPACE), SPACE, st.just(""),
                   st.fixed_dictionaries({"local": st.booleans(), "conflict": st.sampled_from(["lww", "apply"])})),
-        st.builds(Op, st.just(OP_CLUSTER), st.just(CLUSTER_SPACE), st.uuids().map(str),
-                  st.fixed_dictionaries({"id": st.integers(1, 4096), "address": TEXT,
-                                         "state": st.sampled_from(["member", "anonymous", "expelled"])})),
     )
 
 
-VALID_TXNS = st.builds(Txn, st.integers(0, limits.replica_id_max), st.integers(1, 2 ** 62),
-                       st.sampled_from(GROUPS), st.integers(0, 2 ** 63), st.lists(valid_op(), min_size=1,
-                                                                                 max_size=5).map(tuple))
+def valid_cluster_op():
+    return st.builds(Op, st.just(OP_CLUSTER), st.just(CLUSTER_SPACE), st.uuids().map(str),
+                     st.fixed_dictionaries({"id": st.integers(1, 4096), "address": ADDRESS,
+                                            "state": st.sampled_from(["member", "anonymous", "expelled"])}))
+
+
+def _valid_txn(rid, lsn, group, ts, data_ops, cluster_ops):
+    ops = cluster_ops if group == GROUPS[2] else data_ops       # _cluster rows travel alone
+    return Txn(rid, min(lsn, limits.lsn_max - len(ops) + 1), group, ts, tuple(ops))
+
+
+VALID_TXNS = st.builds(_valid_txn, st.integers(0, limits.replica_id_max), st.integers(1, 2 ** 62),
+                       st.sampled_from(GROUPS), st.integers(0, limits.timestamp_us_max),
+                       st.lists(valid_data_op(), min_size=1, max_size=5),
+                       st.lists(valid_cluster_op(), min_size=1, max_size=3))
 
 
 def mutate(wire, path_choice, replacement):

@@ -1,12 +1,14 @@
 """`NodeCore.receive_run` decides a run of one origin's plain txns exactly as the rules of
 `receive` decide them one by one: the same txns accepted (translated), the same claims,
-HLC, stats, and the same refusal at the same txn with what came before it claimed."""
+HLC, stats, and the same refusal at the same txn with what came before it claimed — refusals
+for rows this node's state refuses (an unknown or local space, a clock too far ahead) included."""
 from __future__ import annotations
 
 import random
 
 import pytest
 
+from node import limits
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core.replicaset import NodeCore, Peer
 from node.core.rows import GROUP_DEFAULT, OP_PUT, Op, Txn
@@ -14,13 +16,15 @@ from node.core.vclock import VClock
 from node.errors import RemoteProtocolError
 
 SELF, PEER, OTHER = "u-self", "u-peer", "u-other"
+WALL = 1_700_000_000_000_000                     # this node's wall clock, µs
+AHEAD = WALL + int(limits.hlc_offset_max_s * 1e6)   # the latest timestamp it accepts
 
 
 def _core(expelled_lsn: int | None) -> NodeCore:
     other_state = STATE_MEMBER if expelled_lsn is None else STATE_EXPELLED
     table = ClusterTable([Member(SELF, 1, "", STATE_MEMBER), Member(PEER, 2, "", STATE_MEMBER),
                           Member(OTHER, 3, "", other_state, 0, expelled_lsn or 0)])
-    core = NodeCore(SELF, table, VClock({2: 5, 3: 5}))
+    core = NodeCore(SELF, table, VClock({2: 5, 3: 5}), spaces={"s": False, "loc": True})
     peer = core.peers[PEER] = Peer(PEER)
     peer.map.learn(7, 2)     # the peer's ids differ from ours: rows are translated
     peer.map.learn(3, 3)
@@ -46,6 +50,8 @@ def _reference(core: NodeCore, raw: Txn) -> list[Txn]:
     if member.state == STATE_EXPELLED and raw.last_lsn > member.expelled_lsn:
         peer.stats.expelled += 1
         return []
+    if raw.timestamp > AHEAD or any(op.space != "s" for op in raw.ops):
+        raise RemoteProtocolError("refused")
     core.claimed.follow(origin, raw.last_lsn)
     core.hlc.observe(raw.timestamp)
     peer.stats.applied += 1
@@ -64,8 +70,10 @@ def _txns(rng: random.Random, n: int) -> list[Txn]:
             lsn = next_lsn[rid] + rng.randint(1, 3)             # a gap
         else:
             lsn = next_lsn[rid]
-        ops = tuple(Op(OP_PUT, "s", f"k{lsn}.{j}", j) for j in range(nops))
-        out.append(Txn(rid, lsn, GROUP_DEFAULT, rng.randint(0, 10**6), ops))
+        space = rng.choice(("s",) * 30 + ("nope", "loc"))     # now and then a space it must refuse
+        ops = tuple(Op(OP_PUT, space if j == 0 else "s", f"k{lsn}.{j}", j) for j in range(nops))
+        ts = rng.choice((rng.randint(0, 10**6), WALL, AHEAD) * 10 + (AHEAD + 1, 2**62))
+        out.append(Txn(rid, lsn, GROUP_DEFAULT, ts, ops))
         next_lsn[rid] = max(next_lsn[rid], lsn + nops)
     return out
 
@@ -75,7 +83,7 @@ def _run_all(core: NodeCore, txns: list[Txn]) -> tuple[list[Txn], int, str]:
     i, rows = 0, 0
     try:
         while i < len(txns):
-            i, r = core.receive_run(PEER, txns, i, out)
+            i, r = core.receive_run(PEER, txns, i, out, WALL)
             rows += r
     except RemoteProtocolError:
         return out, sum(len(x.ops) for x in out), "refused"
@@ -110,7 +118,7 @@ def test_receive_run_stops_at_another_origin():
     txns = [Txn(7, 6, GROUP_DEFAULT, 1, (Op(OP_PUT, "s", "a", 1),)),
             Txn(3, 6, GROUP_DEFAULT, 1, (Op(OP_PUT, "s", "b", 1),))]
     out: list[Txn] = []
-    assert core.receive_run(PEER, txns, 0, out) == (1, 1)
+    assert core.receive_run(PEER, txns, 0, out, WALL) == (1, 1)
     assert out == [txns[0].with_replica_id(2)]
 
 
@@ -120,7 +128,7 @@ def test_receive_run_claims_what_came_before_a_refusal():
             Txn(7, 6, GROUP_DEFAULT, 1, (Op(OP_PUT, "s", "a", 1), Op(OP_PUT, "s", "b", 1)))]
     out: list[Txn] = []
     with pytest.raises(RemoteProtocolError):
-        core.receive_run(PEER, txns, 0, out)
+        core.receive_run(PEER, txns, 0, out, WALL)
     assert out == [txns[0].with_replica_id(2)]
     assert core.claimed.get(2) == 6 and core.hlc.last == 9
 

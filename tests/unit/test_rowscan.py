@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from node import limits
 from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
 from node.core import codec, rowscan
 from node.core import messages as m
@@ -24,7 +25,7 @@ from node.core.rows import (CLUSTER_SPACE, GROUP_CLUSTER, GROUP_DEFAULT, GROUP_L
 from node.core.rowscan import PackedEntry, scan_rows_py
 from node.errors import RemoteProtocolError, StorageError
 from node.storage.store import Store
-from test_receive_run import PEER, _core, _ref_all
+from test_receive_run import AHEAD, PEER, WALL, _core, _ref_all
 
 SCANNERS = {"native": rowscan.scan_rows, "reference": scan_rows_py}
 
@@ -43,7 +44,7 @@ def methods(scan, ranges) -> tuple:
     """Everything a scan answers, for comparing two of them."""
     n = scan.ntxn
     return (n, scan.nops, scan.runs(), scan.lasts(), [scan.lsn(i) for i in range(n)],
-            [scan.txn_bytes(i) for i in range(n)], scan.ts_max(0, n) if n else None,
+            [scan.txn_bytes(i) for i in range(n)], scan.ts_max(0, n) if n else None, scan.spaces(),
             scan.frame_txns(ranges), scan.records(ranges))
 
 
@@ -64,17 +65,19 @@ def check_same(data: bytes) -> object:
 scalars = (st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats(allow_nan=True)
            | st.text(max_size=40) | st.binary(max_size=300))
 values = st.recursive(scalars, lambda c: st.lists(c, max_size=5) | st.dictionaries(st.text(max_size=8), c, max_size=5)
-                      | st.dictionaries(st.integers(-5, 5), c, max_size=3), max_leaves=25)
-keys = st.text(min_size=0, max_size=30) | st.text(min_size=250, max_size=400) | st.just("k")
+                      | st.dictionaries(st.integers(-5, 5), c, max_size=3), max_leaves=25) \
+    | st.integers(limits.value_depth_max - 1, limits.value_depth_max + 1).map(lambda d: _nested(d))
+keys = (st.text(min_size=0, max_size=30) | st.text(min_size=250, max_size=400) | st.just("k")
+        | st.sampled_from(["k" * limits.key_bytes_max, "k" * (limits.key_bytes_max + 1), "é" * 256]))
 ops = st.tuples(st.sampled_from([OP_PUT, OP_PUT, OP_DELETE, OP_NOP, OP_SPACE, OP_CLUSTER]),
-                st.sampled_from(["kv", "data", "ключи", "x" * 64, "x" * 65, ""]), keys,
+                st.sampled_from(["kv", "data", "ключи", "x" * 64, "x" * 65, "", "_s", "9a", "a-b"]), keys,
                 st.none() | values)
 
 
 @st.composite
 def messages(draw) -> bytes:
     rids = draw(st.lists(st.sampled_from([1, 2, 3, 200, 1 << 31, (1 << 31) + 1]), min_size=1, max_size=3))
-    nxt = {rid: draw(st.sampled_from([1, 2, 1000, 2**40, 2**63 - 3])) for rid in rids}
+    nxt = {rid: draw(st.sampled_from([1, 2, 1000, 2**40, limits.lsn_max - 2, 2**63 - 3])) for rid in rids}
     frames = []
     for _ in range(draw(st.integers(1, 4))):
         txns = []
@@ -90,7 +93,8 @@ def messages(draw) -> bytes:
                 tops.append(Op(kind, space, key, value))
             group = draw(st.sampled_from([GROUP_DEFAULT] * 8 + [GROUP_LOCAL, GROUP_CLUSTER]))
             lsn = nxt[rid] + draw(st.sampled_from([0] * 8 + [1, -1]))       # now and then a gap
-            txns.append(Txn(rid, max(1, lsn), group, draw(st.integers(0, 2**63 - 1)), tuple(tops)))
+            ts = draw(st.integers(0, 2**63 - 1) | st.sampled_from([limits.timestamp_us_max, limits.timestamp_us_max + 1]))
+            txns.append(Txn(rid, max(1, lsn), group, ts, tuple(tops)))
             nxt[rid] = max(1, lsn) + len(tops)
         frames.append(txns)
     return message(frames)
@@ -119,23 +123,23 @@ def test_native_and_reference_agree_on_damaged_messages(data, edits):
 
 
 def test_plain_messages_take_the_fast_path():
-    txns = [Txn(1, 10, GROUP_DEFAULT, 5, (Op(OP_PUT, "kv", "a", {"x": [1, 2.5, "z", b"\x00"]}),
+    txns = [Txn(1, 10, GROUP_DEFAULT, 5, (Op(OP_PUT, "kv", "a", {"x": [1, 2.5, "z", -0.0, 2**64 - 1]}),
                                           Op(OP_DELETE, "kv", "b", None), Op(OP_NOP, "kv", "", None))),
-            Txn(1, 13, GROUP_DEFAULT, 6, (Op(OP_PUT, "kv", "ключ" * 100, -7),)),
+            Txn(1, 13, GROUP_DEFAULT, 6, (Op(OP_PUT, "kv", "ключ" * 60, -7),)),
             Txn(2, 1, GROUP_DEFAULT, 7, (Op(OP_PUT, "kv", "c", None),))]
     r = check_same(message([txns[:2], txns[2:]]))
     assert r is not None and r.runs() == [(1, 0, 2), (2, 2, 3)]
 
 
-def _nested(depth: int) -> list:
-    v: list = []
-    for _ in range(depth - 1):
-        v = [v]
-    return v
-
-
-def test_nesting_up_to_the_bound_takes_the_fast_path():
-    assert check_same(message([[Txn(1, 1, 0, 1, (Op(OP_PUT, "kv", "a", _nested(rowscan.DEPTH_MAX)),))]]))
+def test_values_at_every_bound_take_the_fast_path():
+    """The largest value, key, depth, lsn and timestamp the rules accept: the scanner takes them."""
+    big = "v" * (limits.value_bytes_max - 5)             # a str8..32 header + the bytes: exactly the bound
+    assert len(codec.pack(big)) == limits.value_bytes_max
+    for op, lsn, ts in [(Op(OP_PUT, "kv", "a", _nested(limits.value_depth_max)), 1, 1),
+                        (Op(OP_PUT, "kv", "k" * limits.key_bytes_max, big), 1, 1),
+                        (Op(OP_PUT, "x" * 64, "é" * (limits.key_bytes_max // 2), {"a": [1.5, None, True]}),
+                         limits.lsn_max, limits.timestamp_us_max)]:
+        assert check_same(message([[Txn(1, lsn, 0, ts, (op,))]])), op[:3]
 
 
 @pytest.mark.parametrize("why, frames, pack", [
@@ -149,13 +153,47 @@ def test_nesting_up_to_the_bound_takes_the_fast_path():
     ("a local row", [[Txn(1, 1, GROUP_LOCAL, 1, (Op(OP_PUT, "kv", "a", 1),))]], codec.pack),
     ("one origin's rows with a gap", [[Txn(1, 1, 0, 1, (Op(OP_PUT, "kv", "a", 1),)),
                                        Txn(1, 3, 0, 1, (Op(OP_PUT, "kv", "b", 1),))]], codec.pack),
-    ("nesting deeper than the fast path goes", [[Txn(1, 1, 0, 1, (Op(OP_PUT, "kv", "a", _nested(rowscan.DEPTH_MAX + 1)),))]],
-     codec.pack),
 ])
 def test_what_the_fast_path_leaves_to_the_exact_path(why, frames, pack):
     data = message(frames, pack)
     assert check_same(data) is None, why
     assert m.decode(data, rowscan.scan_rows).body.get("scan") is None
+
+
+def _nested(depth: int) -> list:
+    """`depth` arrays, one in the other: [] is 1."""
+    v: list = []
+    for _ in range(depth - 1):
+        v = [v]
+    return v
+
+
+def _one(op: Op, lsn: int = 1, ts: int = 1) -> list:
+    return [[Txn(1, lsn, 0, ts, (op,))]]
+
+
+@pytest.mark.parametrize("why, frames", [
+    ("nesting deeper than value_depth_max", _one(Op(OP_PUT, "kv", "a", _nested(limits.value_depth_max + 1)))),
+    ("a value larger than value_bytes_max", _one(Op(OP_PUT, "kv", "a", "v" * (limits.value_bytes_max - 4)))),
+    ("NaN", _one(Op(OP_PUT, "kv", "a", [float("nan")]))),
+    ("Infinity", _one(Op(OP_PUT, "kv", "a", {"x": float("-inf")}))),
+    ("binary data", _one(Op(OP_PUT, "kv", "a", b"\x00"))),
+    ("a map with a non-string key", _one(Op(OP_PUT, "kv", "a", {1: 2}))),
+    ("an empty key", _one(Op(OP_PUT, "kv", "", 1))),
+    ("a key past key_bytes_max", _one(Op(OP_DELETE, "kv", "k" * (limits.key_bytes_max + 1), None))),
+    ("a space name outside the pattern", _one(Op(OP_PUT, "9kv", "a", 1))),
+    ("a nop carrying a value", _one(Op(OP_NOP, "kv", "", 1))),
+    ("an lsn past lsn_max", _one(Op(OP_PUT, "kv", "a", 1), lsn=limits.lsn_max + 1)),
+    ("a timestamp past timestamp_us_max", _one(Op(OP_PUT, "kv", "a", 1), ts=limits.timestamp_us_max + 1)),
+    ("a timestamp of 2^64 - 1", _one(Op(OP_PUT, "kv", "a", 1), ts=2**64 - 1)),
+])
+def test_what_no_path_accepts(why, frames):
+    """The scanner leaves these to the exact path, and the exact path refuses them."""
+    data = message(frames)
+    assert check_same(data) is None, why
+    assert rowscan.scan_rows(data) is None
+    got = m.decode(data)
+    assert got["txns"] == [] and isinstance(got["error"], RemoteProtocolError), why
 
 
 def test_non_canonical_ints_and_headers_take_the_exact_path():
@@ -170,7 +208,7 @@ def test_non_canonical_ints_and_headers_take_the_exact_path():
 
 
 # --- the core ---------------------------------------------------------------------------------
-def _scan_txns(rng: random.Random, n: int) -> list[Txn]:
+def _scan_txns(rng: random.Random, n: int, refusable: bool = False) -> list[Txn]:
     """Txns the scanner takes (each run of one origin contiguous), each run starting anywhere
     near what the core has (5): runs hold duplicates, an overlap, a gap or an expel bound."""
     out: list[Txn] = []
@@ -178,8 +216,11 @@ def _scan_txns(rng: random.Random, n: int) -> list[Txn]:
         prev = out[-1] if out else None
         rid = rng.choice((7, 3)) if rng.random() < 0.3 else (prev.replica_id if prev else 7)
         lsn = prev.last_lsn + 1 if prev and prev.replica_id == rid else rng.choice((1, 3, 5, 6, 6, 6, 7, 9, 12))
-        ops = tuple(Op(OP_PUT, "s", f"k{lsn}.{j}", j) for j in range(rng.choice((1, 1, 2, 3))))
-        out.append(Txn(rid, lsn, GROUP_DEFAULT, rng.randint(0, 10**6), ops))
+        odd = refusable and rng.random() < 0.05                # a row the core must refuse
+        space = rng.choice(("nope", "loc")) if odd and rng.random() < 0.6 else "s"
+        ops = tuple(Op(OP_PUT, space, f"k{lsn}.{j}", j) for j in range(rng.choice((1, 1, 2, 3))))
+        ts = AHEAD + 1 if odd and space == "s" else rng.randint(0, 10**6)
+        out.append(Txn(rid, lsn, GROUP_DEFAULT, ts, ops))
     return out
 
 
@@ -188,14 +229,18 @@ def _scan_txns(rng: random.Random, n: int) -> list[Txn]:
 def test_receive_scan_decides_as_one_by_one(seed, scanner):
     rng = random.Random(seed)
     expelled = None if seed % 3 else rng.randint(5, 40)
-    txns = _scan_txns(rng, rng.randint(1, 40))
+    txns = _scan_txns(rng, rng.randint(1, 40), refusable=True)
     scan = SCANNERS[scanner](message([txns]))
     assert scan is not None
     a, b = _core(expelled), _core(expelled)
     ranges: list = []
     refused = ""
     try:
-        rows = a.receive_scan(PEER, scan, ranges)
+        rows = a.receive_scan(PEER, scan, ranges, WALL)
+        if rows is None:                # the core wants it decided exactly: nothing claimed
+            assert not ranges and a.claimed == b.claimed
+            assert any(t.timestamp > AHEAD or op.space != "s" for t in txns for op in t.ops)
+            return
     except RemoteProtocolError:
         refused = "refused"
     got = PackedEntry(scan, ranges).txns if ranges else []
