@@ -4,7 +4,8 @@ environment (REPLOG_FAULT_POINT) when the node starts.
 REPLOG_FAULT_POINT=NAME[:N]. A registration crash point (identity_file.FAULT_POINTS) makes the
 process os._exit(137) the N-th time it is reached (default 1), as kill -9 would; a server point
 acts the first N times: lose_apply_answer = the donor applies a JOIN/REGISTER, then closes the
-link without answering (the "lost ApplyResult" of the reference)."""
+link without answering (the "lost ApplyResult" of the reference); applier_bug and checkpoint_bug
+raise an AssertionError there (a bug of ours), to show it is logged, shown and survived."""
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ from node.errors import ConfigError
 from node.identity import identity_file as idf
 
 FAULT_ENV = "REPLOG_FAULT_POINT"
-SERVER_FAULT_POINTS = ("lose_apply_answer",)
+SERVER_FAULT_POINTS = ("lose_apply_answer", "applier_bug", "checkpoint_bug")
 _server_fault: dict[str, int] = {}
 
 

@@ -37,7 +37,7 @@ from node.identity.identity_file import IdentityFileError
 from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
 from node.cluster_shutdown import ClusterShutdown
 from node.journal import Journal
-from node.faults import install_fault_points
+from node.faults import fault, install_fault_points
 from node.lifecycle import Aborted, Lifecycle
 from node.storage.store import Store
 from node.wal.recovery import recover
@@ -406,6 +406,7 @@ class Node:
     async def checkpoint(self) -> list[str]:
         """Sync the store, then remove WAL segments nobody needs any more."""
         from node.wal.gc import collectable, keep_vclock
+        assert not fault("checkpoint_bug"), "fault point checkpoint_bug"
         store, core = self.store, self.core
         synced = store.vclock.to_dict()          # everything up to here is durable after sync()
         await asyncio.get_running_loop().run_in_executor(None, store.sync)

@@ -25,6 +25,7 @@ from node.core import messages as m
 from node.core import rowscan
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
+from node.faults import fault
 
 if TYPE_CHECKING:
     from node.server import Node
@@ -189,6 +190,7 @@ class Applier:
             msg = await conn.recv(timeout=limits.peer_timeout_s)
             now = time.time()
             if msg.type == m.ROWS:
+                assert not fault("applier_bug"), "fault point applier_bug"
                 scan = msg.body.get("scan")
                 last_ts = None
                 if scan is not None:

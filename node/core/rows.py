@@ -132,7 +132,7 @@ def op_from_wire(raw: Any, legacy: bool = False) -> Op:
 
 def txn_from_wire(raw: Any, legacy: bool = False) -> Txn:
     """A transaction as the wire or the WAL carries it, checked by every rule of its envelope and
-    rows; raises RemoteProtocolError. `legacy`: see op_from_wire."""
+    rows; raises RemoteProtocolError naming the row. `legacy`: see op_from_wire."""
     t = type(raw)
     if (t is not list and t is not tuple) or len(raw) != 5:
         raise _bad("txn is not a 5-element list")
@@ -142,14 +142,21 @@ def txn_from_wire(raw: Any, legacy: bool = False) -> Txn:
     t = type(ops)
     if (t is not list and t is not tuple) or not ops or len(ops) > _TXN_OPS_MAX:
         raise _bad(f"a transaction has 1..{_TXN_OPS_MAX} rows")
-    if lsn < 1 or lsn + len(ops) - 1 > _LSN_MAX or not 0 <= ts <= _TS_MAX or not 0 <= replica_id <= _REPLICA_ID_MAX:
-        raise _bad(f"lsns are 1..{_LSN_MAX}, timestamps 0..{_TS_MAX}, replica ids 0..{_REPLICA_ID_MAX}")
+    if not 0 <= replica_id <= _REPLICA_ID_MAX:
+        raise _bad(f"replica ids are 0..{_REPLICA_ID_MAX}, not {replica_id}")
+    if lsn < 1 or lsn + len(ops) - 1 > _LSN_MAX:
+        raise _bad(f"row {replica_id}:{lsn}: lsns are 1..{_LSN_MAX}")
+    if not 0 <= ts <= _TS_MAX:
+        raise _bad(f"row {replica_id}:{lsn}: timestamps are 0..{_TS_MAX} µs, not {ts}")
     if type(group) is not int or group not in _GROUPS_SET:
-        raise _bad(f"group {str(group)[:20]}")
-    out = tuple([op_from_wire(o, legacy) for o in ops])
+        raise _bad(f"row {replica_id}:{lsn}: group {str(group)[:20]}")
+    try:
+        out = tuple([op_from_wire(o, legacy) for o in ops])
+    except RemoteProtocolError as e:
+        raise RemoteProtocolError(f"{e} (row {replica_id}:{lsn})") from None
     if (group == GROUP_CLUSTER) != all(o[0] == OP_CLUSTER for o in out) or \
             (group != GROUP_CLUSTER and any(o[0] == OP_CLUSTER for o in out)):
-        raise _bad("_cluster rows travel alone, in group cluster")
+        raise _bad(f"row {replica_id}:{lsn}: _cluster rows travel alone, in group cluster")
     return _new(Txn, (replica_id, lsn, group, ts, out))
 
 

@@ -1,0 +1,197 @@
+"""A member that holds the cluster secret and lies: the malicious peer of the adversary tests.
+
+It speaks the replication protocol through the production handshake and encoders
+(node.applier.conn: connect, client_auth, server_auth, Conn; node.core.messages; node.core.codec),
+never a copy of them, so it keeps working when the handshake changes. What it says is what the
+test tells it to: any greeting field, any rows.
+
+    peer = FakePeer(secret)
+    await peer.start()                       # its relay endpoint listens on 127.0.0.1
+    await peer.introduce(node.address)       # learns the cluster (uuid, name, _cluster) from a node
+    peer.script = [txn_or_bytes, ...]        # sent to every subscriber, in order, on each SUBSCRIBE
+    node.set_peers([..., peer.address])      # the node's applier subscribes to it
+    answer = await peer.request(node.address, m.JOIN, greeting={"uuid": "x" * 600})   # as a client
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+import types
+import uuid as uuidlib
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from bench.common import free_port
+from node import limits
+from node.applier.conn import Conn, client_auth, connect, server_auth
+from node.applier.ws_limit import reader_limit
+from node.config import Config
+from node.core import codec
+from node.core import messages as m
+from node.core.rows import Txn
+from node.errors import PeerRefused, RemoteProtocolError
+from node.server import Node
+
+
+def options_digest() -> str:
+    """The must-match options digest of a node on default options (Node's own property)."""
+    return Node.options_digest.fget(types.SimpleNamespace(cfg=Config()))
+
+
+def rows_message(txns: list, written_us: int | None = None) -> bytes:
+    """One ROWS message of one frame holding `txns` (Txns or wire lists), as a relay writes it."""
+    wus = written_us if written_us is not None else time.time_ns() // 1000
+    return m.encode_rows([codec.pack([wus, [t.to_wire() if isinstance(t, Txn) else t for t in txns]])])
+
+
+class FakePeer:
+    def __init__(self, secret: bytes, *, uuid: str | None = None):
+        self.secret = secret
+        self.uuid = uuid or str(uuidlib.uuid4())
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.cluster_uuid: str | None = None
+        self.cluster_name = "replog"
+        self.table: list[list] = []          # its _cluster as its greeting states it
+        self.id = 0                          # its own id in that table
+        self.script: list[Any] = []          # Txns (one ROWS message each) or raw message bytes
+        self.greeting_extra: dict = {}       # fields its greeting overrides
+        self.subscribes = 0                  # SUBSCRIBE requests served
+        self.sent = 0                        # script items sent, over all sessions
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    # --- what it says ---------------------------------------------------------------------
+    def greeting(self) -> dict:
+        g = {"uuid": self.uuid, "cluster_uuid": self.cluster_uuid, "cluster_name": self.cluster_name,
+             "options_digest": options_digest(), "options": Config().must_match(), "anon": False,
+             "address": self.address, "cluster": self.table, "status": "running", "lease": None}
+        g.update(self.greeting_extra)
+        return g
+
+    def txn(self, lsn: int, ops: tuple, *, group: int = 0, ts: int | None = None, replica_id: int | None = None) -> Txn:
+        """A txn of its own origin (its own id), stamped now unless told otherwise."""
+        return Txn(self.id if replica_id is None else replica_id, lsn, group,
+                   time.time_ns() // 1000 if ts is None else ts, tuple(ops))
+
+    # --- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> "FakePeer":
+        self._session = aiohttp.ClientSession()
+        app = web.Application()
+        app.router.add_get("/v1/replication", self._serve)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        return self
+
+    async def close(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+        if self._session:
+            await self._session.close()
+
+    async def introduce(self, address: str) -> dict:
+        """Greet a node as a fresh client and leave: take its cluster uuid and `_cluster`, and
+        give itself the lowest id free there (so a node's ids and its own agree)."""
+        theirs = await self.request(address, m.BYE, greeting={"cluster_uuid": None, "cluster": [],
+                                                              "status": "joining"})
+        self.cluster_uuid, self.cluster_name = theirs["cluster_uuid"], theirs["cluster_name"]
+        self.table = [list(r) for r in theirs["cluster"] if r[3] != "anonymous"]
+        taken = {r[1] for r in self.table}
+        self.id = min(i for i in range(1, len(taken) + 2) if i not in taken)
+        self.table.append([self.uuid, self.id, self.address, "member", 0, 0])
+        return theirs
+
+    # --- as a client (the node's relay answers) --------------------------------------------
+    async def request(self, address: str, mtype: int, *, greeting: dict | None = None, **body: Any) -> Any:
+        """Connect, authenticate, greet (its greeting, `greeting` overriding fields), send one
+        request; returns the node's greeting for BYE, else the node's answer (a Message, or the
+        PeerRefused / RemoteProtocolError it ended with)."""
+        conn = await connect(self._session, address)
+        try:
+            await client_auth(conn, self.secret, self.uuid)
+            await conn.send(m.GREETING, **{**self.greeting(), **(greeting or {})})
+            try:
+                theirs = (await conn.expect(m.GREETING, timeout=limits.handshake_timeout_s)).body
+                await conn.send(mtype, **body)
+                if mtype == m.BYE:
+                    return theirs
+                return await conn.recv(timeout=limits.handshake_timeout_s)
+            except (PeerRefused, RemoteProtocolError) as e:
+                return e
+        finally:
+            await conn.close()
+
+    # --- as a relay (the node's applier subscribes) ------------------------------------------
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(max_msg_size=reader_limit(limits.preauth_message_bytes_max), compress=False)
+        await ws.prepare(request)
+        conn = Conn(ws, str(request.remote))
+        try:
+            await server_auth(conn, self.secret, self.uuid)
+            await conn.expect(m.GREETING, timeout=limits.handshake_timeout_s)
+            await conn.send(m.GREETING, **self.greeting())
+            req = await conn.expect(m.SUBSCRIBE, m.BYE, m.JOIN, m.FETCH_SNAPSHOT, timeout=limits.handshake_timeout_s)
+            if req.type != m.SUBSCRIBE:
+                return ws
+            self.subscribes += 1
+            await conn.send(m.SUBSCRIBED, vclock={})
+            for item in list(self.script):
+                data = item if isinstance(item, bytes) else rows_message([item])
+                await conn.ws.send_bytes(conn.session.seal(data))    # sealed as Conn.send seals
+                self.sent += 1
+            while True:                          # then idle, as a caught-up relay: heartbeats
+                await conn.send(m.HEARTBEAT, now_us=time.time_ns() // 1000)
+                try:
+                    await conn.recv(timeout=limits.heartbeat_interval_s)   # ACKs; the close ends it
+                except RemoteProtocolError as e:
+                    if "no message" not in str(e):
+                        return ws
+        except (PeerRefused, RemoteProtocolError, ConnectionError, asyncio.TimeoutError):
+            pass
+        finally:
+            await conn.close()
+        return ws
+
+
+class PeerThread:
+    """A FakePeer on its own event loop in a thread, so a synchronous test (and the harness's
+    blocking HTTP calls) can drive it: `call(coro)` runs a coroutine there and waits for it."""
+
+    def __init__(self, peer: FakePeer):
+        import threading
+        self.peer = peer
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=f"fakepeer-{peer.port}", daemon=True)
+        self._thread.start()
+
+    def call(self, coro, timeout: float = 60.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        try:
+            self.call(self.peer.close(), 10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            self.loop.close()
+
+
+class running:
+    """`with running(FakePeer(secret), node_address) as (peer, thread):` started and introduced."""
+
+    def __init__(self, peer: FakePeer, introduce_to: str | None = None):
+        self.peer, self.introduce_to = peer, introduce_to
+        self.thread: PeerThread | None = None
+
+    def __enter__(self) -> tuple[FakePeer, PeerThread]:
+        self.thread = PeerThread(self.peer)
+        self.thread.call(self.peer.start())
+        if self.introduce_to:
+            self.thread.call(self.peer.introduce(self.introduce_to))
+        return self.peer, self.thread
+
+    def __exit__(self, *exc) -> None:
+        self.thread.stop()

@@ -1,0 +1,225 @@
+"""A peer that holds the cluster secret and lies (tests/integration/fakepeer.py), against real
+nodes. Every case is a row or a claim that once killed a node for good, or killed its applier
+silently (issue 15). The oracle, each time: the node is alive and says why it refused (the
+upstream's status and error, its log), nothing of the lie reached its store, the peer's rows
+before the lie are there, replication from an honest peer goes on, and a kill -9 restart
+recovers the WAL."""
+from __future__ import annotations
+
+import pytest
+
+from node import limits
+from node.core import messages as m
+from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_CLUSTER, OP_DELETE, OP_PUT, OP_SPACE, Op
+from tests.integration.fakepeer import FakePeer, rows_message, running
+from tests.integration.harness import ReplogProcess, wait_for
+
+SECRET = b"the cluster secret the liar holds too"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Two honest nodes, A and B, replicating both ways; A will also subscribe to the liar."""
+    tmp = tmp_path_factory.mktemp("liar")
+    secret = tmp / "secret"
+    secret.write_bytes(SECRET)
+    from tests.integration.harness import free_port
+    pa, pb = free_port(), free_port()
+    extra = ["--secret-file", str(secret)]
+    a = ReplogProcess(tmp, "a", port=pa, peers=[f"127.0.0.1:{pb}"], extra=extra)
+    b = ReplogProcess(tmp, "b", port=pb, peers=[f"127.0.0.1:{pa}"], extra=extra)
+    nodes = [a, b]
+    try:
+        for n in nodes:
+            n.start(wait=False)
+        for n in nodes:
+            n.wait_healthy(60)
+        a.create_space("kv")
+        a.create_space("mine", local=True)
+        wait_for(lambda: b.get("/v1/spaces/kv/keys")[0] == 200, 20, "space kv on B")
+        yield a, b
+    finally:
+        for n in nodes:
+            n.kill9()
+
+
+def _upstream(node: ReplogProcess, address: str) -> dict:
+    if node.proc.poll() is not None:
+        raise AssertionError(f"{node.name} exited with {node.proc.returncode}:\n{node.log_tail(15)}")
+    return next((u for u in node.info()["upstreams"] if u["address"] == address), {})
+
+
+def _lie(cluster, script, refusal: str, *, good: int = 2, setup=None) -> None:
+    """A subscribes to a liar whose script is `good` honest puts into kv, then `script(peer)`
+    (a list of Txns or raw messages); A must refuse with an error containing `refusal`."""
+    a, b = cluster
+    with running(FakePeer(SECRET), a.address) as (peer, thread):
+        if setup:
+            setup(peer)
+        honest = [peer.txn(i + 1, (Op(OP_PUT, "kv", f"{peer.uuid[:8]}-{i}", i),)) for i in range(good)]
+        peer.script = honest + script(peer)
+        a.set_peers([b, peer])
+        try:
+            wait_for(lambda: refusal in _upstream(a, peer.address).get("error", ""), 30,
+                     f"A refuses the liar's row with an error saying {refusal!r}")
+            _still_sound(a, b, peer, good)
+        finally:
+            a.set_peers([b])
+    a.kill9()                                  # the WAL it wrote must recover
+    a.start()
+    _still_sound(a, b, peer, good)
+
+
+def _still_sound(a: ReplogProcess, b: ReplogProcess, peer: FakePeer, good: int) -> None:
+    assert a.get("/v1/health")[0] == 200, a.log_tail()
+    for i in range(good):                      # the liar's rows before the lie were applied
+        assert a.kv_get("kv", f"{peer.uuid[:8]}-{i}")[0] == 200
+    assert a.get(f"/v1/spaces/kv/keys/{peer.uuid[:8]}-lie")[0] == 404
+    key = f"from-b-{peer.uuid[:8]}-{a.starts}"
+    b.kv_put("kv", key, "honest")              # replication from the honest peer goes on
+    wait_for(lambda: a.kv_get("kv", key)[0] == 200, 20, "B's write reaches A")
+    a.kv_put("kv", key + "-a", 1)
+    wait_for(lambda: b.kv_get("kv", key + "-a")[0] == 200, 20, "A's write reaches B")
+
+
+def _put(peer: FakePeer, lsn: int, value=1, *, space="kv", key=None, **kw):
+    return peer.txn(lsn, (Op(OP_PUT, space, key if key is not None else f"{peer.uuid[:8]}-lie", value),), **kw)
+
+
+def _nested(depth: int):
+    v: list = []
+    for _ in range(depth - 1):
+        v = [v]
+    return v
+
+
+# --- rows that break a rule of their own (the decoders refuse them) ------------------------------
+@pytest.mark.parametrize("why, script, refusal", [
+    ("a key of 512 bytes (LMDB takes 511)", lambda p: [_put(p, 3, key="k" * 512)], "keys are"),
+    ("an empty key", lambda p: [_put(p, 3, key="")], "keys are"),
+    ("a value nested 400 deep", lambda p: [_put(p, 3, _nested(400))], "nest"),
+    ("a timestamp of 2^64 - 1", lambda p: [_put(p, 3, ts=2**64 - 1)], "timestamps are"),
+    ("a _cluster row whose uuid is not a uuid",
+     lambda p: [p.txn(3, (Op(OP_CLUSTER, "_cluster", "not-a-uuid", {"id": 77, "address": "", "state": "member"}),),
+                      group=GROUP_CLUSTER)], "canonical uuid"),
+    ("a space with an unknown conflict resolver",
+     lambda p: [p.txn(3, (Op(OP_SPACE, "evil", "", {"local": False, "conflict": "nope"}),))], "conflict"),
+    ("a NaN value", lambda p: [_put(p, 3, float("nan"))], "finite"),
+    ("a binary value", lambda p: [_put(p, 3, b"\x00")], "binary"),
+    ("a map with a binary key", lambda p: [_put(p, 3, {b"k": 1})], "map keys"),
+    ("a _cluster row inside a data transaction",
+     lambda p: [p.txn(3, (Op(OP_CLUSTER, "_cluster", p.uuid, {"id": p.id, "address": "", "state": "member"}),))],
+     "travel alone"),
+])
+def test_a_row_breaking_a_data_rule_stops_the_link_not_the_node(cluster, why, script, refusal):
+    _lie(cluster, script, refusal)
+
+
+def _txn_of_bytes(p: FakePeer, lsn: int, size: int):
+    """A txn of puts of strings that encodes to exactly `size` bytes."""
+    from node.core import codec
+    chunk = limits.value_bytes_max - 16
+    n = size // chunk + 1
+    ops = [Op(OP_PUT, "kv", f"big{i}", "v" * chunk) for i in range(n)]
+    t = p.txn(lsn, tuple(ops))
+    extra = len(codec.pack(t)) - size                # too many bytes: shorten the last value
+    ops[-1] = Op(OP_PUT, "kv", f"big{n - 1}", "v" * (chunk - extra))
+    t = p.txn(lsn, tuple(ops))
+    while len(codec.pack(t)) != size:                # the last string's header may have shrunk
+        d = len(codec.pack(t)) - size
+        ops[-1] = Op(OP_PUT, "kv", ops[-1].key, "v" * (len(ops[-1].value) - d))
+        t = p.txn(lsn, tuple(ops))
+    return t
+
+
+def test_a_transaction_too_large_to_travel_on_is_refused(cluster):
+    """A txn that fits in the message it came in, but not in one message with its framing once
+    a receiver rewrites its replica id and relays it: refused on receipt (its origin could not
+    have written it: local writes are checked against the same bound)."""
+    _lie(cluster, lambda p: [rows_message([_txn_of_bytes(p, 3, limits.txn_bytes_max + 1)])], "txn_bytes_max")
+
+
+# --- rows that break nothing alone but cannot be applied here (the core refuses them) ------------
+@pytest.mark.parametrize("why, script, refusal", [
+    ("a row for a space that does not exist", lambda p: [_put(p, 3, space="nowhere")], "does not exist"),
+    ("a row for a space that is local here", lambda p: [_put(p, 3, space="mine")], "is local here"),
+    ("a row of a local space", lambda p: [_put(p, 3, group=GROUP_LOCAL)], "local space"),
+    ("a timestamp an hour ahead of the clock",
+     lambda p: [_put(p, 3, ts=p.txn(1, ()).timestamp + 3600 * 10**6)], "ahead of this node's clock"),
+    ("more spaces than the store can hold",
+     lambda p: [p.txn(3, tuple(Op(OP_SPACE, f"s{i}", "", {"local": False, "conflict": "lww"})
+                              for i in range(limits.store_spaces_max)))], "store_spaces_max"),
+])
+def test_a_row_this_node_cannot_apply_stops_the_link_not_the_node(cluster, why, script, refusal):
+    _lie(cluster, script, refusal)
+
+
+def _cluster_row(p: FakePeer, lsn: int, uuid: str, their_id: int, state: str = "member"):
+    return p.txn(lsn, (Op(OP_CLUSTER, "_cluster", uuid, {"id": their_id, "address": "", "state": state}),),
+                 group=GROUP_CLUSTER)
+
+
+def test_a_cluster_row_giving_the_receivers_own_id_to_another_uuid_is_refused(cluster):
+    """The liar says a new member holds the id it gave A itself: A's map of it would send that
+    member's rows to A's own component (an AssertionError killed the applier silently before)."""
+    a, _ = cluster
+    a_uuid = a.uuid()
+    _lie(cluster, lambda p: [_cluster_row(p, 3, "00000000-0000-4000-8000-000000000001",
+                                          next(r[1] for r in p.table if r[0] == a_uuid))], "said before")
+
+
+def test_a_cluster_row_about_the_receiver_changes_nothing_but_an_expel(cluster):
+    """The liar says A is anonymous at another address: A's own entry is A's own rows' business."""
+    a, _ = cluster
+    a_uuid = a.uuid()
+    before = a.cluster()[a_uuid]
+
+    def script(p):
+        return [_cluster_row(p, 1, a_uuid, next(r[1] for r in p.table if r[0] == a_uuid), "anonymous"),
+                _put(p, 2, key=f"{p.uuid[:8]}-after")]
+    b = cluster[1]
+    with running(FakePeer(SECRET), a.address) as (peer, _):
+        peer.script = script(peer)
+        a.set_peers([b, peer])
+        try:
+            wait_for(lambda: a.kv_get("kv", f"{peer.uuid[:8]}-after")[0] == 200, 30, "the liar's later row")
+        finally:
+            a.set_peers([b])
+    assert a.cluster()[a_uuid]["state"] == before["state"] == "member"
+    assert not a.info()["read_only"]
+
+
+# --- greetings and requests (the liar as a client) ----------------------------------------------
+@pytest.mark.parametrize("why, greeting, refusal", [
+    ("a 600-byte uuid", {"uuid": "u" * 600}, "canonical uuid"),
+    ("a 9 MB address", {"address": "h" * (9 * 1024 * 1024) + ":1"}, "address"),
+    ("a host without a port", {"address": "somewhere"}, "host:port"),
+    ("a _cluster of junk rows", {"cluster": [["x", "y"]]}, "_cluster"),
+    ("a _cluster naming one id twice", {"cluster": [["00000000-0000-4000-8000-00000000000a", 5, "", "member", 0, 0],
+                                                    ["00000000-0000-4000-8000-00000000000b", 5, "", "member", 0, 0]]},
+     "twice"),
+    ("a vclock past lsn_max", {"vclock_uuid": {"00000000-0000-4000-8000-00000000000a": 2**63}}, "lsn"),
+])
+def test_a_join_with_a_lying_greeting_is_refused_and_registers_nothing(cluster, why, greeting, refusal):
+    a, b = cluster
+    members = set(a.cluster())
+    with running(FakePeer(SECRET), a.address) as (peer, thread):
+        answer = thread.call(peer.request(a.address, m.JOIN, greeting=greeting, code=None, id=None))
+        assert refusal in str(answer), answer
+    assert set(a.cluster()) == members
+    assert a.get("/v1/health")[0] == 200
+    a.kill9()
+    a.start()                                  # every segment header still fits (was: exit at rotation)
+    assert set(a.cluster()) == members
+
+
+def test_an_upstream_greeting_with_junk_cluster_rows_stops_the_link_not_the_node(cluster):
+    a, b = cluster
+    with running(FakePeer(SECRET), a.address) as (peer, _):
+        peer.greeting_extra = {"cluster": peer.table + [[peer.uuid, "x", 3]]}
+        a.set_peers([b, peer])
+        try:
+            wait_for(lambda: "_cluster" in _upstream(a, peer.address).get("error", ""), 30, "A refuses the greeting")
+        finally:
+            a.set_peers([b])
+    assert a.get("/v1/health")[0] == 200
