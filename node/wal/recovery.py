@@ -52,6 +52,9 @@ class _Replay:
         self.store, self.self_uuid, self.force, self.res = store, self_uuid, force, res
         self.batch: list[tuple[Txn, str, int]] = []
         self.hlc_last = 0
+        # (segment, frame offset, which txn) skipped at an earlier start whose lsns could not be
+        # counted as done (an envelope past the bounds): the operator decided once, not each start
+        self.decided = {tuple(x) for x in store.get_meta("recovery_skipped") or []}
 
     def add(self, t: Txn, path: str, offset: int) -> None:
         if t.last_lsn > self.store.vclock.get(t.component):
@@ -61,15 +64,22 @@ class _Replay:
                 self.flush()
 
     def skip(self, path: str, offset: int, what: str, why: str, raw) -> None:
-        """A txn that cannot be replayed: stop start-up, or (force_recovery) skip it as nops."""
+        """A txn that cannot be replayed: stop start-up, or (force_recovery) skip it as nops.
+        One the store's vclock already covers (skipped at an earlier start) is passed by."""
+        nop = nop_of(raw)
+        at = (os.path.basename(path), offset, what)
+        if (nop is not None and nop.last_lsn <= self.store.vclock.get(nop.component)) or at in self.decided:
+            return
         msg = f"{path}: the transaction {what} in the frame at byte {offset} cannot be recovered: {why}"
         if not self.force:
             raise RecoveryError(f"{msg}; {WAY_OUT}")
         log.error("force_recovery: skipping it: %s", msg)
         self.res.skipped_txns.append((os.path.basename(path), offset, why))
-        nop = nop_of(raw)
         if nop is not None:
             self.add(nop, path, offset)
+        else:
+            self.decided.add(at)
+            self.store.set_meta(recovery_skipped=sorted(list(x) for x in self.decided))
 
     def flush(self) -> None:
         if not self.batch:

@@ -291,3 +291,66 @@ def test_a_bug_in_the_checkpoint_is_logged_and_the_checkpoint_goes_on(tmp_path, 
     assert tasks["failures"] == 1 and "checkpoint_bug" in tasks["error"]
     assert n.get("/v1/health")[0] == 200
     wait_for(lambda: n.log_text().count("checkpoint") >= 2, 30, "the checkpoint ran again")
+
+
+# --- what is already on disk ---------------------------------------------------------------------------
+def _append_frame(node: ReplogProcess, txn_wire: list) -> None:
+    """A frame as a version before the checks wrote it, at the end of the node's last segment."""
+    from node.wal import format as walfmt
+    from node.wal.reader import list_segments
+    wal = os.path.join(node.data_dir, "wal")
+    with open(os.path.join(wal, list_segments(wal)[-1]), "ab") as f:
+        f.write(walfmt.encode_frame([txn_wire], time.time_ns() // 1000))
+
+
+def test_a_wal_holding_a_poisoned_row_stops_start_up_with_one_line_until_force_recovery(tmp_path, procs):
+    """The 512-byte key of defect 1, already in a WAL: recovery used to die on it with a
+    traceback at every start, --force-recovery included."""
+    n = ReplogProcess(tmp_path, "poisoned").start()
+    procs.append(n)
+    n.create_space("kv")
+    n.kv_put("kv", "before", 1)
+    own = n.info()["vclock"]["1"]
+    assert n.stop() == 0
+    _append_frame(n, [1, own + 1, 0, time.time_ns() // 1000, [[1, "kv", "k" * 512, "poison"]]])
+    r = subprocess.run(n.argv(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("replog: error:") and "byte" in last and "--force-recovery" in last, last
+    assert "Traceback" not in r.stderr
+    n.extra.append("--force-recovery")
+    n.start()
+    assert n.kv_get("kv", "before")[1]["value"] == 1
+    n.kv_put("kv", "after", 2)
+    assert n.stop() == 0
+    n.extra.remove("--force-recovery")
+    n.start()                                       # the skip was counted: no flag needed again
+    assert n.kv_get("kv", "after")[1]["value"] == 2
+
+
+def test_values_stored_before_the_value_rule_are_read_in_json_by_the_fallback(tmp_path, procs):
+    """A store from before the rule may hold a msgpack timestamp, bin, NaN and maps with other
+    keys (defect 5: every JSON GET and range page of them was a 500)."""
+    from node.storage.store import Store
+    n = ReplogProcess(tmp_path, "legacy").start()
+    procs.append(n)
+    n.create_space("kv")
+    n.kv_put("kv", "plain", 1)
+    assert n.stop() == 0
+    legacy = {"at": msgpack.Timestamp(7, 9), "raw": b"\x00\xff", "nan": float("nan"), "inf": float("-inf"),
+              "keys": {1: "int", b"\x01": "bin", None: "nil"}}
+    store = Store(os.path.join(n.data_dir, "store"))
+    with store.env.begin(write=True) as t:
+        t.put(b"old", codec.pack([legacy, 1, 99, 1, False]), db=store._db("kv"))
+    store.close()
+    n.start()
+    s, d = n.kv_get("kv", "old")
+    assert s == 200, d
+    assert d["value"] == {"at": {"$timestamp": "1970-01-01T00:00:07.000000009Z"}, "raw": {"$base64": "AP8="},
+                          "nan": "NaN", "inf": "-Infinity", "keys": {"1": "int", "AQ==": "bin", "null": "nil"}}
+    s, page = n.get("/v1/spaces/kv/keys")
+    assert s == 200 and [i["key"] for i in page["items"]] == ["old", "plain"]
+    req = urllib.request.Request(f"{n.url}/v1/spaces/kv/keys/old", headers=MSGPACK)
+    with urllib.request.urlopen(req) as r:
+        got = msgpack.unpackb(r.read(), raw=False, strict_map_key=False)["value"]
+    assert got["at"] == legacy["at"] and got["raw"] == legacy["raw"] and got["keys"][b"\x01"] == "bin"
