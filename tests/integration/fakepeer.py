@@ -62,6 +62,7 @@ class FakePeer:
         self.sent = 0                        # script items sent, over all sessions
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._links: set[Conn] = set()       # open relay links, closed first on close()
 
     # --- what it says ---------------------------------------------------------------------
     def greeting(self) -> dict:
@@ -87,6 +88,8 @@ class FakePeer:
         return self
 
     async def close(self) -> None:
+        for conn in list(self._links):
+            await conn.close()
         if self._runner:
             await self._runner.cleanup()
         if self._session:
@@ -129,6 +132,7 @@ class FakePeer:
         ws = web.WebSocketResponse(max_msg_size=reader_limit(limits.preauth_message_bytes_max), compress=False)
         await ws.prepare(request)
         conn = Conn(ws, str(request.remote))
+        self._links.add(conn)
         try:
             await server_auth(conn, self.secret, self.uuid)
             await conn.expect(m.GREETING, timeout=limits.handshake_timeout_s)
@@ -152,6 +156,7 @@ class FakePeer:
         except (PeerRefused, RemoteProtocolError, ConnectionError, asyncio.TimeoutError):
             pass
         finally:
+            self._links.discard(conn)
             await conn.close()
         return ws
 

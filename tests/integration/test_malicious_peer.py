@@ -168,25 +168,29 @@ def test_a_cluster_row_giving_the_receivers_own_id_to_another_uuid_is_refused(cl
                                           next(r[1] for r in p.table if r[0] == a_uuid))], "said before")
 
 
-def test_a_cluster_row_about_the_receiver_changes_nothing_but_an_expel(cluster):
-    """The liar says A is anonymous at another address: A's own entry is A's own rows' business."""
-    a, _ = cluster
-    a_uuid = a.uuid()
-    before = a.cluster()[a_uuid]
-
-    def script(p):
-        return [_cluster_row(p, 1, a_uuid, next(r[1] for r in p.table if r[0] == a_uuid), "anonymous"),
-                _put(p, 2, key=f"{p.uuid[:8]}-after")]
-    b = cluster[1]
-    with running(FakePeer(SECRET), a.address) as (peer, _):
-        peer.script = script(peer)
-        a.set_peers([b, peer])
-        try:
-            wait_for(lambda: a.kv_get("kv", f"{peer.uuid[:8]}-after")[0] == 200, 30, "the liar's later row")
-        finally:
-            a.set_peers([b])
-    assert a.cluster()[a_uuid]["state"] == before["state"] == "member"
-    assert not a.info()["read_only"]
+def test_a_cluster_row_about_the_receiver_changes_nothing_but_an_expel(cluster, tmp_path):
+    """The liar tells an anonymous replica that it is a member: its entry is its own rows' (it
+    registers through REGISTER, or not at all); it used to turn itself into a writing member
+    under an id no master granted."""
+    a, b = cluster
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET)
+    d = ReplogProcess(tmp_path, "anon", peers=[a], extra=["--anon", "--secret-file", str(secret)]).start()
+    try:
+        wait_for(lambda: d.get("/v1/spaces/kv/keys")[0] == 200, 20, "the replica has kv")
+        d_uuid = d.uuid()
+        with running(FakePeer(SECRET), a.address) as (peer, _):
+            peer.script = [_cluster_row(peer, 1, d_uuid, 90), _put(peer, 2, key=f"{peer.uuid[:8]}-after")]
+            d.set_peers([a, peer])
+            try:
+                wait_for(lambda: d.kv_get("kv", f"{peer.uuid[:8]}-after")[0] == 200, 30, "the liar's later row")
+            finally:
+                d.set_peers([a])
+        assert d.cluster()[d_uuid]["state"] == "anonymous"
+        assert d.info()["read_only"] and d.info()["anon"]
+        assert d.put("/v1/spaces/kv/keys/from-anon", 1)[1]["error"]["code"] == "read_only"
+    finally:
+        d.kill9()
 
 
 # --- greetings and requests (the liar as a client) ----------------------------------------------
