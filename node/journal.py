@@ -251,7 +251,10 @@ class Journal:
             raise
         except BaseException as e:  # a persistence failure: nothing after it may be acknowledged
             self.failed = e
-            log.critical("journal: cannot persist: %s", e)
+            # Every row was checked before it was claimed, so this is the disk, or a bug: the node
+            # stops (it cannot acknowledge), and the next start's recovery replays the WAL and
+            # names any row the store still refuses, with the way out (node/wal/recovery.py).
+            log.critical("journal: cannot persist: %s: %s", type(e).__name__, e, exc_info=e)
             # the batch that failed was already taken off the queue: its waiters too
             for _, fut, _ in batch:
                 if fut is not None and not fut.done():
