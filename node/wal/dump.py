@@ -55,7 +55,7 @@ def iter_rows(path: str, *, force_recovery: bool = False) -> Iterator[dict]:
                 table = TableAt(scan.header)  # type: ignore[arg-type]
             written_us, txns = fmt.unpack_frame(ref.body)
             for raw in txns:
-                t = txn_from_wire(raw)
+                t = txn_from_wire(raw, legacy=True)     # this node wrote it: values may predate the rule
                 origin = table.origin(t.replica_id, t.group)
                 for j, op in enumerate(t.ops):
                     yield {"node": table.node_uuid, "segment": name, "offset": ref.offset,
@@ -91,7 +91,7 @@ def verify(path: str, out: IO[str] = sys.stdout) -> int:
                 try:
                     _, txns = fmt.unpack_frame(ref.body)
                     for raw in txns:
-                        txn_from_wire(raw)
+                        txn_from_wire(raw, legacy=True)    # as recovery reads it
                 except (fmt.FormatError, RemoteProtocolError) as e:
                     out.write(f"{p}: frame at byte {ref.offset} does not decode: {e}\n")
                     bad += 1
