@@ -61,7 +61,7 @@ http_header_timeout_s = 10.0         # a connection must send a whole request he
 http_body_timeout_s = 30.0           # a request body must arrive within this: 8 MiB at ~300 KB/s
 http_connections_max = 1024          # open client connections; past it new ones are closed at once,
                                      # so the fds the WAL, LMDB and links need stay free (the limit is
-                                     # also lowered below the process's fd limit: node/http/server.py)
+                                     # also lowered below the process's fd limit: node/http/listener.py)
 http_fds_reserved = 128              # fds kept for everything but client connections
 accept_error_log_interval_s = 60.0   # "out of fds" on accept is logged at most this often
 
