@@ -175,8 +175,9 @@ def test_a_cluster_row_about_the_receiver_changes_nothing_but_an_expel(cluster, 
     a, b = cluster
     secret = tmp_path / "secret"
     secret.write_bytes(SECRET)
-    d = ReplogProcess(tmp_path, "anon", peers=[a], extra=["--anon", "--secret-file", str(secret)]).start()
+    d = ReplogProcess(tmp_path, "anon", peers=[a], extra=["--anon", "--secret-file", str(secret)])
     try:
+        d.start()
         wait_for(lambda: d.get("/v1/spaces/kv/keys")[0] == 200, 20, "the replica has kv")
         d_uuid = d.uuid()
         with running(FakePeer(SECRET), a.address) as (peer, _):

@@ -155,15 +155,18 @@ def test_a_transaction_too_large_for_one_message_is_refused_before_the_wal(pair)
 
 # --- snapshots (defect 3: a space of large values could never be joined) --------------------------
 def test_a_space_of_large_values_can_be_joined_fetched_and_rejoined(tmp_path, procs):
-    a = ReplogProcess(tmp_path, "a").start()
+    a = ReplogProcess(tmp_path, "a")
     procs.append(a)
+    a.start()
     a.create_space("kv")
     big = "v" * (limits.value_bytes_max - 64)
     for i in range(40):                                      # ~40 MiB: a 4096-row chunk was one message
         a.kv_put("kv", f"big{i}", big + str(i))
-    c = ReplogProcess(tmp_path, "c", peers=[a]).start(timeout=120)
-    anon = ReplogProcess(tmp_path, "anon", peers=[a], extra=["--anon"]).start(timeout=120)
-    procs.extend([c, anon])
+    c = ReplogProcess(tmp_path, "c", peers=[a])
+    anon = ReplogProcess(tmp_path, "anon", peers=[a], extra=["--anon"])
+    procs.extend([c, anon])                                  # killed at the end even if a start fails
+    c.start(timeout=120)
+    anon.start(timeout=120)
     for n in (c, anon):
         assert n.kv_get("kv", "big39")[1]["value"] == big + "39"
     c.kill9()                                                # lose the store, keep the identity
@@ -187,8 +190,9 @@ def test_space_options_of_the_wrong_type_are_a_400(pair, body):
 def test_an_authorization_header_that_is_not_utf8_is_a_401(tmp_path, procs):
     tok = tmp_path / "token"
     tok.write_text("s3cret")
-    n = ReplogProcess(tmp_path, "tok", extra=["--token-file", str(tok)], token="s3cret").start()
+    n = ReplogProcess(tmp_path, "tok", extra=["--token-file", str(tok)], token="s3cret")
     procs.append(n)
+    n.start()
     with socket.create_connection(("127.0.0.1", n.port), timeout=10) as s:
         s.sendall(b"GET /v1/info HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\x80\r\n"
                   b"Connection: close\r\n\r\n")
@@ -307,8 +311,9 @@ def _append_frame(node: ReplogProcess, txn_wire: list) -> None:
 def test_a_wal_holding_a_poisoned_row_stops_start_up_with_one_line_until_force_recovery(tmp_path, procs):
     """The 512-byte key of defect 1, already in a WAL: recovery used to die on it with a
     traceback at every start, --force-recovery included."""
-    n = ReplogProcess(tmp_path, "poisoned").start()
+    n = ReplogProcess(tmp_path, "poisoned")
     procs.append(n)
+    n.start()
     n.create_space("kv")
     n.kv_put("kv", "before", 1)
     own = n.info()["vclock"]["1"]
@@ -333,8 +338,9 @@ def test_values_stored_before_the_value_rule_are_read_in_json_by_the_fallback(tm
     """A store from before the rule may hold a msgpack timestamp, bin, NaN and maps with other
     keys (defect 5: every JSON GET and range page of them was a 500)."""
     from node.storage.store import Store
-    n = ReplogProcess(tmp_path, "legacy").start()
+    n = ReplogProcess(tmp_path, "legacy")
     procs.append(n)
+    n.start()
     n.create_space("kv")
     n.kv_put("kv", "plain", 1)
     assert n.stop() == 0
