@@ -132,8 +132,9 @@ class Journal:
         """Wait until the next batch is durable (relays wait here for new rows)."""
         ev = self._changed
         try:
-            await asyncio.wait_for(ev.wait(), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):   # wait_for would lose a cancel arriving with the batch
+                await ev.wait()
+        except TimeoutError:
             pass
 
     # --- relays: wake-ups and the in-memory tail ---------------------------------------

@@ -64,6 +64,10 @@ http_connections_max = 1024          # open client connections; past it new ones
                                      # also lowered below the process's fd limit: node/http/listener.py)
 http_fds_reserved = 128              # fds kept for everything but client connections
 accept_error_log_interval_s = 60.0   # "out of fds" on accept is logged at most this often
+client_request_timeout_s = 10.0      # one call of node/client.py (CLI, demo, benches, tests) waits this
+peers_stop_wait_s = 5.0              # PUT /v1/admin/peers waits this for removed appliers to stop (a
+                                     # link closes within link_close_timeout_s), then answers with those
+                                     # still stopping: always within a client's request timeout
 
 # --- WAL ----------------------------------------------------------------------
 frame_bytes_max = 4 * message_bytes_max  # one WAL frame: a local txn, or what the applier took from
@@ -147,3 +151,5 @@ assert members_max * cluster_row_bytes_max + message_margin_bytes <= message_byt
 assert txn_bytes_max * 2 <= frame_bytes_max
 assert lsn_max + txn_ops_max < (1 << 63) and timestamp_us_max + (1 << 40) < (1 << 63)
 assert hlc_offset_max_s * 1e6 < timestamp_us_max
+assert link_close_timeout_s < peers_stop_wait_s < client_request_timeout_s, \
+    "removing a peer answers after its link closed, and before a client gives up"

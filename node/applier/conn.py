@@ -15,7 +15,10 @@ Rules kept here:
 - A sealed message is sealed and written in one synchronous step (aiohttp writes an
   uncompressed frame before its first await), so message numbers follow the wire order.
 - `connect`, `client_auth` and `server_auth` are the production handshake: tests that play a
-  peer use them rather than a copy."""
+  peer use them rather than a copy.
+- A receive is bounded with `asyncio.timeout`, never `asyncio.wait_for`: on Python 3.11 wait_for
+  loses a cancel that arrives together with a message, and the applier it was meant to stop
+  runs on (tests/unit/test_cancellation.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -66,8 +69,9 @@ class Conn:
 
     async def recv(self, timeout: float = limits.peer_timeout_s) -> m.Message:
         try:
-            msg = await asyncio.wait_for(self.ws.receive(), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):      # not wait_for: see the module's rules
+                msg = await self.ws.receive()
+        except TimeoutError:
             raise RemoteProtocolError(f"{self.peer}: no message for {timeout:.0f} s") from None
         if msg.type == aiohttp.WSMsgType.BINARY:
             data = msg.data

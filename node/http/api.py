@@ -283,10 +283,17 @@ async def put_peers(request: web.Request) -> web.Response:
     node = _node(request)
     if node.status != "running":
         raise ClientError(503, "not_ready", f"node is {node.status}")
-    stopping = node.set_peers(list(dict.fromkeys(body["peers"])))
+    wanted = list(dict.fromkeys(body["peers"]))
+    removed = [a for a in node.appliers if a not in wanted]
+    stopping = dict(zip(node.set_peers(wanted), removed))   # set_peers stops them in this order
+    late = []
     if stopping:
-        await asyncio.wait(stopping, timeout=limits.shutdown_deadline_s)
-    return reply(request, {"peers": list(node.appliers)})
+        _, pending = await asyncio.wait(stopping, timeout=limits.peers_stop_wait_s)
+        late = sorted(stopping[t] for t in pending)
+        if late:
+            log.warning("admin: appliers of removed peers %s did not stop within %.0f s", late,
+                        limits.peers_stop_wait_s)
+    return reply(request, {"peers": list(node.appliers), "stopping": late})
 
 
 async def post_shutdown(request: web.Request) -> web.Response:
