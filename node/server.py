@@ -411,7 +411,19 @@ class Node:
         return local_id
 
     def on_ack(self, relay: Relay) -> None:
-        """A subscriber acknowledged rows: its position holds the WAL (see node/wal/gc.py)."""
+        """A subscriber acknowledged rows: its position holds the WAL (see node/wal/gc.py). Kept
+        only for what can hold it, so ACKs from made-up uuids cannot grow `acks` without bound: a
+        member (its next ACK, within a heartbeat, records it once this node learns it) or an
+        anonymous replica, at most anon_acks_max of them (the one heard from longest ago goes)."""
+        if not relay.anon:
+            mem = self.core.table.get(relay.uuid) if self.core else None
+            if mem is None or mem.state == STATE_EXPELLED:
+                self.acks.pop(relay.uuid, None)
+                return
+        elif relay.uuid not in self.acks:
+            anon = [u for u, a in self.acks.items() if a.get("anon")]
+            if len(anon) >= limits.anon_acks_max:
+                del self.acks[min(anon, key=lambda u: self.acks[u].get("seen_s", 0))]
         self.acks[relay.uuid] = {"vclock": dict(relay.acked), "seen_s": time.time(), "anon": relay.anon}
 
     # --- checkpoints and WAL retention ------------------------------------------------------
