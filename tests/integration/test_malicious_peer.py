@@ -281,3 +281,22 @@ def test_an_upstream_that_catches_this_node_up_without_the_rows_it_claimed_is_no
                      "A writes once the liar's stream caught it up without the rows")
         finally:
             a.set_peers([b])
+
+
+@pytest.mark.parametrize("store", ["junk", ["dirty"], {"status": "dirty", "initial": "junk"}])
+def test_a_restart_among_peers_one_of_which_greets_with_a_junk_store_field_goes_on(cluster, store):
+    """A restarting member with a store polls its peers (the join protocol's status exchange):
+    a greeting whose `store` field is not an object made start-up die on an AttributeError (and a
+    joining node, whose donor greets the same way, after installing the snapshot)."""
+    a, b = cluster
+    with running(FakePeer(SECRET), a.address) as (peer, _):
+        peer.greeting_extra = {"store": store}
+        a.kill9()
+        a.peers = [peer.address, b.address]      # the liar is polled too, and listed first
+        try:
+            a.start()
+            assert a.get("/v1/health")[0] == 200
+        finally:
+            a.peers = [b.address]
+            a.kill9()
+            a.start()
