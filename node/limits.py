@@ -97,6 +97,8 @@ link_close_timeout_s = 2.0           # closing a link waits this long for the pe
 reconnect_backoff_min_s = 0.1        # first retry after a broken link
 reconnect_backoff_max_s = 5.0        # retries back off to at most this
 refused_backoff_s = 10.0             # a peer that refused us (wrong secret, cluster) is retried this slowly
+peer_error_chars_max = 1000          # a peer's ERROR code and message are cut to this before they reach
+                                     # the log, an applier's status, /v1/info and the dashboard
 ack_interval_s = 0.05                # appliers send ACKs at most this often (batched)
 
 # --- lifecycle ----------------------------------------------------------------

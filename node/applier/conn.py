@@ -81,8 +81,9 @@ class Conn:
             elif len(data) > limits.preauth_message_bytes_max:   # the reader's own limit, also checked here
                 raise RemoteProtocolError(f"{self.peer}: message of {len(data)} bytes before authentication")
             out = m.decode(data, self.scan_rows)
-            if out.type == m.ERROR:
-                refused = PeerRefused(out["code"], out["message"])
+            if out.type == m.ERROR:       # the peer's words: cut before they reach logs and status
+                n = limits.peer_error_chars_max
+                refused = PeerRefused(out["code"][:64], out["message"][:n] + ("…" if len(out["message"]) > n else ""))
                 refused.body = out.body     # extra fields, e.g. next_id of a register_rejected
                 raise refused
             return out

@@ -6,6 +6,8 @@ before the lie are there, replication from an honest peer goes on, and a kill -9
 recovers the WAL."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from node import limits
@@ -300,3 +302,21 @@ def test_a_restart_among_peers_one_of_which_greets_with_a_junk_store_field_goes_
             a.peers = [b.address]
             a.kill9()
             a.start()
+
+
+def test_a_peers_error_message_is_cut_to_a_bound_before_it_reaches_logs_and_status(cluster):
+    """An ERROR is the peer's text: 8 MB of it went whole into the applier's status (so into
+    /v1/info and every dashboard snapshot, each second) and into the log at every retry."""
+    a, b = cluster
+    size = os.path.getsize(a.log_path)
+    with running(FakePeer(SECRET), a.address) as (peer, _):
+        peer.script = [m.encode(m.ERROR, code="c" * 100_000, message="m" * (8 << 20))]
+        a.set_peers([b, peer])
+        try:
+            up = wait_for(lambda: (u := _upstream(a, peer.address)).get("status") == "refused" and u, 30,
+                          "A refused by the liar's ERROR")
+        finally:
+            a.set_peers([b])
+    assert len(up["error"]) <= 2 * limits.peer_error_chars_max, len(up["error"])
+    assert os.path.getsize(a.log_path) - size < 100_000
+    assert a.get("/v1/health")[0] == 200
