@@ -62,6 +62,10 @@ def invalid(e: validate.Invalid) -> ClientError:
 
 
 async def read_body(request: web.Request) -> Any:
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):    # never inflated (node/http/listener.py): refused as sent
+        raise ClientError(415, "unsupported_encoding", f"request bodies are sent without a Content-Encoding "
+                          f"(got {encoding[:40]!r})")
     if request.content_length is not None and request.content_length > limits.body_bytes_max:
         raise ClientError(413, "body_too_large", f"body exceeds {limits.body_bytes_max} bytes")
     try:
