@@ -205,6 +205,7 @@ _CHECKS: dict[int, Callable[[dict], str | None]] = {
     SUBSCRIBE: lambda b: validate.vclock_error(b["vclock"]),
     SUBSCRIBED: lambda b: validate.vclock_error(b["vclock"]),
     ACK: lambda b: validate.vclock_error(b["vclock"]),
+    SHUTDOWN: validate.shutdown_error,
     SNAPSHOT: validate.snapshot_error,
     SNAPSHOT_ROWS: validate.snapshot_rows_error,
     REGISTERED: lambda b: None if 1 <= b["id"] <= limits.replica_id_max else "id out of range",

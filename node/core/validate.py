@@ -381,6 +381,18 @@ def greeting_error(g: dict) -> str | None:
     return err or store_field_error(g.get("store"))
 
 
+def shutdown_error(body: dict) -> str | None:
+    """SHUTDOWN {phase, shutdown_id, final?}: one step of an orderly cluster shutdown
+    (node/cluster_shutdown.py), whose id and vclock end up in status and in the store."""
+    if body["phase"] not in ("quiesce", "final", "resume") or not is_uuid(body["shutdown_id"]):
+        return "phase is quiesce, final or resume, and shutdown_id a canonical uuid"
+    final = body.get("final")
+    if final is not None and (type(final) is not dict or final.get("shutdown_id") != body["shutdown_id"]
+                              or vclock_uuid_error(final.get("vclock_by_uuid")) is not None):
+        return "final is null or {vclock_by_uuid, shutdown_id} of this shutdown"
+    return None
+
+
 def snapshot_error(body: dict) -> str | None:
     """SNAPSHOT {vclock, cluster, spaces}: what install_snapshot will write."""
     spaces = body["spaces"]

@@ -159,3 +159,23 @@ def test_a_real_nodes_greeting_passes_and_optional_fields_of_another_type_are_re
     assert validate.greeting_error(g) is None
     for name, junk in (("options", "x"), ("lease", [1]), ("wait_for", "3"), ("store", 5)):
         assert validate.greeting_error({**g, name: junk}), name
+
+
+@pytest.mark.parametrize("body, ok", [
+    ({"phase": "quiesce", "shutdown_id": UUID}, True),
+    ({"phase": "final", "shutdown_id": UUID, "final": {"vclock_by_uuid": {UUID: 4}, "shutdown_id": UUID}}, True),
+    ({"phase": "final", "shutdown_id": UUID, "final": None}, True),
+    ({"phase": "quiesce", "shutdown_id": "s" * 100_000}, False), ({"phase": "explode", "shutdown_id": UUID}, False),
+    ({"phase": "final", "shutdown_id": UUID, "final": {"vclock_by_uuid": {"x": 1}, "shutdown_id": UUID}}, False),
+    ({"phase": "final", "shutdown_id": UUID, "final": "junk"}, False),
+])
+def test_a_shutdown_step_names_a_known_phase_and_a_uuid(body, ok):
+    """A member's SHUTDOWN: its id went into this node's status reason whatever its size."""
+    from node.core import messages as m
+    from node.errors import RemoteProtocolError
+    data = m.encode(m.SHUTDOWN, **body)
+    if ok:
+        assert m.decode(data).body == body
+    else:
+        with pytest.raises(RemoteProtocolError, match="SHUTDOWN"):
+            m.decode(data)
