@@ -6,13 +6,15 @@ address it listens on: such a listener must never see the token. The token is al
 the URL fragment without leaving it in the address bar."""
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 pytest.importorskip("selenium", reason="browser tests need selenium (pip install -e '.[dev]')")
 from aiohttp import web  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
-from node.core import messages as m  # noqa: E402
+from tests.adversary.attacker import register_member  # noqa: E402
 from tests.browser.page import until  # noqa: E402
 from tests.integration.fakepeer import FakePeer, running  # noqa: E402
 from tests.integration.harness import free_port, mesh  # noqa: E402
@@ -88,8 +90,10 @@ def test_a_token_in_the_fragment_is_used_and_taken_out_of_the_address_bar(driver
 
 
 class Listener:
-    """What a secret holder registers as a member's address: answers CORS for any page and
-    401 for the stream (inviting a token), and records every Authorization header it gets."""
+    """What a secret holder registers as a member's address (this cluster runs without a
+    secret): answers CORS for any page and 401 for the stream, inviting a token, and records
+    every Authorization header it gets (tests/adversary/attacker.py's Listener answers no CORS,
+    so a browser would not even try)."""
 
     def __init__(self) -> None:
         self.port = free_port()
@@ -122,14 +126,10 @@ class Listener:
 def test_a_member_registered_at_a_listeners_address_never_gets_the_token_unless_the_user_sends_it(driver, pair):
     a, b = pair
     listener = Listener()
-    with running(FakePeer(b"")) as (peer, thread):            # this cluster runs without a secret
+    with running(FakePeer(b"")) as (_, thread):               # a loop in a thread for the listener
         thread.call(listener.start())
         try:
-            answer = thread.call(peer.request(a.address, m.JOIN, greeting={"address": listener.address,
-                                                                           "cluster_uuid": None, "cluster": [],
-                                                                           "status": "joining"},
-                                              code=None, id=None))
-            assert answer.type == m.REGISTERED, answer
+            thread.call(register_member(a.address, b"", str(uuid.uuid4()), listener.address))
             driver.get(a.url + f"/ui#token={TOKEN}")
             until(driver, lambda d: up(d, a), 20, "A read with the token")
             until(driver, lambda d: any(method == "GET" for method, _ in listener.requests), 20,
