@@ -8,7 +8,8 @@ One task drains the queue and performs, per batch, in this order (on an executor
 for steps 1-3, or on the loop itself for a small batch that cannot wait for the disk):
   1. encode frames; 2. one WAL write (+ one fsync in fsync mode); 3. one LMDB
   transaction; 4. publish the durable position and the batch's frames (the tail);
-  5. advance the core's durable vclock; 6. wake relays; 7. resolve waiters.
+  5. advance the core's vclock (and its synced one, when the batch was fsync'd); 6. wake
+  relays; 7. resolve waiters.
 On the loop, 4 and 6 come right after 2 and the journal yields once before 3, so relays
 send while the store applies; either way nothing is sent before its WAL write returned.
 Entries are persisted in submission order, which is the order the core claimed lsns in.
@@ -232,7 +233,7 @@ class Journal:
                 else:
                     written, tops = await loop.run_in_executor(None, self._persist, batch, parts)
                     self._advance(written)
-                self.core.commit_tops(tops)
+                self.core.commit_tops(tops, on_disk=self.wal is not None and self.wal.mode == "fsync")
                 self.batches += 1
                 self.txns_written += ntxn
                 self.rows_written += rows

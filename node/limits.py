@@ -102,6 +102,12 @@ checkpoint_interval_s = 60.0         # LMDB is synced and WAL collected this oft
 anon_ttl_s = 3600.0                  # an anonymous replica's position holds WAL this long
 task_restart_s = 5.0                 # a supervised background task that failed is restarted after this
 
+# --- membership data safety (node/fence.py, node/rejoin.py) --------------------------------
+fence_poll_s = 0.1                   # how often a fenced node checks whether it may write again
+rejoin_retry_s = 5.0                 # a node that needs a snapshot but holds rows no peer has asks again this often
+rejoin_cover_wait_s = 10.0           # with writes paused, how long a rejoin waits for a donor to receive
+                                     # this node's last rows before it gives up for now and serves again
+
 # --- garbage collector ----------------------------------------------------------
 # Start-up objects are frozen (never scanned again) and the young generation is large:
 # the hot path allocates many short-lived acyclic tuples, and with the default 700 the
