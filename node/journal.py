@@ -133,8 +133,9 @@ class Journal:
         """Wait until the next batch is durable (relays wait here for new rows)."""
         ev = self._changed
         try:
-            await asyncio.wait_for(ev.wait(), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):     # not wait_for: it can swallow a cancellation (3.11)
+                await ev.wait()
+        except TimeoutError:
             pass
 
     # --- relays: wake-ups and the in-memory tail ---------------------------------------

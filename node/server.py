@@ -70,6 +70,7 @@ class Node:
         self.status = "loading"
         self.status_reason = "opening the store"
         self.appliers: dict[str, Applier] = {}
+        self.followers: dict[str, Applier] = {}   # member uuid -> the one applier linked to it (Applier.claim)
         self.relays: set[Relay] = set()
         self.links: set[Conn] = set()    # every inbound replication link, from accept (relays: subscribed ones)
         self.link_guard = LinkGuard()    # bounds on links still in their handshake (node/applier/accept.py)
