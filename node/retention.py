@@ -3,9 +3,11 @@
 A subscriber's hold is its durable position in this node's ids (node.core.membership):
 created when a member joins through this node (at its snapshot's vclock) or first subscribes
 (at its SUBSCRIBE vclock), written to the store and synced at once, so neither side's restart
-loses it; advanced by the `durable` vclock of its ACKs (what it has on disk, never what it has
-only applied); released when the member is expelled. An anonymous replica holds the WAL only
-while it was seen within `anon_ttl_s`.
+loses it; every other registered member holds everything still here from the first checkpoint
+after this node learned of it (a member that never subscribed here may after a restart or a
+peer change); advanced by the `durable` vclock of its ACKs (what it has on disk, never what it
+has only applied); released when the member is expelled. An anonymous replica holds the WAL
+only while it was seen within `anon_ttl_s`.
 
 A checkpoint syncs the store (everything applied so far is on disk: the core's `synced`
 vclock moves), writes the holds, then removes the segments below every hold
@@ -18,6 +20,7 @@ import logging
 import os
 import time
 
+from node.cluster_space.table import STATE_MEMBER
 from node.core.membership import Hold, advance_hold, hold_positions
 from node.core.vclock import VClock
 from node.faults import fault
@@ -71,6 +74,23 @@ class Retention:
         a crash is an older one, which holds more)."""
         self.holds[uuid] = advance_hold(self.holds.get(uuid), durable, time.time(), anon)
 
+    def _hold_for_new_members(self) -> None:
+        """Every registered member holds this node's WAL, whether or not it ever subscribed here
+        (it may, after a restart or a peer change): one this node learned of since the last
+        checkpoint — nothing was collected meanwhile — holds all that is still here."""
+        node = self.node
+        now = time.time()
+        start: dict[int, int] | None = None
+        for mem in node.core.table.members():
+            if mem.state == STATE_MEMBER and mem.uuid != node.uuid and mem.uuid not in self.holds:
+                if start is None:
+                    segs = list_segments(node.wal_dir)
+                    start = read_header(os.path.join(node.wal_dir, segs[0])).vclock if segs else \
+                        {k: v for k, v in node.store.vclock.items() if k}
+                self.holds[mem.uuid] = Hold(dict(start), now, False)
+                log.info("retention: member %s holds this node's WAL from %s until it acknowledges rows here",
+                         mem.uuid, VClock(start))
+
     def view(self) -> dict[str, Hold]:
         return self.holds
 
@@ -83,6 +103,7 @@ class Retention:
         synced = store.vclock.to_dict()          # everything up to here is on disk after sync()
         await asyncio.get_running_loop().run_in_executor(None, store.sync)
         core.mark_synced(VClock(synced))
+        self._hold_for_new_members()
         positions = hold_positions(self.holds, core.table, time.time(), node.cfg.anon_ttl_s)
         keep = keep_vclock(synced, positions)
         removable, _ = collectable(node.wal_dir, keep)
