@@ -20,6 +20,7 @@ import logging
 import os
 import time
 
+from node import limits
 from node.cluster_space.table import STATE_MEMBER
 from node.core.membership import Hold, advance_hold, hold_positions
 from node.core.vclock import VClock
@@ -59,10 +60,24 @@ class Retention:
             store.sync()
 
     # --- holds -------------------------------------------------------------------------------
+    def _may_hold(self, uuid: str, anon: bool) -> bool:
+        """Only what can hold the WAL leaves a hold behind, so subscriptions under made-up uuids
+        (anyone with the secret can) cannot grow the holds: a member of this node's `_cluster`
+        (one not known yet gets its hold at the first checkpoint after it is), or an anonymous
+        replica, at most anon_acks_max of them (the one heard from longest ago goes)."""
+        if not anon:
+            mem = self.node.core.table.get(uuid)
+            return mem is not None and mem.state == STATE_MEMBER
+        if uuid not in self.holds:
+            anons = [u for u, h in self.holds.items() if h.anon]
+            if len(anons) >= limits.anon_acks_max:
+                del self.holds[min(anons, key=lambda u: self.holds[u].seen_s)]
+        return True
+
     def hold_from(self, uuid: str, vclock: dict[int, int], anon: bool) -> None:
         """A member joined through this node, or a subscriber subscribed for the first time:
         its hold exists from now on, on disk before anything may be collected under it."""
-        if uuid in self.holds and self.holds[uuid].anon == anon:
+        if (uuid in self.holds and self.holds[uuid].anon == anon) or not self._may_hold(uuid, anon):
             return
         self.holds[uuid] = Hold(dict(vclock), time.time(), anon)
         self._persist(sync=not anon)
@@ -72,7 +87,8 @@ class Retention:
     def on_ack(self, uuid: str, durable: dict[int, int], anon: bool) -> None:
         """A subscriber has `durable` on disk (persisted with the next checkpoint: a hold lost in
         a crash is an older one, which holds more)."""
-        self.holds[uuid] = advance_hold(self.holds.get(uuid), durable, time.time(), anon)
+        if uuid in self.holds or self._may_hold(uuid, anon):
+            self.holds[uuid] = advance_hold(self.holds.get(uuid), durable, time.time(), anon)
 
     def _hold_for_new_members(self) -> None:
         """Every registered member holds this node's WAL, whether or not it ever subscribed here
