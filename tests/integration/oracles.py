@@ -21,12 +21,6 @@ from tests.integration.harness import REPLOG, ReplogProcess, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# Issue 16's regression tests fail on main, each for the reason its defect names, until the
-# fixes land. Strict: one that starts passing turns red, so the fix sets ISSUE_16_FIXED (and
-# the marker can then go).
-ISSUE_16_FIXED = False
-until_issue_16_fixed = pytest.mark.xfail(not ISSUE_16_FIXED, strict=True,
-                                         reason="issue 16: fails until its fix lands")
 
 
 def _canon(value) -> str:

@@ -7,7 +7,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from tests.integration.harness import ReplogProcess, mesh, wait_for
-from tests.integration.oracles import REPO, downstreams_of, replicated_spaces, until_issue_16_fixed
+from tests.integration.oracles import REPO, downstreams_of, replicated_spaces
 
 
 # --- D3: the peer set in effect is the configured one, one link per member -----------------------
@@ -45,7 +45,6 @@ def churn(node: ReplogProcess, peers: list[str], toggles: int) -> None:
     assert s == 200, (s, d)
 
 
-@until_issue_16_fixed
 def test_peer_list_churn_leaves_exactly_the_configured_links_and_no_leaked_fds(tmp_path, procs):
     a, b = mesh(tmp_path, 2)
     procs.extend([a, b])
@@ -88,7 +87,6 @@ def test_peer_list_churn_leaves_exactly_the_configured_links_and_no_leaked_fds(t
     wait_for(lambda: a.kv_get("kv", "after-cut")[0] == 200, 10, "A follows B again")
 
 
-@until_issue_16_fixed
 def test_duplicate_and_self_peer_entries_give_one_link_per_member_or_a_clear_refusal(tmp_path, procs):
     a, b = mesh(tmp_path, 2)
     procs.extend([a, b])
@@ -169,7 +167,6 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("replog: error:")]
 
 
-@until_issue_16_fixed
 def test_joiner_with_another_cluster_name_exits_2_naming_the_option_and_both_values(tmp_path, procs):
     a = ReplogProcess(tmp_path, "a").start()
     procs.append(a)
@@ -182,7 +179,6 @@ def test_joiner_with_another_cluster_name_exits_2_naming_the_option_and_both_val
     assert len(a.cluster()) == 1, "nothing was registered for the refused joiner"
 
 
-@until_issue_16_fixed
 def test_joiner_with_another_must_match_option_exits_2_naming_the_option_and_both_values(tmp_path, procs):
     a = ReplogProcess(tmp_path, "a").start()
     procs.append(a)

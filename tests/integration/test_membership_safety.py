@@ -10,9 +10,8 @@ import shutil
 from node.wal.reader import list_segments, read_header
 from tests.integration.harness import ReplogProcess, free_port, mesh, wait_for
 from tests.integration.oracles import (Acked, acked_everywhere, downstreams_of, log_since_last_start, no_fork,
-                                       replicated_spaces, restart_all, until_issue_16_fixed, upstream)
+                                       replicated_spaces, restart_all, upstream)
 
-pytestmark = until_issue_16_fixed
 
 # Small WAL segments and frequent checkpoints: a few hundred writes make a node collect its WAL.
 SMALL = ["--segment-bytes-max", "4096", "--checkpoint-interval-s", "0.3", "--anon-ttl-s", "1.5"]
@@ -73,10 +72,12 @@ def keeps_its_rows_until_the_upstream_has_them(d: ReplogProcess, a: ReplogProces
     restart_all(nodes)
 
 
-def test_rejoin_keeps_rows_no_other_member_has_until_the_upstream_has_them(tmp_path, procs):
-    """A - B - D, A and D never linked. D takes 10 writes while cut off; A collects its WAL past
-    D's position. D linked to A is told need_rejoin: it keeps its rows (and serves them) until A
-    holds them, then rejoins from A with everything, and its next lsn follows its 10 rows."""
+def test_a_member_cut_off_in_a_chain_is_held_by_the_node_it_never_followed_and_loses_nothing(tmp_path, procs):
+    """A - B - D, A and D never linked. D takes 10 writes while cut off; A writes enough to
+    collect its WAL many times over. On ecff09e A collected past D's position (D never
+    subscribed to A), and D linked to A was told to rejoin and wiped its 10 rows. Every
+    registered member holds every node's WAL now (docs/replication.md, "WAL holds"): A keeps the
+    rows D needs, D linked to A catches up by subscription, and its 10 rows stay its own."""
     acked = Acked()
     a = started(procs, tmp_path, "a", extra=SMALL)
     a.create_space("kv")
@@ -95,12 +96,18 @@ def test_rejoin_keeps_rows_no_other_member_has_until_the_upstream_has_them(tmp_p
     mine = [acked.put(d, "kv", f"d-own-{i}", i)["lsn"] for i in range(10)]
     d_has_of_a = d.info()["vclock_uuid"][a.uuid()]
     fill(a, acked, "a-", 300)
-    # (A must not hold its WAL for D here: D never subscribed to A. A design that holds WAL on
-    # every node for every registered member makes this wait time out; see the backup test below.)
-    wait_for(lambda: gc_past(a, "1", d_has_of_a + 50), 30, "A collected its WAL past D's position")
+    wait_for(lambda: a.info()["wal"]["segments"] > 10, 30, "A wrote many segments")
+    hold([a], {a.uuid(): d_has_of_a, du: 0}, "D")        # A holds its WAL for D (bounded negative check)
 
-    d.set_peers([a])                                      # A lacks D's 10 rows and rows D needs
-    keeps_its_rows_until_the_upstream_has_them(d, a, mine, [b, d], acked, [a, b, d])
+    d.set_peers([a])
+    wait_for(lambda: upstream(d, a.address).get("status") == "follow", 30, "D follows A")
+    a.set_peers([b, d])
+    acked_everywhere([a, b, d], acked)
+    assert "rejoin" not in d.log_text()
+    assert [d.kv_get("kv", f"d-own-{i}")[1]["lsn"] for i in range(10)] == mine
+    assert acked.put(d, "kv", "d-after", 1)["lsn"] == mine[-1] + 1
+    no_fork([a, b, d])
+    restart_all([a, b, d])
 
 
 def test_node_restored_from_a_backup_keeps_rows_only_it_has_when_told_to_rejoin(tmp_path, procs):
