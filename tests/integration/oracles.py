@@ -15,7 +15,6 @@ import os
 import subprocess
 import urllib.parse
 
-import pytest
 
 from tests.integration.harness import REPLOG, ReplogProcess, wait_for
 

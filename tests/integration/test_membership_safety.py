@@ -328,10 +328,17 @@ def test_member_killed_and_restarted_within_seconds_is_never_told_to_rejoin(tmp_
                            peers=[f"127.0.0.1:{p}" for j, p in enumerate(ports) if j != i and (i, j) != (4, 0)])
              for i in range(5)]
     procs.extend(nodes)
-    for n in nodes:
+    # n1 founds the cluster before the others start: n5 does not list n1, so started all at once
+    # n5 could see only fresh peers, have the lowest uuid among them and found a second cluster.
+    n1_peers, nodes[0].peers = nodes[0].peers, []
+    nodes[0].start()
+    for n in nodes[1:4]:
         n.start(wait=False)
-    for n in nodes:
+    for n in nodes[1:4]:
         n.wait_healthy(60)
+    nodes[4].start()
+    nodes[0].peers = n1_peers
+    nodes[0].set_peers(n1_peers)
     x, first = nodes[0], nodes[4]                 # n5 does not follow n1 until round 0
     x.create_space("kv")
     wait_for(lambda: all("kv" in replicated_spaces(n) for n in nodes), 20, "space everywhere")
