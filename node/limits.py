@@ -93,6 +93,9 @@ link_close_timeout_s = 2.0           # closing a link waits this long for the pe
 reconnect_backoff_min_s = 0.1        # first retry after a broken link
 reconnect_backoff_max_s = 5.0        # retries back off to at most this
 refused_backoff_s = 10.0             # a peer that refused us (wrong secret, cluster) is retried this slowly
+wal_sync_interval_s = 1.0            # wal_mode write: the written WAL tail is fsync'd this often (so a
+                                     # power cut loses at most about this much, and ACKs report what is
+                                     # on disk without waiting for a checkpoint)
 ack_interval_s = 0.05                # appliers send ACKs at most this often (batched)
 
 # --- lifecycle ----------------------------------------------------------------
@@ -100,7 +103,16 @@ shutdown_deadline_s = 10.0           # orderly shutdown gives up waiting after t
 http_drain_s = 5.0                   # requests still running at shutdown get this long, then are cancelled
 checkpoint_interval_s = 60.0         # LMDB is synced and WAL collected this often
 anon_ttl_s = 3600.0                  # an anonymous replica's position holds WAL this long
+anon_acks_max = 1024                 # anonymous subscribers whose acknowledged position is kept (an ACK
+                                     # comes from any uuid that holds the secret): past it, the one
+                                     # heard from longest ago is forgotten
 task_restart_s = 5.0                 # a supervised background task that failed is restarted after this
+
+# --- membership data safety (node/fence.py, node/rejoin.py) --------------------------------
+fence_poll_s = 0.1                   # how often a fenced node checks whether it may write again
+rejoin_retry_s = 5.0                 # a node that needs a snapshot but holds rows no peer has asks again this often
+rejoin_cover_wait_s = 10.0           # with writes paused, how long a rejoin waits for a donor to receive
+                                     # this node's last rows before it gives up for now and serves again
 
 # --- garbage collector ----------------------------------------------------------
 # Start-up objects are frozen (never scanned again) and the young generation is large:

@@ -32,13 +32,16 @@ from node.core.replicaset import NodeCore, cluster_op
 from node.core.validate import timestamp_ahead_error
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_SPACE, Op
 from node.core.vclock import VClock
-from node.errors import ClientError, PeerRefused, RemoteProtocolError, StorageError
+from node.errors import ClientError, ConfigError, PeerRefused, RemoteProtocolError, StorageError
 from node.identity.identity_file import IdentityFileError
 from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
 from node.cluster_shutdown import ClusterShutdown
 from node.journal import Journal
 from node.faults import fault, install_fault_points
+from node.fence import FenceKeeper, wal_present
 from node.lifecycle import Aborted, Lifecycle
+from node.rejoin import Rejoiner, finish_interrupted, receive_snapshot
+from node.retention import Retention
 from node.storage.store import Store
 from node.wal.recovery import recover
 from node.wal.writer import WalWriter
@@ -67,6 +70,7 @@ class Node:
         self.status = "loading"
         self.status_reason = "opening the store"
         self.appliers: dict[str, Applier] = {}
+        self.followers: dict[str, Applier] = {}   # member uuid -> the one applier linked to it (Applier.claim)
         self.relays: set[Relay] = set()
         self.links: set[Conn] = set()    # every inbound replication link, from accept (relays: subscribed ones)
         self.link_guard = LinkGuard()    # bounds on links still in their handshake (node/applier/accept.py)
@@ -79,10 +83,10 @@ class Node:
         self.lease = None    # node.identity.lease_node.LeaseIdentity when identity = "lease"
         self.life = Lifecycle(self)   # identity files, join protocol (node/lifecycle.py)
         self.cluster_shutdown = ClusterShutdown(self)   # orderly cluster shutdown (node/cluster_shutdown.py)
-        # subscriber uuid -> {"vclock": acked (our ids), "seen_s": wall time, "anon": bool}; holds WAL
-        self.acks: dict[str, dict] = {}
-        self._rejoining = False
-        self._prev_self_id: int | None = None
+        self.retention = Retention(self)   # who holds the WAL; checkpoints (node/retention.py)
+        self.fence = FenceKeeper(self)     # own-rows fence after a loss (node/fence.py)
+        self.rejoiner = Rejoiner(self)     # need_rejoin answers and safe rebuilds (node/rejoin.py)
+        self.peers: list[str] = list(cfg.peers)   # the replication sources in effect (PUT /v1/admin/peers)
         self.own_lsn_seen = 0   # highest lsn of our own component any peer said it holds
         self.task_failures: dict[str, dict] = {}   # task name -> {"failures", "error"} (note_failure)
 
@@ -119,6 +123,7 @@ class Node:
         if self.lease:
             self.lease.check_peer(theirs)
         self.life.observe_greeting(theirs)
+        self.fence.on_greeting(theirs)
         vu = theirs.get("vclock_uuid")
         own = vu.get(self.uuid) if isinstance(vu, dict) else None
         if isinstance(own, int) and own > self.own_lsn_seen:
@@ -184,6 +189,7 @@ class Node:
         os.makedirs(self.data_dir, exist_ok=True)
         self.life.lock_data_dir()
         file_uuid = self.life.open_identity()    # a damaged identity file ends start-up here
+        finish_interrupted(self.data_dir)        # a rejoin cut short: its new store, or the old one
         self.store = Store(os.path.join(self.data_dir, "store"), sync=(cfg.wal_mode == "fsync"))
         self.uuid = self.store.get_meta("uuid") or ""
         if self.uuid and file_uuid and self.uuid != file_uuid:
@@ -198,6 +204,9 @@ class Node:
             self._wipe_partial_join()
         else:
             self._check_store_matches()
+            loss = None if self.store.get_meta("anon") else self.fence.loss_at_open(wal_present(self.wal_dir))
+            if loss is not None:
+                self.fence.set(loss)
             self._open_bootstrapped()
             self.life.after_open()
         self.http_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5))
@@ -214,6 +223,8 @@ class Node:
             log.warning("node: %s", exposed)
         self.spawn(self._start_replication(), "start-replication")
         self.supervise("checkpoint", self._checkpoint_loop)
+        self.supervise("own-rows-fence", self.fence.watch)
+        self.supervise("rejoin", self.rejoiner.watch)
 
     def _wipe_partial_join(self) -> None:
         if self.store.spaces or len(self.store.table) or os.path.isdir(self.wal_dir):
@@ -243,9 +254,11 @@ class Node:
             wal = WalWriter(self.wal_dir, self.cfg.wal_mode, self.uuid, segment_bytes_max=self.cfg.segment_bytes_max)
             wal.open_last(res.last_valid_end)
         self.core = NodeCore(self.uuid, store.table.copy(), store.vclock, hlc_last=res.hlc_last,
-                             spaces=store.space_flags())
+                             spaces=store.space_flags(), own_history_lsn=int(store.get_meta("own_history_lsn") or 0))
+        self.fence.restore()
+        self.fence.mark_running(True)
         self.core.knowledge = store.load_knowledge()
-        self.acks = store.get_meta("acks") or {}
+        self.retention.load()
         self.journal = Journal(self.core, store, wal, self.on_fatal)
         self.journal.start()
         log.info("node: store open; vclock %s; %d members", store.vclock, len(store.table))
@@ -262,7 +275,7 @@ class Node:
                 await self.life.initialize_from_store()   # Qpid: wait for N, clean/dirty, wrong store
                 if not cfg.anon and self.core.anon:
                     await self._register_anon()
-        except (Aborted, IdentityFileError) as e:
+        except (Aborted, IdentityFileError, ConfigError) as e:   # ConfigError: a must-match option differs
             self.life.abort(e)
             return
         if self.lease:
@@ -270,7 +283,7 @@ class Node:
         await self.life.go_active()
         self.status, self.status_reason = "running", ""
         tune_gc()
-        self.set_peers(list(cfg.peers))
+        self.set_peers(list(self.peers))
 
     async def _bootstrap_new_cluster(self, initial: InitialSignature | None = None) -> None:
         """Found a cluster; `initial` (cluster uuid, creation time, founders) is its initial
@@ -300,7 +313,7 @@ class Node:
     async def _bootstrap_anon(self) -> None:
         self.status, self.status_reason = "joining", "fetching a snapshot (anonymous)"
         while True:
-            for address in self.cfg.peers:
+            for address in self.peers:
                 try:
                     conn, theirs = await open_link(self, self.http_session, address)
                 except (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
@@ -319,43 +332,30 @@ class Node:
                     await conn.close()
             await asyncio.sleep(0.5)
 
-    async def _fetch_snapshot(self, conn, theirs: dict, *, join: bool) -> None:
+    async def _fetch_snapshot(self, conn, theirs: dict, *, join: bool, existed: bool = False) -> None:
         """Install the donor's snapshot. join=True: JOIN was sent and REGISTERED received
-        already (Lifecycle.join_via); otherwise FETCH_SNAPSHOT is sent here."""
+        already (Lifecycle.join_via); otherwise FETCH_SNAPSHOT is sent here. `existed`: this
+        uuid was a member before (identity kept, store lost): the store is fenced (node/fence.py)."""
         if not join:
             await conn.send(m.FETCH_SNAPSHOT)
-        snap = await conn.expect(m.SNAPSHOT, timeout=60)
-        vclock = m.vclock_from_wire(snap["vclock"])
-        cluster = [list(r) for r in snap["cluster"]]
-        self.store.install_snapshot({"cluster_name": theirs["cluster_name"]}, snap["spaces"], cluster, vclock)
-        n = 0
-        while True:
-            msg = await conn.expect(m.SNAPSHOT_ROWS, m.SNAPSHOT_END, timeout=60)
-            if msg.type == m.SNAPSHOT_END:
-                break
-            if msg["space"] not in snap["spaces"]:
-                raise RemoteProtocolError(f"snapshot rows for unknown space {msg['space']!r}")
-            wall = self.wall_us()
-            for key, rec in msg["rows"]:     # the HLC is raised by each record's: not past the offset bound
-                why = timestamp_ahead_error(rec[3], wall)
-                if why is not None:
-                    raise RemoteProtocolError(f"snapshot record {msg['space']}/{key[:40]} refused: {why}")
-            self.store.install_records(msg["space"], msg["rows"])
-            n += len(msg["rows"])
-        await conn.send(m.BYE)
+        vclock, n = await receive_snapshot(conn, theirs, self.store, self.wall_us)
         if join:
             if self.store.table.get(self.uuid) is None:
                 raise RemoteProtocolError("the donor's snapshot does not register this node")
+            me = self.store.table.get(self.uuid)
+            if me is not None and self.store.vclock.get(me.id):
+                existed = True       # the snapshot already holds rows of this node's own origin
         else:
-            prev = self._prev_self_id
-            my_id = prev if prev and self.store.table.by_id(prev) is None else self.store.table.lowest_free_id()
-            me = Member(self.uuid, my_id, self.cfg.address, STATE_ANON)
+            me = Member(self.uuid, self.store.table.lowest_free_id(), self.cfg.address, STATE_ANON)
             self.store.put_cluster_member(me)
         initial = initial_from_wire((theirs.get("store") or {}).get("initial"))
         if initial is not None:   # the cluster's initial signature, set once at its creation
             self.store.set_meta(created_s=initial.created_s, founders=list(initial.founders),
                                 initial_signature=initial_to_wire(initial))
         self.store.set_meta(anon=not join, store_status="dirty")
+        if join and existed:
+            self.fence.set(f"this node ({self.uuid}) rejoined with an empty store: its peers may hold rows it wrote "
+                           "before")
         self.store.set_meta(cluster_uuid=theirs["cluster_uuid"])   # last: a store is non-empty from here on
         self._open_bootstrapped()
         self.life.after_open()
@@ -370,9 +370,15 @@ class Node:
         await self.life.register_anon()
 
     # --- run-time changes ----------------------------------------------------------------
+    def configure_peers(self, peers: list[str]) -> list[asyncio.Task]:
+        """The replication sources from now on (PUT /v1/admin/peers); see set_peers."""
+        self.peers = list(dict.fromkeys(peers))
+        return self.set_peers(self.peers)
+
     def set_peers(self, peers: list[str]) -> list[asyncio.Task]:
-        """Replace the replication sources; returns the tasks stopping removed appliers
-        (awaited by `PUT /v1/admin/peers` so the answer means the links are down)."""
+        """Make the appliers exactly `peers` (one per address; two addresses of one member keep
+        one link: Applier.claim); returns the tasks stopping removed appliers (awaited by
+        `PUT /v1/admin/peers` so the answer means the links are down)."""
         stopping = []
         for addr in list(self.appliers):
             if addr not in peers:
@@ -391,92 +397,44 @@ class Node:
             await self.journal.submit([txn])
         return local_id
 
-    def on_ack(self, relay: Relay) -> None:
-        """A subscriber acknowledged rows: its position holds the WAL (see node/wal/gc.py)."""
-        self.acks[relay.uuid] = {"vclock": dict(relay.acked), "seen_s": time.time(), "anon": relay.anon}
-
-    # --- checkpoints and WAL retention ------------------------------------------------------
+    # --- checkpoints and WAL retention (node/retention.py) --------------------------------------
     async def _checkpoint_loop(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.checkpoint_interval_s)
-            if self.journal is not None and self.journal.wal is not None and not self._rejoining:
+            if self.journal is not None and self.journal.wal is not None and not self.rejoiner.running:
                 await self.checkpoint()
             gc.collect()    # with the raised thresholds, cyclic garbage is reclaimed here at the latest
 
     async def checkpoint(self) -> list[str]:
-        """Sync the store, then remove WAL segments nobody needs any more."""
-        from node.wal.gc import collectable, keep_vclock
-        assert not fault("checkpoint_bug"), "fault point checkpoint_bug"
-        store, core = self.store, self.core
-        synced = store.vclock.to_dict()          # everything up to here is durable after sync()
-        await asyncio.get_running_loop().run_in_executor(None, store.sync)
-        now = time.time()
-        positions = []
-        for uuid, a in self.acks.items():
-            if a.get("anon"):
-                if now - a["seen_s"] <= self.cfg.anon_ttl_s:
-                    positions.append(a["vclock"])
-            else:
-                mem = core.table.get(uuid)
-                if mem is not None and mem.state != STATE_EXPELLED:
-                    positions.append(a["vclock"])
-        keep = keep_vclock(synced, positions)
-        removable, gc_vclock = collectable(self.wal_dir, keep)
-        reading = {r.cursor.segment for r in self.relays if r.cursor.segment}
-        kept_from = next((i for i, n in enumerate(removable) if n in reading), None)
-        if kept_from is not None:
-            removable = removable[:kept_from]
-            gc_vclock = None if not removable else gc_vclock
-        for name in removable:
-            os.unlink(os.path.join(self.wal_dir, name))
-        if removable:
-            from node.wal.reader import list_segments, read_header
-            first = list_segments(self.wal_dir)[0]
-            gc_vclock = read_header(os.path.join(self.wal_dir, first)).vclock
-            store.set_meta(gc_vclock=gc_vclock)
-            log.info("checkpoint: removed %d WAL segments; oldest kept starts at %s", len(removable), gc_vclock)
-        store.set_meta(acks=self.acks)
-        return removable
+        return await self.retention.checkpoint()
 
-    # --- rejoin -------------------------------------------------------------------------------
-    def schedule_rejoin(self, address: str, reason: str) -> None:
-        """An upstream collected WAL this node still needs: start again from a snapshot,
-        keeping this node's uuid (and, on the masters, its id)."""
-        if self._rejoining:
-            return
-        self._rejoining = True
-        self.spawn(self._rejoin(address, reason), "rejoin")
-
-    async def _rejoin(self, address: str, reason: str) -> None:
-        log.warning("node: rejoining from a snapshot: %s", reason)
-        self.status, self.status_reason = "rejoining", reason
-        anon = self.core.anon
-        self._prev_self_id = self.core.self_id
-        for a in list(self.appliers.values()):
-            await a.stop()
-        self.appliers.clear()
-        for r in list(self.relays):
-            await r.conn.close()
+    # --- rejoin (node/rejoin.py) and the own-rows fence (node/fence.py) -------------------------
+    async def reopen_after_rejoin(self, swap) -> None:
+        """The rejoin's new store is complete: close everything that reads the old one, swap it
+        in, and start again from it."""
+        for c in list(self.links):
+            await c.close()                   # relays read the old WAL
         await self.journal.stop()
         self.journal, self.core = None, None
-        self._wipe_store()
-        if anon:
-            await self._bootstrap_anon()
-        else:
-            await self._join_or_bootstrap()
-        self._rejoining = False
+        self.store.close()
+        swap(self.data_dir)
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"))
+        self._open_bootstrapped()
+        self.life.after_open()
+        self.journal.wal and self.journal.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
         self.status, self.status_reason = "running", ""
-        self.set_peers(list(self.cfg.peers))
-        log.info("node: rejoined; vclock %s", self.core.vclock)
+        self.set_peers(list(self.peers))
+
+    def after_fence(self) -> None:
+        """The fence was lifted: what waited for a row under our own id (our new address)."""
+        me = self.core.table.get(self.uuid)
+        if me is not None and me.state == STATE_MEMBER and me.address != self.cfg.address and self.status == "running":
+            self.spawn(self.register_member(self.uuid, self.cfg.address), "own-address")
 
     # --- client writes ---------------------------------------------------------------------
     async def write(self, ops: list[Op]) -> dict:
         if self.status != "running" or self.core is None:
             raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
-        have = self.core.claimed.get(self.core.self_id)
-        if have < self.own_lsn_seen:
-            raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}.."
-                              f"{self.own_lsn_seen}) are still coming back from its peers; retry shortly")
         local_ops, repl_ops = [], []
         for op in ops:
             if op.kind == OP_SPACE:
@@ -489,6 +447,13 @@ class Node:
         if repl_ops and (self.cfg.read_only or self.core.anon):
             why = "an anonymous replica" if self.core.anon else "read_only"
             raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
+        if repl_ops:     # rows under our own id (local spaces' rows never leave this node)
+            if self.core.fence is not None and not self.fence.try_lift():
+                raise ClientError(503, "own_rows_unconfirmed", self.core.fence_state()[1])
+            have = self.core.claimed.get(self.core.self_id)
+            if have < self.own_lsn_seen:
+                raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}.."
+                                  f"{self.own_lsn_seen}) are still coming back from its peers; retry shortly")
         txns = []
         now = self.wall_us()
         if repl_ops:
@@ -505,6 +470,9 @@ class Node:
             raise ClientError(503, "not_ready", f"node is {self.status}")
         if core.anon or self.cfg.read_only:
             raise ClientError(409, "read_only", "expel needs a writable member")
+        if core.fence is not None:
+            raise ClientError(503, "own_rows_unconfirmed", "this node does not write under its own id yet (" +
+                              core.fence_state()[1] + "); expel through another member")
         mem = core.table.get(uuid)
         if mem is None:
             raise ClientError(404, "no_such_member", f"{uuid} is not in _cluster")
@@ -539,6 +507,9 @@ class Node:
             "lease": self.lease.info() if self.lease else None,
             "wal": self._wal_info(),
             "tasks": self.task_failures,
+            "own_rows_fence": self.fence.info(),
+            "rejoin": {"needed_by": sorted(self.rejoiner.need), "blocked": self.rejoiner.blocked} if self.rejoiner.need
+            else None,
         }
 
     def _wal_info(self) -> dict:
@@ -607,6 +578,7 @@ class Node:
             await step("lease release", self.lease.release())
         if self.store:
             try:
+                self.fence.mark_running(False)
                 self.cluster_shutdown.on_stop()   # an agreed cluster shutdown marks the store clean
                 self.store.sync()
                 self.store.close()

@@ -47,6 +47,7 @@ class Conn:
         self.bytes_in = 0
         self.bytes_out = 0
         self.session: sess.Session | None = None    # set once the handshake succeeded
+        self.greeting: dict | None = None           # the peer's greeting, once received
         # an applier's link: ROWS messages the scanner takes arrive as {"scan": ...}
         self.scan_rows: Callable[[bytes], Any] | None = None
 
@@ -66,8 +67,11 @@ class Conn:
 
     async def recv(self, timeout: float = limits.peer_timeout_s) -> m.Message:
         try:
-            msg = await asyncio.wait_for(self.ws.receive(), timeout)
-        except asyncio.TimeoutError:
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
+            # arrives as the message does, and a stopped applier would then stream on.
+            async with asyncio.timeout(timeout):
+                msg = await self.ws.receive()
+        except TimeoutError:
             raise RemoteProtocolError(f"{self.peer}: no message for {timeout:.0f} s") from None
         if msg.type == aiohttp.WSMsgType.BINARY:
             data = msg.data
@@ -95,9 +99,9 @@ class Conn:
             raise RemoteProtocolError(f"{self.peer}: expected {want}, got {msg.name}")
         return msg
 
-    async def refuse(self, code: str, message: str) -> None:
+    async def refuse(self, code: str, message: str, **fields: Any) -> None:
         try:
-            await self.send(m.ERROR, code=code, message=message)
+            await self.send(m.ERROR, code=code, message=message, **fields)
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             pass
 
@@ -152,7 +156,7 @@ def check_greeting(mine: dict, theirs: dict, peer: str, authenticated: str | Non
         raise PeerRefused("wrong_cluster", f"{peer} belongs to cluster {theirs['cluster_uuid']}, "
                           f"this node to {mine['cluster_uuid']} (wrong store)")
     if mine["cluster_name"] != theirs["cluster_name"]:
-        raise PeerRefused("cluster_name", f"{peer} has cluster_name {theirs['cluster_name']!r}, "
+        raise _must_match("cluster_name", mine["cluster_name"], f"{peer} has cluster_name {theirs['cluster_name']!r}, "
                           f"this node {mine['cluster_name']!r}")
     if mine["options_digest"] != theirs["options_digest"]:
         ours, others = mine.get("options") or {}, theirs.get("options") or {}
@@ -162,8 +166,16 @@ def check_greeting(mine: dict, theirs: dict, peer: str, authenticated: str | Non
         if name is None:
             raise PeerRefused("options", f"{peer} has different must-match options (digest "
                               f"{theirs['options_digest']}, this node {mine['options_digest']})")
-        raise PeerRefused("options", f"{peer} has different must-match options: {name} is {others.get(name)!r} "
-                          f"there, {ours.get(name)!r} here")
+        raise _must_match(name, ours.get(name), f"{peer} has different must-match options: {name} is "
+                          f"{others.get(name)!r} there, {ours.get(name)!r} here")
+
+
+def _must_match(option: str, value: Any, message: str) -> PeerRefused:
+    """A must-match option differs: the refusal says which and the refuser's value, so that the
+    node that starts with the other value can stop naming both (Lifecycle.check_must_match)."""
+    e = PeerRefused("cluster_name" if option == "cluster_name" else "options", message)
+    e.body = {"option": option, "value": value}
+    return e
 
 
 async def connect(session: aiohttp.ClientSession, address: str, tls: ssl.SSLContext | None = None) -> Conn:

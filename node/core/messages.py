@@ -15,7 +15,9 @@ Conversation (client = the subscribing node, server = the relay; node/core/sessi
   S: REGISTERED {id} | ERROR register_rejected      (JOIN, REGISTER; node/lifecycle.py)
   S: SNAPSHOT {meta} SNAPSHOT_ROWS* SNAPSHOT_END   (JOIN, FETCH_SNAPSHOT)
   S: SUBSCRIBED {vclock}  then ROWS {frames} / HEARTBEAT   (SUBSCRIBE)
-  C: ACK {vclock}                                   in the relay's ids
+  C: ACK {vclock, durable}                          in the relay's ids: applied, and on disk
+                                                    (durable holds the relay's WAL; an older
+                                                    peer sends vclock alone)
   S: SHUTDOWN_OK {status, ...} | ERROR              (SHUTDOWN {phase, shutdown_id, final?}: one
                                                     step of an orderly cluster shutdown)
 Vclocks on the wire are maps {id: lsn} in the *receiver's* id space.
@@ -204,7 +206,8 @@ _CHECKS: dict[int, Callable[[dict], str | None]] = {
     GREETING: validate.greeting_error,
     SUBSCRIBE: lambda b: validate.vclock_error(b["vclock"]),
     SUBSCRIBED: lambda b: validate.vclock_error(b["vclock"]),
-    ACK: lambda b: validate.vclock_error(b["vclock"]),
+    ACK: lambda b: validate.vclock_error(b["vclock"]) or (
+        validate.vclock_error(b["durable"]) if "durable" in b else None),
     SNAPSHOT: validate.snapshot_error,
     SNAPSHOT_ROWS: validate.snapshot_rows_error,
     REGISTERED: lambda b: None if 1 <= b["id"] <= limits.replica_id_max else "id out of range",

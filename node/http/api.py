@@ -283,7 +283,10 @@ async def put_peers(request: web.Request) -> web.Response:
     node = _node(request)
     if node.status != "running":
         raise ClientError(503, "not_ready", f"node is {node.status}")
-    stopping = node.set_peers(list(dict.fromkeys(body["peers"])))
+    for p in body["peers"]:
+        if p in (node.cfg.address, node.cfg.listen):
+            raise ClientError(400, "bad_peers", f"peers: {p} is this node itself")
+    stopping = node.configure_peers(body["peers"])
     if stopping:
         await asyncio.wait(stopping, timeout=limits.shutdown_deadline_s)
     return reply(request, {"peers": list(node.appliers)})

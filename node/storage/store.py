@@ -77,6 +77,9 @@ class Store:
             self._dbs[name] = self.env.open_db(b"s:" + name.encode())
         self.table = self.load_cluster()
         self.vclock = VClock(self.get_meta("vclock") or {})
+        # own `_cluster` rows at or below this lsn are an earlier incarnation's (node.core.apply);
+        # all of them while the own-rows fence stands (node/fence.py)
+        self.own_history_lsn = limits.lsn_max if self.get_meta("own_fence") else int(self.get_meta("own_history_lsn") or 0)
 
     # --- meta --------------------------------------------------------------------
     def get_meta(self, key: str) -> Any:
@@ -249,6 +252,22 @@ class Store:
         finally:
             t.abort()
 
+    def meta_items(self) -> dict[str, Any]:
+        with self.env.begin(db=self._meta) as t:
+            return {k.decode(): _unpack(v) for k, v in t.cursor()}
+
+    def records(self, space: str, chunk_rows: int = limits.snapshot_chunk_rows_max) -> Iterator[list[list]]:
+        """Every record of a space (tombstones too) as [[key, record], ...] chunks."""
+        with self.env.begin(db=self._db(space)) as t:
+            chunk: list[list] = []
+            for k, v in t.cursor():
+                chunk.append([k.decode(), _unpack(v)])
+                if len(chunk) >= chunk_rows:
+                    yield chunk
+                    chunk = []
+            if chunk:
+                yield chunk
+
     def count(self, space: str) -> int:
         with self.env.begin(db=self._dbs[space]) as t:
             return t.stat(self._dbs[space])["entries"]
@@ -263,11 +282,12 @@ class Store:
 class _TxnView:
     """The StateView of node.core.apply over one LMDB write transaction; it notes what it changed
     in memory, for Store.apply to undo if the transaction is aborted."""
-    __slots__ = ("s", "t", "table", "vclock", "created", "members_changed")
+    __slots__ = ("s", "t", "table", "vclock", "created", "members_changed", "own_history_lsn")
 
     def __init__(self, store: Store, t):
         self.s, self.t = store, t
         self.table, self.vclock = store.table, store.vclock
+        self.own_history_lsn = store.own_history_lsn
         self.created: list[str] = []
         self.members_changed = False
 
