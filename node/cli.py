@@ -60,6 +60,9 @@ SERVE_FLAGS: list[tuple[str, dict]] = [
     ("--tls-key-file", {"dest": "tls_key_file"}),
     ("--tls-ca-file", {"dest": "tls_ca_file"}),
     ("--tls-client-auth", {"dest": "tls_client_auth", "action": "store_const", "const": True}),
+    ("--map-size", {"dest": "map_size", "help": "LMDB map size in bytes: the store's largest size"}),
+    ("--disk-reserve-bytes", {"dest": "disk_reserve_bytes",
+                              "help": "writes are refused (507 no_space) while less than this is free on the data dir's disk"}),
 ]
 
 

@@ -32,13 +32,14 @@ from node.core.replicaset import NodeCore, cluster_op
 from node.core.validate import timestamp_ahead_error
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_SPACE, Op
 from node.core.vclock import VClock
-from node.errors import ClientError, PeerRefused, RemoteProtocolError, StorageError
+from node.errors import ClientError, NoSpaceError, PeerRefused, RemoteProtocolError, StorageError
 from node.identity.identity_file import IdentityFileError
 from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
 from node.cluster_shutdown import ClusterShutdown
 from node.journal import Journal
 from node.faults import fault, install_fault_points
 from node.lifecycle import Aborted, Lifecycle
+from node.storage.space import SpaceWatch
 from node.storage.store import Store
 from node.wal.recovery import recover
 from node.wal.writer import WalWriter
@@ -85,6 +86,8 @@ class Node:
         self._prev_self_id: int | None = None
         self.own_lsn_seen = 0   # highest lsn of our own component any peer said it holds
         self.task_failures: dict[str, dict] = {}   # task name -> {"failures", "error"} (note_failure)
+        # the NOSPACE alarm: writes refused with 507 while the disk or the map is full (node/storage/space.py)
+        self.space = SpaceWatch([], cfg.disk_reserve_bytes, lambda: self.store)
 
     # --- small helpers ---------------------------------------------------------------
     def extra_metrics(self) -> list:
@@ -184,7 +187,9 @@ class Node:
         os.makedirs(self.data_dir, exist_ok=True)
         self.life.lock_data_dir()
         file_uuid = self.life.open_identity()    # a damaged identity file ends start-up here
-        self.store = Store(os.path.join(self.data_dir, "store"), sync=(cfg.wal_mode == "fsync"))
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(cfg.wal_mode == "fsync"), map_size=cfg.map_size)
+        self.space.paths = [self.store.path, self.wal_dir, self.data_dir]
+        self.space.sample()
         self.uuid = self.store.get_meta("uuid") or ""
         if self.uuid and file_uuid and self.uuid != file_uuid:
             raise StorageError(f"identity files in {self.data_dir} name uuid {file_uuid}, the store {self.uuid}")
@@ -214,6 +219,7 @@ class Node:
             log.warning("node: %s", exposed)
         self.spawn(self._start_replication(), "start-replication")
         self.supervise("checkpoint", self._checkpoint_loop)
+        self.supervise("space-watch", self.space.run)
 
     def _wipe_partial_join(self) -> None:
         if self.store.spaces or len(self.store.table) or os.path.isdir(self.wal_dir):
@@ -226,7 +232,8 @@ class Node:
         self.store.close()
         shutil.rmtree(os.path.join(self.data_dir, "store"), ignore_errors=True)
         shutil.rmtree(self.wal_dir, ignore_errors=True)
-        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"))
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"),
+                           map_size=self.cfg.map_size)
         self.store.set_meta(uuid=uid)
 
     def _check_store_matches(self) -> None:
@@ -246,7 +253,7 @@ class Node:
                              spaces=store.space_flags())
         self.core.knowledge = store.load_knowledge()
         self.acks = store.get_meta("acks") or {}
-        self.journal = Journal(self.core, store, wal, self.on_fatal)
+        self.journal = Journal(self.core, store, wal, self.on_fatal, space=self.space)
         self.journal.start()
         log.info("node: store open; vclock %s; %d members", store.vclock, len(store.table))
 
@@ -426,16 +433,23 @@ class Node:
         kept_from = next((i for i, n in enumerate(removable) if n in reading), None)
         if kept_from is not None:
             removable = removable[:kept_from]
-            gc_vclock = None if not removable else gc_vclock
+        if removable:
+            from node.wal.reader import list_segments, read_header
+            first = list_segments(self.wal_dir)[len(removable)]
+            gc_vclock = read_header(os.path.join(self.wal_dir, first)).vclock
+            try:     # recorded before the files go: a subscriber behind it is told to rejoin, never given a gap
+                store.set_meta(gc_vclock=gc_vclock)
+            except NoSpaceError as e:
+                log.warning("checkpoint: no room to record the WAL's new start (%s); collection waits", e)
+                removable = []
         for name in removable:
             os.unlink(os.path.join(self.wal_dir, name))
         if removable:
-            from node.wal.reader import list_segments, read_header
-            first = list_segments(self.wal_dir)[0]
-            gc_vclock = read_header(os.path.join(self.wal_dir, first)).vclock
-            store.set_meta(gc_vclock=gc_vclock)
             log.info("checkpoint: removed %d WAL segments; oldest kept starts at %s", len(removable), gc_vclock)
-        store.set_meta(acks=self.acks)
+        try:
+            store.set_meta(acks=self.acks)
+        except NoSpaceError as e:
+            log.warning("checkpoint: no room to record the subscribers' positions (%s)", e)
         return removable
 
     # --- rejoin -------------------------------------------------------------------------------
@@ -473,6 +487,7 @@ class Node:
     async def write(self, ops: list[Op]) -> dict:
         if self.status != "running" or self.core is None:
             raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
+        self.refuse_without_room()
         have = self.core.claimed.get(self.core.self_id)
         if have < self.own_lsn_seen:
             raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}.."
@@ -499,10 +514,17 @@ class Node:
         t = txns[0]
         return {"lsn": t.last_lsn, "vclock": {str(k): v for k, v in self.core.vclock.items()}}
 
+    def refuse_without_room(self) -> None:
+        """While the NOSPACE alarm is raised a write is refused before it claims anything."""
+        alarm = self.space.alarm
+        if alarm is not None:
+            raise ClientError(507, "no_space", f"writes are refused until there is room: {alarm}")
+
     async def expel(self, uuid: str) -> dict:
         core = self.core
         if core is None or self.status != "running":
             raise ClientError(503, "not_ready", f"node is {self.status}")
+        self.refuse_without_room()
         if core.anon or self.cfg.read_only:
             raise ClientError(409, "read_only", "expel needs a writable member")
         mem = core.table.get(uuid)
@@ -539,6 +561,7 @@ class Node:
             "lease": self.lease.info() if self.lease else None,
             "wal": self._wal_info(),
             "tasks": self.task_failures,
+            "space": self.space.now(),
         }
 
     def _wal_info(self) -> dict:

@@ -301,8 +301,13 @@ async def post_shutdown(request: web.Request) -> web.Response:
 
 async def get_health(request: web.Request) -> web.Response:
     node = _node(request)
+    space = node.space
+    space.sample()                       # a few microseconds: health tells what is true now
+    if node.status == "running" and space.alarm is not None:   # reads are served, writes are not (etcd's NOSPACE)
+        return reply(request, {"status": "no_space", "reason": space.alarm, "alarms": space.info()["alarms"]}, 503)
     if node.status == "running":
-        return reply(request, {"status": "ok"})
+        warnings = space.warnings()
+        return reply(request, {"status": "ok", **({"warnings": warnings} if warnings else {})})
     return reply(request, {"status": node.status, "reason": node.status_reason}, 503)
 
 
