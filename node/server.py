@@ -88,6 +88,7 @@ class Node:
         self.task_failures: dict[str, dict] = {}   # task name -> {"failures", "error"} (note_failure)
         # the NOSPACE alarm: writes refused with 507 while the disk or the map is full (node/storage/space.py)
         self.space = SpaceWatch([], cfg.disk_reserve_bytes, lambda: self.store)
+        self.backups: list = []      # node.ops.backup.BackupJob in progress (POST /v1/admin/backup)
 
     # --- small helpers ---------------------------------------------------------------
     def extra_metrics(self) -> list:
@@ -427,6 +428,8 @@ class Node:
                 mem = core.table.get(uuid)
                 if mem is not None and mem.state != STATE_EXPELLED:
                     positions.append(a["vclock"])
+        from node.ops.backup import wal_holds
+        positions += wal_holds(self.data_dir)       # backups copying the WAL (node/backup.py)
         keep = keep_vclock(synced, positions)
         removable, gc_vclock = collectable(self.wal_dir, keep)
         reading = {r.cursor.segment for r in self.relays if r.cursor.segment}
