@@ -83,6 +83,9 @@ class Journal:
         self.pending_rows = 0       # rows queued, not yet durable: appliers pause above a bound
         # (segment, end offset) of whole durable frames: relays never read past it
         self.position: Position = (wal.segment, wal.end) if wal else (None, 0)
+        # ... and of whole frames the store has applied too: every row before it is in the store
+        # (a backup replays its copy of the store from here: node/ops/backup.py)
+        self.applied: Position = self.position
         # the tail (module comment): kept only while somebody listens
         self.tail: deque[TailChunk] = deque()
         self.tail_bytes = 0
@@ -245,6 +248,7 @@ class Journal:
                     tops = await self._wait_for_room(batch, parts, e, wal_done=False)
                 if isinstance(tops, NoSpaceError):              # the store: the WAL holds the batch
                     tops = await self._wait_for_room(batch, parts, tops, wal_done=True)
+                self.applied = self.position
                 self.core.commit_tops(tops)
                 self.batches += 1
                 self.txns_written += ntxn

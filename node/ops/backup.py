@@ -44,7 +44,7 @@ from node.errors import ReplogError, StorageError
 from node.identity.identity_file import IDENTITY_FILE
 from node.storage.store import STORE_FORMAT_VERSION, Store, copy_store
 from node.wal import format as walfmt
-from node.wal.reader import list_segments
+from node.wal.reader import list_segments, read_header
 from node.wal.recovery import recover
 from node.wal.writer import fsync_dir as fsync_path    # opens read-only and fsyncs: files and directories
 
@@ -176,6 +176,9 @@ class BackupJob:
         self.segments: list[dict[str, Any]] = []     # {"name", "bytes", "crc32c"} as copied
         self.point: tuple[str | None, int] | None = None
         self.point_s: float | None = None           # wall time the point was chosen
+        # inside the node: the journal's applied position before the store copy; every row before
+        # it is in the copy, so recovering the copy reads the WAL from there only
+        self.replay_from: tuple[str | None, int] | None = None
         self.seconds: dict[str, float] = {}
         self.started_s = time.time()
 
@@ -237,8 +240,8 @@ class BackupJob:
         ident = os.path.join(self.data_dir, IDENTITY_FILE)
         if os.path.isfile(ident):
             shutil.copyfile(ident, os.path.join(self.tmp, IDENTITY_FILE))
-        files = {}
-        for rel in ["store/data.mdb", IDENTITY_FILE] + [f"wal/{s['name']}" for s in self.segments]:
+        files = {f"wal/{s['name']}": {"bytes": s["bytes"], "crc32c": s["crc32c"]} for s in self.segments}
+        for rel in ("store/data.mdb", IDENTITY_FILE):     # the WAL copies were checksummed and synced as made
             path = os.path.join(self.tmp, rel)
             if os.path.isfile(path):
                 files[rel] = {"bytes": os.path.getsize(path), "crc32c": file_crc(path)}
@@ -272,12 +275,23 @@ class BackupJob:
                 raise BackupError(409, "not_bootstrapped", f"{self.data_dir}: the store holds no cluster yet "
                                   "(a node that has not joined): nothing to back up")
             store_vclock = by_uuid(store, store.vclock.to_dict())
-            res = recover(store, os.path.join(self.tmp, "wal"), uuid)
+            if self.replay_from is None:
+                self.replay_from = self._first_needed(store.vclock.to_dict())
+            view = self._replay_view()
+            try:
+                res = recover(store, view or os.path.join(self.tmp, "wal"), uuid)
+            finally:
+                if view:
+                    shutil.rmtree(view)
             if res.torn and self.segments:
                 name, offset = res.torn[-1]
-                os.truncate(os.path.join(self.tmp, "wal", name), offset)   # an unacknowledged write
+                if self.replay_from[0] == name and self.replay_from[1]:
+                    raise StorageError(f"backup of {self.data_dir}: a torn frame before the journal's durable "
+                                       f"position in {name}")
+                path = os.path.join(self.tmp, "wal", name)
+                os.truncate(path, offset)                  # an unacknowledged write
                 seg = next(s for s in self.segments if s["name"] == name)
-                seg["bytes"] = offset
+                seg["bytes"], seg["crc32c"] = offset, file_crc(path)
                 self.point = (name, offset)
             store.sync()
             vclock = store.vclock.to_dict()
@@ -291,6 +305,53 @@ class BackupJob:
                     "local_lsn": vclock.get(0, 0), "replayed_txns": res.replayed_txns}
         finally:
             store.close()
+
+    def _first_needed(self, vclock: dict[int, int]) -> tuple[str | None, int] | None:
+        """From outside the node: the last copied segment that starts at or below the store copy's
+        vclock (every row before it is in the copy), from its first frame; None if there is none."""
+        wal = os.path.join(self.tmp, "wal")
+        first = None
+        for s in self.segments:
+            start = read_header(os.path.join(wal, s["name"])).vclock
+            if any(lsn > vclock.get(rid, 0) for rid, lsn in start.items()):
+                break
+            first = (s["name"], 0)
+        return first
+
+    def _replay_view(self) -> str | None:
+        """A WAL dir for recovering the copy that holds only what the copy may lack: the segment of
+        `replay_from` from that frame on (its header kept, so it is a segment), and the later ones.
+        None: recover from every copied segment (a backup from outside knows no such position)."""
+        if self.replay_from is None:
+            return None
+        seg, off = self.replay_from
+        names = [s["name"] for s in self.segments]
+        if seg is not None and seg not in names:
+            return None
+        view = os.path.join(self.tmp, "replay")
+        os.makedirs(view)
+        wal = os.path.join(self.tmp, "wal")
+        for name in names:
+            if seg is not None and walfmt.segment_signature(name) < walfmt.segment_signature(seg):
+                continue                        # wholly applied before the store was copied
+            if name != seg:
+                os.link(os.path.join(wal, name), os.path.join(view, name))
+                continue
+            fd = os.open(os.path.join(wal, name), os.O_RDONLY)
+            try:
+                head = os.pread(fd, len(walfmt.SEGMENT_MAGIC) + 8, 0)      # magic, length, crc32c
+                header = os.pread(fd, len(head) + int.from_bytes(head[-8:-4], "little"), 0)
+                size = os.fstat(fd).st_size
+                with open(os.path.join(view, name), "wb") as out:
+                    out.write(header)
+                    pos = max(off, len(header))
+                    while pos < size:
+                        chunk = os.pread(fd, min(limits.backup_copy_chunk_bytes, size - pos), pos)
+                        out.write(chunk)
+                        pos += len(chunk)
+            finally:
+                os.close(fd)
+        return view
 
     def _close_fds(self) -> None:
         for fd in self._fds.values():
@@ -343,6 +404,8 @@ async def backup_node(node, out: str, *, compact: bool = False) -> dict:
     async def run() -> dict:
         try:
             await loop.run_in_executor(None, job.begin)
+            if node.journal.wal is not None:
+                job.replay_from = node.journal.applied     # read on the loop, before the copy starts
             await loop.run_in_executor(None, job.copy_store, node.store)
             journal = node.journal
             point = journal.position if journal.wal is not None else (None, 0)
