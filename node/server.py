@@ -40,7 +40,8 @@ from node.journal import Journal
 from node.faults import fault, install_fault_points
 from node.lifecycle import Aborted, Lifecycle
 from node.storage.space import SpaceWatch
-from node.storage.store import Store
+from node.storage.store import STORE_FORMAT_VERSION, Store
+from node.wal.format import FORMAT_VERSION as WAL_FORMAT_VERSION
 from node.wal.recovery import recover
 from node.wal.writer import WalWriter
 
@@ -565,6 +566,8 @@ class Node:
             "wal": self._wal_info(),
             "tasks": self.task_failures,
             "space": self.space.now(),
+            "versions": {"protocol": [m.PROTOCOL_VERSION_MIN, m.PROTOCOL_VERSION], "store_format": STORE_FORMAT_VERSION,
+                         "wal_format": WAL_FORMAT_VERSION},     # docs/upgrade.md
         }
 
     def _wal_info(self) -> dict:

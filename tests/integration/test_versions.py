@@ -47,6 +47,7 @@ def test_a_node_replicates_from_a_peer_of_the_previous_protocol_version(node):
         finally:
             node.set_peers([])
     assert f"speaks protocol {m.PROTOCOL_VERSION - 1}, older than this node's {m.PROTOCOL_VERSION}" in node.log_text()
+    assert node.info()["versions"]["protocol"] == [m.PROTOCOL_VERSION_MIN, m.PROTOCOL_VERSION]
 
 
 def test_a_peer_of_the_previous_protocol_version_subscribes_to_a_node(node):
