@@ -285,7 +285,7 @@ class BackupJob:
                     shutil.rmtree(view)
             if res.torn and self.segments:
                 name, offset = res.torn[-1]
-                if self.replay_from[0] == name and self.replay_from[1]:
+                if self.replay_from is not None and self.replay_from[0] == name and self.replay_from[1]:
                     raise StorageError(f"backup of {self.data_dir}: a torn frame before the journal's durable "
                                        f"position in {name}")
                 path = os.path.join(self.tmp, "wal", name)
@@ -334,17 +334,17 @@ class BackupJob:
         for name in names:
             if seg is not None and walfmt.segment_signature(name) < walfmt.segment_signature(seg):
                 continue                        # wholly applied before the store was copied
-            if name != seg:
-                os.link(os.path.join(wal, name), os.path.join(view, name))
-                continue
             fd = os.open(os.path.join(wal, name), os.O_RDONLY)
             try:
                 head = os.pread(fd, len(walfmt.SEGMENT_MAGIC) + 8, 0)      # magic, length, crc32c
                 header = os.pread(fd, len(head) + int.from_bytes(head[-8:-4], "little"), 0)
+                if name != seg or off <= len(header):          # whole: the same file, offsets and all
+                    os.link(os.path.join(wal, name), os.path.join(view, name))
+                    continue
                 size = os.fstat(fd).st_size
                 with open(os.path.join(view, name), "wb") as out:
                     out.write(header)
-                    pos = max(off, len(header))
+                    pos = off
                     while pos < size:
                         chunk = os.pread(fd, min(limits.backup_copy_chunk_bytes, size - pos), pos)
                         out.write(chunk)
