@@ -115,7 +115,7 @@ def test_a_full_map_refuses_writes_keeps_links_serves_reads_and_resumes_when_a_r
 
 
 def test_a_map_too_small_to_recover_stops_start_with_one_line_and_a_larger_one_loses_nothing(tmp_path, procs):
-    n = ReplogProcess(tmp_path, "n", extra=["--map-size", str(1 << 21)])
+    n = ReplogProcess(tmp_path, "n", extra=["--map-size", str(limits.store_map_bytes_min)])
     procs.append(n)
     n.start()
     n.create_space("kv")
@@ -135,6 +135,7 @@ def test_a_map_too_small_to_recover_stops_start_with_one_line_and_a_larger_one_l
     assert out.returncode == 1 and "Traceback" not in out.stderr, out
     lines = [ln for ln in out.stderr.splitlines() if ln.startswith("replog: error:")]
     assert len(lines) == 1 and "map is full" in lines[0] and "raise map_size" in lines[0], out.stderr
+    assert f"map_size {limits.store_map_bytes_min} bytes" in lines[0], lines
     n.extra = ["--map-size", str(1 << 26)]
     n.start()
     assert all_there(n, w.acked)
