@@ -60,6 +60,9 @@ SERVE_FLAGS: list[tuple[str, dict]] = [
     ("--tls-key-file", {"dest": "tls_key_file"}),
     ("--tls-ca-file", {"dest": "tls_ca_file"}),
     ("--tls-client-auth", {"dest": "tls_client_auth", "action": "store_const", "const": True}),
+    ("--map-size", {"dest": "map_size", "help": "LMDB map size in bytes: the store's largest size"}),
+    ("--disk-reserve-bytes", {"dest": "disk_reserve_bytes", "help": "writes are refused (507 no_space) while "
+                              "less than this is free on the data dir's disk"}),
 ]
 
 
@@ -200,6 +203,35 @@ def cmd_analyze(args: argparse.Namespace, rest: list[str]) -> int:
     return analyze_main(rest)
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    """A hot backup of a data dir (its node may be running): node/ops/backup.py."""
+    from node.ops.backup import BackupError, backup_dir
+    if not os.path.isdir(args.dir):
+        fail(f"{args.dir}: not a directory")
+    try:
+        man = backup_dir(args.dir, os.path.abspath(args.to), compact=args.compact)
+    except BackupError as e:
+        fail(e.message)
+    except (StorageError, OSError) as e:
+        fail(f"backup failed: {e}", 1)
+    print(json.dumps({k: man[k] for k in ("uuid", "cluster_uuid", "vclock", "bytes", "seconds")}, indent=2))
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """A data dir from a backup: node/ops/restore.py (the rules a restored node follows)."""
+    from node.ops.backup import BackupError
+    from node.ops.restore import restore
+    try:
+        out = restore(args.backup, args.data_dir, as_new_member=args.as_new_member)
+    except BackupError as e:
+        fail(e.message)
+    except (StorageError, OSError) as e:
+        fail(f"restore failed: {e}", 1)
+    print(json.dumps({k: out[k] for k in ("uuid", "backup_uuid", "cluster_uuid", "vclock", "data_dir")}, indent=2))
+    return 0
+
+
 def cmd_admin(args: argparse.Namespace) -> int:
     from node import admin
     return admin.main(args)
@@ -254,6 +286,18 @@ def build_parser() -> Parser:
     x.add_argument("dirs", nargs="+")
     x = asub.add_parser("mark-clean")
     x.add_argument("dir")
+
+    b = sub.add_parser("backup", help="hot backup of a data dir (its node may be running)")
+    b.add_argument("dir", help="the node's data dir")
+    b.add_argument("--to", required=True, help="a new directory for the backup")
+    b.add_argument("--compact", action="store_true", help="copy only the store's live pages (slower, smaller)")
+    b.set_defaults(fn=cmd_backup)
+    r = sub.add_parser("restore", help="make a data dir from a backup")
+    r.add_argument("backup", help="a directory written by replog backup")
+    r.add_argument("--data-dir", dest="data_dir", required=True, help="the new data dir (must not exist, or be empty)")
+    r.add_argument("--as-new-member", dest="as_new_member", action="store_true",
+                   help="give the data a new uuid: the node joins as a new member (see docs/operations.md)")
+    r.set_defaults(fn=cmd_restore)
 
     sub.add_parser("analyze", help="Spark analysis of WAL dumps (see replog analyze --help)", add_help=False)
     return p

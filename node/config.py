@@ -12,7 +12,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from node import tls
+from node import limits, tls
 from node.core.validate import address_error
 from node.errors import ConfigError
 
@@ -50,6 +50,8 @@ class Config:
     tls_key_file: str = ""
     tls_ca_file: str = ""
     tls_client_auth: bool = False
+    map_size: int = limits.store_map_bytes_default
+    disk_reserve_bytes: int = limits.disk_reserve_bytes_default
 
     # derived, filled by load()
     secret: bytes = field(default=b"", repr=False)
@@ -206,6 +208,11 @@ def validate(cfg: Config) -> Config:
             raise ConfigError(name, "must be a positive number of seconds")
     if cfg.segment_bytes_max < 4096:
         raise ConfigError("segment_bytes_max", "must be at least 4096")
+    if not limits.store_map_bytes_min <= cfg.map_size <= limits.store_map_bytes_max:
+        raise ConfigError("map_size", f"must be {limits.store_map_bytes_min}..{limits.store_map_bytes_max} bytes, "
+                          f"got {cfg.map_size}")
+    if cfg.disk_reserve_bytes < 0:
+        raise ConfigError("disk_reserve_bytes", "must be >= 0 bytes")
     secret = _read_secret("secret_file", cfg.secret_file) if cfg.secret_file else b""
     token = _read_token(cfg.token_file) if cfg.token_file else ""
     if not is_loopback(cfg.host) and not cfg.insecure:

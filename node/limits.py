@@ -52,6 +52,27 @@ store_spaces_max = 2 * spaces_max    # the store's hard capacity (LMDB max_dbs):
                                      # a replicated create past this is refused before the WAL
 store_system_dbs = 8                 # _meta, _spaces, _cluster, _cluster_ids, and room to grow
 
+# --- space: the store's map and the disk (node/storage/space.py) ------------------------
+store_map_bytes_default = 1 << 36    # LMDB map (option map_size): address space, not disk; 64 GiB is
+                                     # far more than one node's data and costs nothing until used
+store_map_bytes_min = 1 << 20        # a map smaller than this cannot hold a bootstrapped store
+store_map_bytes_max = 1 << 44        # 16 TiB: well inside a 64-bit process's address space (128 TiB)
+store_map_warn_ratio = 0.9           # /v1/health warns when the map's high-water mark passes this
+                                     # share of map_size: time to raise it before writes stop
+disk_reserve_bytes_default = 32 * 1024 * 1024  # option disk_reserve_bytes: writes stop while the data
+                                     # dir's file system has less free, so a group commit batch in
+                                     # flight (<= 8 MiB) and its LMDB pages never meet a full disk
+nospace_suspect_bytes = 64 * 1024 * 1024  # an LMDB commit that fails short of ENOSPC (a short write
+                                     # reads as EIO) with less than this free is blamed on space, not on
+                                     # a broken disk: one commit writes at most a few batches' pages
+nospace_retry_s = 1.0                # a write that failed for lack of space is tried again this often
+space_check_interval_s = 1.0         # disk free space and map use are sampled this often (statvfs)
+
+# --- backup (node/backup.py) ------------------------------------------------------------
+backup_copy_chunk_bytes = 1024 * 1024  # WAL bytes copied per read: the copy runs on a thread and
+                                     # holds the GIL only between chunks
+backups_in_flight_max = 1            # one backup of a node at a time; another is refused (409 busy)
+
 # --- client API -------------------------------------------------------------
 body_bytes_max = 8 * 1024 * 1024     # one HTTP body; a 1000-op txn of small values fits easily
 range_limit_default = 100            # GET .../keys without limit

@@ -225,7 +225,7 @@ class Rejoiner:
                     raise RemoteProtocolError(f"JOIN via {address}: {answer}")
                 theirs = conn.greeting
             try:
-                new = Store(side, sync=(node.cfg.wal_mode == "fsync"))
+                new = Store(side, sync=(node.cfg.wal_mode == "fsync"), map_size=node.cfg.map_size)
                 vclock, n = await receive_snapshot(conn, theirs, new, node.wall_us)
             finally:
                 await conn.close()

@@ -24,7 +24,9 @@ from node import limits
 from node.cluster_space.table import STATE_MEMBER
 from node.core.membership import Hold, advance_hold, hold_positions
 from node.core.vclock import VClock
+from node.errors import NoSpaceError
 from node.faults import fault
+from node.ops.backup import wal_holds
 from node.wal.gc import collectable, keep_vclock
 from node.wal.reader import list_segments, read_header
 
@@ -121,18 +123,26 @@ class Retention:
         core.mark_synced(VClock(synced))
         self._hold_for_new_members()
         positions = hold_positions(self.holds, core.table, time.time(), node.cfg.anon_ttl_s)
+        positions += wal_holds(node.data_dir)       # backups copying the WAL (node/ops/backup.py)
         keep = keep_vclock(synced, positions)
         removable, _ = collectable(node.wal_dir, keep)
         reading = {r.cursor.segment for r in node.relays if r.cursor.segment}
         kept_from = next((i for i, n in enumerate(removable) if n in reading), None)
         if kept_from is not None:
             removable = removable[:kept_from]
-        self._persist(sync=bool(removable))      # the holds that allowed it are on disk first
+        gc_vclock = None
+        try:
+            self._persist(sync=bool(removable))      # the holds that allowed it are on disk first
+            if removable:
+                first = list_segments(node.wal_dir)[len(removable)]
+                gc_vclock = read_header(os.path.join(node.wal_dir, first)).vclock
+                # recorded before the files go: a subscriber behind it is told to rejoin, never given a gap
+                store.set_meta(gc_vclock=gc_vclock)
+        except NoSpaceError as e:
+            log.warning("checkpoint: no room to record the WAL holds or the WAL's new start (%s); collection waits", e)
+            return []
         for name in removable:
             os.unlink(os.path.join(node.wal_dir, name))
         if removable:
-            first = list_segments(node.wal_dir)[0]
-            gc_vclock = read_header(os.path.join(node.wal_dir, first)).vclock
-            store.set_meta(gc_vclock=gc_vclock)
             log.info("checkpoint: removed %d WAL segments; oldest kept starts at %s", len(removable), gc_vclock)
         return removable

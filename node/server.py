@@ -32,7 +32,7 @@ from node.core.replicaset import NodeCore, cluster_op
 from node.core.validate import timestamp_ahead_error
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_SPACE, Op
 from node.core.vclock import VClock
-from node.errors import ClientError, ConfigError, PeerRefused, RemoteProtocolError, StorageError
+from node.errors import ClientError, ConfigError, NoSpaceError, PeerRefused, RemoteProtocolError, StorageError
 from node.identity.identity_file import IdentityFileError
 from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
 from node.cluster_shutdown import ClusterShutdown
@@ -42,7 +42,9 @@ from node.fence import FenceKeeper, wal_present
 from node.lifecycle import Aborted, Lifecycle
 from node.rejoin import Rejoiner, finish_interrupted, receive_snapshot
 from node.retention import Retention
-from node.storage.store import Store
+from node.storage.space import SpaceWatch
+from node.storage.store import STORE_FORMAT_VERSION, Store
+from node.wal.format import FORMAT_VERSION as WAL_FORMAT_VERSION
 from node.wal.recovery import recover
 from node.wal.writer import WalWriter
 
@@ -89,6 +91,9 @@ class Node:
         self.peers: list[str] = list(cfg.peers)   # the replication sources in effect (PUT /v1/admin/peers)
         self.own_lsn_seen = 0   # highest lsn of our own component any peer said it holds
         self.task_failures: dict[str, dict] = {}   # task name -> {"failures", "error"} (note_failure)
+        # the NOSPACE alarm: writes refused with 507 while the disk or the map is full (node/storage/space.py)
+        self.space = SpaceWatch([], cfg.disk_reserve_bytes, lambda: self.store)
+        self.backups: list = []      # node.ops.backup.BackupJob in progress (POST /v1/admin/backup)
 
     # --- small helpers ---------------------------------------------------------------
     def extra_metrics(self) -> list:
@@ -190,7 +195,9 @@ class Node:
         self.life.lock_data_dir()
         file_uuid = self.life.open_identity()    # a damaged identity file ends start-up here
         finish_interrupted(self.data_dir)        # a rejoin cut short: its new store, or the old one
-        self.store = Store(os.path.join(self.data_dir, "store"), sync=(cfg.wal_mode == "fsync"))
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(cfg.wal_mode == "fsync"), map_size=cfg.map_size)
+        self.space.paths = [self.store.path, self.wal_dir, self.data_dir]
+        self.space.sample()
         self.uuid = self.store.get_meta("uuid") or ""
         if self.uuid and file_uuid and self.uuid != file_uuid:
             raise StorageError(f"identity files in {self.data_dir} name uuid {file_uuid}, the store {self.uuid}")
@@ -225,6 +232,7 @@ class Node:
         self.supervise("checkpoint", self._checkpoint_loop)
         self.supervise("own-rows-fence", self.fence.watch)
         self.supervise("rejoin", self.rejoiner.watch)
+        self.supervise("space-watch", self.space.run)
 
     def _wipe_partial_join(self) -> None:
         if self.store.spaces or len(self.store.table) or os.path.isdir(self.wal_dir):
@@ -237,7 +245,8 @@ class Node:
         self.store.close()
         shutil.rmtree(os.path.join(self.data_dir, "store"), ignore_errors=True)
         shutil.rmtree(self.wal_dir, ignore_errors=True)
-        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"))
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"),
+                           map_size=self.cfg.map_size)
         self.store.set_meta(uuid=uid)
 
     def _check_store_matches(self) -> None:
@@ -259,7 +268,7 @@ class Node:
         self.fence.mark_running(True)
         self.core.knowledge = store.load_knowledge()
         self.retention.load()
-        self.journal = Journal(self.core, store, wal, self.on_fatal)
+        self.journal = Journal(self.core, store, wal, self.on_fatal, space=self.space)
         self.journal.start()
         log.info("node: store open; vclock %s; %d members", store.vclock, len(store.table))
 
@@ -418,7 +427,8 @@ class Node:
         self.journal, self.core = None, None
         self.store.close()
         swap(self.data_dir)
-        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"))
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"),
+                           map_size=self.cfg.map_size)
         self._open_bootstrapped()
         self.life.after_open()
         self.journal.wal and self.journal.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
@@ -435,6 +445,7 @@ class Node:
     async def write(self, ops: list[Op]) -> dict:
         if self.status != "running" or self.core is None:
             raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
+        self.refuse_without_room()
         local_ops, repl_ops = [], []
         for op in ops:
             if op.kind == OP_SPACE:
@@ -464,10 +475,17 @@ class Node:
         t = txns[0]
         return {"lsn": t.last_lsn, "vclock": {str(k): v for k, v in self.core.vclock.items()}}
 
+    def refuse_without_room(self) -> None:
+        """While the NOSPACE alarm is raised a write is refused before it claims anything."""
+        alarm = self.space.alarm
+        if alarm is not None:
+            raise ClientError(507, "no_space", f"writes are refused until there is room: {alarm}")
+
     async def expel(self, uuid: str) -> dict:
         core = self.core
         if core is None or self.status != "running":
             raise ClientError(503, "not_ready", f"node is {self.status}")
+        self.refuse_without_room()
         if core.anon or self.cfg.read_only:
             raise ClientError(409, "read_only", "expel needs a writable member")
         if core.fence is not None:
@@ -510,6 +528,9 @@ class Node:
             "own_rows_fence": self.fence.info(),
             "rejoin": {"needed_by": sorted(self.rejoiner.need), "blocked": self.rejoiner.blocked} if self.rejoiner.need
             else None,
+            "space": self.space.now(),
+            "versions": {"protocol": [m.PROTOCOL_VERSION_MIN, m.PROTOCOL_VERSION], "store_format": STORE_FORMAT_VERSION,
+                         "wal_format": WAL_FORMAT_VERSION},     # docs/upgrade.md
         }
 
     def _wal_info(self) -> dict:

@@ -260,8 +260,19 @@ class Applier:
                 if last_ts:
                     self.lag_s = max(0.0, now - last_ts / 1e6)
                     self.last_row_at = now
-                while journal.pending_rows > limits.applier_pending_rows_max and journal.failed is None:
-                    await journal.changed(timeout=1.0)      # back-pressure: stop reading the socket
+                space = self.node.space
+                while (journal.pending_rows > limits.applier_pending_rows_max or space.alarm is not None) \
+                        and journal.failed is None:
+                    # Back-pressure, or no room (NOSPACE): stop reading the socket, but keep the link,
+                    # acknowledging what is durable so the relay does not time it out.
+                    if space.alarm is not None:
+                        self.status = "paused"
+                    await journal.changed(timeout=limits.heartbeat_interval_s)
+                    if time.time() - last_ack >= limits.heartbeat_interval_s:
+                        await conn.send(m.ACK, vclock=core.ack_vclock(peer).to_dict(), lag_us=int(self.lag_s * 1e6))
+                        last_ack = time.time()
+                if self.status == "paused":
+                    self.status = "follow"
                 if core.expel_epoch != expel_epoch:
                     raise Resubscribe("an expelled member's accepted rows grew: subscribing again")
                 if fenced and core.fence is None:

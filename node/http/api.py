@@ -6,6 +6,7 @@ Malformed input is never a 500 and never stops the node."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import json
 import logging
@@ -18,7 +19,7 @@ from node import limits
 from node.applier.accept import handle_replication
 from node.core import codec, validate
 from node.core.rows import OP_DELETE, OP_PUT, OP_SPACE, Op
-from node.errors import ClientError
+from node.errors import ClientError, StorageError
 from node.http import render
 from node.http.browser import browser_mw
 from node.http.metrics import metrics_handler
@@ -302,10 +303,34 @@ async def post_shutdown(request: web.Request) -> web.Response:
     return reply(request, result, 202)
 
 
+async def post_backup(request: web.Request) -> web.Response:
+    """A hot backup of this node into a directory on its host (node/ops/backup.py)."""
+    from node.ops.backup import BackupError, backup_node
+    body = await read_body(request)
+    if not isinstance(body, dict) or not isinstance(body.get("to"), str) or not body["to"] \
+            or not isinstance(body.get("compact", False), bool):
+        raise ClientError(400, "bad_body", "body is {\"to\": \"/absolute/new/dir\", \"compact\": false}")
+    try:
+        manifest = await backup_node(_node(request), body["to"], compact=body.get("compact", False))
+    except BackupError as e:
+        raise ClientError(e.status, e.code, e.message) from None
+    except OSError as e:       # the destination's disk, not the request
+        status, code = (507, "no_space") if e.errno in (errno.ENOSPC, errno.EDQUOT) else (500, "backup_failed")
+        raise ClientError(status, code, f"backup to {body['to']} failed: {e}") from None
+    except StorageError as e:
+        raise ClientError(500, "backup_failed", f"backup to {body['to']} failed: {e}") from None
+    return reply(request, {"path": body["to"], **manifest})
+
+
 async def get_health(request: web.Request) -> web.Response:
     node = _node(request)
+    space = node.space
+    space.sample()                       # a few microseconds: health tells what is true now
+    if node.status == "running" and space.alarm is not None:   # reads are served, writes are not (etcd's NOSPACE)
+        return reply(request, {"status": "no_space", "reason": space.alarm, "alarms": space.info()["alarms"]}, 503)
     if node.status == "running":
-        return reply(request, {"status": "ok"})
+        warnings = space.warnings()
+        return reply(request, {"status": "ok", **({"warnings": warnings} if warnings else {})})
     return reply(request, {"status": node.status, "reason": node.status_reason}, 503)
 
 
@@ -332,6 +357,7 @@ def make_app(node: "Node") -> web.Application:
     r.add_delete("/v1/cluster/{uuid}", delete_member)
     r.add_put("/v1/admin/peers", put_peers)
     r.add_post("/v1/admin/shutdown", post_shutdown)
+    r.add_post("/v1/admin/backup", post_backup)
     from node.http.ui import install_ui
     install_ui(app, node)    # the dashboard: /ui, /v1/events, CORS for the members' pages
     return app

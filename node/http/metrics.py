@@ -49,6 +49,18 @@ class NodeCollector:
         for name, f in getattr(node, "task_failures", {}).items():
             failures.add_metric([name], f["failures"])
         yield failures
+        space = node.space.now()
+        alarm = GaugeMetricFamily("replog_alarm", "1 while an alarm is raised (NOSPACE: writes refused for lack "
+                                  "of disk or map space)", labels=["alarm"])
+        alarm.add_metric(["NOSPACE"], 1 if space["alarms"] else 0)
+        yield alarm
+        yield CounterMetricFamily("replog_nospace_alarms", "Times the NOSPACE alarm was raised", value=space["raised"])
+        for name, key, what in (("replog_store_map_size_bytes", "map_size_bytes", "The store's LMDB map size (map_size)"),
+                                ("replog_store_map_used_bytes", "map_used_bytes", "High-water mark of the store's "
+                                 "LMDB map (pages ever used; freed ones are reused)"),
+                                ("replog_disk_free_bytes", "disk_free_bytes", "Free bytes on the data dir's file system")):
+            if space[key] is not None:
+                yield GaugeMetricFamily(name, what, value=space[key])
         up = GaugeMetricFamily("replog_up", "1 when the node serves clients")
         up.add_metric([], 1 if node.status == "running" else 0)
         yield up
