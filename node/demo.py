@@ -22,7 +22,7 @@ import time
 import urllib.error
 import webbrowser
 
-from node.cli import http
+from node.cli_http import http
 from node.logsetup import file_tail
 from node.status import status_table
 

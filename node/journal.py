@@ -32,6 +32,7 @@ from node import limits
 from node.core.replicaset import NodeCore
 from node.core.rows import Txn
 from node.core.rowscan import PackedEntry
+from node.latency import Histogram
 from node.storage.store import Store
 from node.wal import format as walfmt
 from node.wal.writer import WalWriter
@@ -72,6 +73,7 @@ class Journal:
         self.rows_written = 0
         self.txns_written = 0
         self.batches = 0
+        self.commit_seconds = Histogram()   # one batch: WAL write (+ fsync) and LMDB commit, until durable
         self.pending_rows = 0       # rows queued, not yet durable: appliers pause above a bound
         # (segment, end offset) of whole durable frames: relays never read past it
         self.position: Position = (wal.segment, wal.end) if wal else (None, 0)
@@ -214,6 +216,7 @@ class Journal:
                         ntxn += len(e)
                     rows += entry[2]
                 woken = False
+                t0 = time.perf_counter()
                 if rows <= limits.journal_inline_rows_max and self._inline_ok:
                     # Small batch, no fsync (limits.py): on the loop. The rows may leave once
                     # write() has returned, so relays send them while the store applies them.
@@ -233,6 +236,7 @@ class Journal:
                     written, tops = await loop.run_in_executor(None, self._persist, batch, parts)
                     self._advance(written)
                 self.core.commit_tops(tops)
+                self.commit_seconds.observe(time.perf_counter() - t0)
                 self.batches += 1
                 self.txns_written += ntxn
                 self.rows_written += rows

@@ -581,6 +581,9 @@ class Node:
                 log.error("shutdown: %s failed: %s", name, why)
                 errors.append(e)
 
+        why = f"after a fatal error: {self.fatal}" if self.fatal is not None else "on request"
+        log.info("node: stopping %s", why)
+        began = time.monotonic()
         self.status, self.status_reason = "stopping", "shutting down"
         for a in list(self.appliers.values()):
             await step(f"applier {a.address}", a.stop())
@@ -614,5 +617,7 @@ class Node:
                 errors.append(e)
         self.life.unlock_data_dir()
         self.status = "stopped"
+        log.info("node: stopped in %.2f s%s", time.monotonic() - began,
+                 f" with {len(errors)} cleanup errors (logged above)" if errors else "")
         return errors
 

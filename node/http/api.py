@@ -21,7 +21,8 @@ from node.core.rows import OP_DELETE, OP_PUT, OP_SPACE, Op
 from node.errors import ClientError
 from node.http import render
 from node.http.browser import browser_mw
-from node.http.metrics import metrics_handler
+from node.http.health import install_health
+from node.http.metrics import install_metrics
 
 if TYPE_CHECKING:
     from node.server import Node
@@ -30,7 +31,8 @@ log = logging.getLogger("replog.http")
 
 MSGPACK = "application/msgpack"
 NODE = web.AppKey("node", object)
-OPEN_PATHS = ("/v1/health", "/metrics", "/v1/replication", "/ui")   # /ui: the page; its data calls carry the token
+# /ui: the page (its data calls carry the token); /livez, /readyz: probes carry none
+OPEN_PATHS = ("/v1/health", "/livez", "/readyz", "/metrics", "/v1/replication", "/ui")
 
 
 # --- encoding ---------------------------------------------------------------------------
@@ -299,13 +301,6 @@ async def post_shutdown(request: web.Request) -> web.Response:
     return reply(request, result, 202)
 
 
-async def get_health(request: web.Request) -> web.Response:
-    node = _node(request)
-    if node.status == "running":
-        return reply(request, {"status": "ok"})
-    return reply(request, {"status": node.status, "reason": node.status_reason}, 503)
-
-
 async def replication(request: web.Request) -> web.StreamResponse:
     return await handle_replication(_node(request), request)
 
@@ -314,8 +309,8 @@ def make_app(node: "Node") -> web.Application:
     app = web.Application(middlewares=[errors_mw, browser_mw, auth_mw], client_max_size=limits.body_bytes_max)
     app[NODE] = node
     r = app.router
-    r.add_get("/v1/health", get_health)
-    r.add_get("/metrics", metrics_handler)
+    install_health(app, node, reply)      # /v1/health, /livez, /readyz
+    install_metrics(app, node)            # /metrics, and the HTTP latency histogram
     r.add_get("/v1/replication", replication)
     r.add_get("/v1/spaces", list_spaces)
     r.add_put("/v1/spaces/{space}", put_space)

@@ -17,6 +17,7 @@ import time
 from typing import Callable
 
 from node import limits
+from node.latency import Histogram
 from node.wal import format as fmt
 from node.wal.reader import list_segments
 
@@ -54,6 +55,8 @@ class WalWriter:
         self.end = 0                   # bytes of whole frames in the current segment
         self.bytes_written = 0
         self.fsyncs = 0
+        self.write_seconds = Histogram()   # one batch's write() calls
+        self.fsync_seconds = Histogram()   # one batch's fsync (wal_mode fsync)
         os.makedirs(wal_dir, exist_ok=True)
 
     # --- opening ---------------------------------------------------------------
@@ -108,12 +111,16 @@ class WalWriter:
         assert self._fd is not None and self.segment is not None
         start = self.end
         view = memoryview(data)
+        t0 = time.perf_counter()
         while view:
             n = os.write(self._fd, view)
             view = view[n:]
+        t1 = time.perf_counter()
+        self.write_seconds.observe(t1 - t0)
         if self.mode == "fsync":
             self._fsync(self._fd)
             self.fsyncs += 1
+            self.fsync_seconds.observe(time.perf_counter() - t1)
         self.end = start + len(data)
         self.bytes_written += len(data)
         return self.segment, start, self.end

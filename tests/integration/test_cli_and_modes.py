@@ -27,8 +27,10 @@ def test_put_get_delete_and_status_commands(tmp_path, procs):
     assert r.returncode == 0 and n.kv_get("kv", "plain")[1]["value"] == "not json"
     r = run("delete", n.address, "kv", "k1")
     assert r.returncode == 0
-    r = run("get", n.address, "kv", "k1")
-    assert r.returncode == 1 and json.loads(r.stdout)["error"]["code"] == "no_such_key"
+    r = run("get", n.address, "kv", "k1")                 # the node's error: one line on stderr, exit 1
+    assert r.returncode == 1 and r.stdout == "", r.stdout
+    assert r.stderr.startswith("replog: error: no_such_key: ") and "HTTP 404" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
     r = run("status", n.address)
     assert r.returncode == 0 and n.uuid()[:8] in r.stdout and "running" in r.stdout
     r = run("get", f"127.0.0.1:{free_port()}", "kv", "k1")
