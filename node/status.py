@@ -132,11 +132,14 @@ def _grid(head: list[str], rows: list[list[str]]) -> list[str]:
     return ["  ".join(str(c).ljust(w) for c, w in zip(x, widths)).rstrip() for x in [head] + rows]
 
 
-def render_table(r: Report) -> str:
+def render_table(r: Report, names: dict[str, str] | None = None) -> str:
+    """The report as text; `names` (address -> name, the demo's) label members instead of uuid prefixes."""
     ms = members(r)
     nodes = list(r.nodes)
+    label = {e["uuid"]: (names or {}).get(e["address"]) or _short(e["uuid"]) for e in ms}
+    _label = label.get
     head = ["member", "address", "state", "reachable", "status", "ready", "upstreams", "lag_s"] + \
-        [f"id@{_short(n)}" for n in nodes]
+        [f"id@{_label(n, _short(n))}" for n in nodes]
     rows = []
     for e in ms:
         ups = e["upstreams"]
@@ -145,27 +148,27 @@ def render_table(r: Report) -> str:
         lag = "-" if e["lag_s"] is None else f"{e['lag_s']:.3f}"
         reach = "yes" if e["reachable"] else ("expelled" if e["state"] == "expelled" else "NO")
         ready = {True: "yes", False: "NO", None: "-"}[e["ready"]]
-        rows.append([_short(e["uuid"]), e["address"], e["state"] or "-", reach, e["status"] or "-", ready, up, lag]
+        rows.append([label[e["uuid"]], e["address"], e["state"] or "-", reach, e["status"] or "-", ready, up, lag]
                     + [str(e["ids"].get(n, "-")) for n in nodes])
     lines = _grid(head, rows)
     origins = sorted({o for n in nodes for o in r.nodes[n].get("vclock_uuid", {})}, key=_order(ms))
     if nodes and origins:
         lines += ["", "vclock by member uuid (rows: nodes; columns: origins)"]
-        lines += _grid(["node"] + [_short(o) for o in origins],
-                       [[_short(n)] + [str(r.nodes[n].get("vclock_uuid", {}).get(o, 0)) for o in origins]
+        lines += _grid(["node"] + [_label(o, _short(o)) for o in origins],
+                       [[_label(n, _short(n))] + [str(r.nodes[n].get("vclock_uuid", {}).get(o, 0)) for o in origins]
                         for n in nodes])
     problems = []
     for e in ms:
         if e["state"] == "expelled":
             continue
         if not e["reachable"]:
-            problems.append(f"{_short(e['uuid'])} at {e['address'] or '?'} is unreachable: {e['error']}")
+            problems.append(f"{label[e['uuid']]} at {e['address'] or '?'} is unreachable: {e['error']}")
         for why in e["reasons"]:
-            problems.append(f"{_short(e['uuid'])} is not ready: {why}")
+            problems.append(f"{label[e['uuid']]} is not ready: {why}")
         said = " ".join(e["reasons"])
         for a in e["upstreams"]:
             if a["status"] != "follow" and f"upstream {a['address']} " not in said:
-                problems.append(f"{_short(e['uuid'])} upstream {a['address']} ({_short(a['uuid'])}) is "
+                problems.append(f"{label[e['uuid']]} upstream {a['address']} ({_label(a['uuid'], _short(a['uuid']))}) is "
                                 f"{a['status']}" + (f": {a['error']}" if a["error"] else ""))
     for u in r.needs_token:
         problems.append(f"{u} answers, but its details need the token, which goes only to the URLs given: "
@@ -179,6 +182,21 @@ def _order(ms: list[dict]):
     return lambda u: (pos.get(u, len(pos)), u)
 
 
+def convergence(r: Report, names: dict[str, str] | None = None) -> str:
+    """One line: whether every node that answered holds the same rows, or who lags by how much."""
+    if not r.nodes:
+        return "no node answered"
+    vcs = {n: info.get("vclock_uuid", {}) for n, info in r.nodes.items()}
+    origins = {o for v in vcs.values() for o in v}
+    top = {o: max(v.get(o, 0) for v in vcs.values()) for o in origins}
+    behind = {n: sum(top[o] - v.get(o, 0) for o in origins) for n, v in vcs.items()}
+    label = {n: (names or {}).get(info.get("address", "")) or _short(n) for n, info in r.nodes.items()}
+    if not any(behind.values()):
+        return f"converged: all {len(vcs)} nodes hold the same {sum(top.values())} rows"
+    worst = sorted((b, label[n]) for n, b in behind.items() if b)[::-1]
+    return "lagging: " + ", ".join(f"{name} is {b} rows behind" for b, name in worst)
+
+
 def status_table(urls: list[str], token: str | None = None, ca_file: str | None = None) -> str:
-    """The table for `urls` (the demo's screen, tests)."""
+    """The table for `urls` (tests)."""
     return render_table(collect(urls, token, ca_file))

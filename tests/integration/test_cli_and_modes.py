@@ -99,3 +99,23 @@ def test_demo_runs_masters_and_an_anonymous_replica_and_stops_cleanly(tmp_path):
     master1 = re.search(r"started master1 on (\S+)", r.stdout).group(1)
     assert first == f"dashboard: http://{master1}/ui"
     assert "no graphical browser here" in r.stdout
+    screen = r.stdout.split("workload running")[1]
+    for name in ("master1", "master2", "master3", "anon1"):       # nodes as they were started
+        assert re.search(rf"^{name}\s+127\.0\.0\.1:\d+\s", screen, re.M), (name, screen[-3000:])
+    assert re.search(r"^writes: \d+\.\d/s \(\d+ acknowledged\); (converged|lagging): ", screen, re.M), screen[-3000:]
+
+
+def test_demo_with_a_busy_port_fails_at_once_naming_the_port_and_its_node(tmp_path):
+    import socket
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    try:
+        r = subprocess.run(REPLOG + ["demo", "--dir", str(tmp_path / "demo"), "--base-port", str(port),
+                                     "--duration", "1"], capture_output=True, text=True, timeout=30)
+    finally:
+        held.close()
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"port {port} (for master1, 127.0.0.1:{port}) is already in use" in r.stderr, r.stderr
+    assert "started" not in r.stdout and not (tmp_path / "demo" / "master1").exists()
