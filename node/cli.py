@@ -206,8 +206,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     from node.status import collect, render_json, render_table
     report = collect([base_url(u, args.ca_file) for u in args.url], args.token, args.ca_file)
     if not report.nodes:
-        fail("no node answered at " + ", ".join(args.url) + "".join(f" ({u}: {e})" for u, e in
-                                                                  report.unreachable.items()), 1)
+        why = [f"{u}: {e}" for u, e in report.unreachable.items()] + \
+            [f"{u}: needs the client token (--token or $REPLOG_TOKEN)" for u in report.needs_token]
+        fail(f"no node answered at {', '.join(args.url)} ({'; '.join(why)})", 1)
     print(render_json(report) if args.json else render_table(report))
     return 0 if report.healthy else 1
 

@@ -56,7 +56,7 @@ def collect(urls: list[str], token: str | None = None, ca_file: str | None = Non
             status, info = _get(u, "/v1/info", t, ca_file)
             if status == 401:
                 r.needs_token.append(u)
-                if isinstance(ready, dict):
+                if ready_status != 404 and isinstance(ready, dict):
                     r.ready[u] = ready
                 continue
             _, cl = _get(u, "/v1/cluster", t, ca_file)
@@ -68,7 +68,9 @@ def collect(urls: list[str], token: str | None = None, ca_file: str | None = Non
             continue
         uid = info["uuid"]
         r.nodes[uid], r.clusters[uid], r.by_url[u] = info, cl.get("members", []), uid
-        r.ready[uid] = ready if isinstance(ready, dict) else {"status": f"HTTP {ready_status}"}
+        if ready_status != 404:            # a node older than /readyz: readiness unknown, not "not ready"
+            r.ready[uid] = ready if isinstance(ready, dict) and "status" in ready else \
+                {"status": f"HTTP {ready_status}", "reasons": [f"/readyz answered HTTP {ready_status}"]}
         for mem in r.clusters[uid]:
             if mem.get("address") and mem.get("state") != "expelled":
                 queue.append(f"{scheme}://" + mem["address"])

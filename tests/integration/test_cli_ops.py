@@ -78,6 +78,26 @@ def test_status_lists_every_member_with_reachability_and_exits_1_when_one_is_dow
     assert f"at {c.address} is unreachable" in r.stdout and "NO" in r.stdout
 
 
+def test_status_sends_the_token_only_to_the_urls_given_and_still_knows_whether_learned_members_are_ready(
+        tmp_path, procs):
+    (tmp_path / "token").write_text("tok\n")
+    a, b = mesh(tmp_path, 2, extra=["--token-file", str(tmp_path / "token")], token="tok")
+    procs.extend([a, b])
+    wait_for(lambda: a.get("/readyz")[0] == 200 and b.get("/readyz")[0] == 200, 30, "both ready")
+    r = run("status", a.address, "--token", "tok", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    [learned] = [m for m in doc["members"] if m["address"] == b.address]
+    assert learned["reachable"] and learned["ready"] is True and learned["vclock"] is None
+    assert learned["details"].startswith("needs the token") and doc["needs_token"] == [f"http://{b.address}"]
+    r = run("status", a.address, b.address, "--token", "tok", "--json")
+    assert all(m["vclock"] is not None for m in json.loads(r.stdout)["members"]), "named: shown in full"
+    r = run("status", a.address)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.strip() == (f"replog: error: no node answered at {a.address} (http://{a.address}: needs the "
+                                "client token (--token or $REPLOG_TOKEN))")
+
+
 def test_status_against_nothing_listening_fails_with_a_clear_message(tmp_path):
     addr = f"127.0.0.1:{free_port()}"
     r = run("status", addr)
