@@ -40,8 +40,9 @@ def test_put_get_delete_and_status_commands(tmp_path, procs):
 def test_status_shows_every_members_id_on_every_node(tmp_path, procs):
     nodes = mesh(tmp_path, 3)
     procs.extend(nodes)
+    wait_for(lambda: all(n.get("/readyz")[0] == 200 for n in nodes), 30, "every node follows both others")
     r = run("status", nodes[0].address)
-    assert r.returncode == 0
+    assert r.returncode == 0, r.stdout
     for n in nodes:
         assert n.uuid()[:8] in r.stdout
     header = r.stdout.splitlines()[0]
