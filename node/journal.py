@@ -39,6 +39,7 @@ from node.core.replicaset import NodeCore
 from node.core.rows import Txn
 from node.core.rowscan import PackedEntry
 from node.errors import NoSpaceError
+from node.latency import Histogram
 from node.storage.store import Store
 from node.wal import format as walfmt
 from node.wal.writer import WalWriter
@@ -81,6 +82,7 @@ class Journal:
         self.rows_written = 0
         self.txns_written = 0
         self.batches = 0
+        self.commit_seconds = Histogram()   # one batch: WAL write (+ fsync) and LMDB commit, until durable
         self.pending_rows = 0       # rows queued, not yet durable: appliers pause above a bound
         # (segment, end offset) of whole durable frames: relays never read past it
         self.position: Position = (wal.segment, wal.end) if wal else (None, 0)
@@ -236,6 +238,7 @@ class Journal:
                         ntxn += len(e)
                     rows += entry[2]
                 woken = False
+                t0 = time.perf_counter()
                 try:
                     if rows <= limits.journal_inline_rows_max and self._inline_ok:
                         # Small batch, no fsync (limits.py): on the loop. The rows may leave once
@@ -261,6 +264,7 @@ class Journal:
                     tops = await self._wait_for_room(batch, parts, tops, wal_done=True)
                 self.applied = self.position
                 self.core.commit_tops(tops, on_disk=self.wal is not None and self.wal.mode == "fsync")
+                self.commit_seconds.observe(time.perf_counter() - t0)
                 self.batches += 1
                 self.txns_written += ntxn
                 self.rows_written += rows

@@ -168,6 +168,13 @@ events_write_timeout_s = 10.0        # one snapshot must reach a listener's sock
                                      # stream is cut: a stalled browser does not hold a connection
 cors_max_age_s = 600                 # browsers may cache a preflight answer this long
 
+# --- health and metrics (node/http/health.py, node/http/metrics.py) -------------------
+loop_watch_interval_s = 0.25         # the event-loop watch wakes this often: a stall shows in /livez and
+                                     # replog_event_loop_lag_seconds within a quarter second of its end
+loop_watch_window_s = 10.0           # /livez judges the loop by its worst lateness over this window, so a
+                                     # probe every 10 s (Kubernetes' default) sees a stall between probes
+status_request_timeout_s = 3.0       # `replog status`: one request to one member; slower is unreachable
+
 # --- the derivations, checked -------------------------------------------------------
 assert value_bytes_max + key_bytes_max + 64 <= txn_bytes_max, "a one-row txn of the largest value fits"
 assert snapshot_chunk_bytes_max + record_bytes_max + message_margin_bytes <= message_bytes_max, \

@@ -573,6 +573,11 @@ class Node:
                 log.error("shutdown: %s failed: %s", name, why)
                 errors.append(e)
 
+        # A start-up that failed before serving says why in one line (the CLI's), not in stop lines.
+        served = self._runner is not None
+        if served:
+            log.info("node: stopping %s", f"after a fatal error: {self.fatal}" if self.fatal is not None else "on request")
+        began = time.monotonic()
         self.status, self.status_reason = "stopping", "shutting down"
         for a in list(self.appliers.values()):
             await step(f"applier {a.address}", a.stop())
@@ -607,5 +612,8 @@ class Node:
                 errors.append(e)
         self.life.unlock_data_dir()
         self.status = "stopped"
+        if served:
+            log.info("node: stopped in %.2f s%s", time.monotonic() - began,
+                     f" with {len(errors)} cleanup errors (logged above)" if errors else "")
         return errors
 

@@ -22,7 +22,8 @@ from node.core.rows import OP_DELETE, OP_PUT, OP_SPACE, Op
 from node.errors import ClientError, StorageError
 from node.http import render
 from node.http.browser import browser_mw
-from node.http.metrics import metrics_handler
+from node.http.health import install_health
+from node.http.metrics import install_metrics
 
 if TYPE_CHECKING:
     from node.server import Node
@@ -31,7 +32,8 @@ log = logging.getLogger("replog.http")
 
 MSGPACK = "application/msgpack"
 NODE = web.AppKey("node", object)
-OPEN_PATHS = ("/v1/health", "/metrics", "/v1/replication", "/ui")   # /ui: the page; its data calls carry the token
+# /ui: the page (its data calls carry the token); /livez, /readyz: probes carry none
+OPEN_PATHS = ("/v1/health", "/livez", "/readyz", "/metrics", "/v1/replication", "/ui")
 
 
 # --- encoding ---------------------------------------------------------------------------
@@ -322,18 +324,6 @@ async def post_backup(request: web.Request) -> web.Response:
     return reply(request, {"path": body["to"], **manifest})
 
 
-async def get_health(request: web.Request) -> web.Response:
-    node = _node(request)
-    space = node.space
-    space.sample()                       # a few microseconds: health tells what is true now
-    if node.status == "running" and space.alarm is not None:   # reads are served, writes are not (etcd's NOSPACE)
-        return reply(request, {"status": "no_space", "reason": space.alarm, "alarms": space.info()["alarms"]}, 503)
-    if node.status == "running":
-        warnings = space.warnings()
-        return reply(request, {"status": "ok", **({"warnings": warnings} if warnings else {})})
-    return reply(request, {"status": node.status, "reason": node.status_reason}, 503)
-
-
 async def replication(request: web.Request) -> web.StreamResponse:
     return await handle_replication(_node(request), request)
 
@@ -342,8 +332,8 @@ def make_app(node: "Node") -> web.Application:
     app = web.Application(middlewares=[errors_mw, browser_mw, auth_mw], client_max_size=limits.body_bytes_max)
     app[NODE] = node
     r = app.router
-    r.add_get("/v1/health", get_health)
-    r.add_get("/metrics", metrics_handler)
+    install_health(app, node, reply)      # /v1/health, /livez, /readyz
+    install_metrics(app, node)            # /metrics, and the HTTP latency histogram
     r.add_get("/v1/replication", replication)
     r.add_get("/v1/spaces", list_spaces)
     r.add_put("/v1/spaces/{space}", put_space)

@@ -21,6 +21,7 @@ import time
 from typing import Callable
 
 from node import limits
+from node.latency import Histogram
 from node.wal import format as fmt
 from node.wal.reader import list_segments
 
@@ -59,6 +60,8 @@ class WalWriter:
         self.bytes_written = 0
         self.fsyncs = 0
         self.synced_bytes = 0          # bytes_written when the WAL was last on disk whole
+        self.write_seconds = Histogram()   # one batch's write() calls
+        self.fsync_seconds = Histogram()   # one batch's fsync (wal_mode fsync)
         os.makedirs(wal_dir, exist_ok=True)
 
     # --- opening ---------------------------------------------------------------
@@ -123,13 +126,17 @@ class WalWriter:
         assert self._fd is not None and self.segment is not None
         start = self.end
         view = memoryview(data)
+        t0 = time.perf_counter()
         try:
             while view:
                 n = os.write(self._fd, view)
                 view = view[n:]
+            t1 = time.perf_counter()
+            self.write_seconds.observe(t1 - t0)
             if self.mode == "fsync":
                 self._fsync(self._fd)
                 self.fsyncs += 1
+                self.fsync_seconds.observe(time.perf_counter() - t1)
         except OSError:
             # The batch did not land whole (a full disk ends a write part way): cut the segment
             # back to its last whole frame, so a later try appends where this one started.
