@@ -35,6 +35,8 @@ SERVE_FLAGS: list[tuple[str, dict]] = [
     ("--data-dir", {"dest": "data_dir"}),
     ("--listen", {}),
     ("--advertise", {}),
+    ("--client-listen", {"dest": "client_listen", "help": "host:port of the binary client protocol "
+                         "(default: the HTTP port + 1000; 'off' for none)"}),
     ("--peers", {"help": "comma-separated host:port list of replication sources"}),
     ("--cluster-name", {"dest": "cluster_name"}),
     ("--cluster-wait-for", {"dest": "cluster_wait_for"}),

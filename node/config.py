@@ -12,7 +12,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from node import tls
+from node import limits, tls
 from node.core.validate import address_error
 from node.errors import ConfigError
 
@@ -25,6 +25,7 @@ class Config:
     data_dir: str = "./replog-data"
     listen: str = "127.0.0.1:7301"
     advertise: str = ""
+    client_listen: str = ""          # the binary client protocol's host:port; "" derives it, "off" has none
     peers: tuple[str, ...] = ()
     cluster_name: str = "replog"
     cluster_wait_for: int = 0
@@ -72,6 +73,18 @@ class Config:
     @property
     def address(self) -> str:
         return self.advertise or self.listen
+
+    @property
+    def client_address(self) -> tuple[str, int] | None:
+        """(host, port) of the binary client protocol, or None when it is off. Unset, it is the
+        HTTP host and the HTTP port + limits.client_port_offset (- it when that passes 65535)."""
+        if self.client_listen == "off":
+            return None
+        if self.client_listen:
+            host, port = self.client_listen.rsplit(":", 1)
+            return host.strip("[]"), int(port)
+        p = self.port + limits.client_port_offset
+        return self.host, p if p <= 65535 else self.port - limits.client_port_offset
 
     def must_match(self) -> dict[str, Any]:
         """Options that must be identical on every member (compared at handshake)."""
@@ -180,6 +193,10 @@ def validate(cfg: Config) -> Config:
     _check_addr("listen", cfg.listen)
     if cfg.advertise:
         _check_addr("advertise", cfg.advertise)
+    if cfg.client_listen and cfg.client_listen != "off":
+        _check_addr("client_listen", cfg.client_listen)
+        if cfg.client_listen == cfg.listen:
+            raise ConfigError("client_listen", "must differ from listen (the HTTP port)")
     for p in cfg.peers:
         _check_addr("peers", p)
     if cfg.wal_mode not in WAL_MODES:

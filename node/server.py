@@ -85,6 +85,9 @@ class Node:
         self._prev_self_id: int | None = None
         self.own_lsn_seen = 0   # highest lsn of our own component any peer said it holds
         self.task_failures: dict[str, dict] = {}   # task name -> {"failures", "error"} (note_failure)
+        self._vclock_uuid: dict[str, int] = {}      # vclock_uuid()'s cache, and what it was built from
+        self._vclock_uuid_at: tuple = ()
+        self.client_server = None   # the binary client protocol's listener (node/clientproto/listener.py)
 
     # --- small helpers ---------------------------------------------------------------
     def extra_metrics(self) -> list:
@@ -209,11 +212,32 @@ class Node:
         log.info("node %s listening on %s%s (data %s)", self.uuid, cfg.listen,
                  " over TLS" + (" (links need a client certificate)" if cfg.tls_client_auth else "")
                  if cfg.tls else "", self.data_dir)
+        if cfg.client_address is not None:
+            await self._start_client_protocol()
         exposed = plaintext_exposure(cfg)
         if exposed:
             log.warning("node: %s", exposed)
         self.spawn(self._start_replication(), "start-replication")
         self.supervise("checkpoint", self._checkpoint_loop)
+
+    async def _start_client_protocol(self) -> None:
+        """The binary client protocol's listener (node/clientproto/). A port set by client_listen
+        that cannot be had is a config error; the derived one, taken by something else, gives way
+        to any free port (clients learn it from GET /v1/client)."""
+        from node.clientproto.listener import ClientServer
+        host, port = self.cfg.client_address
+        self.client_server = ClientServer(self)
+        try:
+            await self.client_server.start(host, port, ssl_context=self.cfg.server_ssl)
+        except OSError as e:
+            if self.cfg.client_listen:
+                from node.errors import ConfigError
+                raise ConfigError("client_listen", f"cannot listen on {self.cfg.client_listen}: {e.strerror}") from None
+            log.warning("node: the client protocol's default port %d is taken (%s); listening on a free one",
+                        port, e.strerror)
+            await self.client_server.start(host, 0, ssl_context=self.cfg.server_ssl)
+        log.info("node: binary client protocol on %s:%d%s", host, self.client_server.port,
+                 " over TLS" if self.cfg.tls else "")
 
     def _wipe_partial_join(self) -> None:
         if self.store.spaces or len(self.store.table) or os.path.isdir(self.wal_dir):
@@ -470,13 +494,25 @@ class Node:
         log.info("node: rejoined; vclock %s", self.core.vclock)
 
     # --- client writes ---------------------------------------------------------------------
-    async def write(self, ops: list[Op]) -> dict:
+    def write_check(self) -> None:
+        """Whether this node takes client writes now (raises ClientError if not): running, and
+        not still waiting for its own earlier rows to come back from peers (own_lsn_seen).
+        Every client write path calls it (HTTP here, the binary protocol in node/clientproto)."""
         if self.status != "running" or self.core is None:
             raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
         have = self.core.claimed.get(self.core.self_id)
         if have < self.own_lsn_seen:
             raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}.."
                               f"{self.own_lsn_seen}) are still coming back from its peers; retry shortly")
+
+    def replicated_write_check(self) -> None:
+        """Writes to replicated spaces: refused on a read-only node or an anonymous replica."""
+        if self.cfg.read_only or self.core.anon:
+            why = "an anonymous replica" if self.core.anon else "read_only"
+            raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
+
+    async def write(self, ops: list[Op]) -> dict:
+        self.write_check()
         local_ops, repl_ops = [], []
         for op in ops:
             if op.kind == OP_SPACE:
@@ -486,9 +522,8 @@ class Node:
                 if sdef_local is None:
                     raise ClientError(404, "no_such_space", f"space {op.space!r} does not exist")
             (local_ops if sdef_local else repl_ops).append(op)
-        if repl_ops and (self.cfg.read_only or self.core.anon):
-            why = "an anonymous replica" if self.core.anon else "read_only"
-            raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
+        if repl_ops:
+            self.replicated_write_check()
         txns = []
         now = self.wall_us()
         if repl_ops:
@@ -497,7 +532,49 @@ class Node:
             txns.append(self.core.local_txn(local_ops, GROUP_LOCAL, now))
         await self.journal.submit(txns)
         t = txns[0]
-        return {"lsn": t.last_lsn, "vclock": {str(k): v for k, v in self.core.vclock.items()}}
+        return {"lsn": t.last_lsn, "vclock": {str(k): v for k, v in self.core.vclock.items()},
+                "vclock_uuid": self.vclock_uuid()}
+
+    # --- read-your-writes ------------------------------------------------------------------
+    def vclock_uuid(self) -> dict[str, int]:
+        """This node's durable vclock by member uuid (replicated rows only), cached per vclock."""
+        core = self.core
+        if core is None:
+            return {}
+        at = (id(core), core.vclock.signature, len(core.table))   # a vclock only grows: its sum names it
+        if self._vclock_uuid_at != at:
+            self._vclock_uuid = core.vclock_by_uuid()
+            self._vclock_uuid_at = at
+        return self._vclock_uuid    # shared: callers never change it
+
+    def has_applied(self, vclock_uuid: dict[str, int]) -> bool:
+        """Whether this node's durable state holds every row of `vclock_uuid` ({uuid: lsn})."""
+        core = self.core
+        if core is None:
+            return False
+        id_of, v = core.table.id_of, core.vclock
+        for uuid, lsn in vclock_uuid.items():
+            if lsn > 0:
+                i = id_of(uuid)
+                if i is None or v.get(i) < lsn:
+                    return False
+        return True
+
+    async def wait_applied(self, vclock_uuid: dict[str, int], timeout_s: float) -> dict[str, int]:
+        """Wait until this node has applied `vclock_uuid` (read-your-writes across masters);
+        returns the node's vclock by uuid then. Raises ClientError 504 `wait_timeout` after
+        timeout_s, and 503 if the node stops serving meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not self.has_applied(vclock_uuid):
+            left = deadline - loop.time()
+            if left <= 0:
+                raise ClientError(504, "wait_timeout", f"this node has not applied {vclock_uuid} within "
+                                  f"{timeout_s:g} s (it holds {self.vclock_uuid()})")
+            if self.journal is None or self.status not in ("running", "rejoining", "joining"):
+                raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
+            await self.journal.changed(timeout=left)
+        return self.vclock_uuid()
 
     async def expel(self, uuid: str) -> dict:
         core = self.core
@@ -530,6 +607,7 @@ class Node:
             "read_only": self.cfg.read_only or bool(core and core.anon),
             "anon": bool(core.anon) if core else self.cfg.anon,
             "address": self.cfg.address,
+            "client_port": self.client_server.port if self.client_server else None,
             "wal_mode": self.cfg.wal_mode,
             "vclock": {str(k): v for k, v in vc.items()},
             "vclock_uuid": core.vclock_by_uuid() if core else {},
@@ -597,6 +675,8 @@ class Node:
         links = list(self.links)
         if links:
             await step("replication links", asyncio.gather(*(c.close() for c in links)))
+        if self.client_server is not None:
+            await step("client protocol", self.client_server.stop())
         if self._runner:
             await step("http", self._runner.cleanup())
         if self.http_session:
