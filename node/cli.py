@@ -139,13 +139,30 @@ def base_url(u: str, ca_file: str | None = None) -> str:
     return f"{'https' if tls else 'http'}://{u}".rstrip("/")
 
 
-def _client(args: argparse.Namespace, method: str, path: str, body: Any = None) -> int:
+def sdk_client(url: str, token: str | None = None, ca_file: str | None = None, timeout: float = 10.0,
+               transport: str = "auto"):
+    """The SDK's blocking client for one node named on the command line; the token (else
+    $REPLOG_TOKEN) and CA file (else $REPLOG_CA_FILE) go to that node only."""
+    import replog
+    return replog.Client([url], token=token if token is not None else os.environ.get("REPLOG_TOKEN") or None,
+                         ca_file=ca_file or os.environ.get("REPLOG_CA_FILE") or None, timeout=timeout,
+                         transport=transport)
+
+
+def _client(args: argparse.Namespace, call) -> int:
+    """Run `call(client)` against the node at args.url and print its answer (or error) as JSON."""
+    import replog
     try:
-        status, doc = http(method, base_url(args.url, args.ca_file) + path, body, args.token, ca_file=args.ca_file)
-    except (urllib.error.URLError, OSError) as e:
-        fail(f"cannot reach {args.url}: {getattr(e, 'reason', e)}", 1)
+        with sdk_client(args.url, args.token, args.ca_file) as c:
+            doc, code = call(c), 0
+    except replog.Unavailable as e:
+        fail(f"cannot reach {args.url}: {e.message}", 1)
+    except replog.ReplogError as e:
+        doc, code = {"error": {"code": e.code, "message": e.message}}, 1
+    except ValueError as e:             # a malformed address
+        fail(str(e))
     print(json.dumps(doc, indent=2, ensure_ascii=False))
-    return 0 if status < 400 else 1
+    return code
 
 
 def cmd_put(args: argparse.Namespace) -> int:
@@ -153,23 +170,20 @@ def cmd_put(args: argparse.Namespace) -> int:
         value = json.loads(args.value)
     except ValueError:
         value = args.value
-    return _client(args, "PUT", f"/v1/spaces/{args.space}/keys/{urllib.parse.quote(args.key, safe='')}", value)
+    return _client(args, lambda c: c.put(args.space, args.key, value)._asdict())
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    return _client(args, "GET", f"/v1/spaces/{args.space}/keys/{urllib.parse.quote(args.key, safe='')}")
+    return _client(args, lambda c: c.get(args.space, args.key)._asdict())
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    return _client(args, "DELETE", f"/v1/spaces/{args.space}/keys/{urllib.parse.quote(args.key, safe='')}")
+    return _client(args, lambda c: c.delete(args.space, args.key)._asdict())
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from node.status import status_table
-    try:
-        print(status_table([base_url(u, args.ca_file) for u in args.url], args.token, args.ca_file))
-    except (urllib.error.URLError, OSError) as e:
-        fail(f"cannot reach {args.url}: {getattr(e, 'reason', e)}", 1)
+    print(status_table([base_url(u, args.ca_file) for u in args.url], args.token, args.ca_file))
     return 0
 
 
@@ -281,8 +295,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
 
-
-import urllib.parse  # noqa: E402  (used by the client commands)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,7 +22,9 @@ import time
 import urllib.error
 import webbrowser
 
-from node.cli import http
+import replog
+
+from node.cli import http, sdk_client
 from node.logsetup import file_tail
 from node.status import status_table
 
@@ -109,10 +111,10 @@ def run_demo(args: argparse.Namespace) -> int:
             if not _wait_healthy("http://" + addr, p, 60):
                 print(f"replog demo: {addr} did not become healthy; see its log", file=sys.stderr)
                 return 1
-        m0 = "http://" + masters[0]
-        http("PUT", m0 + "/v1/spaces/demo", {"local": False})
+        clients = {addr: sdk_client(addr, "", timeout=5) for addr in masters}    # the SDK, one node each
+        clients[masters[0]].create_space("demo")
         for addr in masters:
-            http("PUT", f"http://{addr}/v1/spaces/scratch_local", {"local": True})
+            clients[addr].create_space("scratch_local", local=True)
         print("  all nodes healthy; space 'demo' created; workload running (Ctrl-C to stop)\n")
         if args.open:
             open_browser(dashboard)
@@ -123,8 +125,8 @@ def run_demo(args: argparse.Namespace) -> int:
             while not stop.is_set():
                 key = f"k{rng.randrange(1000)}"
                 try:
-                    http("PUT", f"http://{addr}/v1/spaces/demo/keys/{key}", {"by": addr, "n": i}, timeout=5)
-                except (urllib.error.URLError, OSError):
+                    clients[addr].put("demo", key, {"by": addr, "n": i})
+                except replog.ReplogError:
                     pass
                 i += 1
                 stop.wait(1.0 / max(args.rate, 0.1))
@@ -145,6 +147,8 @@ def run_demo(args: argparse.Namespace) -> int:
         stop.set()
         for t in threads:
             t.join(5)
+        for c in clients.values():
+            c.close()
     finally:
         print("replog demo: stopping every node ...")
         for _, p in procs:

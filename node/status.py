@@ -6,9 +6,9 @@ cluster secret can register a member at an address it listens on. A learned memb
 the token is listed as such; name it on the command line to see it."""
 from __future__ import annotations
 
-import urllib.error
+import replog
 
-from node.cli import http
+from node.cli import sdk_client
 
 
 def status_table(urls: list[str], token: str | None = None, ca_file: str | None = None) -> str:
@@ -24,14 +24,13 @@ def status_table(urls: list[str], token: str | None = None, ca_file: str | None 
             continue
         seen.add(u)
         try:
-            # An empty token, not None: None would fall back to $REPLOG_TOKEN (node.cli.http).
-            t = token if u in given else ""
-            status, info = http("GET", u + "/v1/info", token=t, timeout=3, ca_file=ca_file)
-            if status == 401:
-                needs_token.append(u)
-                continue
-            _, cl = http("GET", u + "/v1/cluster", token=t, timeout=3, ca_file=ca_file)
-        except (urllib.error.URLError, OSError):
+            # An empty token, not None: None would fall back to $REPLOG_TOKEN (node.cli.sdk_client).
+            with sdk_client(u, token if u in given else "", ca_file, timeout=3, transport="http") as c:
+                info, cl = c.info(), c.cluster()
+        except replog.Unauthorized:
+            needs_token.append(u)
+            continue
+        except replog.ReplogError:
             continue
         if not isinstance(info, dict) or "uuid" not in info:
             continue

@@ -283,6 +283,22 @@ class AsyncClient:
         body, _ = await self._call((wire.INFO,), timeout, False)
         return body
 
+    async def cluster(self, *, timeout: float | None = None) -> dict:
+        """`GET /v1/cluster` of the node in use: its members in its own ids (over HTTP)."""
+        return await self._http_get("/v1/cluster", timeout)
+
+    async def _http_get(self, path: str, timeout: float | None) -> Any:
+        conn = self._conn if isinstance(self._conn, HttpConnection) and self._conn.usable else None
+        if conn is None:
+            base, _, _, _ = self.nodes[self._i]
+            if self._session is None:
+                self._session = aiohttp.ClientSession()
+            conn = HttpConnection(base, self.addresses[self._i], self._session, self.token, self._ssl, self.timeout)
+        try:
+            return await conn.get_json(path, timeout)
+        except ConnectionLost as e:
+            raise Unavailable(str(e), address=e.address) from None
+
     async def wait(self, vclock: dict, *, timeout: float | None = None) -> dict:
         """Wait until the node in use has applied `vclock` (by uuid); returns its vclock then."""
         body, _ = await self._call((wire.WAIT, vclock, self._wait_ms(timeout)), timeout, False)

@@ -83,7 +83,14 @@ class HttpConnection:
             raise from_answer(status, doc, self.address)
         return self._shape(op, doc, status)
 
-    def _route(self, op: int, r: tuple) -> tuple[str, str, dict, Any]:
+    async def get_json(self, path: str, timeout_s: float | None = None) -> Any:
+        """GET a path of the HTTP API that has no binary op (/v1/cluster, /v1/health): its answer."""
+        body, _ = await self._call(("GET", path), timeout_s or self.default_timeout_s)
+        return body
+
+    def _route(self, op: Any, r: tuple) -> tuple[str, str, dict, Any]:
+        if op == "GET":
+            return "GET", r[1], {}, None
         if op == wire.GET:
             return "GET", f"/v1/spaces/{_q(r[1])}/keys/{_q(r[2])}", self._after(r, 3), None
         if op == wire.PUT:
@@ -119,8 +126,10 @@ class HttpConnection:
                 q["timeout_ms"] = str(r[i + 1])
         return q
 
-    def _shape(self, op: int, d: Any, status: int) -> tuple[Any, Any]:
+    def _shape(self, op: Any, d: Any, status: int) -> tuple[Any, Any]:
         """An HTTP answer in the binary protocol's body shape, with the vclock it carried."""
+        if op == "GET":
+            return d, None
         vclock = d.get("vclock_uuid") if isinstance(d, dict) else None
         if op == wire.GET:
             body = (d["value"], d["origin"], d["lsn"])

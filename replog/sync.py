@@ -114,6 +114,9 @@ class Client:
     def info(self, *, timeout: float | None = None) -> dict:
         return self._run(self._aclient.info(timeout=timeout), timeout)
 
+    def cluster(self, *, timeout: float | None = None) -> dict:
+        return self._run(self._aclient.cluster(timeout=timeout), timeout)
+
     def wait(self, vclock: dict, *, timeout: float | None = None) -> dict:
         return self._run(self._aclient.wait(vclock, timeout=timeout), timeout)
 

@@ -123,9 +123,15 @@ def decode_requests(payload: bytes | memoryview, requests_max: int) -> list:
     return reqs
 
 
+_answers = msgspec.msgpack.Decoder().decode   # a stored legacy timestamp reads back as a datetime
+
+
 def decode_answers(payload: bytes | memoryview) -> tuple[dict | None, list]:
     """(vclock_uuid, [[id, status, body], ...]) of one node frame (the SDK's side)."""
-    d = decode_payload(payload)
+    try:
+        d = _answers(payload)
+    except (msgspec.DecodeError, RecursionError):
+        raise ProtocolError("bad_frame", "the frame is not valid msgpack") from None
     if type(d) is not list or len(d) != 2 or type(d[1]) is not list or (d[0] is not None and type(d[0]) is not dict):
         raise ProtocolError("bad_frame", "an answer frame is [vclock_uuid, [[id, status, body], ...]]")
     return d[0], d[1]
