@@ -199,7 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.worker:
         a.writers = int(a.writers)
-        print(json.dumps(asyncio.run(_replog_load(a))))
+        try:                       # the SDK on uvloop, as the node (an application chooses its own loop)
+            import uvloop
+            run = uvloop.run
+        except ImportError:
+            run = asyncio.run
+        print(json.dumps(run(_replog_load(a))))
         return 0
     systems = ["replog", "tarantool"]
     if a.only:

@@ -55,6 +55,7 @@ SERVE_FLAGS: list[tuple[str, dict]] = [
     ("--insecure", {"action": "store_const", "const": True}),
     ("--log-level", {"dest": "log_level"}),
     ("--log-format", {"dest": "log_format"}),
+    ("--event-loop", {"dest": "event_loop", "help": "auto (uvloop where installed), uvloop or asyncio"}),
     ("--segment-bytes-max", {"dest": "segment_bytes_max"}),
     ("--checkpoint-interval-s", {"dest": "checkpoint_interval_s"}),
     ("--anon-ttl-s", {"dest": "anon_ttl_s"}),
@@ -73,6 +74,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         fail(str(e))
     from node.logsetup import setup
     setup(cfg.log_level, cfg.log_format)
+    uvloop = config_mod.uvloop_module() if cfg.event_loop != "asyncio" else None
+    if uvloop is not None:
+        return uvloop.run(serve(cfg))
     return asyncio.run(serve(cfg))
 
 

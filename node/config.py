@@ -44,6 +44,7 @@ class Config:
     insecure: bool = False
     log_level: str = "info"
     log_format: str = "text"
+    event_loop: str = "auto"         # uvloop | asyncio | auto (uvloop where it is installed)
     segment_bytes_max: int = 64 * 1024 * 1024
     checkpoint_interval_s: float = 60.0
     anon_ttl_s: float = 3600.0
@@ -205,6 +206,10 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}")
     if cfg.log_format not in ("text", "json"):
         raise ConfigError("log_format", "must be text or json")
+    if cfg.event_loop not in ("auto", "uvloop", "asyncio"):
+        raise ConfigError("event_loop", "must be auto, uvloop or asyncio")
+    if cfg.event_loop == "uvloop" and uvloop_module() is None:
+        raise ConfigError("event_loop", "uvloop is not installed (pip install uvloop), or use asyncio")
     if cfg.identity not in ("local", "lease"):
         raise ConfigError("identity", "must be local or lease")
     if cfg.identity == "lease":
@@ -233,6 +238,16 @@ def validate(cfg: Config) -> Config:
     tls.check_options(cfg)
     return Config(**{**{f.name: getattr(cfg, f.name) for f in fields(cfg)}, "secret": secret, "token": token,
                      "server_ssl": tls.server_context(cfg), "client_ssl": tls.client_context(cfg)})
+
+
+def uvloop_module():
+    """uvloop, if installed: libuv's event loop, which halves the CPU a client request costs the
+    node (docs/client.md, bench/RESULTS.md); None where it is not (e.g. Windows)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop
 
 
 def plaintext_exposure(cfg: Config) -> str | None:

@@ -24,11 +24,20 @@ from replog.errors import Timeout
 _MARGIN_S = 5.0          # the thread waits this much past a call's own timeout before giving up on it
 
 
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's loop where it is installed (less CPU per call), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 class Client:
     def __init__(self, addresses: list[str] | str, *, token: str | None = None, ca_file: str | None = None,
                  timeout: float = 10.0, transport: str = "auto"):
         self.timeout = float(timeout)
-        self._loop = asyncio.new_event_loop()
+        self._loop = _new_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="replog-client", daemon=True)
         self._thread.start()
         self._closed = False
