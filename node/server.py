@@ -86,6 +86,7 @@ class Node:
         self.own_lsn_seen = 0   # highest lsn of our own component any peer said it holds
         self.task_failures: dict[str, dict] = {}   # task name -> {"failures", "error"} (note_failure)
         self._vclock_uuid: dict[str, int] = {}      # vclock_uuid()'s cache, and what it was built from
+        self._vclock_ids: dict[str, int] = {}       # the same vclock by local id, as answers show it
         self._vclock_uuid_at: tuple = ()
         self.client_server = None   # the binary client protocol's listener (node/clientproto/listener.py)
 
@@ -532,8 +533,8 @@ class Node:
             txns.append(self.core.local_txn(local_ops, GROUP_LOCAL, now))
         await self.journal.submit(txns)
         t = txns[0]
-        return {"lsn": t.last_lsn, "vclock": {str(k): v for k, v in self.core.vclock.items()},
-                "vclock_uuid": self.vclock_uuid()}
+        vclock_uuid = self.vclock_uuid()      # refreshes the cached vclock by local id too
+        return {"lsn": t.last_lsn, "vclock": self._vclock_ids, "vclock_uuid": vclock_uuid}
 
     # --- read-your-writes ------------------------------------------------------------------
     def vclock_uuid(self) -> dict[str, int]:
@@ -544,6 +545,7 @@ class Node:
         at = (id(core), core.vclock.signature, len(core.table))   # a vclock only grows: its sum names it
         if self._vclock_uuid_at != at:
             self._vclock_uuid = core.vclock_by_uuid()
+            self._vclock_ids = {str(k): v for k, v in core.vclock.items()}
             self._vclock_uuid_at = at
         return self._vclock_uuid    # shared: callers never change it
 

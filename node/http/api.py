@@ -36,10 +36,14 @@ OPEN_PATHS = ("/v1/health", "/metrics", "/v1/replication", "/ui")   # /ui: the p
 
 
 # --- encoding ---------------------------------------------------------------------------
+_JSON_TYPE = {"Content-Type": "application/json; charset=utf-8"}
+_MSGPACK_TYPE = {"Content-Type": MSGPACK}
+
+
 def reply(request: web.Request, data: Any, status: int = 200) -> web.Response:
     if MSGPACK in request.headers.get("Accept", ""):
-        return web.Response(body=msgpack.packb(data, use_bin_type=True), status=status, content_type=MSGPACK)
-    return web.Response(text=render.dumps(data), status=status, content_type="application/json")
+        return web.Response(body=codec.pack(data), status=status, headers=_MSGPACK_TYPE)
+    return web.Response(body=render.dumps(data).encode(), status=status, headers=_JSON_TYPE)
 
 
 def error_body(code: str, message: str) -> dict:
@@ -59,7 +63,10 @@ async def read_body(request: web.Request) -> Any:
     if request.content_length is not None and request.content_length > limits.body_bytes_max:
         raise ClientError(413, "body_too_large", f"body exceeds {limits.body_bytes_max} bytes")
     try:
-        raw = await asyncio.wait_for(request.read(), limits.http_body_timeout_s)
+        if request.content.is_eof():         # the whole body came with the head: nothing to wait for
+            raw = await request.read()
+        else:
+            raw = await asyncio.wait_for(request.read(), limits.http_body_timeout_s)
     except asyncio.TimeoutError:
         raise ClientError(408, "body_timeout", f"the body did not arrive within {limits.http_body_timeout_s:g} s") \
             from None
