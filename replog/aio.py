@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from dataclasses import dataclass
 from typing import Any, AsyncIterator, NamedTuple
 
 import aiohttp
@@ -201,34 +200,42 @@ class AsyncClient:
 
     # --- calling ---------------------------------------------------------------------------
     async def _call(self, request: tuple, timeout: float | None, write: bool) -> tuple[Any, Any]:
+        conn = self._conn
+        last: ReplogError | None = None
+        if timeout is None and conn is not None and conn.closed is None and not conn.full:
+            try:                                 # the usual case: connected, room, the default timeout
+                return await conn.call(request)
+            except Unavailable as e:
+                self._failed(conn, e, write)
+                last = e
         loop = asyncio.get_running_loop()
         t = self.timeout if timeout is None else float(timeout)
         deadline = loop.time() + t
-        last: ReplogError | None = None
         for _ in range(2 * len(self.nodes)):
             if loop.time() >= deadline:
                 break
-            try:
-                conn = await self._connection(deadline)
-            except Unavailable as e:
-                raise e from None
+            conn = await self._connection(deadline)
             await conn.room()
             try:
                 return await conn.call(request, None if timeout is None else max(0.0, deadline - loop.time()))
-            except ConnectionLost as e:
-                self._drop(conn)
-                if write and e.sent:
-                    raise OutcomeUnknown(f"the connection to {e.address} broke after the write was sent: it may "
-                                         "or may not have been applied", address=e.address) from None
-                last = e
             except Unavailable as e:
-                if write and e.code not in NOT_APPLIED_CODES:
-                    raise
-                self._drop(conn)
+                self._failed(conn, e, write)
                 last = e
         if last is None:
             raise Timeout(f"the call did not finish within {t:g} s")
         raise last
+
+    def _failed(self, conn: Any, e: Unavailable, write: bool) -> None:
+        """A call failed for want of a node: raise unless the retry rule lets it go to the next one."""
+        if isinstance(e, ConnectionLost):
+            self._drop(conn)
+            if write and e.sent:
+                raise OutcomeUnknown(f"the connection to {e.address} broke after the write was sent: it may "
+                                     "or may not have been applied", address=e.address) from None
+            return
+        if write and e.code not in NOT_APPLIED_CODES:
+            raise e
+        self._drop(conn)
 
     # --- operations ------------------------------------------------------------------------
     async def put(self, space: str, key: str, value: Any, *, timeout: float | None = None) -> WriteResult:
@@ -316,24 +323,27 @@ def wire_wait_max() -> int:
     return limits.wait_timeout_ms_max
 
 
-@dataclass
-class AsyncTxn:
-    """A transaction builder: `t.put(...).delete(...)`, then `await t.commit()` (or leave an
-    `async with` block without an exception). Nothing is sent before commit."""
-    client: AsyncClient
-    ops: list = None            # type: ignore[assignment]
-    result: WriteResult | None = None
+class TxnOps:
+    """What both transaction builders collect: ops, nothing sent before commit."""
+    ops: list
 
-    def __post_init__(self) -> None:
-        self.ops = []
-
-    def put(self, space: str, key: str, value: Any) -> "AsyncTxn":
+    def put(self, space: str, key: str, value: Any):
         self.ops.append((wire.TXN_PUT, space, key, value))
         return self
 
-    def delete(self, space: str, key: str) -> "AsyncTxn":
+    def delete(self, space: str, key: str):
         self.ops.append((wire.TXN_DELETE, space, key))
         return self
+
+
+class AsyncTxn(TxnOps):
+    """A transaction builder: `t.put(...).delete(...)`, then `await t.commit()` (or leave an
+    `async with` block without an exception). Nothing is sent before commit."""
+
+    def __init__(self, client: AsyncClient):
+        self.client = client
+        self.ops: list[tuple] = []
+        self.result: WriteResult | None = None
 
     async def commit(self, *, timeout: float | None = None) -> WriteResult:
         self.result = await self.client.commit(self.ops, timeout=timeout)

@@ -18,7 +18,6 @@ import asyncio
 import heapq
 import ssl
 from collections import deque
-from typing import Any
 
 from node.clientproto import wire
 from replog.errors import ReplogError, Timeout, TooLarge, Unavailable, from_answer
@@ -43,13 +42,13 @@ class BinaryConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.loop = asyncio.get_running_loop()
         self.reader = wire.FrameReader(wire.HEAD.unpack(b"\xff\xff\xff\xff")[0])
-        self.pending: dict[int, tuple[asyncio.Future, int]] = {}   # id -> (future, the frame it went in)
+        self.pending: dict[int, asyncio.Future] = {}   # id -> its call's future, in id order
         self._next_id = 1
         self._out: list = []
         self._out_futs: list[asyncio.Future] = []
         self._flush_at = False
         self._frames_sent = 0              # frames handed to the transport
-        self._deadlines: deque = deque()   # (deadline, id) of calls with the default timeout, in order
+        self._deadlines: deque = deque()   # (deadline, last id) of each frame sent, for default-timeout calls
         self._odd: list = []               # heap of (deadline, id) of calls with another timeout
         self._sweeper: asyncio.TimerHandle | None = None
         self.default_timeout_s = 10.0
@@ -58,6 +57,7 @@ class BinaryConnection(asyncio.Protocol):
         self.node_uuid = ""
         self._room = asyncio.Event()
         self._room.set()
+        self.full = False                  # INFLIGHT_MAX calls wait: callers wait for room
         self._can_write = True
 
     # --- opening ---------------------------------------------------------------------------
@@ -92,18 +92,18 @@ class BinaryConnection(asyncio.Protocol):
                     self._vclock_sink(vclock)
                 pending = self.pending
                 for a in answers:
-                    got = pending.pop(a[0], None) if type(a) is list and len(a) == 3 else None
-                    if got is None:
+                    fut = pending.pop(a[0], None) if type(a) is list and len(a) == 3 else None
+                    if fut is None:
                         if type(a) is list and len(a) == 3 and a[0] is None:   # the node refused the connection
                             self._lost(from_answer(a[1], a[2], self.address))
                         continue
-                    fut = got[0]
                     if not fut.done():
                         if a[1] < 300:
                             fut.set_result((a[2], vclock))
                         else:
                             fut.set_exception(from_answer(a[1], a[2], self.address))
-            if not self._room.is_set() and len(self.pending) < INFLIGHT_MAX // 2:
+            if self.full and len(self.pending) < INFLIGHT_MAX // 2:
+                self.full = False
                 self._room.set()
         except wire.ProtocolError as e:
             self._lost(Unavailable(f"the node sent what is not an answer frame: {e}", address=self.address))
@@ -120,25 +120,24 @@ class BinaryConnection(asyncio.Protocol):
 
     # --- calls -------------------------------------------------------------------------------
     def call(self, request: tuple, timeout_s: float | None = None) -> asyncio.Future:
-        """Send `request` (op, args...) in the next frame; the future gets (body, vclock) or raises."""
+        """Send `request` (op, args...) in the next frame; the future gets (body, vclock) or raises.
+        Calls with the connection's default timeout share one deadline per frame (set when the
+        frame goes out); others keep their own."""
         fut = self.loop.create_future()
         if self.closed is not None:
             fut.set_exception(ConnectionLost(str(self.closed), sent=False, address=self.address))
             return fut
         rid = self._next_id
         self._next_id = rid + 1
-        self._out.append((rid,) + request)
-        self.pending[rid] = (fut, -1)
-        if timeout_s is None or timeout_s == self.default_timeout_s:
-            self._deadlines.append((self.loop.time() + self.default_timeout_s, rid))
-        else:
+        self._out.append((rid, *request))
+        self.pending[rid] = fut
+        if timeout_s is not None and timeout_s != self.default_timeout_s:
             heapq.heappush(self._odd, (self.loop.time() + timeout_s, rid))
         if not self._flush_at:
             self._flush_at = True
             self.loop.call_soon(self._flush)
-        if self._sweeper is None:
-            self._sweeper = self.loop.call_later(SWEEP_S, self._sweep)
         if len(self.pending) >= INFLIGHT_MAX:
+            self.full = True
             self._room.clear()
         return fut
 
@@ -152,6 +151,9 @@ class BinaryConnection(asyncio.Protocol):
         out, self._out = self._out, []
         if not out or self.closed is not None:
             return
+        self._deadlines.append((self.loop.time() + self.default_timeout_s, out[-1][0]))
+        if self._sweeper is None:
+            self._sweeper = self.loop.call_later(SWEEP_S, self._sweep)
         nmax = int(self.limits.get("frame_requests_max", 4096))
         bmax = int(self.limits.get("frame_bytes_max", 8 << 20))
         for i in range(0, len(out), nmax):
@@ -161,9 +163,9 @@ class BinaryConnection(asyncio.Protocol):
         data = wire.encode_requests(reqs)
         if len(data) - wire.HEAD_BYTES > bmax:
             if len(reqs) == 1:
-                got = self.pending.pop(reqs[0][0], None)
-                if got is not None and not got[0].done():
-                    got[0].set_exception(TooLarge(f"the request encodes to {len(data)} bytes; a frame holds at most "
+                fut = self.pending.pop(reqs[0][0], None)
+                if fut is not None and not fut.done():
+                    fut.set_exception(TooLarge(f"the request encodes to {len(data)} bytes; a frame holds at most "
                                                   f"{bmax}", address=self.address))
                 return
             half = len(reqs) // 2
@@ -177,9 +179,10 @@ class BinaryConnection(asyncio.Protocol):
         self._sweeper = None
         now = self.loop.time()
         pending = self.pending
-        for q in (self._deadlines,):
-            while q and (q[0][1] not in pending or q[0][0] <= now):
-                _, rid = q.popleft()
+        q = self._deadlines
+        while q and q[0][0] <= now:               # frames past their deadline: every call up to their last id
+            _, upto = q.popleft()
+            for rid in [r for r in pending if r <= upto]:   # ids grow: dict order is id order
                 self._expire(rid)
         odd = self._odd
         while odd and (odd[0][1] not in pending or odd[0][0] <= now):
@@ -189,9 +192,9 @@ class BinaryConnection(asyncio.Protocol):
             self._sweeper = self.loop.call_later(SWEEP_S, self._sweep)
 
     def _expire(self, rid: int) -> None:
-        got = self.pending.pop(rid, None)
-        if got is not None and not got[0].done():
-            got[0].set_exception(Timeout(f"no answer from {self.address} within the call's timeout",
+        fut = self.pending.pop(rid, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(Timeout(f"no answer from {self.address} within the call's timeout",
                                          address=self.address))
 
     # --- closing -----------------------------------------------------------------------------
@@ -201,7 +204,7 @@ class BinaryConnection(asyncio.Protocol):
         unsent = {r[0] for r in self._out}
         self._out = []
         pending, self.pending = self.pending, {}
-        for rid, (fut, _) in pending.items():
+        for rid, fut in pending.items():
             if not fut.done():
                 fut.set_exception(ConnectionLost(str(why), sent=rid not in unsent, address=self.address))
         if self.transport is not None:
@@ -209,6 +212,7 @@ class BinaryConnection(asyncio.Protocol):
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
+        self.full = False
         self._room.set()
 
     def close(self) -> None:
@@ -218,6 +222,3 @@ class BinaryConnection(asyncio.Protocol):
     def usable(self) -> bool:
         return self.closed is None
 
-
-def answer_body(got: tuple[Any, Any]) -> Any:
-    return got[0]

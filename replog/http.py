@@ -46,6 +46,7 @@ class HttpConnection:
         self._vclock_sink = vclock_sink
         self.closed = None
         self.node_uuid = ""
+        self.full = False
 
     @property
     def usable(self) -> bool:

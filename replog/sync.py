@@ -17,8 +17,7 @@ import asyncio
 import threading
 from typing import Any, Iterator
 
-from replog.aio import RANGE_PAGE, AsyncClient, Item, WriteResult
-from node.clientproto import wire
+from replog.aio import RANGE_PAGE, AsyncClient, Item, TxnOps, WriteResult
 from replog.errors import Timeout
 
 _MARGIN_S = 5.0          # the thread waits this much past a call's own timeout before giving up on it
@@ -130,7 +129,7 @@ class Client:
         return self._run(self._aclient.wait(vclock, timeout=timeout), timeout)
 
 
-class Txn:
+class Txn(TxnOps):
     """The blocking transaction builder: `with c.txn() as t: t.put(...)` commits at the end of
     the block (not if it raised); or call `t.commit()`."""
 
@@ -138,14 +137,6 @@ class Txn:
         self.client = client
         self.ops: list[tuple] = []
         self.result: WriteResult | None = None
-
-    def put(self, space: str, key: str, value: Any) -> "Txn":
-        self.ops.append((wire.TXN_PUT, space, key, value))
-        return self
-
-    def delete(self, space: str, key: str) -> "Txn":
-        self.ops.append((wire.TXN_DELETE, space, key))
-        return self
 
     def commit(self, *, timeout: float | None = None) -> WriteResult:
         self.result = self.client.commit(self.ops, timeout=timeout)
