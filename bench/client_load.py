@@ -89,31 +89,41 @@ async def _replog_load(a: argparse.Namespace) -> dict[str, Any]:
 
 # --- one phase: P load processes of one system at once ----------------------------------------
 def _launch(system: str, target: str, op: str, writers: int, seconds: float, prefix: str,
-            start_at: float) -> subprocess.Popen:
+            start_at: float, out: str) -> subprocess.Popen:
+    """A load process; it writes its result as one JSON line to the file `out` (stdout would not
+    do: an event loop may leave it non-blocking, and a long line then comes out cut)."""
     if system == "replog":
         argv = [sys.executable, "-m", "bench.client_load", "--worker", "--target", target, "--op", op,
-                "--writers", str(writers), "--seconds", str(seconds), "--prefix", prefix, "--start-at", str(start_at)]
+                "--writers", str(writers), "--seconds", str(seconds), "--prefix", prefix, "--start-at", str(start_at),
+                "--out", out]
         env = None
     else:
         argv = ["tarantool", os.path.join(LUA_DIR, "client_load.lua")]
         env = dict(os.environ, BENCH_TARGET=target, BENCH_WRITERS=str(writers), BENCH_SECONDS=str(seconds),
-                   BENCH_OP=op, BENCH_PREFIX=prefix, BENCH_KEYS=str(NKEYS), BENCH_START_AT=str(start_at))
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env, text=True)
+                   BENCH_OP=op, BENCH_PREFIX=prefix, BENCH_KEYS=str(NKEYS), BENCH_START_AT=str(start_at),
+                   BENCH_OUT=out)
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO, env=env, text=True)
+
+
+def _result(p: subprocess.Popen, out: str, system: str, timeout: float) -> dict[str, Any]:
+    _, err = p.communicate(timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{system} load process failed ({p.returncode}): {err[-2000:]}")
+    with open(out, encoding="utf-8") as f:
+        doc = json.loads(f.read())
+    os.unlink(out)
+    return doc
 
 
 def phase(system: str, server, op: str, writers: int, procs: int, seconds: float, tag: str) -> dict[str, Any]:
     target = server.client_target
     per = [writers // procs + (1 if i < writers % procs else 0) for i in range(procs)]
     start_at = time.time() + START_DELAY_S
-    ps = [_launch(system, target, op, w, seconds, f"{tag}-{i}", start_at) for i, w in enumerate(per)]
+    files = [os.path.join(server.dir, f"load-{tag}-{i}.json") for i in range(procs)]
+    ps = [_launch(system, target, op, w, seconds, f"{tag}-{i}", start_at, f) for (i, w), f in zip(enumerate(per), files)]
     time.sleep(max(0.0, start_at - time.time()))
     cpu0 = proc_cpu_s(server.pid)
-    outs = []
-    for p in ps:
-        out, err = p.communicate(timeout=seconds + START_DELAY_S + WORKER_TIMEOUT_S)
-        if p.returncode != 0:
-            raise RuntimeError(f"{system} load process failed ({p.returncode}): {err[-2000:]}")
-        outs.append(json.loads(out.strip().splitlines()[-1]))
+    outs = [_result(p, f, system, seconds + START_DELAY_S + WORKER_TIMEOUT_S) for p, f in zip(ps, files)]
     server_cpu = (proc_cpu_s(server.pid) or 0) - (cpu0 or 0)
     ops = sum(o["ops"] for o in outs)
     wall = max(o["wall_s"] for o in outs)
@@ -125,10 +135,8 @@ def phase(system: str, server, op: str, writers: int, procs: int, seconds: float
 
 
 def preload(system: str, server) -> None:
-    p = _launch(system, server.client_target, "preload", 1, 0, "g", 0)
-    out, err = p.communicate(timeout=300)
-    if p.returncode != 0:
-        raise RuntimeError(f"{system} preload failed: {err[-2000:]}")
+    f = os.path.join(server.dir, "preload.json")
+    _result(_launch(system, server.client_target, "preload", 1, 0, "g", 0, f), f, system, 300)
 
 
 # --- servers -------------------------------------------------------------------------------------
@@ -196,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--op", help=argparse.SUPPRESS)
     p.add_argument("--prefix", default="p", help=argparse.SUPPRESS)
     p.add_argument("--start-at", dest="start_at", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
         a.writers = int(a.writers)
@@ -204,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
             run = uvloop.run
         except ImportError:
             run = asyncio.run
-        print(json.dumps(run(_replog_load(a))))
+        doc = run(_replog_load(a))
+        with open(a.out, "w", encoding="utf-8") as f:
+            f.write(json.dumps(doc) + "\n")
         return 0
     systems = ["replog", "tarantool"]
     if a.only:

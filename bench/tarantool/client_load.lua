@@ -1,8 +1,9 @@
 -- One load process of the client benchmark (bench/client_load.py): BENCH_WRITERS fibers on
 -- one net.box connection to BENCH_TARGET, each doing `replace{key, 100-byte string}` with a
 -- fresh key (BENCH_OP=put) or `get{key}` of a preloaded key g<0..BENCH_KEYS-1> (get) in a loop
--- for BENCH_SECONDS from BENCH_START_AT; (BENCH_OP=preload writes those keys once). Prints one JSON line: ops,
--- this process's CPU seconds, wall seconds, and up to 20,000 latency samples in microseconds.
+-- for BENCH_SECONDS from BENCH_START_AT; (BENCH_OP=preload writes those keys once). Writes one JSON line
+-- to the file BENCH_OUT (not stdout, which the event loop may have made non-blocking): ops, this
+-- process's CPU seconds, wall seconds, and up to 20,000 latency samples in microseconds.
 local fiber = require('fiber')
 local clock = require('clock')
 local json = require('json')
@@ -28,7 +29,9 @@ local space = conn.space.bench
 
 if op == 'preload' then
     for i = 0, nkeys - 1 do space:replace{'g' .. i, value} end
-    print(json.encode({ops = nkeys}))
+    local f = io.open(env('BENCH_OUT'), 'w')
+    f:write(json.encode({ops = nkeys}) .. '\n')
+    f:close()
     os.exit(0)
 end
 
@@ -54,7 +57,7 @@ for w = 1, writers do
             else
                 space:get{'g' .. rnd(0, nkeys - 1)}
             end
-            local lat = (clock.monotonic() - s) * 1e6
+            local lat = math.floor((clock.monotonic() - s) * 1e6 + 0.5)
             n = n + 1
             ops = ops + 1
             -- reservoir sampling: every latency has the same chance to be kept
@@ -70,5 +73,7 @@ for w = 1, writers do
     end)
 end
 for _ = 1, writers do done:get() end
-print(json.encode({ops = ops, cpu_s = os.clock() - cpu0, wall_s = clock.monotonic() - t0, lat_us = samples}))
+local f = io.open(env('BENCH_OUT'), 'w')
+f:write(json.encode({ops = ops, cpu_s = os.clock() - cpu0, wall_s = clock.monotonic() - t0, lat_us = samples}) .. '\n')
+f:close()
 os.exit(0)
