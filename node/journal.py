@@ -194,11 +194,6 @@ class Journal:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
-                if self.pending_rows < limits.journal_gather_rows and self._inline_ok:
-                    # A small batch on the loop: let the loop read its sockets once more first, so
-                    # entries that arrive together (clients, appliers) share one write and commit.
-                    for _ in range(limits.journal_gather_yields):
-                        await asyncio.sleep(0)
                 batch = []
                 parts: list = []          # for the store, in order: Txn lists (joined) and packed entries
                 joined: list[Txn] | None = None

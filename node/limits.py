@@ -94,9 +94,6 @@ journal_inline_rows_max = 256        # a batch this small is persisted on the ev
                                      # wait for the disk (no fsync, no rotation): write + apply cost
                                      # ~3 us/row, less than the thread hand-off and GIL wait they replace,
                                      # which were the largest share of replication lag under load
-journal_gather_rows = 256            # a batch smaller than this (on the loop) waits ...
-journal_gather_yields = 1            # ... this many loop iterations for more entries first: one more read
-                                     # of the sockets makes client frames share a commit (bench/RESULTS.md)
 
 # --- replication --------------------------------------------------------------
 relay_batch_txns_max = 1024          # txns per relay message
