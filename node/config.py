@@ -241,8 +241,8 @@ def validate(cfg: Config) -> Config:
 
 
 def uvloop_module():
-    """uvloop, if installed: libuv's event loop, which halves the CPU a client request costs the
-    node (docs/client.md, bench/RESULTS.md); None where it is not (e.g. Windows)."""
+    """uvloop, if installed: libuv's event loop, which cuts the CPU a client request costs the
+    node by about a quarter (docs/client.md, bench/RESULTS.md); None where it is not (e.g. Windows)."""
     try:
         import uvloop
     except ImportError:
