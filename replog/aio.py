@@ -31,10 +31,12 @@ import ssl
 from typing import Any, AsyncIterator, NamedTuple
 
 import aiohttp
+import msgpack
 
+from node import limits
 from node.clientproto import wire
 from replog.binary import BinaryConnection, ConnectionLost
-from replog.errors import NOT_APPLIED_CODES, OutcomeUnknown, ReplogError, Timeout, Unavailable
+from replog.errors import NOT_APPLIED_CODES, OutcomeUnknown, ReplogError, Timeout, Unauthorized, Unavailable
 from replog.http import HttpConnection
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -173,22 +175,18 @@ class AsyncClient:
         return http                          # the binary port is unreachable here: HTTP, same calls
 
     async def _client_port(self, http: HttpConnection, left: float) -> Any:
-        from replog.errors import NotFound
+        """`GET /v1/client`: where the node's binary port is ({} for a node without one)."""
         try:
             async with http.session.get(http.base + "/v1/client", headers=http.headers, ssl=http.ssl,
                                         timeout=aiohttp.ClientTimeout(total=left)) as r:
                 if r.status == 401:
-                    from replog.errors import Unauthorized
                     raise Unauthorized("the node refused the token", address=http.address)
                 if r.status == 404:
-                    raise NotFound("no /v1/client here", address=http.address)
+                    return {}                # a node from before the binary protocol: HTTP
                 if r.status >= 400:
                     raise Unavailable(f"GET /v1/client answered {r.status}", address=http.address)
-                import msgpack
                 return msgpack.unpackb(await r.read(), raw=False)
-        except NotFound:
-            return {}                        # a node without the binary protocol: HTTP
-        except aiohttp.ClientError as e:
+        except (aiohttp.ClientError, ValueError, msgpack.UnpackException) as e:
             raise Unavailable(f"cannot reach {http.address}: {e}", address=http.address) from None
 
     def _drop(self, conn: Any) -> None:
@@ -319,7 +317,6 @@ class AsyncClient:
 
 
 def wire_wait_max() -> int:
-    from node import limits
     return limits.wait_timeout_ms_max
 
 
