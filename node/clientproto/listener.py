@@ -12,6 +12,8 @@ Rules kept here:
 - a frame's length is read first and checked against the frame bound in force (the small
   HELLO bound until the connection is authenticated); a frame past it is answered and closed;
 - with a token, a connection that has not authenticated within client_hello_timeout_s is closed;
+- a frame must arrive whole within http_body_timeout_s of its first byte (as an HTTP body must),
+  or the connection is answered 408 and closed: a half-sent frame holds its buffer no longer;
 - anything raised while handling a frame that is not the client's fault is logged as a bug with
   its traceback, answered 500 and the connection closed: the node serves on."""
 from __future__ import annotations
@@ -34,6 +36,7 @@ class ClientProtocol(asyncio.Protocol):
         self.session: Session | None = None
         self.reader: wire.FrameReader | None = None
         self._hello_timer: asyncio.TimerHandle | None = None
+        self._frame_timer: asyncio.TimerHandle | None = None   # a frame begun, not yet whole
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport                      # type: ignore[assignment]
@@ -84,6 +87,27 @@ class ClientProtocol(asyncio.Protocol):
                         self._hello_timer.cancel()
         except wire.ProtocolError as e:
             session.refuse(e.status, e.code, e.message)
+            return
+        partial = reader.buffered > 0                              # type: ignore[union-attr]
+        if partial and self._frame_timer is None:
+            self._frame_timer = asyncio.get_running_loop().call_later(limits.http_body_timeout_s, self._slow_frame,
+                                                                      session.frames_read)
+        elif not partial and self._frame_timer is not None:
+            self._frame_timer.cancel()
+            self._frame_timer = None
+
+    def _slow_frame(self, frames_read: int) -> None:
+        """A frame begun http_body_timeout_s ago: refused if none came whole since (and the node
+        was not the one holding it back by not reading); else watched for another period."""
+        self._frame_timer = None
+        s, reader = self.session, self.reader
+        if s is None or s.closed or reader is None or not reader.buffered:
+            return
+        if s.frames_read == frames_read and not (s.paused_reads or s.send_paused):
+            s.refuse(408, "frame_timeout", f"a frame did not arrive whole within {limits.http_body_timeout_s:g} s")
+            return
+        self._frame_timer = asyncio.get_running_loop().call_later(limits.http_body_timeout_s, self._slow_frame,
+                                                                  s.frames_read)
 
     def pause_writing(self) -> None:
         if self.session is not None:
@@ -101,8 +125,9 @@ class ClientProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.server.connections.discard(self)
-        if self._hello_timer is not None:
-            self._hello_timer.cancel()
+        for timer in (self._hello_timer, self._frame_timer):
+            if timer is not None:
+                timer.cancel()
         if self.session is not None:
             self.session.lost()
 

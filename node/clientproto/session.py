@@ -64,12 +64,14 @@ class Session:
         self.authed = not node.cfg.token
         self.closed = False
         self.pending = 0               # requests read, not answered yet
+        self.frames_read = 0
         self.paused_reads = False
         self.send_paused = False
         self._tasks: set[asyncio.Task] = set()
 
     # --- frames in ---------------------------------------------------------------------
     def on_payload(self, payload: bytes) -> None:
+        self.frames_read += 1
         try:
             reqs = wire.decode_requests(payload, limits.client_frame_requests_max)
         except wire.ProtocolError as e:
