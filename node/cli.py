@@ -23,7 +23,7 @@ import urllib.parse
 from typing import Any
 
 from node import config as config_mod
-from node.cli_http import base_url, http
+from node.cli_http import base_url, http, sdk_client
 from node.errors import ConfigError, ReplogError, StorageError
 from node.version import version
 
@@ -76,6 +76,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         setup(cfg.log_level, cfg.log_format, cfg.log_file)
     except ConfigError as e:
         fail(str(e))
+    uvloop = config_mod.uvloop_module() if cfg.event_loop != "asyncio" else None
+    if uvloop is not None:
+        return uvloop.run(serve(cfg, flags, args.config))
     return asyncio.run(serve(cfg, flags, args.config))
 
 
@@ -153,22 +156,37 @@ def out(doc: Any) -> None:
     print(json.dumps(doc, indent=2, ensure_ascii=False))
 
 
+def sdk_call(args: argparse.Namespace, call) -> Any:
+    """One call through the SDK (replog.Client) against the node at args.url: the answer, or exit
+    1 with the node's error (or the reason it could not be reached) as one line on stderr."""
+    import replog
+    try:
+        with sdk_client(args.url, args.token, args.ca_file) as c:
+            return call(c)
+    except replog.Unavailable as e:
+        fail(f"cannot reach {args.url}: {e.message}", 1)
+    except replog.ReplogError as e:
+        fail(f"{e.code}: {e.message}", 1)
+    except ValueError as e:             # a malformed address
+        fail(str(e))
+
+
 def cmd_put(args: argparse.Namespace) -> int:
     try:
         value = json.loads(args.value)
     except ValueError:
         value = args.value
-    out(call(args, "PUT", key_path(args.space, args.key), value))
+    out(sdk_call(args, lambda c: c.put(args.space, args.key, value)._asdict()))
     return 0
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    out(call(args, "GET", key_path(args.space, args.key)))
+    out(sdk_call(args, lambda c: c.get(args.space, args.key)._asdict()))
     return 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    out(call(args, "DELETE", key_path(args.space, args.key)))
+    out(sdk_call(args, lambda c: c.delete(args.space, args.key)._asdict()))
     return 0
 
 

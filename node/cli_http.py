@@ -28,3 +28,13 @@ def base_url(u: str, ca_file: str | None = None) -> str:
         return u.rstrip("/")
     tls = ca_file or os.environ.get("REPLOG_CA_FILE")
     return f"{'https' if tls else 'http'}://{u}".rstrip("/")
+
+
+def sdk_client(url: str, token: str | None = None, ca_file: str | None = None, timeout: float = 10.0,
+               transport: str = "auto"):
+    """The SDK's blocking client (replog.Client) for one node named on the command line; the token
+    (else $REPLOG_TOKEN) and CA file (else $REPLOG_CA_FILE) go to that node only."""
+    import replog
+    return replog.Client([url], token=token if token is not None else os.environ.get("REPLOG_TOKEN") or None,
+                         ca_file=ca_file or os.environ.get("REPLOG_CA_FILE") or None, timeout=timeout,
+                         transport=transport)

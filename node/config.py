@@ -34,6 +34,9 @@ class Config:
     data_dir: str = opt("./replog-data", "store (store/, LMDB) and WAL (wal/) of this node", metavar="DIR")
     listen: str = opt("127.0.0.1:7301", "host:port of the HTTP API and replication endpoint", metavar="HOST:PORT")
     advertise: str = opt("", "the address other members reach this node at (default: listen)", metavar="HOST:PORT")
+    client_listen: str = opt("", "host:port of the binary client protocol (docs/client.md); empty: the HTTP "
+                                 "port + 1000 on the listen host (a free port if that one is taken); off: none",
+                             metavar="HOST:PORT")
     peers: tuple[str, ...] = opt((), "comma-separated host:port list of replication sources (full mesh: "
                                      "each node lists the others); SIGHUP reloads it", reload=True,
                                  metavar="HOST:PORT,...")
@@ -62,6 +65,7 @@ class Config:
     log_format: str = opt("text", "text | json (one JSON object per line)", metavar="FORMAT")
     log_file: str = opt("", "append logs to this file instead of stderr; SIGHUP reopens it (log rotation)",
                         metavar="FILE")
+    event_loop: str = opt("auto", "uvloop | asyncio | auto (uvloop where it is installed)", metavar="LOOP")
     segment_bytes_max: int = opt(64 * 1024 * 1024, "WAL segment size before rotation, bytes", metavar="BYTES")
     checkpoint_interval_s: float = opt(60.0, "seconds between store syncs and WAL collection", metavar="SECONDS")
     anon_ttl_s: float = opt(3600.0, "how long a silent anonymous replica still holds the WAL, seconds",
@@ -107,6 +111,18 @@ class Config:
     @property
     def address(self) -> str:
         return self.advertise or self.listen
+
+    @property
+    def client_address(self) -> tuple[str, int] | None:
+        """(host, port) of the binary client protocol, or None when it is off. Unset, it is the
+        HTTP host and the HTTP port + limits.client_port_offset (- it when that passes 65535)."""
+        if self.client_listen == "off":
+            return None
+        if self.client_listen:
+            host, port = self.client_listen.rsplit(":", 1)
+            return host.strip("[]"), int(port)
+        p = self.port + limits.client_port_offset
+        return self.host, p if p <= 65535 else self.port - limits.client_port_offset
 
     def must_match(self) -> dict[str, Any]:
         """Options that must be identical on every member (compared at handshake)."""
@@ -217,6 +233,10 @@ def validate(cfg: Config) -> Config:
     _check_addr("listen", cfg.listen)
     if cfg.advertise:
         _check_addr("advertise", cfg.advertise)
+    if cfg.client_listen and cfg.client_listen != "off":
+        _check_addr("client_listen", cfg.client_listen)
+        if cfg.client_listen == cfg.listen:
+            raise ConfigError("client_listen", "must differ from listen (the HTTP port)")
     for p in cfg.peers:
         _check_addr("peers", p)
     if cfg.wal_mode not in WAL_MODES:
@@ -225,6 +245,10 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}")
     if cfg.log_format not in ("text", "json"):
         raise ConfigError("log_format", "must be text or json")
+    if cfg.event_loop not in ("auto", "uvloop", "asyncio"):
+        raise ConfigError("event_loop", "must be auto, uvloop or asyncio")
+    if cfg.event_loop == "uvloop" and uvloop_module() is None:
+        raise ConfigError("event_loop", "uvloop is not installed (pip install uvloop), or use asyncio")
     if cfg.identity not in ("local", "lease"):
         raise ConfigError("identity", "must be local or lease")
     if cfg.identity == "lease":
@@ -262,6 +286,16 @@ def validate(cfg: Config) -> Config:
     tls.check_options(cfg)
     return Config(**{**{f.name: getattr(cfg, f.name) for f in fields(cfg)}, "secret": secret, "token": token,
                      "server_ssl": tls.server_context(cfg), "client_ssl": tls.client_context(cfg)})
+
+
+def uvloop_module():
+    """uvloop, if installed: libuv's event loop, which cuts the CPU a client request costs the
+    node by about a quarter (docs/client.md, bench/RESULTS.md); None where it is not (e.g. Windows)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop
 
 
 def plaintext_exposure(cfg: Config) -> str | None:

@@ -27,7 +27,9 @@ import time
 import urllib.error
 import webbrowser
 
-from node.cli_http import http
+import replog
+
+from node.cli_http import http, sdk_client
 from node.logsetup import file_tail
 from node.status import collect, convergence, render_table
 
@@ -156,10 +158,10 @@ def run_demo(args: argparse.Namespace) -> int:
                 print(f"replog demo: {name} ({addr}) {why}; the end of {log_path}:\n{file_tail(log_path, 20)}",
                       file=sys.stderr)
                 return 1
-        m0 = "http://" + masters[0]
-        http("PUT", m0 + "/v1/spaces/demo", {"local": False})
+        clients = {addr: sdk_client(addr, "", timeout=5) for addr in masters}    # the SDK, one node each
+        clients[masters[0]].create_space("demo")
         for addr in masters:
-            http("PUT", f"http://{addr}/v1/spaces/scratch_local", {"local": True})
+            clients[addr].create_space("scratch_local", local=True)
         print("  all nodes healthy; space 'demo' created; workload running (Ctrl-C to stop)\n")
         if args.open:
             open_browser(dashboard)
@@ -172,10 +174,9 @@ def run_demo(args: argparse.Namespace) -> int:
             while not stop.is_set():
                 key = f"k{rng.randrange(1000)}"
                 try:
-                    if http("PUT", f"http://{addr}/v1/spaces/demo/keys/{key}", {"by": addr, "n": i}, timeout=5)[0] \
-                            == 200:
-                        rate.add()
-                except (urllib.error.URLError, OSError):
+                    clients[addr].put("demo", key, {"by": addr, "n": i})
+                    rate.add()
+                except replog.ReplogError:
                     pass
                 i += 1
                 stop.wait(1.0 / max(args.rate, 0.1))
@@ -200,6 +201,8 @@ def run_demo(args: argparse.Namespace) -> int:
         stop.set()
         for t in threads:
             t.join(5)
+        for c in clients.values():
+            c.close()
     finally:
         print("replog demo: stopping every node ...")
         for _, p in procs:

@@ -85,6 +85,23 @@ http_connections_max = 1024          # open client connections; past it new ones
                                      # also lowered below the process's fd limit: node/http/listener.py)
 http_fds_reserved = 128              # fds kept for everything but client connections
 accept_error_log_interval_s = 60.0   # "out of fds" on accept is logged at most this often
+wait_timeout_ms_default = 5_000      # a read with after_vclock (or a wait) without a timeout waits this long
+wait_timeout_ms_max = 60_000         # ... and at most this: a client that needs longer asks again, so no
+                                     # request holds a connection (and a task) for ever
+
+# --- binary client protocol (node/clientproto/) ------------------------------
+client_frame_bytes_max = body_bytes_max   # one frame of requests: what one HTTP body may carry, so the
+                                     # largest value and transaction HTTP accepts fit, and no more
+client_frame_requests_max = 4096     # requests in one frame: bounds the work one read of a socket starts
+client_pending_requests_max = 16_384 # requests of one connection not yet answered; past it the node stops
+                                     # reading that connection until answers go out (back-pressure)
+client_send_buffer_bytes_max = 16 * 1024 * 1024  # answers queued for a client that does not read;
+                                     # past it the node stops reading its requests until it drains
+client_hello_bytes_max = 4096        # bytes read before a connection is authenticated: a HELLO with a token
+client_hello_timeout_s = http_header_timeout_s  # a connection must say HELLO within this of connecting
+client_waits_max = 4096              # requests waiting for a vclock at once, node-wide (each holds a task)
+client_port_offset = 1000            # the binary port defaults to the HTTP port + this (or - this when the
+                                     # sum would pass 65535): derived, so a cluster's ports stay predictable
 
 # --- WAL ----------------------------------------------------------------------
 frame_bytes_max = 4 * message_bytes_max  # one WAL frame: a local txn, or what the applier took from

@@ -29,15 +29,14 @@ from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, M
 from node.config import Config, plaintext_exposure
 from node.core import messages as m
 from node.core.replicaset import NodeCore, cluster_op
-from node.core.validate import timestamp_ahead_error
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_SPACE, Op
 from node.core.vclock import VClock
-from node.errors import ClientError, ConfigError, NoSpaceError, PeerRefused, RemoteProtocolError, StorageError
+from node.errors import ClientError, ConfigError, PeerRefused, RemoteProtocolError, StorageError
 from node.identity.identity_file import IdentityFileError
 from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
 from node.cluster_shutdown import ClusterShutdown
 from node.journal import Journal
-from node.faults import fault, install_fault_points
+from node.faults import install_fault_points
 from node.fence import FenceKeeper, wal_present
 from node.lifecycle import Aborted, Lifecycle
 from node.rejoin import Rejoiner, finish_interrupted, receive_snapshot
@@ -94,6 +93,10 @@ class Node:
         # the NOSPACE alarm: writes refused with 507 while the disk or the map is full (node/storage/space.py)
         self.space = SpaceWatch([], cfg.disk_reserve_bytes, lambda: self.store)
         self.backups: list = []      # node.ops.backup.BackupJob in progress (POST /v1/admin/backup)
+        self._vclock_uuid: dict[str, int] = {}      # vclock_uuid()'s cache, and what it was built from
+        self._vclock_ids: dict[str, int] = {}       # the same vclock by local id, as answers show it
+        self._vclock_uuid_at: tuple = ()
+        self.client_server = None   # the binary client protocol's listener (node/clientproto/listener.py)
 
     # --- small helpers ---------------------------------------------------------------
     def extra_metrics(self) -> list:
@@ -225,6 +228,8 @@ class Node:
         log.info("node %s listening on %s%s (data %s)", self.uuid, cfg.listen,
                  " over TLS" + (" (links need a client certificate)" if cfg.tls_client_auth else "")
                  if cfg.tls else "", self.data_dir)
+        if cfg.client_address is not None:
+            await self._start_client_protocol()
         exposed = plaintext_exposure(cfg)
         if exposed:
             log.warning("node: %s", exposed)
@@ -233,6 +238,25 @@ class Node:
         self.supervise("own-rows-fence", self.fence.watch)
         self.supervise("rejoin", self.rejoiner.watch)
         self.supervise("space-watch", self.space.run)
+
+    async def _start_client_protocol(self) -> None:
+        """The binary client protocol's listener (node/clientproto/). A port set by client_listen
+        that cannot be had is a config error; the derived one, taken by something else, gives way
+        to any free port (clients learn it from GET /v1/client)."""
+        from node.clientproto.listener import ClientServer
+        host, port = self.cfg.client_address
+        self.client_server = ClientServer(self)
+        try:
+            await self.client_server.start(host, port, ssl_context=self.cfg.server_ssl)
+        except OSError as e:
+            if self.cfg.client_listen:
+                from node.errors import ConfigError
+                raise ConfigError("client_listen", f"cannot listen on {self.cfg.client_listen}: {e.strerror}") from None
+            log.warning("node: the client protocol's default port %d is taken (%s); listening on a free one",
+                        port, e.strerror)
+            await self.client_server.start(host, 0, ssl_context=self.cfg.server_ssl)
+        log.info("node: binary client protocol on %s:%d%s", host, self.client_server.port,
+                 " over TLS" if self.cfg.tls else "")
 
     def _wipe_partial_join(self) -> None:
         if self.store.spaces or len(self.store.table) or os.path.isdir(self.wal_dir):
@@ -442,10 +466,30 @@ class Node:
             self.spawn(self.register_member(self.uuid, self.cfg.address), "own-address")
 
     # --- client writes ---------------------------------------------------------------------
-    async def write(self, ops: list[Op]) -> dict:
+    def write_check(self) -> None:
+        """Whether this node takes client writes now (raises ClientError if not): running, with
+        room to write (the NOSPACE alarm). Every client write path calls it (HTTP here, the binary
+        protocol in node/clientproto), and replicated_write_check for rows under our own id."""
         if self.status != "running" or self.core is None:
             raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
         self.refuse_without_room()
+
+    def replicated_write_check(self) -> None:
+        """Writes to replicated spaces, rows under this node's own id: refused on a read-only node
+        or an anonymous replica, while the own-rows fence stands (node/fence.py), and while a peer
+        says it holds more of this node's rows than it has (they are still coming back)."""
+        if self.cfg.read_only or self.core.anon:
+            why = "an anonymous replica" if self.core.anon else "read_only"
+            raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
+        if self.core.fence is not None and not self.fence.try_lift():
+            raise ClientError(503, "own_rows_unconfirmed", self.core.fence_state()[1])
+        have = self.core.claimed.get(self.core.self_id)
+        if have < self.own_lsn_seen:
+            raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}.."
+                              f"{self.own_lsn_seen}) are still coming back from its peers; retry shortly")
+
+    async def write(self, ops: list[Op]) -> dict:
+        self.write_check()
         local_ops, repl_ops = [], []
         for op in ops:
             if op.kind == OP_SPACE:
@@ -455,16 +499,8 @@ class Node:
                 if sdef_local is None:
                     raise ClientError(404, "no_such_space", f"space {op.space!r} does not exist")
             (local_ops if sdef_local else repl_ops).append(op)
-        if repl_ops and (self.cfg.read_only or self.core.anon):
-            why = "an anonymous replica" if self.core.anon else "read_only"
-            raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
-        if repl_ops:     # rows under our own id (local spaces' rows never leave this node)
-            if self.core.fence is not None and not self.fence.try_lift():
-                raise ClientError(503, "own_rows_unconfirmed", self.core.fence_state()[1])
-            have = self.core.claimed.get(self.core.self_id)
-            if have < self.own_lsn_seen:
-                raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}.."
-                                  f"{self.own_lsn_seen}) are still coming back from its peers; retry shortly")
+        if repl_ops:
+            self.replicated_write_check()
         txns = []
         now = self.wall_us()
         if repl_ops:
@@ -473,7 +509,50 @@ class Node:
             txns.append(self.core.local_txn(local_ops, GROUP_LOCAL, now))
         await self.journal.submit(txns)
         t = txns[0]
-        return {"lsn": t.last_lsn, "vclock": {str(k): v for k, v in self.core.vclock.items()}}
+        vclock_uuid = self.vclock_uuid()      # refreshes the cached vclock by local id too
+        return {"lsn": t.last_lsn, "vclock": self._vclock_ids, "vclock_uuid": vclock_uuid}
+
+    # --- read-your-writes ------------------------------------------------------------------
+    def vclock_uuid(self) -> dict[str, int]:
+        """This node's durable vclock by member uuid (replicated rows only), cached per vclock."""
+        core = self.core
+        if core is None:
+            return {}
+        at = (id(core), core.vclock.signature, len(core.table))   # a vclock only grows: its sum names it
+        if self._vclock_uuid_at != at:
+            self._vclock_uuid = core.vclock_by_uuid()
+            self._vclock_ids = {str(k): v for k, v in core.vclock.items()}
+            self._vclock_uuid_at = at
+        return self._vclock_uuid    # shared: callers never change it
+
+    def has_applied(self, vclock_uuid: dict[str, int]) -> bool:
+        """Whether this node's durable state holds every row of `vclock_uuid` ({uuid: lsn})."""
+        core = self.core
+        if core is None:
+            return False
+        id_of, v = core.table.id_of, core.vclock
+        for uuid, lsn in vclock_uuid.items():
+            if lsn > 0:
+                i = id_of(uuid)
+                if i is None or v.get(i) < lsn:
+                    return False
+        return True
+
+    async def wait_applied(self, vclock_uuid: dict[str, int], timeout_s: float) -> dict[str, int]:
+        """Wait until this node has applied `vclock_uuid` (read-your-writes across masters);
+        returns the node's vclock by uuid then. Raises ClientError 504 `wait_timeout` after
+        timeout_s, and 503 if the node stops serving meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not self.has_applied(vclock_uuid):
+            left = deadline - loop.time()
+            if left <= 0:
+                raise ClientError(504, "wait_timeout", f"this node has not applied {vclock_uuid} within "
+                                  f"{timeout_s:g} s (it holds {self.vclock_uuid()})")
+            if self.journal is None or self.status not in ("running", "rejoining", "joining"):
+                raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
+            await self.journal.changed(timeout=left)
+        return self.vclock_uuid()
 
     def refuse_without_room(self) -> None:
         """While the NOSPACE alarm is raised a write is refused before it claims anything."""
@@ -516,6 +595,7 @@ class Node:
             "read_only": self.cfg.read_only or bool(core and core.anon),
             "anon": bool(core.anon) if core else self.cfg.anon,
             "address": self.cfg.address,
+            "client_port": self.client_server.port if self.client_server else None,
             "wal_mode": self.cfg.wal_mode,
             "vclock": {str(k): v for k, v in vc.items()},
             "vclock_uuid": core.vclock_by_uuid() if core else {},
@@ -594,6 +674,8 @@ class Node:
         links = list(self.links)
         if links:
             await step("replication links", asyncio.gather(*(c.close() for c in links)))
+        if self.client_server is not None:
+            await step("client protocol", self.client_server.stop())
         if self._runner:
             await step("http", self._runner.cleanup())
         if self.http_session:

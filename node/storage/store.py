@@ -284,6 +284,19 @@ class Store:
         o = _unpack(b)
         return Record(key, o[0], o[1], o[2], o[3], bool(o[4]))
 
+    def get_many(self, items: list[tuple[str, str]]) -> list[list | None]:
+        """The records [value, origin id, lsn, hlc, deleted] of (space, key) pairs of existing
+        spaces (None where a key is absent), read in one LMDB read transaction: a client
+        frame's reads (node/clientproto/session.py)."""
+        out: list[list | None] = []
+        dbs = self._dbs
+        with self.env.begin() as t:
+            get = t.get
+            for space, key in items:
+                b = get(key.encode(), db=dbs[space])
+                out.append(None if b is None else _unpack(b))
+        return out
+
     def range(self, space: str, after: str | None, limit: int) -> tuple[list[Record], str | None]:
         db = self._dbs[space]
         out: list[Record] = []
