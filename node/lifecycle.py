@@ -41,7 +41,8 @@ from node import limits
 from node.applier.applier import PROBE_ERRORS, open_link, probe
 from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
-from node.errors import PeerRefused, RemoteProtocolError, StorageError
+from node.core.membership import greeting_vclock
+from node.errors import ConfigError, PeerRefused, RemoteProtocolError, StorageError
 from node.identity import identity_file as idf
 from node.identity.signature import (
     Decision, InitialSignature, MemberStatus, Outcome, StoreStatus, decide_initialization, decide_join,
@@ -67,13 +68,6 @@ class Aborted(StorageError):
     def __init__(self, message: str, hint: str = ""):
         super().__init__(message)
         self.hint = hint
-
-
-def _vclock_of(g: dict) -> dict[str, int]:
-    v = g.get("vclock_uuid")
-    if not isinstance(v, dict):
-        return {}
-    return {str(u): n for u, n in v.items() if isinstance(n, int) and not isinstance(n, bool) and n > 0}
 
 
 def _valid_code(code: Any) -> bool:
@@ -219,7 +213,7 @@ class Lifecycle:
             return
         mem = core.table.get(theirs["uuid"])
         if mem is not None and mem.state == STATE_MEMBER and isinstance(address, str) and address \
-                and address != mem.address:
+                and address != mem.address and core.fence is None:
             _, txn = core.register_member(mem.uuid, address, node.wall_us())
             if txn is not None:
                 node.journal.submit_nowait([txn], want_future=False)
@@ -239,7 +233,7 @@ class Lifecycle:
                     log.warning("peer %s refused: %s", address, e)
                 return address, e
 
-        peers = [a for a in self.cfg.peers if a != self.cfg.address]
+        peers = [a for a in self.node.peers if a != self.cfg.address]
         return dict(await asyncio.gather(*(one(a) for a in peers)))
 
     @staticmethod
@@ -260,6 +254,20 @@ class Lifecycle:
             what = "; ".join(f"{a}: {c}" for a, c in sorted(other.items()))
             raise Aborted(f"wrong store: this node belongs to cluster {mine}, the peers it found do not ({what})",
                           "start it with an empty data dir to join them, or point --peers at its own cluster")
+
+    def check_must_match(self, polled: dict[str, dict | BaseException]) -> None:
+        """A peer refused this starting node for a must-match option: the configuration is
+        wrong here (or there), and retrying cannot help: stop, naming the option and both values."""
+        for address, e in sorted(polled.items()):
+            if not isinstance(e, PeerRefused) or e.code not in ("cluster_name", "options"):
+                continue
+            body = getattr(e, "body", None) or {}
+            option = body.get("option") if isinstance(body.get("option"), str) else None
+            if option is None:
+                raise ConfigError(e.code, f"{address} refuses this node: {e.message}")
+            ours = self.cfg.cluster_name if option == "cluster_name" else self.cfg.must_match().get(option)
+            raise ConfigError(option, f"must be the same on every member: this node has {ours!r}, "
+                                      f"{address} has {body.get('value')!r}")
 
     def decide(self) -> Decision:
         members = {self.node.uuid: self.my_status()}
@@ -288,7 +296,7 @@ class Lifecycle:
         node, cfg = self.node, self.cfg
         wait_for = cfg.cluster_wait_for
         node.status, node.status_reason = "joining", "looking for a booted peer"
-        peers = [a for a in cfg.peers if a != cfg.address]
+        peers = [a for a in node.peers if a != cfg.address]
         if not peers and wait_for <= 1:
             if not self.may_bootstrap():
                 raise Aborted(f"this node is a member of cluster {self.member_cluster_uuid()} (identity file in "
@@ -300,6 +308,7 @@ class Lifecycle:
         while True:
             polled = await self.poll_peers()
             self._check_wrong_store(polled)
+            self.check_must_match(polled)
             running = [(a, g) for a, g in polled.items()
                        if isinstance(g, dict) and g.get("cluster_uuid") and g.get("status") == "running"]
             failed: list[str] = []
@@ -369,12 +378,15 @@ class Lifecycle:
         if mine is not None and mine != cluster_uuid:
             raise Aborted(f"wrong store: this node's identity belongs to cluster {mine}, {address} to {cluster_uuid}")
         held: dict[str, Any] = {}
+        # A uuid that was a member before may have written rows its peers still hold: fenced.
+        existed = node.uuid in {r[0] for r in theirs.get("cluster") or ()}
         if not self.uses_identity_files:
             conn, answer = await self.apply_once(address, m.JOIN, None, None)
             if not isinstance(answer, idf.ApplyOk):
                 raise RemoteProtocolError(f"JOIN via {address}: {answer}")
         else:
             ident = idf.load_identity(node.data_dir)
+            existed = ident is not None and ident.active
             if ident is not None:
                 # a member re-joining with an empty store: its registration is final
                 conn, answer = await self.apply_once(address, m.JOIN, ident.register_code, None)
@@ -407,7 +419,7 @@ class Lifecycle:
                 conn = held.pop("conn")
                 log.info("identity: registered as id %d of cluster %s via %s", ident.replica_id, cluster_uuid, address)
         try:
-            await node._fetch_snapshot(conn, theirs, join=True)
+            await node._fetch_snapshot(conn, theirs, join=True, existed=existed)
         finally:
             await conn.close()
 
@@ -446,7 +458,7 @@ class Lifecycle:
         node.status, node.status_reason = "registering", "registering an anonymous replica"
         cluster_uuid = node.store.get_meta("cluster_uuid")
         while True:
-            for address in cfg.peers:
+            for address in node.peers:
                 async def apply(p: idf.PendingRegistration, address: str = address) -> idf.ApplyAnswer:
                     c, a = await self.apply_once(address, m.REGISTER, p.register_code, p.requested_id)
                     if c is not None:
@@ -522,13 +534,14 @@ class Lifecycle:
         if cfg.anon or node.core.anon or node.lease is not None:
             return
         wait_for = cfg.cluster_wait_for
-        if not [a for a in cfg.peers if a != cfg.address] and wait_for == 0:
+        if not [a for a in node.peers if a != cfg.address] and wait_for == 0:
             return
         node.status, node.status_reason = "waiting", "exchanging status with the peers"
         delay = limits.reconnect_backoff_min_s
         while True:
             polled = await self.poll_peers(poll_timeout_s if wait_for else 2.0)
             self._check_wrong_store(polled)
+            self.check_must_match(polled)
             mine = self.my_status()
             active = [g for g in polled.values()
                       if isinstance(g, dict) and g.get("cluster_uuid") and g.get("status") == "running"]
@@ -562,10 +575,10 @@ class Lifecycle:
     async def catch_up(self, theirs: dict) -> None:
         """Take the updates a member with a clean store (or an active one) has, then go active."""
         node = self.node
-        target = _vclock_of(theirs)
+        target = greeting_vclock(theirs)
         node.status = "catching_up"
         node.status_reason = f"catching up from {theirs.get('address')} ({theirs.get('uuid')})"
-        node.set_peers(list(self.cfg.peers))
+        node.set_peers(list(self.node.peers))
         while True:
             have = node.core.vclock_by_uuid()
             behind = sum(max(0, lsn - have.get(u, 0)) for u, lsn in target.items())
@@ -578,11 +591,13 @@ class Lifecycle:
     async def go_active(self) -> None:
         """The store is in use from now on (dirty); a member whose address changed says so."""
         node, store = self.node, self.node.store
+        if self.uses_identity_files and not node.core.anon:
+            idf.mark_active(node.data_dir)     # before the first row it may write (node/fence.py)
         if store.get_meta("store_status") != StoreStatus.DIRTY.value:
             store.set_meta(store_status=StoreStatus.DIRTY.value)
             store.sync()
         me = node.core.table.get(node.uuid)
-        if me is not None and me.state == STATE_MEMBER and me.address != self.cfg.address:
+        if me is not None and me.state == STATE_MEMBER and me.address != self.cfg.address and node.core.fence is None:
             log.info("_cluster: this node's address changed from %s to %s", me.address, self.cfg.address)
             await node.register_member(node.uuid, self.cfg.address)
         node.supervise("follow-addresses", self.follow_addresses)
@@ -607,4 +622,4 @@ class Lifecycle:
                 if new and new != addr and addr in self.moved_from.get(u, ()) and new not in node.appliers \
                         and new != self.cfg.address and mem is not None and mem.state == STATE_MEMBER:
                     log.info("applier: %s moved from %s to %s; following it", u, addr, new)
-                    node.set_peers([p for p in node.appliers if p != addr] + [new])
+                    node.configure_peers([p for p in node.peers if p != addr] + [new])

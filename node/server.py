@@ -29,17 +29,21 @@ from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, M
 from node.config import Config, plaintext_exposure
 from node.core import messages as m
 from node.core.replicaset import NodeCore, cluster_op
-from node.core.validate import timestamp_ahead_error
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_SPACE, Op
 from node.core.vclock import VClock
-from node.errors import ClientError, PeerRefused, RemoteProtocolError, StorageError
+from node.errors import ClientError, ConfigError, PeerRefused, RemoteProtocolError, StorageError
 from node.identity.identity_file import IdentityFileError
 from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
 from node.cluster_shutdown import ClusterShutdown
 from node.journal import Journal
-from node.faults import fault, install_fault_points
+from node.faults import install_fault_points
+from node.fence import FenceKeeper, wal_present
 from node.lifecycle import Aborted, Lifecycle
-from node.storage.store import Store
+from node.rejoin import Rejoiner, finish_interrupted, receive_snapshot
+from node.retention import Retention
+from node.storage.space import SpaceWatch
+from node.storage.store import STORE_FORMAT_VERSION, Store
+from node.wal.format import FORMAT_VERSION as WAL_FORMAT_VERSION
 from node.wal.recovery import recover
 from node.wal.writer import WalWriter
 
@@ -67,6 +71,7 @@ class Node:
         self.status = "loading"
         self.status_reason = "opening the store"
         self.appliers: dict[str, Applier] = {}
+        self.followers: dict[str, Applier] = {}   # member uuid -> the one applier linked to it (Applier.claim)
         self.relays: set[Relay] = set()
         self.links: set[Conn] = set()    # every inbound replication link, from accept (relays: subscribed ones)
         self.link_guard = LinkGuard()    # bounds on links still in their handshake (node/applier/accept.py)
@@ -79,14 +84,21 @@ class Node:
         self.lease = None    # node.identity.lease_node.LeaseIdentity when identity = "lease"
         self.life = Lifecycle(self)   # identity files, join protocol (node/lifecycle.py)
         self.cluster_shutdown = ClusterShutdown(self)   # orderly cluster shutdown (node/cluster_shutdown.py)
-        # subscriber uuid -> {"vclock": acked (our ids), "seen_s": wall time, "anon": bool}; holds WAL
-        self.acks: dict[str, dict] = {}
-        self._rejoining = False
-        self._prev_self_id: int | None = None
+        self.retention = Retention(self)   # who holds the WAL; checkpoints (node/retention.py)
+        self.fence = FenceKeeper(self)     # own-rows fence after a loss (node/fence.py)
+        self.rejoiner = Rejoiner(self)     # need_rejoin answers and safe rebuilds (node/rejoin.py)
+        self.peers: list[str] = list(cfg.peers)   # the replication sources in effect (PUT /v1/admin/peers)
         # peer uuid -> (lsn of our own component it says it holds, its address): writes wait for
         # those rows while that peer is one of our upstreams (own_rows_awaited)
         self.own_claims: dict[str, tuple[int, str]] = {}
         self.task_failures: dict[str, dict] = {}   # task name -> {"failures", "error"} (note_failure)
+        # the NOSPACE alarm: writes refused with 507 while the disk or the map is full (node/storage/space.py)
+        self.space = SpaceWatch([], cfg.disk_reserve_bytes, lambda: self.store)
+        self.backups: list = []      # node.ops.backup.BackupJob in progress (POST /v1/admin/backup)
+        self._vclock_uuid: dict[str, int] = {}      # vclock_uuid()'s cache, and what it was built from
+        self._vclock_ids: dict[str, int] = {}       # the same vclock by local id, as answers show it
+        self._vclock_uuid_at: tuple = ()
+        self.client_server = None   # the binary client protocol's listener (node/clientproto/listener.py)
 
     # --- small helpers ---------------------------------------------------------------
     def extra_metrics(self) -> list:
@@ -121,6 +133,7 @@ class Node:
         if self.lease:
             self.lease.check_peer(theirs)
         self.life.observe_greeting(theirs)
+        self.fence.on_greeting(theirs)
         vu = theirs.get("vclock_uuid")
         own = vu.get(self.uuid) if isinstance(vu, dict) else None
         uuid = theirs["uuid"]
@@ -203,7 +216,10 @@ class Node:
         os.makedirs(self.data_dir, exist_ok=True)
         self.life.lock_data_dir()
         file_uuid = self.life.open_identity()    # a damaged identity file ends start-up here
-        self.store = Store(os.path.join(self.data_dir, "store"), sync=(cfg.wal_mode == "fsync"))
+        finish_interrupted(self.data_dir)        # a rejoin cut short: its new store, or the old one
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(cfg.wal_mode == "fsync"), map_size=cfg.map_size)
+        self.space.paths = [self.store.path, self.wal_dir, self.data_dir]
+        self.space.sample()
         self.uuid = self.store.get_meta("uuid") or ""
         if self.uuid and file_uuid and self.uuid != file_uuid:
             raise StorageError(f"identity files in {self.data_dir} name uuid {file_uuid}, the store {self.uuid}")
@@ -217,6 +233,9 @@ class Node:
             self._wipe_partial_join()
         else:
             self._check_store_matches()
+            loss = None if self.store.get_meta("anon") else self.fence.loss_at_open(wal_present(self.wal_dir))
+            if loss is not None:
+                self.fence.set(loss)
             self._open_bootstrapped()
             self.life.after_open()
         self.http_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5))
@@ -228,11 +247,35 @@ class Node:
         log.info("node %s listening on %s%s (data %s)", self.uuid, cfg.listen,
                  " over TLS" + (" (links need a client certificate)" if cfg.tls_client_auth else "")
                  if cfg.tls else "", self.data_dir)
+        if cfg.client_address is not None:
+            await self._start_client_protocol()
         exposed = plaintext_exposure(cfg)
         if exposed:
             log.warning("node: %s", exposed)
         self.spawn(self._start_replication(), "start-replication")
         self.supervise("checkpoint", self._checkpoint_loop)
+        self.supervise("own-rows-fence", self.fence.watch)
+        self.supervise("rejoin", self.rejoiner.watch)
+        self.supervise("space-watch", self.space.run)
+
+    async def _start_client_protocol(self) -> None:
+        """The binary client protocol's listener (node/clientproto/). A port set by client_listen
+        that cannot be had is a config error; the derived one, taken by something else, gives way
+        to any free port (clients learn it from GET /v1/client)."""
+        from node.clientproto.listener import ClientServer
+        host, port = self.cfg.client_address
+        self.client_server = ClientServer(self)
+        try:
+            await self.client_server.start(host, port, ssl_context=self.cfg.server_ssl)
+        except OSError as e:
+            if self.cfg.client_listen:
+                from node.errors import ConfigError
+                raise ConfigError("client_listen", f"cannot listen on {self.cfg.client_listen}: {e.strerror}") from None
+            log.warning("node: the client protocol's default port %d is taken (%s); listening on a free one",
+                        port, e.strerror)
+            await self.client_server.start(host, 0, ssl_context=self.cfg.server_ssl)
+        log.info("node: binary client protocol on %s:%d%s", host, self.client_server.port,
+                 " over TLS" if self.cfg.tls else "")
 
     def _wipe_partial_join(self) -> None:
         if self.store.spaces or len(self.store.table) or os.path.isdir(self.wal_dir):
@@ -245,7 +288,8 @@ class Node:
         self.store.close()
         shutil.rmtree(os.path.join(self.data_dir, "store"), ignore_errors=True)
         shutil.rmtree(self.wal_dir, ignore_errors=True)
-        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"))
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"),
+                           map_size=self.cfg.map_size)
         self.store.set_meta(uuid=uid)
 
     def _check_store_matches(self) -> None:
@@ -262,10 +306,12 @@ class Node:
             wal = WalWriter(self.wal_dir, self.cfg.wal_mode, self.uuid, segment_bytes_max=self.cfg.segment_bytes_max)
             wal.open_last(res.last_valid_end)
         self.core = NodeCore(self.uuid, store.table.copy(), store.vclock, hlc_last=res.hlc_last,
-                             spaces=store.space_flags())
+                             spaces=store.space_flags(), own_history_lsn=int(store.get_meta("own_history_lsn") or 0))
+        self.fence.restore()
+        self.fence.mark_running(True)
         self.core.knowledge = store.load_knowledge()
-        self.acks = store.get_meta("acks") or {}
-        self.journal = Journal(self.core, store, wal, self.on_fatal)
+        self.retention.load()
+        self.journal = Journal(self.core, store, wal, self.on_fatal, space=self.space)
         self.journal.start()
         log.info("node: store open; vclock %s; %d members", store.vclock, len(store.table))
 
@@ -281,7 +327,7 @@ class Node:
                 await self.life.initialize_from_store()   # Qpid: wait for N, clean/dirty, wrong store
                 if not cfg.anon and self.core.anon:
                     await self._register_anon()
-        except (Aborted, IdentityFileError) as e:
+        except (Aborted, IdentityFileError, ConfigError) as e:   # ConfigError: a must-match option differs
             self.life.abort(e)
             return
         if self.lease:
@@ -289,7 +335,7 @@ class Node:
         await self.life.go_active()
         self.status, self.status_reason = "running", ""
         tune_gc()
-        self.set_peers(list(cfg.peers))
+        self.set_peers(list(self.peers))
 
     async def _bootstrap_new_cluster(self, initial: InitialSignature | None = None) -> None:
         """Found a cluster; `initial` (cluster uuid, creation time, founders) is its initial
@@ -319,7 +365,7 @@ class Node:
     async def _bootstrap_anon(self) -> None:
         self.status, self.status_reason = "joining", "fetching a snapshot (anonymous)"
         while True:
-            for address in self.cfg.peers:
+            for address in self.peers:
                 try:
                     conn, theirs = await open_link(self, self.http_session, address)
                 except (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
@@ -338,43 +384,30 @@ class Node:
                     await conn.close()
             await asyncio.sleep(0.5)
 
-    async def _fetch_snapshot(self, conn, theirs: dict, *, join: bool) -> None:
+    async def _fetch_snapshot(self, conn, theirs: dict, *, join: bool, existed: bool = False) -> None:
         """Install the donor's snapshot. join=True: JOIN was sent and REGISTERED received
-        already (Lifecycle.join_via); otherwise FETCH_SNAPSHOT is sent here."""
+        already (Lifecycle.join_via); otherwise FETCH_SNAPSHOT is sent here. `existed`: this
+        uuid was a member before (identity kept, store lost): the store is fenced (node/fence.py)."""
         if not join:
             await conn.send(m.FETCH_SNAPSHOT)
-        snap = await conn.expect(m.SNAPSHOT, timeout=60)
-        vclock = m.vclock_from_wire(snap["vclock"])
-        cluster = [list(r) for r in snap["cluster"]]
-        self.store.install_snapshot({"cluster_name": theirs["cluster_name"]}, snap["spaces"], cluster, vclock)
-        n = 0
-        while True:
-            msg = await conn.expect(m.SNAPSHOT_ROWS, m.SNAPSHOT_END, timeout=60)
-            if msg.type == m.SNAPSHOT_END:
-                break
-            if msg["space"] not in snap["spaces"]:
-                raise RemoteProtocolError(f"snapshot rows for unknown space {msg['space']!r}")
-            wall = self.wall_us()
-            for key, rec in msg["rows"]:     # the HLC is raised by each record's: not past the offset bound
-                why = timestamp_ahead_error(rec[3], wall)
-                if why is not None:
-                    raise RemoteProtocolError(f"snapshot record {msg['space']}/{key[:40]} refused: {why}")
-            self.store.install_records(msg["space"], msg["rows"])
-            n += len(msg["rows"])
-        await conn.send(m.BYE)
+        vclock, n = await receive_snapshot(conn, theirs, self.store, self.wall_us)
         if join:
             if self.store.table.get(self.uuid) is None:
                 raise RemoteProtocolError("the donor's snapshot does not register this node")
+            me = self.store.table.get(self.uuid)
+            if me is not None and self.store.vclock.get(me.id):
+                existed = True       # the snapshot already holds rows of this node's own origin
         else:
-            prev = self._prev_self_id
-            my_id = prev if prev and self.store.table.by_id(prev) is None else self.store.table.lowest_free_id()
-            me = Member(self.uuid, my_id, self.cfg.address, STATE_ANON)
+            me = Member(self.uuid, self.store.table.lowest_free_id(), self.cfg.address, STATE_ANON)
             self.store.put_cluster_member(me)
         initial = initial_from_wire((theirs.get("store") or {}).get("initial"))
         if initial is not None:   # the cluster's initial signature, set once at its creation
             self.store.set_meta(created_s=initial.created_s, founders=list(initial.founders),
                                 initial_signature=initial_to_wire(initial))
         self.store.set_meta(anon=not join, store_status="dirty")
+        if join and existed:
+            self.fence.set(f"this node ({self.uuid}) rejoined with an empty store: its peers may hold rows it wrote "
+                           "before")
         self.store.set_meta(cluster_uuid=theirs["cluster_uuid"])   # last: a store is non-empty from here on
         self._open_bootstrapped()
         self.life.after_open()
@@ -389,9 +422,15 @@ class Node:
         await self.life.register_anon()
 
     # --- run-time changes ----------------------------------------------------------------
+    def configure_peers(self, peers: list[str]) -> list[asyncio.Task]:
+        """The replication sources from now on (PUT /v1/admin/peers); see set_peers."""
+        self.peers = list(dict.fromkeys(peers))
+        return self.set_peers(self.peers)
+
     def set_peers(self, peers: list[str]) -> list[asyncio.Task]:
-        """Replace the replication sources; returns the tasks stopping removed appliers
-        (awaited by `PUT /v1/admin/peers` so the answer means the links are down)."""
+        """Make the appliers exactly `peers` (one per address; two addresses of one member keep
+        one link: Applier.claim); returns the tasks stopping removed appliers (awaited by
+        `PUT /v1/admin/peers` so the answer means the links are down)."""
         stopping = []
         for addr in list(self.appliers):
             if addr not in peers:
@@ -410,105 +449,67 @@ class Node:
             await self.journal.submit([txn])
         return local_id
 
-    def on_ack(self, relay: Relay) -> None:
-        """A subscriber acknowledged rows: its position holds the WAL (see node/wal/gc.py). Kept
-        only for what can hold it, so ACKs from made-up uuids cannot grow `acks` without bound: a
-        member (its next ACK, within a heartbeat, records it once this node learns it) or an
-        anonymous replica, at most anon_acks_max of them (the one heard from longest ago goes)."""
-        if not relay.anon:
-            mem = self.core.table.get(relay.uuid) if self.core else None
-            if mem is None or mem.state == STATE_EXPELLED:
-                self.acks.pop(relay.uuid, None)
-                return
-        elif relay.uuid not in self.acks:
-            anon = [u for u, a in self.acks.items() if a.get("anon")]
-            if len(anon) >= limits.anon_acks_max:
-                del self.acks[min(anon, key=lambda u: self.acks[u].get("seen_s", 0))]
-        self.acks[relay.uuid] = {"vclock": dict(relay.acked), "seen_s": time.time(), "anon": relay.anon}
-
-    # --- checkpoints and WAL retention ------------------------------------------------------
+    # --- checkpoints and WAL retention (node/retention.py) --------------------------------------
     async def _checkpoint_loop(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.checkpoint_interval_s)
-            if self.journal is not None and self.journal.wal is not None and not self._rejoining:
+            if self.journal is not None and self.journal.wal is not None and not self.rejoiner.running:
                 await self.checkpoint()
             gc.collect()    # with the raised thresholds, cyclic garbage is reclaimed here at the latest
 
     async def checkpoint(self) -> list[str]:
-        """Sync the store, then remove WAL segments nobody needs any more."""
-        from node.wal.gc import collectable, keep_vclock
-        assert not fault("checkpoint_bug"), "fault point checkpoint_bug"
-        store, core = self.store, self.core
-        synced = store.vclock.to_dict()          # everything up to here is durable after sync()
-        await asyncio.get_running_loop().run_in_executor(None, store.sync)
-        now = time.time()
-        positions = []
-        for uuid, a in self.acks.items():
-            if a.get("anon"):
-                if now - a["seen_s"] <= self.cfg.anon_ttl_s:
-                    positions.append(a["vclock"])
-            else:
-                mem = core.table.get(uuid)
-                if mem is not None and mem.state != STATE_EXPELLED:
-                    positions.append(a["vclock"])
-        keep = keep_vclock(synced, positions)
-        removable, gc_vclock = collectable(self.wal_dir, keep)
-        reading = {r.cursor.segment for r in self.relays if r.cursor.segment}
-        kept_from = next((i for i, n in enumerate(removable) if n in reading), None)
-        if kept_from is not None:
-            removable = removable[:kept_from]
-            gc_vclock = None if not removable else gc_vclock
-        for name in removable:
-            os.unlink(os.path.join(self.wal_dir, name))
-        if removable:
-            from node.wal.reader import list_segments, read_header
-            first = list_segments(self.wal_dir)[0]
-            gc_vclock = read_header(os.path.join(self.wal_dir, first)).vclock
-            store.set_meta(gc_vclock=gc_vclock)
-            log.info("checkpoint: removed %d WAL segments; oldest kept starts at %s", len(removable), gc_vclock)
-        store.set_meta(acks=self.acks)
-        return removable
+        return await self.retention.checkpoint()
 
-    # --- rejoin -------------------------------------------------------------------------------
-    def schedule_rejoin(self, address: str, reason: str) -> None:
-        """An upstream collected WAL this node still needs: start again from a snapshot,
-        keeping this node's uuid (and, on the masters, its id)."""
-        if self._rejoining:
-            return
-        self._rejoining = True
-        self.spawn(self._rejoin(address, reason), "rejoin")
-
-    async def _rejoin(self, address: str, reason: str) -> None:
-        log.warning("node: rejoining from a snapshot: %s", reason)
-        self.status, self.status_reason = "rejoining", reason
-        anon = self.core.anon
-        self._prev_self_id = self.core.self_id
-        for a in list(self.appliers.values()):
-            await a.stop()
-        self.appliers.clear()
-        for r in list(self.relays):
-            await r.conn.close()
+    # --- rejoin (node/rejoin.py) and the own-rows fence (node/fence.py) -------------------------
+    async def reopen_after_rejoin(self, swap) -> None:
+        """The rejoin's new store is complete: close everything that reads the old one, swap it
+        in, and start again from it."""
+        for c in list(self.links):
+            await c.close()                   # relays read the old WAL
         await self.journal.stop()
         self.journal, self.core = None, None
-        self._wipe_store()
-        if anon:
-            await self._bootstrap_anon()
-        else:
-            await self._join_or_bootstrap()
-        self._rejoining = False
+        self.store.close()
+        swap(self.data_dir)
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"),
+                           map_size=self.cfg.map_size)
+        self._open_bootstrapped()
+        self.life.after_open()
+        self.journal.wal and self.journal.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
         self.status, self.status_reason = "running", ""
-        self.set_peers(list(self.cfg.peers))
-        log.info("node: rejoined; vclock %s", self.core.vclock)
+        self.set_peers(list(self.peers))
+
+    def after_fence(self) -> None:
+        """The fence was lifted: what waited for a row under our own id (our new address)."""
+        me = self.core.table.get(self.uuid)
+        if me is not None and me.state == STATE_MEMBER and me.address != self.cfg.address and self.status == "running":
+            self.spawn(self.register_member(self.uuid, self.cfg.address), "own-address")
 
     # --- client writes ---------------------------------------------------------------------
-    async def write(self, ops: list[Op]) -> dict:
+    def write_check(self) -> None:
+        """Whether this node takes client writes now (raises ClientError if not): running, with
+        room to write (the NOSPACE alarm). Every client write path calls it (HTTP here, the binary
+        protocol in node/clientproto), and replicated_write_check for rows under our own id."""
         if self.status != "running" or self.core is None:
             raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
+        self.refuse_without_room()
+
+    def replicated_write_check(self) -> None:
+        """Writes to replicated spaces, rows under this node's own id: refused on a read-only node
+        or an anonymous replica, while the own-rows fence stands (node/fence.py), and while a peer
+        says it holds more of this node's rows than it has (they are still coming back)."""
+        if self.cfg.read_only or self.core.anon:
+            why = "an anonymous replica" if self.core.anon else "read_only"
+            raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
+        if self.core.fence is not None and not self.fence.try_lift():
+            raise ClientError(503, "own_rows_unconfirmed", self.core.fence_state()[1])
         awaited = self.own_rows_awaited() if self.own_claims else None
         if awaited is not None:
             have = self.core.claimed.get(self.core.self_id)
             raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}..{awaited[0]}) "
                               f"are still coming back from {awaited[1]}, which holds them; retry shortly")
+
+    async def write(self, ops: list[Op]) -> dict:
+        self.write_check()
         local_ops, repl_ops = [], []
         for op in ops:
             if op.kind == OP_SPACE:
@@ -518,9 +519,8 @@ class Node:
                 if sdef_local is None:
                     raise ClientError(404, "no_such_space", f"space {op.space!r} does not exist")
             (local_ops if sdef_local else repl_ops).append(op)
-        if repl_ops and (self.cfg.read_only or self.core.anon):
-            why = "an anonymous replica" if self.core.anon else "read_only"
-            raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
+        if repl_ops:
+            self.replicated_write_check()
         txns = []
         now = self.wall_us()
         if repl_ops:
@@ -529,14 +529,67 @@ class Node:
             txns.append(self.core.local_txn(local_ops, GROUP_LOCAL, now))
         await self.journal.submit(txns)
         t = txns[0]
-        return {"lsn": t.last_lsn, "vclock": {str(k): v for k, v in self.core.vclock.items()}}
+        vclock_uuid = self.vclock_uuid()      # refreshes the cached vclock by local id too
+        return {"lsn": t.last_lsn, "vclock": self._vclock_ids, "vclock_uuid": vclock_uuid}
+
+    # --- read-your-writes ------------------------------------------------------------------
+    def vclock_uuid(self) -> dict[str, int]:
+        """This node's durable vclock by member uuid (replicated rows only), cached per vclock."""
+        core = self.core
+        if core is None:
+            return {}
+        at = (id(core), core.vclock.signature, len(core.table))   # a vclock only grows: its sum names it
+        if self._vclock_uuid_at != at:
+            self._vclock_uuid = core.vclock_by_uuid()
+            self._vclock_ids = {str(k): v for k, v in core.vclock.items()}
+            self._vclock_uuid_at = at
+        return self._vclock_uuid    # shared: callers never change it
+
+    def has_applied(self, vclock_uuid: dict[str, int]) -> bool:
+        """Whether this node's durable state holds every row of `vclock_uuid` ({uuid: lsn})."""
+        core = self.core
+        if core is None:
+            return False
+        id_of, v = core.table.id_of, core.vclock
+        for uuid, lsn in vclock_uuid.items():
+            if lsn > 0:
+                i = id_of(uuid)
+                if i is None or v.get(i) < lsn:
+                    return False
+        return True
+
+    async def wait_applied(self, vclock_uuid: dict[str, int], timeout_s: float) -> dict[str, int]:
+        """Wait until this node has applied `vclock_uuid` (read-your-writes across masters);
+        returns the node's vclock by uuid then. Raises ClientError 504 `wait_timeout` after
+        timeout_s, and 503 if the node stops serving meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not self.has_applied(vclock_uuid):
+            left = deadline - loop.time()
+            if left <= 0:
+                raise ClientError(504, "wait_timeout", f"this node has not applied {vclock_uuid} within "
+                                  f"{timeout_s:g} s (it holds {self.vclock_uuid()})")
+            if self.journal is None or self.status not in ("running", "rejoining", "joining"):
+                raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
+            await self.journal.changed(timeout=left)
+        return self.vclock_uuid()
+
+    def refuse_without_room(self) -> None:
+        """While the NOSPACE alarm is raised a write is refused before it claims anything."""
+        alarm = self.space.alarm
+        if alarm is not None:
+            raise ClientError(507, "no_space", f"writes are refused until there is room: {alarm}")
 
     async def expel(self, uuid: str) -> dict:
         core = self.core
         if core is None or self.status != "running":
             raise ClientError(503, "not_ready", f"node is {self.status}")
+        self.refuse_without_room()
         if core.anon or self.cfg.read_only:
             raise ClientError(409, "read_only", "expel needs a writable member")
+        if core.fence is not None:
+            raise ClientError(503, "own_rows_unconfirmed", "this node does not write under its own id yet (" +
+                              core.fence_state()[1] + "); expel through another member")
         mem = core.table.get(uuid)
         if mem is None:
             raise ClientError(404, "no_such_member", f"{uuid} is not in _cluster")
@@ -562,6 +615,7 @@ class Node:
             "read_only": self.cfg.read_only or bool(core and core.anon),
             "anon": bool(core.anon) if core else self.cfg.anon,
             "address": self.cfg.address,
+            "client_port": self.client_server.port if self.client_server else None,
             "wal_mode": self.cfg.wal_mode,
             "vclock": {str(k): v for k, v in vc.items()},
             "vclock_uuid": core.vclock_by_uuid() if core else {},
@@ -571,6 +625,12 @@ class Node:
             "lease": self.lease.info() if self.lease else None,
             "wal": self._wal_info(),
             "tasks": self.task_failures,
+            "own_rows_fence": self.fence.info(),
+            "rejoin": {"needed_by": sorted(self.rejoiner.need), "blocked": self.rejoiner.blocked} if self.rejoiner.need
+            else None,
+            "space": self.space.now(),
+            "versions": {"protocol": [m.PROTOCOL_VERSION_MIN, m.PROTOCOL_VERSION], "store_format": STORE_FORMAT_VERSION,
+                         "wal_format": WAL_FORMAT_VERSION},     # docs/upgrade.md
         }
 
     def _wal_info(self) -> dict:
@@ -613,6 +673,11 @@ class Node:
                 log.error("shutdown: %s failed: %s", name, why)
                 errors.append(e)
 
+        # A start-up that failed before serving says why in one line (the CLI's), not in stop lines.
+        served = self._runner is not None
+        if served:
+            log.info("node: stopping %s", f"after a fatal error: {self.fatal}" if self.fatal is not None else "on request")
+        began = time.monotonic()
         self.status, self.status_reason = "stopping", "shutting down"
         for a in list(self.appliers.values()):
             await step(f"applier {a.address}", a.stop())
@@ -629,6 +694,8 @@ class Node:
         links = list(self.links)
         if links:
             await step("replication links", asyncio.gather(*(c.close() for c in links)))
+        if self.client_server is not None:
+            await step("client protocol", self.client_server.stop())
         if self._runner:
             await step("http", self._runner.cleanup())
         if self.http_session:
@@ -639,6 +706,7 @@ class Node:
             await step("lease release", self.lease.release())
         if self.store:
             try:
+                self.fence.mark_running(False)
                 self.cluster_shutdown.on_stop()   # an agreed cluster shutdown marks the store clean
                 self.store.sync()
                 self.store.close()
@@ -646,5 +714,8 @@ class Node:
                 errors.append(e)
         self.life.unlock_data_dir()
         self.status = "stopped"
+        if served:
+            log.info("node: stopped in %.2f s%s", time.monotonic() - began,
+                     f" with {len(errors)} cleanup errors (logged above)" if errors else "")
         return errors
 

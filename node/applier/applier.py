@@ -23,6 +23,7 @@ from node import limits
 from node.applier.conn import Conn, check_greeting, client_auth, connect
 from node.core import messages as m
 from node.core import rowscan
+from node.core.membership import describe_uncovered, greeting_vclock, uncovered
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
 from node.faults import fault
@@ -43,6 +44,7 @@ async def open_link(node: "Node", session: aiohttp.ClientSession, address: str) 
         theirs = (await conn.expect(m.GREETING, timeout=limits.handshake_timeout_s)).body
         check_greeting(mine, theirs, address, conn.session.peer_uuid)
         node.check_peer_greeting(theirs)
+        conn.greeting = theirs
         return conn, theirs
     except BaseException:
         await conn.close()
@@ -83,6 +85,9 @@ class Applier:
         self.messages_scanned = 0   # ROWS messages taken by the row scanner (node.core.rowscan)
         self.messages_decoded = 0   # ... and decoded txn by txn (the exact path)
         self.task: asyncio.Task | None = None
+        self.stopping = False       # stop() was called: every loop ends at its next turn
+        self.conn: Conn | None = None
+        self.core_peer = None       # the core's Peer this link built (NodeCore.greeting)
         self._rng = random.Random()
 
     def info(self) -> dict:
@@ -97,17 +102,20 @@ class Applier:
         self.task = asyncio.create_task(self.run(), name=f"applier-{self.address}")
 
     async def stop(self) -> None:
-        if self.task:
+        """End this link for good and return once it has: the socket is closed and the task
+        done (cancelled until it is: one cancellation can be lost in a race, and an applier
+        that lived on would keep a link nobody configured)."""
+        self.stopping = True
+        if self.conn is not None:
+            await self.conn.close()
+        while self.task is not None and not self.task.done():
             self.task.cancel()
-            try:
-                await self.task
-            except asyncio.CancelledError:
-                pass
+            await asyncio.wait({self.task}, timeout=limits.link_close_timeout_s)
         self.status = "stopped"
 
     async def run(self) -> None:
         backoff = limits.reconnect_backoff_min_s
-        while True:
+        while not self.stopping:
             started = time.monotonic()
             try:
                 await self.run_once()
@@ -120,14 +128,21 @@ class Applier:
                 delay = 0.0
             except PeerRefused as e:
                 if e.code == "need_rejoin":
-                    # The upstream collected rows we still need: only a snapshot can help.
-                    self.status, self.error = "rejoin", str(e)
-                    self.node.schedule_rejoin(self.address, str(e))
-                    return
-                # A lasting reason (secret, cluster, options, expelled): say it once per try, slowly.
-                self.status, self.error = "refused", str(e)
-                log.error("applier %s: refused: %s", self.address, e)
-                delay = limits.refused_backoff_s
+                    # The upstream collected rows we still need: another upstream may have them, or
+                    # we rebuild from a snapshot that loses nothing (node/rejoin.py decides); this
+                    # link is tried again, and serves once we are past what it collected.
+                    self.status = "need_rejoin"
+                    self.node.rejoiner.on_need_rejoin(self.address, e.message)
+                    self.error = self.node.rejoiner.status_of(self.address)
+                    log.warning("applier %s: %s", self.address, e)
+                    delay = limits.rejoin_retry_s
+                else:
+                    # A lasting reason (secret, cluster, options, expelled, this node itself, a second
+                    # address of a member already followed): say it once per try, slowly.
+                    self.status = e.code if e.code in ("self", "duplicate") else "refused"
+                    self.error = str(e)
+                    log.error("applier %s: refused: %s", self.address, e)
+                    delay = limits.refused_backoff_s
             except RemoteProtocolError as e:
                 # The peer sent something we cannot use (or the link broke mid-message).
                 self.status, self.error = "disconnected", str(e)
@@ -145,48 +160,88 @@ class Applier:
             except Exception as e:  # noqa: BLE001 - the one place: anything else is our bug, not the peer's
                 self.status, self.error = "failed", f"{type(e).__name__}: {e}"
                 self.node.note_failure(f"applier {self.address}", e)
-                if self.peer_uuid and self.node.core:
-                    self.node.core.drop_peer(self.peer_uuid)
+                self._drop_peer()
                 return                                         # this link stops; the node serves on
             if time.monotonic() - started > 10 * limits.reconnect_backoff_max_s:
                 backoff = limits.reconnect_backoff_min_s       # the link was healthy for a while
             else:
                 backoff = min(backoff * 2, limits.reconnect_backoff_max_s)
-            if self.peer_uuid and self.node.core:
-                self.node.core.drop_peer(self.peer_uuid)
+            self._drop_peer()
+            if self.stopping:
+                return
             await asyncio.sleep(delay * (0.5 + self._rng.random()))   # jittered backoff, not sync
+
+    def _drop_peer(self) -> None:
+        if self.peer_uuid and self.node.core and self.core_peer is not None:
+            self.node.core.drop_peer(self.peer_uuid, self.core_peer)
+        self.core_peer = None
+
+    def claim(self) -> None:
+        """One link per member: the first applier to reach a member keeps it; another address
+        of the same member (a second spelling, a moved peer) is refused while it does, and a
+        new link waits for a removed one to the same member to finish closing. No await between
+        the check and the claim."""
+        followers = self.node.followers
+        owner = followers.get(self.peer_uuid)
+        if owner is not None and owner is not self:
+            if owner.stopping:
+                raise ConnectionError(f"the previous link to {self.peer_uuid} ({owner.address}) is still closing")
+            raise PeerRefused("duplicate", f"{self.address} is {self.peer_uuid}, already followed through "
+                                           f"{owner.address}")
+        followers[self.peer_uuid] = self
+
+    def release(self) -> None:
+        if self.peer_uuid and self.node.followers.get(self.peer_uuid) is self:
+            del self.node.followers[self.peer_uuid]
 
     async def run_once(self) -> None:
         node = self.node
         self.status = "connecting"
         conn, theirs = await open_link(node, node.http_session, self.address)
+        self.conn = conn
         try:
+            if self.stopping:
+                return
             # Who is at this address, known even if it cannot serve us yet: a peer that moves
             # before it ever did is followed by its uuid (Lifecycle.follow_addresses).
             self.peer_uuid = theirs["uuid"]
+            self.claim()
             if not theirs["cluster_uuid"]:
                 raise RemoteProtocolError(f"{self.address} has not joined a cluster yet")
             core = node.core
             regs = core.greeting(self.peer_uuid, theirs["cluster"], node.wall_us())
+            self.core_peer = core.peers[self.peer_uuid]
             for txn in regs:
                 node.journal.submit_nowait([txn], want_future=False)
-            vclock = core.subscribe_vclock(self.peer_uuid)
+            fenced = core.fence is not None      # then only our own rows (NodeCore.subscribe_vclock)
+            vclock = core.subscribe_vclock(self.peer_uuid, greeting_vclock(theirs) if fenced else None)
             await conn.send(m.SUBSCRIBE, vclock=vclock.to_dict())
-            await conn.expect(m.SUBSCRIBED, timeout=limits.handshake_timeout_s)
+            try:
+                await conn.expect(m.SUBSCRIBED, timeout=limits.handshake_timeout_s)
+            except PeerRefused as e:
+                if e.code == "need_rejoin":       # what a snapshot from it would discard, said now
+                    missing = uncovered(core.vclock_by_uuid(), greeting_vclock(theirs))
+                    if missing:
+                        e.message += f"; this node holds rows it lacks ({describe_uncovered(missing)})"
+                raise
             self.status, self.error = "follow", ""
-            log.info("applier %s: subscribed to %s from %s", self.address, self.peer_uuid, vclock)
-            await self._stream(conn)
+            node.rejoiner.on_follow(self.address)
+            log.info("applier %s: subscribed to %s from %s%s", self.address, self.peer_uuid, vclock,
+                     " (this node's own rows only, while it is fenced)" if fenced else "")
+            await self._stream(conn, fenced)
         finally:
+            self.release()
+            self.conn = None
             await conn.close()
 
-    async def _stream(self, conn: Conn) -> None:
+    async def _stream(self, conn: Conn, fenced: bool) -> None:
         core, journal = self.node.core, self.node.journal
         peer = self.peer_uuid
         last_ack = 0.0
-        acked_sig = -1
+        acked_sig: tuple[int, int] = (-1, -1)
         expel_epoch = core.expel_epoch
         conn.scan_rows = rowscan.scan_rows if rowscan.native is not None else None
-        while True:
+        while not self.stopping:
             msg = await conn.recv(timeout=limits.peer_timeout_s)
             now = time.time()
             if msg.type == m.ROWS:
@@ -205,20 +260,35 @@ class Applier:
                 if last_ts:
                     self.lag_s = max(0.0, now - last_ts / 1e6)
                     self.last_row_at = now
-                while journal.pending_rows > limits.applier_pending_rows_max and journal.failed is None:
-                    await journal.changed(timeout=1.0)      # back-pressure: stop reading the socket
+                space = self.node.space
+                while (journal.pending_rows > limits.applier_pending_rows_max or space.alarm is not None) \
+                        and journal.failed is None:
+                    # Back-pressure, or no room (NOSPACE): stop reading the socket, but keep the link,
+                    # acknowledging what is durable so the relay does not time it out.
+                    if space.alarm is not None:
+                        self.status = "paused"
+                    await journal.changed(timeout=limits.heartbeat_interval_s)
+                    if time.time() - last_ack >= limits.heartbeat_interval_s:
+                        await conn.send(m.ACK, vclock=core.ack_vclock(peer).to_dict(), lag_us=int(self.lag_s * 1e6))
+                        last_ack = time.time()
+                if self.status == "paused":
+                    self.status = "follow"
                 if core.expel_epoch != expel_epoch:
                     raise Resubscribe("an expelled member's accepted rows grew: subscribing again")
+                if fenced and core.fence is None:
+                    raise Resubscribe("this node's own rows are confirmed: subscribing for every origin")
             elif msg.type == m.HEARTBEAT:
                 if journal.pending == 0:
                     self.lag_s = max(0.0, now - msg["now_us"] / 1e6)
+                if fenced and core.fence is None:
+                    raise Resubscribe("this node's own rows are confirmed: subscribing for every origin")
             else:
                 raise RemoteProtocolError(f"unexpected {msg.name} while streaming")
             if now - last_ack >= limits.ack_interval_s:
-                v = core.ack_vclock(peer)
-                if v.signature != acked_sig or now - last_ack >= limits.heartbeat_interval_s:
-                    await conn.send(m.ACK, vclock=v.to_dict(), lag_us=int(self.lag_s * 1e6))
-                    acked_sig, last_ack = v.signature, now
+                v, d = core.ack_vclock(peer), core.ack_durable(peer)
+                if (v.signature, d.signature) != acked_sig or now - last_ack >= limits.heartbeat_interval_s:
+                    await conn.send(m.ACK, vclock=v.to_dict(), durable=d.to_dict(), lag_us=int(self.lag_s * 1e6))
+                    acked_sig, last_ack = (v.signature, d.signature), now
 
     def _receive_scan(self, scan, now: float) -> int | None:
         """A message the row scanner took (plain txns only): the core claims whole runs of

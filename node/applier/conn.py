@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import ssl
 from typing import Any, Callable
@@ -37,6 +38,8 @@ from node.core import session as sess
 from node.errors import PeerRefused, RemoteProtocolError
 from node.identity.signature import first_mismatch
 
+log = logging.getLogger("replog.link")
+
 # A sealed message may be a whole message_bytes_max message plus its tag.
 LINK_MESSAGE_BYTES_MAX = limits.message_bytes_max + sess.TAG_BYTES
 
@@ -50,6 +53,7 @@ class Conn:
         self.bytes_in = 0
         self.bytes_out = 0
         self.session: sess.Session | None = None    # set once the handshake succeeded
+        self.greeting: dict | None = None           # the peer's greeting, once received
         # an applier's link: ROWS messages the scanner takes arrive as {"scan": ...}
         self.scan_rows: Callable[[bytes], Any] | None = None
 
@@ -69,7 +73,9 @@ class Conn:
 
     async def recv(self, timeout: float = limits.peer_timeout_s) -> m.Message:
         try:
-            async with asyncio.timeout(timeout):      # not wait_for: see the module's rules
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
+            # arrives as the message does, and a stopped applier would then stream on.
+            async with asyncio.timeout(timeout):
                 msg = await self.ws.receive()
         except TimeoutError:
             raise RemoteProtocolError(f"{self.peer}: no message for {timeout:.0f} s") from None
@@ -100,9 +106,9 @@ class Conn:
             raise RemoteProtocolError(f"{self.peer}: expected {want}, got {msg.name}")
         return msg
 
-    async def refuse(self, code: str, message: str) -> None:
+    async def refuse(self, code: str, message: str, **fields: Any) -> None:
         try:
-            await self.send(m.ERROR, code=code, message=message)
+            await self.send(m.ERROR, code=code, message=message, **fields)
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             pass
 
@@ -113,37 +119,56 @@ class Conn:
             pass
 
 
-async def server_auth(conn: Conn, secret: bytes, uuid: str) -> None:
-    """The relay's side: HELLO, check the applier's proof, AUTH_OK; then the link is sealed
-    and `conn.session.peer_uuid` is the applier's authenticated uuid."""
+VERSIONS = (m.PROTOCOL_VERSION_MIN, m.PROTOCOL_VERSION)
+
+
+async def server_auth(conn: Conn, secret: bytes, uuid: str, versions: tuple[int, int] = VERSIONS) -> None:
+    """The relay's side: HELLO, check the applier's version and proof, AUTH_OK; then the link is
+    sealed, `conn.session.peer_uuid` is the applier's authenticated uuid and `conn.session.version`
+    the protocol version of the link. `versions`: the range spoken (tests play older peers)."""
     nonce = os.urandom(sess.NONCE_BYTES)
-    await conn.send(m.HELLO, version=m.PROTOCOL_VERSION, nonce=nonce, uuid=uuid)
+    await conn.send(m.HELLO, version=versions[0], versions=list(versions), nonce=nonce, uuid=uuid)
     msg = await conn.expect(m.AUTH, timeout=limits.handshake_timeout_s)
+    version = msg.get("version", versions[0])    # absent: a version-2 applier, which took HELLO's `version`
+    why = sess.accepted(versions, version)
+    if why is not None:
+        await conn.refuse("version", f"this node speaks protocol {versions[0]}..{versions[1]}")
+        raise PeerRefused("version", f"{conn.peer}: {why}")
     their_uuid = sess.check_hello_fields(msg["nonce"], msg["uuid"], f"{conn.peer}: AUTH")
-    t = sess.transcript(m.PROTOCOL_VERSION, nonce, uuid, msg["nonce"], their_uuid)
+    t = sess.transcript(version, nonce, uuid, msg["nonce"], their_uuid)
     if not sess.proof_ok(secret, sess.CLIENT, t, msg["mac"]):
         await conn.refuse("auth", "wrong cluster secret")
         raise PeerRefused("auth", f"{conn.peer} failed authentication (wrong cluster secret)")
     raise_message_limit(conn.ws, LINK_MESSAGE_BYTES_MAX)   # the applier is silent until AUTH_OK
     await conn.send(m.AUTH_OK, mac=sess.proof(secret, sess.SERVER, t))
-    conn.session = sess.Session(secret, t, sess.SERVER, their_uuid)
+    conn.session = sess.Session(secret, t, sess.SERVER, their_uuid, version)
+    _note_version(conn, version, versions)
 
 
-async def client_auth(conn: Conn, secret: bytes, uuid: str) -> None:
-    """The applier's side: answer HELLO with our proof, check the relay's; then the link is
-    sealed and `conn.session.peer_uuid` is the relay's authenticated uuid."""
+async def client_auth(conn: Conn, secret: bytes, uuid: str, versions: tuple[int, int] = VERSIONS) -> None:
+    """The applier's side: settle the protocol version, answer HELLO with our proof, check the
+    relay's; then the link is sealed and `conn.session.peer_uuid` is the relay's authenticated
+    uuid. A relay that speaks no version we speak is refused, both ranges named."""
     hello = await conn.expect(m.HELLO, timeout=limits.handshake_timeout_s)
-    if hello["version"] != m.PROTOCOL_VERSION:
-        raise PeerRefused("version", f"{conn.peer} speaks protocol {hello['version']}, we speak {m.PROTOCOL_VERSION}")
+    version = sess.negotiate(versions, hello["version"], hello.get("versions"))
+    if isinstance(version, str):
+        raise PeerRefused("version", f"{conn.peer}: {version}")
     their_uuid = sess.check_hello_fields(hello["nonce"], hello.get("uuid"), f"{conn.peer}: HELLO")
     nonce = os.urandom(sess.NONCE_BYTES)
-    t = sess.transcript(m.PROTOCOL_VERSION, hello["nonce"], their_uuid, nonce, uuid)
-    await conn.send(m.AUTH, nonce=nonce, uuid=uuid, mac=sess.proof(secret, sess.CLIENT, t))
+    t = sess.transcript(version, hello["nonce"], their_uuid, nonce, uuid)
+    await conn.send(m.AUTH, nonce=nonce, uuid=uuid, mac=sess.proof(secret, sess.CLIENT, t), version=version)
     ok = await conn.expect(m.AUTH_OK, timeout=limits.handshake_timeout_s)
     if not sess.proof_ok(secret, sess.SERVER, t, ok["mac"]):
         raise PeerRefused("auth", f"{conn.peer} does not know the cluster secret")
     raise_message_limit(conn.ws, LINK_MESSAGE_BYTES_MAX)   # the relay is silent until our GREETING
-    conn.session = sess.Session(secret, t, sess.CLIENT, their_uuid)
+    conn.session = sess.Session(secret, t, sess.CLIENT, their_uuid, version)
+    _note_version(conn, version, versions)
+
+
+def _note_version(conn: Conn, version: int, versions: tuple[int, int]) -> None:
+    if version < versions[1]:       # a peer not upgraded yet (docs/upgrade.md): worth one line per link
+        log.info("link %s (%s) speaks protocol %d, older than this node's %d", conn.peer,
+                 conn.session.peer_uuid, version, versions[1])
 
 
 def check_greeting(mine: dict, theirs: dict, peer: str, authenticated: str | None = None) -> None:
@@ -157,7 +182,7 @@ def check_greeting(mine: dict, theirs: dict, peer: str, authenticated: str | Non
         raise PeerRefused("wrong_cluster", f"{peer} belongs to cluster {theirs['cluster_uuid']}, "
                           f"this node to {mine['cluster_uuid']} (wrong store)")
     if mine["cluster_name"] != theirs["cluster_name"]:
-        raise PeerRefused("cluster_name", f"{peer} has cluster_name {theirs['cluster_name']!r}, "
+        raise _must_match("cluster_name", mine["cluster_name"], f"{peer} has cluster_name {theirs['cluster_name']!r}, "
                           f"this node {mine['cluster_name']!r}")
     if mine["options_digest"] != theirs["options_digest"]:
         ours, others = mine.get("options") or {}, theirs.get("options") or {}
@@ -167,8 +192,16 @@ def check_greeting(mine: dict, theirs: dict, peer: str, authenticated: str | Non
         if name is None:
             raise PeerRefused("options", f"{peer} has different must-match options (digest "
                               f"{theirs['options_digest']}, this node {mine['options_digest']})")
-        raise PeerRefused("options", f"{peer} has different must-match options: {name} is {others.get(name)!r} "
-                          f"there, {ours.get(name)!r} here")
+        raise _must_match(name, ours.get(name), f"{peer} has different must-match options: {name} is "
+                          f"{others.get(name)!r} there, {ours.get(name)!r} here")
+
+
+def _must_match(option: str, value: Any, message: str) -> PeerRefused:
+    """A must-match option differs: the refusal says which and the refuser's value, so that the
+    node that starts with the other value can stop naming both (Lifecycle.check_must_match)."""
+    e = PeerRefused("cluster_name" if option == "cluster_name" else "options", message)
+    e.body = {"option": option, "value": value}
+    return e
 
 
 async def connect(session: aiohttp.ClientSession, address: str, tls: ssl.SSLContext | None = None) -> Conn:

@@ -252,7 +252,7 @@ async def serve_link(node: "Node", conn: Conn) -> None:
             check_greeting(mine, theirs, conn.peer, conn.session.peer_uuid)
             node.check_peer_greeting(theirs)
         except PeerRefused as e:
-            await conn.refuse(e.code, e.message)
+            await conn.refuse(e.code, e.message, **(getattr(e, "body", None) or {}))
             raise
         me = node.core.table.get(theirs["uuid"]) if node.core else None
         if me is not None and me.state == STATE_EXPELLED:
@@ -278,6 +278,9 @@ async def serve_link(node: "Node", conn: Conn) -> None:
             if node.status != "running":
                 await conn.refuse("not_ready", f"this node is {node.status}: {node.status_reason}")
                 return
+            if node.core.fence is not None:
+                await conn.refuse("not_ready", "this node's own rows are not confirmed yet: it registers nobody")
+                return
             applied = await node.life.apply_registration(theirs, req.body)
             if not applied.ok:
                 await conn.send(m.ERROR, code="register_rejected", message=applied.reason, next_id=applied.next_id)
@@ -289,6 +292,10 @@ async def serve_link(node: "Node", conn: Conn) -> None:
             if req.type == m.REGISTER:
                 req = await conn.expect(m.SUBSCRIBE, m.BYE, timeout=limits.handshake_timeout_s)
         if req.type in (m.JOIN, m.FETCH_SNAPSHOT):
+            # The joiner's hold exists before its snapshot is read: no segment past the snapshot
+            # can be collected before it subscribes, whoever restarts meanwhile (node/retention.py).
+            node.retention.hold_from(theirs["uuid"], {k: v for k, v in node.store.vclock.items() if k},
+                                     anon=req.type == m.FETCH_SNAPSHOT)
             await send_snapshot(node, conn)
             req = await conn.expect(m.SUBSCRIBE, m.BYE, timeout=limits.handshake_timeout_s)
         if req.type == m.SUBSCRIBE:
@@ -375,6 +382,13 @@ class Relay:
         if member is not None and member.state != STATE_ANON:
             # its own rows past what this node holds of them now come from it: not echoed back
             self.cursor.own = (member.id, node.core.vclock.get(member.id))
+        node.retention.hold_from(self.uuid, self.acked, self.anon)
+        for old in [r for r in node.relays if r.uuid == self.uuid]:
+            # One link per subscriber: the newest is the one it is reading (an older one may be a
+            # half-open connection the subscriber gave up on).
+            log.info("relay: %s subscribed again; closing its older link", self.uuid)
+            old.error = "replaced by a newer subscription"
+            await old.conn.close()
         await self.conn.send(m.SUBSCRIBED, vclock={k: v for k, v in node.core.vclock.items() if k})
         node.relays.add(self)
         sender = asyncio.create_task(self._send_loop(), name=f"relay-send-{self.uuid[:8]}")
@@ -399,7 +413,9 @@ class Relay:
                 self.acked_at = time.monotonic()
                 lag_us = msg.get("lag_us")
                 self.lag_s = lag_us / 1e6 if isinstance(lag_us, int) and lag_us >= 0 else 0.0
-                self.node.on_ack(self)
+                durable = msg.get("durable")
+                self.node.retention.on_ack(self.uuid, m.vclock_from_wire(durable) if durable is not None
+                                           else self.acked, self.anon)
             elif msg.type == m.BYE:
                 return
             elif msg.type != m.HEARTBEAT:

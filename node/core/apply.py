@@ -6,7 +6,8 @@ space definitions, `_cluster` tuples, the origin-ids knowledge; `replacer` is op
 return the old record in one lookup). Rules:
 - data rows go through the space's resolver (last-writer-wins by default, with
   tombstones); a row the resolver refuses changes nothing but still counts in the vclock;
-- a `_cluster` row whose origin is this node changes this node's table; one from another
+- a `_cluster` row whose origin is this node changes this node's table, unless it is history
+  (an earlier incarnation's row, at or below the view's `own_history_lsn`); one from another
   origin only records that origin's id for the member;
 - the vclock component of the txn (0 for local rows) advances to its last lsn (once per call,
   after the rows: nothing here reads the vclock).
@@ -58,6 +59,7 @@ def apply_txns(view: StateView, txns, self_uuid: str) -> dict[int, int]:
     (this is the write thread's hot loop: a catch-up applies many small txns per batch).
     Returns each vclock component's highest last lsn among txns (NodeCore.commit_tops)."""
     table = view.table
+    own_history = getattr(view, "own_history_lsn", 0)
     uuid_of = table.uuid_of
     space_of = view.space
     put = view.put
@@ -98,7 +100,9 @@ def apply_txns(view: StateView, txns, self_uuid: str) -> dict[int, int]:
                 if space_of(op_space) is None:
                     view.create_space(op_space, bool(value.get("local")), str(value.get("conflict", "lww")))
             elif kind == OP_CLUSTER:
-                if origin_uuid == self_uuid:
+                if origin_uuid == self_uuid and lsn <= own_history:
+                    pass             # an earlier incarnation's row (NodeCore.own_history_lsn): history only
+                elif origin_uuid == self_uuid:
                     m = Member(key, int(value["id"]), str(value.get("address") or ""), str(value["state"]), lsn,
                                int(value.get("expelled_lsn") or 0))
                     table.upsert(m)

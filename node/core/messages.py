@@ -4,8 +4,8 @@ Pure encoding and validation: `decode()` turns any bytes into a Message or raise
 RemoteProtocolError — nothing else — so a peer sending garbage only drops its link.
 
 Conversation (client = the subscribing node, server = the relay; node/core/session.py):
-  S: HELLO {version, nonce, uuid}                   nothing else before auth succeeds, and
-  C: AUTH {nonce, uuid, mac}                        nothing longer than preauth_message_bytes_max
+  S: HELLO {version, versions, nonce, uuid}         nothing else before auth succeeds, and
+  C: AUTH {nonce, uuid, mac, version}               nothing longer than preauth_message_bytes_max
   S: AUTH_OK {mac}                                  mac = proofs over the transcript (both nonces,
                                                     both uuids); every message from here on is
                                                     sealed: its bytes + a tag under the session key
@@ -15,7 +15,9 @@ Conversation (client = the subscribing node, server = the relay; node/core/sessi
   S: REGISTERED {id} | ERROR register_rejected      (JOIN, REGISTER; node/lifecycle.py)
   S: SNAPSHOT {meta} SNAPSHOT_ROWS* SNAPSHOT_END   (JOIN, FETCH_SNAPSHOT)
   S: SUBSCRIBED {vclock}  then ROWS {frames} / HEARTBEAT   (SUBSCRIBE)
-  C: ACK {vclock}                                   in the relay's ids
+  C: ACK {vclock, durable}                          in the relay's ids: applied, and on disk
+                                                    (durable holds the relay's WAL; an older
+                                                    peer sends vclock alone)
   S: SHUTDOWN_OK {status, ...} | ERROR              (SHUTDOWN {phase, shutdown_id, final?}: one
                                                     step of an orderly cluster shutdown)
 Vclocks on the wire are maps {id: lsn} in the *receiver's* id space.
@@ -38,7 +40,14 @@ from node.core import codec, validate
 from node.core.rows import FAST_ERRORS, WIRE_FRAME, Txn, check_fast, exact_frame, no_ext
 from node.errors import RemoteProtocolError
 
-PROTOCOL_VERSION = 2                 # 2: session-bound auth (uuids in HELLO/AUTH, sealed messages)
+# Protocol versions this node speaks, oldest first (docs/upgrade.md): a node of version N talks to
+# one of N-1, so a cluster can be upgraded one node at a time.
+#   2: session-bound auth (uuids in HELLO/AUTH, sealed messages)
+#   3: version negotiation: HELLO carries `versions` [lowest, highest] beside `version` (its lowest,
+#      which a version-2 applier compares exactly), AUTH the `version` the applier chose (absent: a
+#      version-2 applier, which speaks HELLO's `version`). Nothing else changed.
+PROTOCOL_VERSION = 3                 # the highest version this node speaks
+PROTOCOL_VERSION_MIN = 2             # the lowest; a peer outside [MIN, VERSION] is refused, naming both
 
 HELLO, AUTH, AUTH_OK, GREETING, ERROR = 1, 2, 3, 4, 5
 JOIN, FETCH_SNAPSHOT, SUBSCRIBE, REGISTER, BYE, SHUTDOWN = 10, 11, 12, 13, 14, 15
@@ -204,7 +213,8 @@ _CHECKS: dict[int, Callable[[dict], str | None]] = {
     GREETING: validate.greeting_error,
     SUBSCRIBE: lambda b: validate.vclock_error(b["vclock"]),
     SUBSCRIBED: lambda b: validate.vclock_error(b["vclock"]),
-    ACK: lambda b: validate.vclock_error(b["vclock"]),
+    ACK: lambda b: validate.vclock_error(b["vclock"]) or (
+        validate.vclock_error(b["durable"]) if "durable" in b else None),
     SHUTDOWN: validate.shutdown_error,
     SNAPSHOT: validate.snapshot_error,
     SNAPSHOT_ROWS: validate.snapshot_rows_error,

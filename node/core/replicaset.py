@@ -32,6 +32,7 @@ from node.cluster_space.idmap import IdMap
 from node.cluster_space.resolver import resolve_cluster_replace
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core.hlc import HLC
+from node.core.membership import OwnRowsFence
 from node.core.rows import (CLUSTER_SPACE, GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_CLUSTER, OP_DELETE, OP_PUT,
                             OP_SPACE, Op, Txn)
 from node.core.validate import timestamp_ahead_error
@@ -69,13 +70,14 @@ _OFFSET_MAX_US = int(limits.hlc_offset_max_s * 1e6)
 
 class NodeCore:
     def __init__(self, uuid: str, table: ClusterTable, vclock: VClock, *, hlc_last: int = 0,
-                 spaces: dict[str, bool] | None = None):
+                 spaces: dict[str, bool] | None = None, own_history_lsn: int = 0):
         me = table.get(uuid)
         assert me is not None, "a node's own uuid is always in its _cluster"
         self.uuid = uuid
         self.table = table
-        self.vclock = vclock.copy()      # durable: what the WAL holds
-        self.claimed = vclock.copy()     # durable + in flight to the WAL
+        self.vclock = vclock.copy()      # applied: what the WAL and the store hold (written)
+        self.claimed = vclock.copy()     # applied + in flight to the WAL
+        self.synced = vclock.copy()      # on disk (fsync'd WAL, or a synced store): what ACKs hold WAL by
         self.hlc = HLC(hlc_last)
         # space name -> local?, for every space created here or claimed (durable or in flight)
         self.spaces: dict[str, bool] = dict(spaces or {})
@@ -85,6 +87,13 @@ class NodeCore:
         # grows when an expelled member's accepted bound grows: appliers resubscribe then,
         # so rows they refused under the smaller bound come again
         self.expel_epoch = 0
+        # set after a loss: this node may hold fewer of its own rows than a member does, so it
+        # writes nothing under its own id (node.core.membership) until the fence is cleared
+        self.fence: OwnRowsFence | None = None
+        # our own `_cluster` rows up to this lsn were written by an earlier incarnation of this
+        # node (before a loss): they come back as history, and our table (the donor's ids since
+        # the rebuild) is not theirs to change. While fenced, every own row received is history.
+        self.own_history_lsn = own_history_lsn
 
     # --- identity ----------------------------------------------------------------
     @property
@@ -110,6 +119,7 @@ class NodeCore:
     def local_txn(self, ops: list[Op], group: int, wall_us: int) -> Txn:
         """Claim the next lsns for a transaction written on this node."""
         assert ops, "a transaction has at least one row"
+        assert self.fence is None or group == GROUP_LOCAL, "no row under this node's own id while it is fenced"
         component = 0 if group == GROUP_LOCAL else self.self_id
         lsn = self.claimed.get(component) + 1
         txn = Txn(self.self_id, lsn, group, self.hlc.now(wall_us), tuple(ops))
@@ -147,7 +157,8 @@ class NodeCore:
         peer = Peer(peer_uuid, stats=old.stats) if old is not None else Peer(peer_uuid)
         out: list[Txn] = []
         own_ops: list[Op] = []
-        new = sum(1 for r in peer_rows if r[0] not in self.table and (r[3] != STATE_ANON or r[0] == peer_uuid))
+        new = 0 if self.fence is not None else \
+            sum(1 for r in peer_rows if r[0] not in self.table and (r[3] != STATE_ANON or r[0] == peer_uuid))
         if new and len(self.table) + new > limits.members_max:
             raise RemoteProtocolError(f"{peer_uuid}'s greeting would grow _cluster past members_max "
                                       f"({limits.members_max})")
@@ -156,6 +167,10 @@ class NodeCore:
             if m.state == STATE_ANON and m.uuid != peer_uuid:
                 continue            # the peer's private entry for someone else: not ours
             local = self.table.get(m.uuid)
+            if local is None and self.fence is not None:
+                # Registering writes a row under our own id: not while fenced. Its rows cannot be
+                # translated on this link, and the fenced subscription asks for none of them.
+                continue
             if local is None:
                 res = resolve_cluster_replace(self.table, m.uuid, m.id, m.address, m.state, from_self=False,
                                               expelled_lsn=m.expelled_lsn)
@@ -173,15 +188,70 @@ class NodeCore:
             out.append(txn)
         return out
 
-    def subscribe_vclock(self, peer_uuid: str) -> VClock:
-        """What we ask the peer for, in the peer's ids (unknown components left out)."""
-        return self.peers[peer_uuid].map.vclock_to_peer(self.claimed)
+    def subscribe_vclock(self, peer_uuid: str, peer_vclock: dict[str, int] | None = None) -> VClock:
+        """What we ask the peer for, in the peer's ids (unknown components left out). While
+        fenced, with the peer's vclock by uuid (its greeting's), only our own rows: every other
+        component is asked from where the peer is, so the rows before it are not sent now (they
+        come once the fence is cleared and the applier subscribes again)."""
+        peer = self.peers[peer_uuid]
+        if self.fence is None or peer_vclock is None:
+            return peer.map.vclock_to_peer(self.claimed)
+        want = self.claimed.copy()
+        for rid, _ in list(want.items()) + [(m.id, 0) for m in self.table.members()]:
+            u = self.table.uuid_of(rid)
+            theirs = peer_vclock.get(u, 0) if u is not None and u != self.uuid else 0
+            if theirs > want.get(rid):
+                want.follow(rid, theirs)
+        return peer.map.vclock_to_peer(want)
 
     def ack_vclock(self, peer_uuid: str) -> VClock:
+        """What we have applied, in the peer's ids (its lag, its relay's progress)."""
         return self.peers[peer_uuid].map.vclock_to_peer(self.vclock)
 
-    def drop_peer(self, peer_uuid: str) -> None:
-        self.peers.pop(peer_uuid, None)
+    def ack_durable(self, peer_uuid: str) -> VClock:
+        """What we have on disk, in the peer's ids: what its WAL may be collected up to."""
+        return self.peers[peer_uuid].map.vclock_to_peer(self.synced)
+
+    def mark_synced(self, vclock: VClock) -> None:
+        """Everything up to `vclock` (a vclock this node had applied) is on disk now."""
+        for rid, lsn in vclock.items():
+            if lsn > self.synced.get(rid):
+                self.synced.follow(rid, lsn)
+
+    # --- the own-rows fence (node.core.membership) -------------------------------------
+    def observe_peer(self, peer_uuid: str, vclock_by_uuid: dict[str, int], cluster_rows: list[list]) -> None:
+        """A member's greeting (either direction): while fenced, how many of our rows it holds,
+        and which members it knows to be expelled (those are not waited for)."""
+        fence = self.fence
+        if fence is None:
+            return
+        mem = self.table.get(peer_uuid)
+        if mem is not None and mem.state == STATE_MEMBER:
+            fence.hear(peer_uuid, int(vclock_by_uuid.get(self.uuid, 0)))
+        for row in cluster_rows:
+            if len(row) > 3 and row[3] == STATE_EXPELLED:
+                fence.expelled.add(str(row[0]))
+
+    def clear_fence(self) -> int:
+        """Every member has been heard and our own rows are back: we may write under our own id
+        again. Own rows received while fenced stay history; returns that bound (to persist)."""
+        assert self.fence is not None
+        self.own_history_lsn = max(self.own_history_lsn, self.claimed.get(self.self_id))
+        self.fence = None
+        return self.own_history_lsn
+
+    def fence_state(self) -> tuple[bool, str]:
+        """(may clear now, why not / what it waited for)."""
+        fence = self.fence
+        assert fence is not None
+        own = self.vclock.get(self.self_id)
+        return fence.can_clear(self.table, self.uuid, own), fence.explain(self.table, self.uuid, own)
+
+    def drop_peer(self, peer_uuid: str, peer: Peer | None = None) -> None:
+        """Forget a peer's map when its link ends; with `peer`, only if it is still that link's
+        (a newer link to the same member may have greeted since)."""
+        if peer is None or self.peers.get(peer_uuid) is peer:
+            self.peers.pop(peer_uuid, None)
 
     # --- remote rows ---------------------------------------------------------------
     def receive(self, peer_uuid: str, raw: Txn, wall_us: int) -> list[Txn]:
@@ -214,9 +284,12 @@ class NodeCore:
         if member.state == STATE_EXPELLED and raw.last_lsn > member.expelled_lsn:
             peer.stats.expelled += 1
             return []
+        history = member.uuid == self.uuid and (self.fence is not None or raw.last_lsn <= self.own_history_lsn)
         why = timestamp_ahead_error(raw.timestamp, wall_us)
-        if why is None and raw.group == GROUP_CLUSTER:
+        if why is None and raw.group == GROUP_CLUSTER and not history:
             why = self._cluster_rows_refusal(peer, member, raw.ops)
+        if why is None and raw.group == GROUP_CLUSTER and self.fence is not None and member.uuid != self.uuid:
+            why = self._fenced_cluster_change(member, raw.ops)
         if why is not None:
             raise RemoteProtocolError(f"row {member.uuid}:{raw.lsn} from {peer_uuid} refused: {why}")
         self.claimed.follow(origin, raw.last_lsn)
@@ -224,7 +297,7 @@ class NodeCore:
         peer.stats.applied += 1
         txn = raw if origin == raw.replica_id else raw.with_replica_id(origin)
         out = [txn]
-        if raw.group == GROUP_CLUSTER:
+        if raw.group == GROUP_CLUSTER and not history:
             own = self._follow_cluster_rows(peer, member, txn, wall_us)
             if own is not None:
                 out.append(own)
@@ -396,6 +469,25 @@ class NodeCore:
             return f"_cluster would grow past members_max ({limits.members_max})"
         return None
 
+    def _fenced_cluster_change(self, origin: Member, ops) -> str | None:
+        """While fenced, a `_cluster` row of another member that would change our table (and so
+        need a row of our own) waits: it is refused now and comes again after the fence."""
+        for op in ops:
+            v = op.value
+            known = self.table.get(op.key)
+            if op.key == self.uuid:
+                continue
+            res = resolve_cluster_replace(self.table, op.key, int(v["id"]), str(v.get("address") or ""),
+                                          str(v.get("state") or STATE_MEMBER), from_self=(op.key == origin.uuid),
+                                          expelled_lsn=int(v.get("expelled_lsn") or 0),
+                                          have_lsn=self.claimed.get(known.id) if known else 0)
+            if res.changed:
+                if res.member.state == STATE_EXPELLED:
+                    self.fence.expelled.add(op.key)          # type: ignore[union-attr]
+                return (f"it changes {op.key} here ({res.reason}), which needs a row under this node's own id, "
+                        "and this node's own rows are not confirmed yet: it is taken after the fence")
+        return None
+
     def _translate(self, peer: Peer, replica_id: int, lsn: int) -> int:
         """This node's id for a row's origin, through the peer's map; never guessed."""
         origin = peer.map.to_local.get(replica_id)
@@ -449,7 +541,8 @@ class NodeCore:
                 self.expel_epoch += 1
             if res.changed:
                 self.table.upsert(res.member)
-                own_ops.append(cluster_op(res.member))
+                if origin.uuid != self.uuid:      # a row of our own coming back is our row already
+                    own_ops.append(cluster_op(res.member))
                 log.info("_cluster: %s %s as id %d (row of %s)", res.reason, op.key, res.local_id, origin.uuid)
             if origin.uuid == peer.uuid:
                 peer.map.learn(their_id, res.local_id)
@@ -472,12 +565,18 @@ class NodeCore:
                 top[c] = last
         self.commit_tops(top)
 
-    def commit_tops(self, top: dict[int, int]) -> None:
-        """commit() given what the store's apply computed: component -> highest last lsn."""
+    def commit_tops(self, top: dict[int, int], on_disk: bool = False) -> None:
+        """commit() given what the store's apply computed: component -> highest last lsn.
+        `on_disk`: the batch was fsync'd (wal_mode fsync), so it is synced too."""
         v = self.vclock
         for c, last in top.items():
             if last > v.get(c):
                 v.follow(c, last)
+        if on_disk:
+            s = self.synced
+            for c, last in top.items():
+                if last > s.get(c):
+                    s.follow(c, last)
 
 
 # --- relay side ----------------------------------------------------------------------

@@ -51,13 +51,12 @@ def wal_view(node: "Node") -> dict:
     core, now = node.core, time.time()
     vclock = dict(core.vclock.items()) if core else {}
     holds = []
-    for uuid, a in node.acks.items():
+    for uuid, h in node.retention.view().items():
         mem = core.table.get(uuid) if core else None
-        anon = bool(a.get("anon"))
-        age = now - a.get("seen_s", now)
-        holding = (age <= node.cfg.anon_ttl_s) if anon else (mem is not None and mem.state != "expelled")
-        holds.append({"uuid": uuid, "anon": anon, "seen_s_ago": round(age, 1), "holding": holding,
-                      "rows_behind": _rows_behind(vclock, a.get("vclock") or {})})
+        age = now - h.seen_s
+        holding = (age <= node.cfg.anon_ttl_s) if h.anon else (mem is None or mem.state != "expelled")
+        holds.append({"uuid": uuid, "anon": h.anon, "seen_s_ago": round(age, 1), "holding": holding,
+                      "rows_behind": _rows_behind(vclock, h.vclock)})
     return {"segments": len(segments), "bytes": size, "holds": holds, "anon_ttl_s": node.cfg.anon_ttl_s}
 
 

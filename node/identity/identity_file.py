@@ -28,7 +28,7 @@ import random
 import secrets
 import uuid as uuid_mod
 import zlib
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from enum import Enum
 from pathlib import Path
 from typing import Awaitable, Callable, MutableMapping, Union
@@ -121,7 +121,7 @@ class PendingRegistration:
         _check_time(self.created_s)
 
     def granted(self, replica_id: int) -> "Identity":
-        return Identity(self.uuid, replica_id, self.register_code, self.cluster_uuid, self.created_s)
+        return Identity(self.uuid, replica_id, self.register_code, self.cluster_uuid, self.created_s, active=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,10 +132,17 @@ class Identity:
     register_code: str
     cluster_uuid: str
     created_s: float
+    # the member has gone active (it may have written rows under its id). False between the
+    # registration and the first activation: a store lost before that cannot have written
+    # anything, so it re-joins without the own-rows fence (node/fence.py). A file from before
+    # this field has none: it counts as active.
+    active: bool = True
 
     def __post_init__(self) -> None:
         _check_uuid("uuid", self.uuid)
         _check_id("replica_id", self.replica_id, optional=False)
+        if type(self.active) is not bool:
+            raise ValueError("active is not a boolean")
         _check_code(self.register_code)
         _check_uuid("cluster_uuid", self.cluster_uuid)
         _check_time(self.created_s)
@@ -195,7 +202,8 @@ def _decode(path: Path, cls: type) -> Identity | PendingRegistration | None:
     if kind != _KIND[cls]:
         raise IdentityFileError(path, f"holds a {kind!r} record where a {_KIND[cls]!r} one belongs")
     expected = {f.name for f in fields(cls)}
-    if set(doc) != expected:
+    optional = {f.name for f in fields(cls) if f.default is not MISSING}
+    if not expected - optional <= set(doc) <= expected:
         raise IdentityFileError(path, f"fields {sorted(doc)} are not {sorted(expected)}")
     try:
         return cls(**doc)
@@ -272,6 +280,14 @@ def commit_identity(data_dir: os.PathLike | str, identity: Identity) -> None:
     fault_point("after_identity_written")
     _unlink_durable(d, PENDING_FILE)
     fault_point("after_temp_removed")
+
+
+def mark_active(data_dir: os.PathLike | str) -> None:
+    """The member goes active for the first time: from now on it may have written rows."""
+    d = Path(data_dir)
+    ident = load_identity(d)
+    if ident is not None and not ident.active:
+        _write_atomic(d, IDENTITY_FILE, _encode(replace(ident, active=True)))
 
 
 def discard_pending(data_dir: os.PathLike | str) -> None:

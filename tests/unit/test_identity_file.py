@@ -47,9 +47,26 @@ def test_pending_and_identity_round_trip(tmp_path):
     assert load_pending(tmp_path) == pending(3)
     assert load_identity(tmp_path) is None
     commit_identity(tmp_path, pending(3).granted(3))
-    assert load_identity(tmp_path) == Identity(NODE, 3, CODE_A, CLUSTER, 1700000000.5)
+    assert load_identity(tmp_path) == Identity(NODE, 3, CODE_A, CLUSTER, 1700000000.5, active=False)
     assert not (tmp_path / "identity.temp").exists()
     assert load_pending(tmp_path) is None
+
+
+def test_an_identity_is_inactive_until_its_member_goes_active_and_stays_active_after(tmp_path):
+    commit_identity(tmp_path, pending(3).granted(3))
+    assert load_identity(tmp_path).active is False
+    idf.mark_active(tmp_path)
+    assert load_identity(tmp_path) == Identity(NODE, 3, CODE_A, CLUSTER, 1700000000.5, active=True)
+    idf.mark_active(tmp_path)                       # idempotent
+    assert load_identity(tmp_path).active is True
+
+
+def test_an_identity_file_written_before_the_active_field_counts_as_active(tmp_path):
+    body = {"format": idf.FORMAT_VERSION, "kind": "identity", "uuid": NODE, "replica_id": 3,
+            "register_code": CODE_A, "cluster_uuid": CLUSTER, "created_s": 1700000000.5}
+    body["crc32"] = idf._crc(body)
+    (tmp_path / "identity").write_text(json.dumps(body))
+    assert load_identity(tmp_path).active is True
 
 
 def test_missing_files_mean_no_identity(tmp_path):

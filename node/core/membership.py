@@ -1,0 +1,120 @@
+"""Membership data-safety rules, pure: when a node may replace its store with a snapshot,
+when it may write under its own id again after a loss, and what holds a node's WAL.
+
+Rules kept here (docs/replication.md, "Membership never loses or forks a write"):
+- A store is replaced by a snapshot (rejoin) only from a donor whose vclock covers every
+  replicated component this node holds (`uncovered` is empty): then everything discarded is
+  in the snapshot. A node holding rows the donor lacks keeps them and waits.
+- After a loss (a store rebuilt from a snapshot under an identity that wrote before, a store
+  restored from a backup, a WAL that may have lost written rows), other members may hold rows
+  of this node's own origin that it no longer has. Replication acknowledges after the local
+  WAL write, so one member alone may hold such a row: no quorum of members is enough. The
+  node writes under its own id again only when every member that is not expelled has told it
+  (in a greeting after the loss) how far it holds this node's rows, and this node holds at
+  least as far (`OwnRowsFence`). Expelling a member that will never return is the way out.
+- A node's WAL is held for a registered member from the moment the member joined through it
+  or first subscribed to it, at the member's durable position (what it has on disk, not what
+  it has applied), persisted, and released only by its expel; anonymous replicas hold it
+  only within their TTL (`hold_positions`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable
+
+
+def greeting_vclock(greeting: dict) -> dict[str, int]:
+    """A greeting's vclock by uuid (its sender's applied rows), components > 0 only."""
+    v = greeting.get("vclock_uuid")
+    if not isinstance(v, dict):
+        return {}
+    return {str(u): n for u, n in v.items() if isinstance(n, int) and not isinstance(n, bool) and n > 0}
+
+
+def uncovered(mine: dict[str, int], donor: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """uuid -> (this node's lsn, the donor's) for every component in which this node holds
+    rows the donor lacks. Empty: a snapshot of the donor loses nothing this node has."""
+    return {u: (lsn, donor.get(u, 0)) for u, lsn in mine.items() if lsn > donor.get(u, 0)}
+
+
+def describe_uncovered(missing: dict[str, tuple[int, int]], limit: int = 4) -> str:
+    parts = [f"{u} up to lsn {mine} (it has {theirs})" for u, (mine, theirs) in sorted(missing.items())[:limit]]
+    more = len(missing) - limit
+    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
+
+
+@dataclass
+class OwnRowsFence:
+    """This node may hold fewer of its own origin's rows than some member does. `heard`:
+    member uuid -> how many of this node's rows that member said (in a greeting since the
+    loss) it holds. Cleared when every live member was heard and this node holds the most."""
+    reason: str
+    heard: dict[str, int] = field(default_factory=dict)
+    expelled: set[str] = field(default_factory=set)    # members some peer says are expelled
+
+    def hear(self, member_uuid: str, own_lsn: int) -> None:
+        if own_lsn > self.heard.get(member_uuid, -1):
+            self.heard[member_uuid] = own_lsn
+
+    def target(self) -> int:
+        return max(self.heard.values(), default=0)
+
+    def waiting_for(self, table: ClusterTable, self_uuid: str) -> list[str]:
+        """Members not yet heard from (expelled ones and anonymous replicas never hold us up)."""
+        return sorted(m.uuid for m in table.members() if m.state == STATE_MEMBER and m.uuid != self_uuid
+                      and m.uuid not in self.heard and m.uuid not in self.expelled)
+
+    def can_clear(self, table: ClusterTable, self_uuid: str, own_lsn: int) -> bool:
+        return not self.waiting_for(table, self_uuid) and own_lsn >= self.target()
+
+    def explain(self, table: ClusterTable, self_uuid: str, own_lsn: int) -> str:
+        waiting = self.waiting_for(table, self_uuid)
+        if waiting:
+            shown = ", ".join(waiting[:4]) + (f" and {len(waiting) - 4} more" if len(waiting) > 4 else "")
+            return (f"{self.reason}: this node does not write under its own id until every member has said how "
+                    f"many of its rows it holds; not heard from {shown} (start it, or expel it if it is gone "
+                    f"for good)")
+        return (f"{self.reason}: this node's own rows up to lsn {self.target()} are coming back from its peers "
+                f"(it has {own_lsn})")
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """One subscriber's hold on this node's WAL: its durable position in this node's ids."""
+    vclock: dict[int, int]
+    seen_s: float
+    anon: bool
+
+
+def hold_positions(holds: dict[str, Hold], table: ClusterTable, now_s: float, anon_ttl_s: float) -> list[dict[int, int]]:
+    """The positions that keep WAL segments: every member's (not expelled; a member's hold
+    never times out), every anonymous replica's seen within its TTL."""
+    out = []
+    for uuid, h in holds.items():
+        if h.anon:
+            if now_s - h.seen_s <= anon_ttl_s:
+                out.append(h.vclock)
+            continue
+        mem = table.get(uuid)
+        if mem is None or mem.state != STATE_EXPELLED:
+            # a member this node does not know yet (its registration row is on its way) holds too
+            out.append(h.vclock)
+    return out
+
+
+def advance_hold(old: Hold | None, durable: dict[int, int], now_s: float, anon: bool) -> Hold:
+    """A subscriber said it holds `durable` on disk: its hold moves there, never back (a
+    restarted subscriber that lost an unsynced tail resubscribes below; what it needs again
+    is still held from its older durable position, or it is told to rejoin)."""
+    if old is None or old.anon != anon:
+        return Hold(dict(durable), now_s, anon)
+    merged = {rid: max(lsn, old.vclock.get(rid, 0)) for rid, lsn in durable.items()}
+    for rid, lsn in old.vclock.items():
+        merged.setdefault(rid, lsn)
+    return Hold(merged, now_s, anon)
+
+
+def hold_members(holds: Iterable[str], table: ClusterTable) -> list[str]:
+    """Uuids of the members whose holds may be dropped: expelled ones."""
+    return [u for u in holds if (m := table.get(u)) is not None and m.state == STATE_EXPELLED]

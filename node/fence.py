@@ -1,0 +1,131 @@
+"""The own-rows fence of a node (the rule is node.core.membership's): after a loss, this node
+writes nothing under its own id until every member has said how many of its rows it holds and
+those rows are back. This module decides when a loss happened, keeps the fence across restarts
+(`_meta` "own_fence"), feeds it the members' greetings and lifts it.
+
+A loss, for this rule (docs/replication.md, "Membership never loses or forks a write"):
+- the store was rebuilt from a snapshot under an identity that may have written before (a
+  member re-joining with its identity file kept and its store lost; a lease slot's uuid that
+  the cluster knows; a snapshot that already holds rows of this node's own origin);
+- the store was restored from a backup (whatever wrote the backup set the fence in it);
+- the machine restarted (its boot id changed) while this node ran with wal_mode = write and did
+  not stop in order: rows written to the WAL but not yet on disk may be gone here and may have
+  been sent to peers before;
+- the WAL directory is gone while the store holds data.
+While the fence stands, client writes to replicated spaces answer 503 `own_rows_unconfirmed`
+(local spaces take writes: their rows never leave this node), appliers subscribe for this
+node's own rows only, and `_cluster` changes that would need a row of ours wait."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from node import limits
+from node.core.membership import OwnRowsFence
+
+log = logging.getLogger("replog.fence")
+
+FENCE_META = "own_fence"
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+BOOT_ID_ENV = "REPLOG_BOOT_ID_FILE"     # tests stand a machine restart in with another file
+
+
+def boot_id() -> str:
+    try:
+        with open(os.environ.get(BOOT_ID_ENV) or BOOT_ID_PATH) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+class FenceKeeper:
+    def __init__(self, node):
+        self.node = node
+
+    @property
+    def fenced(self) -> bool:
+        core = self.node.core
+        return core is not None and core.fence is not None
+
+    # --- start ----------------------------------------------------------------------------------
+    def loss_at_open(self, wal_present: bool) -> str | None:
+        """Before recovery, on a store with data: a loss this start must fence against."""
+        node, store = self.node, self.node.store
+        if store.get_meta(FENCE_META):
+            return None                         # already fenced: restore() takes it up
+        if node.cfg.wal_mode != "none" and not wal_present:
+            return "the WAL directory is gone while the store holds data"
+        before, now = store.get_meta("boot_id"), boot_id()
+        if node.cfg.wal_mode == "write" and store.get_meta("running") and before and now and before != now:
+            return ("the machine restarted while this node ran with wal_mode = write: rows written but not on "
+                    "disk may be lost here and held by peers")
+        return None
+
+    def mark_running(self, running: bool) -> None:
+        """`running` in the store while the node runs (an orderly stop clears it), with the boot id."""
+        self.node.store.set_meta(running=running, boot_id=boot_id())
+
+    def set(self, reason: str) -> None:
+        """Fence now (persisted first, so a crash keeps it)."""
+        store = self.node.store
+        store.set_meta(**{FENCE_META: {"reason": reason}})
+        store.sync()
+        store.own_history_lsn = limits.lsn_max
+        log.warning("fence: %s; this node writes under its own id again once every member has said how many of "
+                    "its rows it holds and they are back", reason)
+
+    def restore(self) -> None:
+        """The core was just built: take up a fence the store holds."""
+        node = self.node
+        f = node.store.get_meta(FENCE_META)
+        if f and node.core is not None and not node.core.anon:
+            node.core.fence = OwnRowsFence(str((f or {}).get("reason") or "an earlier loss"))
+            node.store.own_history_lsn = limits.lsn_max
+
+    # --- running ------------------------------------------------------------------------------
+    def on_greeting(self, theirs: dict) -> None:
+        core = self.node.core
+        if core is None or core.fence is None or theirs.get("anon"):
+            return
+        vu = theirs.get("vclock_uuid")
+        core.observe_peer(theirs["uuid"], vu if isinstance(vu, dict) else {}, theirs.get("cluster") or [])
+
+    def try_lift(self) -> bool:
+        """Lift the fence if the core says it may; whether it is gone."""
+        node = self.node
+        core = node.core
+        if core is None or core.fence is None:
+            return True
+        if node.journal is None or not core.fence_state()[0]:
+            return False
+        self._lift()
+        return True
+
+    async def watch(self) -> None:
+        while True:
+            self.try_lift()
+            await asyncio.sleep(limits.fence_poll_s)
+
+    def _lift(self) -> None:
+        node, store = self.node, self.node.store
+        target = node.core.fence.target()
+        history = node.core.clear_fence()
+        store.set_meta(**{FENCE_META: None}, own_history_lsn=history)
+        store.own_history_lsn = history
+        store.sync()
+        log.info("fence: every member was heard and this node's own rows are back (up to lsn %d): it writes "
+                 "under its own id again", target)
+        node.after_fence()
+
+    def info(self) -> dict | None:
+        core = self.node.core
+        if core is None or core.fence is None:
+            return None
+        own = core.vclock.get(core.self_id)
+        return {"reason": core.fence.reason, "waiting_for": core.fence.waiting_for(core.table, core.uuid),
+                "own_lsn": own, "target": core.fence.target(), "message": core.fence.explain(core.table, core.uuid, own)}
+
+
+def wal_present(wal_dir: str) -> bool:
+    return os.path.isdir(wal_dir) and any(n.endswith(".wal") for n in os.listdir(wal_dir))
