@@ -166,7 +166,7 @@ def sdk_call(args: argparse.Namespace, call) -> Any:
     except replog.Unavailable as e:
         fail(f"cannot reach {args.url}: {e.message}", 1)
     except replog.ReplogError as e:
-        fail(f"{e.code}: {e.message}", 1)
+        fail(f"{e.code}: {e.message}" + (f" (HTTP {e.status})" if e.status else ""), 1)
     except ValueError as e:             # a malformed address
         fail(str(e))
 
