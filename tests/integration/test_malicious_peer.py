@@ -277,9 +277,9 @@ def test_an_upstream_that_catches_this_node_up_without_the_rows_it_claimed_is_no
         peer.greeting_extra = {"vclock_uuid": {a.uuid(): limits.lsn_max}}
         a.set_peers([b, peer])
         try:
-            wait_for(lambda: peer.sent >= 0 and _upstream(a, peer.address).get("status") == "follow", 30,
+            wait_for(lambda: _upstream(a, peer.address).get("status") == "follow", 30,
                      "A subscribed to the liar")
-            wait_for(lambda: _writes(a, f"{peer.uuid[:8]}-caught-up")[0] == 200, 10,
+            wait_for(lambda: _writes(a, f"{peer.uuid[:8]}-caught-up")[0] == 200, 5,      # its heartbeats: every 1 s
                      "A writes once the liar's stream caught it up without the rows")
         finally:
             a.set_peers([b])
