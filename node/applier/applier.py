@@ -88,6 +88,7 @@ class Applier:
         self.stopping = False       # stop() was called: every loop ends at its next turn
         self.conn: Conn | None = None
         self.core_peer = None       # the core's Peer this link built (NodeCore.greeting)
+        self.peer_vclock: dict[str, int] = {}   # the upstream's vclock by uuid, from its last greeting
         self._rng = random.Random()
 
     def info(self) -> dict:
@@ -132,7 +133,7 @@ class Applier:
                     # we rebuild from a snapshot that loses nothing (node/rejoin.py decides); this
                     # link is tried again, and serves once we are past what it collected.
                     self.status = "need_rejoin"
-                    self.node.rejoiner.on_need_rejoin(self.address, e.message)
+                    self.node.rejoiner.on_need_rejoin(self.address, e.message, getattr(e, "needed", {}))
                     self.error = self.node.rejoiner.status_of(self.address)
                     log.warning("applier %s: %s", self.address, e)
                     delay = limits.rejoin_retry_s
@@ -205,17 +206,21 @@ class Applier:
             # Who is at this address, known even if it cannot serve us yet: a peer that moves
             # before it ever did is followed by its uuid (Lifecycle.follow_addresses).
             self.peer_uuid = theirs["uuid"]
+            self.peer_vclock = greeting_vclock(theirs)
             self.claim()
             if not theirs["cluster_uuid"]:
                 raise RemoteProtocolError(f"{self.address} has not joined a cluster yet")
             core = node.core
-            regs = core.greeting(self.peer_uuid, theirs["cluster"], node.wall_us())
+            history = theirs.get("own_history_lsn")
+            history = history if type(history) is int and 0 <= history <= limits.lsn_max else 0
+            regs = core.greeting(self.peer_uuid, theirs["cluster"], node.wall_us(), history)
             self.core_peer = core.peers[self.peer_uuid]
             for txn in regs:
                 node.journal.submit_nowait([txn], want_future=False)
             fenced = core.fence is not None      # then only our own rows (NodeCore.subscribe_vclock)
             vclock = core.subscribe_vclock(self.peer_uuid, greeting_vclock(theirs) if fenced else None)
-            await conn.send(m.SUBSCRIBE, vclock=vclock.to_dict())
+            await conn.send(m.SUBSCRIBE, vclock=vclock.to_dict(), durable=core.ack_durable(self.peer_uuid).to_dict(),
+                            own_rows=fenced)
             try:
                 await conn.expect(m.SUBSCRIBED, timeout=limits.handshake_timeout_s)
             except PeerRefused as e:
@@ -223,6 +228,7 @@ class Applier:
                     missing = uncovered(core.vclock_by_uuid(), greeting_vclock(theirs))
                     if missing:
                         e.message += f"; this node holds rows it lacks ({describe_uncovered(missing)})"
+                    e.needed = greeting_vclock({"vclock_uuid": (getattr(e, "body", None) or {}).get("gc_vclock_uuid")})
                 raise
             self.status, self.error = "follow", ""
             node.rejoiner.on_follow(self.address)
