@@ -88,7 +88,9 @@ class Node:
         self.fence = FenceKeeper(self)     # own-rows fence after a loss (node/fence.py)
         self.rejoiner = Rejoiner(self)     # need_rejoin answers and safe rebuilds (node/rejoin.py)
         self.peers: list[str] = list(cfg.peers)   # the replication sources in effect (PUT /v1/admin/peers)
-        self.own_lsn_seen = 0   # highest lsn of our own component any peer said it holds
+        # peer uuid -> (lsn of our own component it says it holds, its address): writes wait for
+        # those rows while that peer is one of our upstreams (own_rows_awaited)
+        self.own_claims: dict[str, tuple[int, str]] = {}
         self.task_failures: dict[str, dict] = {}   # task name -> {"failures", "error"} (note_failure)
         # the NOSPACE alarm: writes refused with 507 while the disk or the map is full (node/storage/space.py)
         self.space = SpaceWatch([], cfg.disk_reserve_bytes, lambda: self.store)
@@ -143,11 +145,28 @@ class Node:
         self.fence.on_greeting(theirs)
         vu = theirs.get("vclock_uuid")
         own = vu.get(self.uuid) if isinstance(vu, dict) else None
-        if isinstance(own, int) and own > self.own_lsn_seen:
-            # A peer holds more of this node's own rows than this node does (a replacement
-            # container, a rejoin, or a lost unsynced tail): they come back by SUBSCRIBE,
-            # and writes wait for them so no lsn of ours is ever used twice.
-            self.own_lsn_seen = own
+        uuid = theirs["uuid"]
+        if isinstance(own, int) and own > self.own_claims.get(uuid, (0, ""))[0] \
+                and (uuid in self.own_claims or len(self.own_claims) < limits.members_max):
+            # A peer says it holds more of this node's own rows than this node does (a
+            # replacement container, a rejoin, or a lost unsynced tail): they come back by
+            # SUBSCRIBE, and writes wait for them so no lsn of ours is ever used twice.
+            self.own_claims[uuid] = (own, theirs["address"])
+
+    def own_rows_awaited(self) -> tuple[int, str] | None:
+        """(lsn, peer) of this node's own rows that one of its upstreams says it holds and this
+        node has not claimed yet. Only an upstream can send them back, so only an upstream's
+        claim is believed, and only while it is one: a peer that is not (a client greeting
+        this node's relay) cannot hold its writes, and removing a peer ends its claim."""
+        have = self.core.claimed.get(self.core.self_id)
+        upstreams = {a.peer_uuid for a in self.appliers.values()} | set(self.appliers)
+        best: tuple[int, str] | None = None
+        for uuid, (lsn, address) in list(self.own_claims.items()):
+            if lsn <= have:
+                del self.own_claims[uuid]            # they came back
+            elif (uuid in upstreams or address in upstreams) and (best is None or lsn > best[0]):
+                best = (lsn, f"{address} ({uuid[:8]})")
+        return best
 
     def spawn(self, coro, name: str) -> asyncio.Task:
         t = asyncio.create_task(coro, name=name)
@@ -502,10 +521,11 @@ class Node:
             raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
         if self.core.fence is not None and not self.fence.try_lift():
             raise ClientError(503, "own_rows_unconfirmed", self.core.fence_state()[1])
-        have = self.core.claimed.get(self.core.self_id)
-        if have < self.own_lsn_seen:
-            raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}.."
-                              f"{self.own_lsn_seen}) are still coming back from its peers; retry shortly")
+        awaited = self.own_rows_awaited() if self.own_claims else None
+        if awaited is not None:
+            have = self.core.claimed.get(self.core.self_id)
+            raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}..{awaited[0]}) "
+                              f"are still coming back from {awaited[1]}, which holds them; retry shortly")
 
     async def write(self, ops: list[Op]) -> dict:
         self.write_check()

@@ -219,6 +219,7 @@ _CHECKS: dict[int, Callable[[dict], str | None]] = {
     SUBSCRIBED: lambda b: validate.vclock_error(b["vclock"]),
     ACK: lambda b: validate.vclock_error(b["vclock"]) or (
         validate.vclock_error(b["durable"]) if "durable" in b else None),
+    SHUTDOWN: validate.shutdown_error,
     SNAPSHOT: validate.snapshot_error,
     SNAPSHOT_ROWS: validate.snapshot_rows_error,
     REGISTERED: lambda b: None if 1 <= b["id"] <= limits.replica_id_max else "id out of range",
