@@ -109,7 +109,7 @@ class FenceKeeper:
     # --- running ------------------------------------------------------------------------------
     def on_greeting(self, theirs: dict) -> None:
         core = self.node.core
-        if core is None or core.fence is None or theirs.get("anon"):
+        if core is None or core.fence is None or theirs.get("anon") or theirs["uuid"] in self.node.claims_disproved:
             return
         vu = theirs.get("vclock_uuid")
         core.observe_peer(theirs["uuid"], vu if isinstance(vu, dict) else {}, theirs.get("cluster") or [])

@@ -91,6 +91,9 @@ class Node:
         # peer uuid -> (lsn of our own component it says it holds, its address): writes wait for
         # those rows while that peer is one of our upstreams (own_rows_awaited)
         self.own_claims: dict[str, tuple[int, str]] = {}
+        # peers that claimed to hold our own rows and, streaming to us, did not send them
+        # (Applier.check_claim): their claims are not believed again while this node runs
+        self.claims_disproved: set[str] = set()
         self.task_failures: dict[str, dict] = {}   # task name -> {"failures", "error"} (note_failure)
         # the NOSPACE alarm: writes refused with 507 while the disk or the map is full (node/storage/space.py)
         self.space = SpaceWatch([], cfg.disk_reserve_bytes, lambda: self.store)
@@ -146,12 +149,26 @@ class Node:
         vu = theirs.get("vclock_uuid")
         own = vu.get(self.uuid) if isinstance(vu, dict) else None
         uuid = theirs["uuid"]
+        if uuid in self.claims_disproved:
+            return
         if isinstance(own, int) and own > self.own_claims.get(uuid, (0, ""))[0] \
                 and (uuid in self.own_claims or len(self.own_claims) < limits.members_max):
             # A peer says it holds more of this node's own rows than this node does (a
             # replacement container, a rejoin, or a lost unsynced tail): they come back by
             # SUBSCRIBE, and writes wait for them so no lsn of ours is ever used twice.
             self.own_claims[uuid] = (own, theirs["address"])
+
+    def disprove_claim(self, uuid: str, have: int) -> None:
+        """An upstream caught us up without the rows of ours it said it holds: it lied (or its
+        store lost them since), so its word neither holds writes nor raises a fence's target."""
+        claim = max(self.own_claims.pop(uuid, (0, ""))[0],
+                    self.core.fence.heard.get(uuid, 0) if self.core.fence is not None else 0)
+        if len(self.claims_disproved) < limits.members_max:
+            self.claims_disproved.add(uuid)
+        if self.core.fence is not None:
+            self.core.fence.heard[uuid] = min(self.core.fence.heard.get(uuid, have), have)
+        log.warning("node: %s said it holds this node's rows up to lsn %d and sent them only up to %d: its claim "
+                    "is not believed", uuid, claim, have)
 
     def own_rows_awaited(self) -> tuple[int, str] | None:
         """(lsn, peer) of this node's own rows that one of its upstreams says it holds and this

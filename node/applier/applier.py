@@ -245,6 +245,7 @@ class Applier:
         peer = self.peer_uuid
         last_ack = 0.0
         acked_sig: tuple[int, int] = (-1, -1)
+        claim_checked = False
         expel_epoch = core.expel_epoch
         conn.scan_rows = rowscan.scan_rows if rowscan.native is not None else None
         while not self.stopping:
@@ -286,6 +287,9 @@ class Applier:
             elif msg.type == m.HEARTBEAT:
                 if journal.pending == 0:
                     self.lag_s = max(0.0, now - msg["now_us"] / 1e6)
+                if not claim_checked and journal.pending == 0:
+                    claim_checked = True
+                    self._check_claim()
                 if fenced and core.fence is None:
                     raise Resubscribe("this node's own rows are confirmed: subscribing for every origin")
             else:
@@ -295,6 +299,17 @@ class Applier:
                 if (v.signature, d.signature) != acked_sig or now - last_ack >= limits.heartbeat_interval_s:
                     await conn.send(m.ACK, vclock=v.to_dict(), durable=d.to_dict(), lag_us=int(self.lag_s * 1e6))
                     acked_sig, last_ack = (v.signature, d.signature), now
+
+    def _check_claim(self) -> None:
+        """The relay heartbeats once it has sent all it held: by now every row of ours its
+        greeting claimed to hold has come (its own-rows cut is at that claim). If some did not,
+        the claim was false: it must not hold our writes or our fence for ever."""
+        node, core = self.node, self.node.core
+        have = core.claimed.get(core.self_id)
+        claimed = max(node.own_claims.get(self.peer_uuid, (0, ""))[0],
+                      core.fence.heard.get(self.peer_uuid, 0) if core.fence is not None else 0)
+        if claimed > have:
+            node.disprove_claim(self.peer_uuid, have)
 
     def _receive_scan(self, scan, now: float) -> int | None:
         """A message the row scanner took (plain txns only): the core claims whole runs of
