@@ -230,7 +230,8 @@ async def get_cluster(request: web.Request) -> web.Response:
 
 
 async def delete_member(request: web.Request) -> web.Response:
-    return reply(request, await _node(request).expel(request.match_info["uuid"]))
+    doc = await _node(request).expel(request.match_info["uuid"])
+    return reply(request, doc, 202 if doc["state"] == "expel_pending" else 200)   # pending: node/fence.py give_up
 
 
 async def put_peers(request: web.Request) -> web.Response:
