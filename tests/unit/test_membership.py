@@ -111,6 +111,19 @@ def test_a_fenced_subscription_asks_only_for_this_nodes_own_rows():
     assert core.subscribe_vclock(PEER, {SELF: 20, PEER: 9}).to_dict() == {1: 10, 2: 5, 3: 7}
 
 
+def test_a_fenced_subscription_asks_for_a_member_it_does_not_know_from_where_the_peer_is():
+    """A fenced node registers nobody: rows of a member only the peer has could not be translated
+    here and would stop the link before this node's own rows come back."""
+    core = _core({1: 10, 2: 5, 3: 7}, fenced=True)
+    rows = [m.to_row() for m in _table().members()] + [[NEW, 4, "d:1", STATE_MEMBER, 0, 0]]
+    _greet(core, rows)
+    assert NEW not in core.table
+    v = core.subscribe_vclock(PEER, {SELF: 20, PEER: 9, OTHER: 4, NEW: 6}, rows)
+    assert v.to_dict() == {1: 10, 2: 9, 3: 7, 4: 6}
+    core.fence = None                                # unfenced, it registers NEW and asks for all of it
+    assert 4 not in core.subscribe_vclock(PEER, {NEW: 6}, rows).to_dict()
+
+
 def _cluster_row(origin_id: int, lsn: int, uuid: str, their_id: int, state: str = STATE_MEMBER,
                  address: str = "") -> Txn:
     v = {"id": their_id, "address": address, "state": state}
