@@ -51,7 +51,7 @@ from node.identity.signature import (
 )
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import LifecycleHost
 
 log = logging.getLogger("replog.lifecycle")
 
@@ -85,7 +85,7 @@ class ApplyResult:
 
 
 class Lifecycle:
-    def __init__(self, node: "Node"):
+    def __init__(self, node: "LifecycleHost"):
         self.node = node
         self.proposal = (str(uuidlib.uuid4()), time.time())   # for a new cluster, if we found it
         self.peers_seen: dict[str, dict] = {}                 # uuid -> last greeting (both directions)

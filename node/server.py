@@ -36,6 +36,7 @@ from node.identity.identity_file import IdentityFileError
 from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
 from node.cluster_shutdown import ClusterShutdown
 from node.journal import Journal
+from node.process.tasks import Tasks
 from node.faults import install_fault_points
 from node.fence import FenceKeeper, wal_present
 from node.lifecycle import Aborted, Lifecycle
@@ -79,7 +80,8 @@ class Node:
         self.stopped = asyncio.Event()
         self.fatal: BaseException | None = None
         self._runner: web.AppRunner | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self.tasks = Tasks(self.on_fatal)   # every background task (node/process/tasks.py)
+        self.spawn, self.supervise, self.note_failure = self.tasks.spawn, self.tasks.supervise, self.tasks.note_failure
         self.started_at = time.time()
         self.lease = None    # node.identity.lease_node.LeaseIdentity when identity = "lease"
         self.life = Lifecycle(self)   # identity files, join protocol (node/lifecycle.py)
@@ -94,7 +96,7 @@ class Node:
         # peers that claimed to hold our own rows and, streaming to us, did not send them
         # (Applier.check_claim): their claims are not believed again while this node runs
         self.claims_disproved: set[str] = set()
-        self.task_failures: dict[str, dict] = {}   # task name -> {"failures", "error"} (note_failure)
+        self.task_failures = self.tasks.failures   # task name -> {"failures", "error"} (note_failure)
         # the NOSPACE alarm: writes refused with 507 while the disk or the map is full (node/storage/space.py)
         self.space = SpaceWatch([], cfg.disk_reserve_bytes, lambda: self.store)
         self.backups: list = []      # node.ops.backup.BackupJob in progress (POST /v1/admin/backup)
@@ -184,43 +186,6 @@ class Node:
             elif (uuid in upstreams or address in upstreams) and (best is None or lsn > best[0]):
                 best = (lsn, f"{address} ({uuid[:8]})")
         return best
-
-    def spawn(self, coro, name: str) -> asyncio.Task:
-        t = asyncio.create_task(coro, name=name)
-        self._tasks.add(t)
-        t.add_done_callback(self._task_done)
-        return t
-
-    def _task_done(self, t: asyncio.Task) -> None:
-        self._tasks.discard(t)
-        if not t.cancelled() and t.exception() is not None:
-            self.on_fatal(t.exception())
-
-    def supervise(self, name: str, run) -> asyncio.Task:
-        """Run the long-lived loop `run()` (a coroutine function) under supervision: a failure
-        that is not the disk's is a bug, logged with its traceback, counted (/v1/info "tasks",
-        /metrics), and the loop starts again after task_restart_s; a StorageError stops the node."""
-        async def supervised() -> None:
-            while True:
-                try:
-                    await run()
-                    return
-                except asyncio.CancelledError:
-                    raise
-                except StorageError:
-                    raise                                  # the disk: spawn's callback stops the node
-                except Exception as e:  # noqa: BLE001 - the one place this task's failures are mapped
-                    self.note_failure(name, e)
-                await asyncio.sleep(limits.task_restart_s)
-        return self.spawn(supervised(), name)
-
-    def note_failure(self, name: str, e: BaseException) -> None:
-        """An unexpected exception in a task that goes on (or a link that stops): our bug, said
-        loudly, with its traceback, and kept where operators look."""
-        log.error("%s failed (a bug; the node serves on): %s: %s", name, type(e).__name__, e, exc_info=e)
-        f = self.task_failures.setdefault(name, {"failures": 0, "error": ""})
-        f["failures"] += 1
-        f["error"] = f"{type(e).__name__}: {e}"[:500]
 
     def on_fatal(self, e: BaseException) -> None:
         if self.fatal is None:
@@ -719,13 +684,8 @@ class Node:
         self.status, self.status_reason = "stopping", "shutting down"
         for a in list(self.appliers.values()):
             await step(f"applier {a.address}", a.stop())
-        for t in list(self._tasks):
-            t.cancel()
-        for t in list(self._tasks):
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        self.tasks.cancel_all()
+        await self.tasks.join()
         # Every inbound link, not only subscribed relays: one still in its handshake would
         # otherwise hold the HTTP server's drain until its peer gave up. Links accepted from
         # here on close themselves (status is "stopping").

@@ -58,7 +58,7 @@ from node.identity.lease_runner import run_lease
 from node.identity.lease_store import LeaseStore, LeaseStoreUnavailable, open_store
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import LeaseHost
 
 log = logging.getLogger("replog.identity.lease")
 
@@ -146,7 +146,7 @@ def parse_greeting_lease(theirs: dict) -> tuple[int, int, dict[int, int]]:
 
 
 class LeaseIdentity:
-    def __init__(self, node: "Node", *, exit_at_once_on_loss: bool = True):
+    def __init__(self, node: "LeaseHost", *, exit_at_once_on_loss: bool = True):
         """`exit_at_once_on_loss=False` is for tests that run a LeaseIdentity inside the test
         process: a loss must not end that process (see _exit_at_once)."""
         self.node = node
@@ -398,9 +398,7 @@ class LeaseIdentity:
     async def _wind_down(self) -> None:
         node = self.node
         me = asyncio.current_task()
-        for t in list(node._tasks):   # start-up steps (join, bootstrap) must not resume serving
-            if t is not me:
-                t.cancel()
+        node.tasks.cancel_all(but=me)   # start-up steps (join, bootstrap) must not resume serving
         for a in list(node.appliers.values()):
             try:
                 await asyncio.wait_for(a.stop(), wind_down_step_s)
