@@ -205,8 +205,45 @@ class Opening(Protocol):
     async def install_snapshot(self, conn: Any, theirs: dict, *, join: bool, existed: bool = False) -> None: ...
 
 
+class StatusExchange(Protocol):
+    """The Qpid status exchange that joining reads (node/lifecycle.py Lifecycle)."""
+    proposal: tuple[str, float]
+    peers_seen: dict[str, dict]
+    uses_identity_files: bool
+
+    async def poll_peers(self, timeout: float = ...) -> dict[str, Any]: ...
+    def check_wrong_store(self, polled: dict[str, Any]) -> None: ...
+    def check_must_match(self, polled: dict[str, Any]) -> None: ...
+    def notes(self, polled: dict[str, Any]) -> str: ...
+    def decide(self) -> Any: ...
+    def may_bootstrap(self) -> bool: ...
+    def member_cluster_uuid(self) -> str | None: ...
+
+
+class Joining(Protocol):
+    """Joining and registering (node/join.py Join), as the lifecycle and the rejoin use it."""
+    async def apply_registration(self, theirs: dict, body: dict) -> Any: ...
+    async def apply_once(self, address: str, kind: int, code: str | None, requested_id: int | None) -> Any: ...
+
+
+class JoinHost(Handshake, Protocol):
+    """Joining a cluster, founding one, registering (node/join.py)."""
+    data_dir: str
+    core: "NodeCore | None"
+    store: "Store | None"
+    journal: "Journal | None"
+    status: str
+    status_reason: str
+    peers: list[str]
+    http_session: "aiohttp.ClientSession | None"
+    opening: Opening
+
+    def wall_us(self) -> int: ...
+    async def register_member(self, uuid: str, address: str, state: str = ...) -> int: ...
+
+
 class LifecycleHost(Handshake, Protocol):
-    """Identity files and the join protocol (node/lifecycle.py, node/join.py)."""
+    """Identity files, the status exchange, going active (node/lifecycle.py)."""
     data_dir: str
     core: "NodeCore | None"
     store: "Store | None"
@@ -219,7 +256,7 @@ class LifecycleHost(Handshake, Protocol):
     peers: list[str]
     appliers: dict[str, Any]
     http_session: "aiohttp.ClientSession | None"
-    opening: Opening
+    join: Joining
 
     @property
     def options_digest(self) -> str: ...
@@ -242,8 +279,86 @@ class RejoinHost(Handshake, Protocol):
     appliers: dict[str, Any]
     relays: set
     http_session: "aiohttp.ClientSession | None"
-    life: Any                                 # node/lifecycle.py Lifecycle: uses_identity_files, apply_once
+    life: Any                                 # node/lifecycle.py Lifecycle: uses_identity_files
+    join: Joining
 
     def wall_us(self) -> int: ...
     def set_peers(self, peers: list[str]) -> list[asyncio.Task]: ...
     async def reopen_after_rejoin(self, swap) -> None: ...
+
+
+# --- the process wing's own parts (node/process/*) ---------------------------------------------
+class OpeningHost(Handshake, Protocol):
+    """Opening the store (node/process/opening.py): the one writer of `store`, `core`, `journal`
+    (and of `uuid`, settled at start)."""
+    data_dir: str
+    wal_dir: str
+    store: "Store | None"
+    core: "NodeCore | None"
+    journal: "Journal | None"
+    status: str
+    status_reason: str
+    space: "SpaceWatch"
+    lease: Any
+    fence: Any                                # node/fence.py FenceKeeper
+    life: Any                                 # node/lifecycle.py Lifecycle: after_open
+    retention: Any                            # node/retention.py Retention: load
+    peers: list[str]
+    links: set
+    http_session: "aiohttp.ClientSession | None"
+
+    def wall_us(self) -> int: ...
+    def on_fatal(self, e: BaseException) -> None: ...
+    def set_peers(self, peers: list[str]) -> list[asyncio.Task]: ...
+
+
+class PeeringHost(ApplierHost, Protocol):
+    """Greetings, claims on our own rows and the appliers (node/process/peering.py); it hands
+    itself on to each Applier, so it is an ApplierHost too."""
+    store: "Store | None"
+    status: str
+    lease: Any
+    life: Any                                 # greeting_fields, observe_greeting
+    fence: Any                                # on_greeting
+    appliers: dict[str, Any]
+
+    @property
+    def options_digest(self) -> str: ...
+    def spawn(self, coro, name: str) -> asyncio.Task: ...
+
+
+class WritesHost(Protocol):
+    """This node's own writes and read-your-writes (node/process/writes.py)."""
+    cfg: "Config"
+    uuid: str
+    core: "NodeCore | None"
+    journal: "Journal | None"
+    status: str
+    status_reason: str
+    space: "SpaceWatch"
+    fence: Any                                # try_lift, give_up
+    relays: set
+    own_claims: dict[str, tuple[int, str]]
+
+    def wall_us(self) -> int: ...
+    def own_rows_awaited(self) -> tuple[int, str] | None: ...
+
+
+class InfoHost(Protocol):
+    """/v1/info and /v1/cluster (node/process/views.py)."""
+    cfg: "Config"
+    uuid: str
+    core: "NodeCore | None"
+    store: "Store | None"
+    status: str
+    status_reason: str
+    wal_dir: str
+    client_server: Any
+    appliers: dict[str, Any]
+    relays: set
+    started_at: float
+    lease: Any
+    task_failures: dict[str, dict]
+    fence: Any                                # info
+    rejoiner: Any                             # need, blocked
+    space: "SpaceWatch"
