@@ -226,8 +226,9 @@ class Joining(Protocol):
     async def apply_once(self, address: str, kind: int, code: str | None, requested_id: int | None) -> Any: ...
 
 
-class JoinHost(Handshake, Protocol):
-    """Joining a cluster, founding one, registering (node/join.py)."""
+class StoreKeeper(Handshake, Protocol):
+    """What every part that starts, joins or rebuilds the node reads: the data dir, the store
+    and what runs on it, the status it reports, the peers it asks, and the clock."""
     data_dir: str
     core: "NodeCore | None"
     store: "Store | None"
@@ -236,78 +237,56 @@ class JoinHost(Handshake, Protocol):
     status_reason: str
     peers: list[str]
     http_session: "aiohttp.ClientSession | None"
-    opening: Opening
 
     def wall_us(self) -> int: ...
+
+
+class JoinHost(StoreKeeper, Protocol):
+    """Joining a cluster, founding one, registering (node/join.py)."""
+    opening: Opening
+
     async def register_member(self, uuid: str, address: str, state: str = ...) -> int: ...
 
 
-class LifecycleHost(Handshake, Protocol):
+class LifecycleHost(StoreKeeper, Protocol):
     """Identity files, the status exchange, going active (node/lifecycle.py)."""
-    data_dir: str
-    core: "NodeCore | None"
-    store: "Store | None"
-    journal: "Journal | None"
-    status: str
-    status_reason: str
     fatal: BaseException | None
     stopped: asyncio.Event
     lease: Any
-    peers: list[str]
     appliers: dict[str, Any]
-    http_session: "aiohttp.ClientSession | None"
     join: Joining
 
     @property
     def options_digest(self) -> str: ...
-    def wall_us(self) -> int: ...
     async def register_member(self, uuid: str, address: str, state: str = ...) -> int: ...
     def set_peers(self, peers: list[str]) -> list[asyncio.Task]: ...
     def configure_peers(self, peers: list[str]) -> list[asyncio.Task]: ...
     def supervise(self, name: str, run) -> asyncio.Task: ...
 
 
-class RejoinHost(Handshake, Protocol):
+class RejoinHost(StoreKeeper, Protocol):
     """Rebuilding the store from a donor's snapshot (node/rejoin.py)."""
-    data_dir: str
-    core: "NodeCore | None"
-    store: "Store | None"
-    journal: "Journal | None"
-    status: str
-    status_reason: str
-    peers: list[str]
     appliers: dict[str, Any]
     relays: set
-    http_session: "aiohttp.ClientSession | None"
     life: Any                                 # node/lifecycle.py Lifecycle: uses_identity_files
     join: Joining
 
-    def wall_us(self) -> int: ...
     def set_peers(self, peers: list[str]) -> list[asyncio.Task]: ...
     async def reopen_after_rejoin(self, swap) -> None: ...
 
 
 # --- the process wing's own parts (node/process/*) ---------------------------------------------
-class OpeningHost(Handshake, Protocol):
+class OpeningHost(StoreKeeper, Protocol):
     """Opening the store (node/process/opening.py): the one writer of `store`, `core`, `journal`
     (and of `uuid`, settled at start)."""
-    data_dir: str
     wal_dir: str
-    store: "Store | None"
-    core: "NodeCore | None"
-    journal: "Journal | None"
-    status: str
-    status_reason: str
     space: "SpaceWatch"
     lease: Any
     fence: Any                                # node/fence.py FenceKeeper
     life: Any                                 # node/lifecycle.py Lifecycle: after_open
     retention: Any                            # node/retention.py Retention: load
-    peers: list[str]
     links: set
-    http_session: "aiohttp.ClientSession | None"
 
-    def wall_us(self) -> int: ...
     def on_fatal(self, e: BaseException) -> None: ...
     def set_peers(self, peers: list[str]) -> list[asyncio.Task]: ...
 

@@ -68,17 +68,32 @@ def reads(path: pathlib.Path) -> list[tuple[str, str, int]]:
             elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "_node" and getter:
                 out.append((getter, n.attr, n.lineno))
 
+    def bound_to_node(n: ast.Assign) -> ast.expr | None:
+        """What `node` is set to by `node = x` or `node, y = x, z`, else None."""
+        for t in n.targets:
+            if isinstance(t, ast.Name) and t.id == "node":
+                return n.value
+            if isinstance(t, ast.Tuple) and isinstance(n.value, ast.Tuple) and len(t.elts) == len(n.value.elts):
+                for name, value in zip(t.elts, n.value.elts):
+                    if isinstance(name, ast.Name) and name.id == "node":
+                        return value
+        return None
+
     def fn_port(fn, self_port):
         port = _node_param(fn)
         if port is None:
             for n in ast.walk(fn):
-                if isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["node"]:
-                    if isinstance(n.value, ast.Call) and getattr(n.value.func, "id", None) == "_node":
-                        port = getter
-                    elif isinstance(n.value, ast.Attribute) and n.value.attr == "node":
-                        port = self_port
-                    elif isinstance(n.value, ast.Subscript):       # node = request.app[NODE]
-                        port = getter
+                value = bound_to_node(n) if isinstance(n, ast.Assign) else None
+                if value is None:
+                    continue
+                if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "_node":
+                    port = getter
+                elif isinstance(value, ast.Attribute) and value.attr == "node":
+                    port = self_port
+                elif isinstance(value, ast.Subscript):       # node = request.app[NODE]
+                    port = getter
+                else:
+                    raise AssertionError(f"{path}:{n.lineno}: `node` bound to something this check cannot follow")
         return port
 
     for top in tree.body:
