@@ -29,12 +29,12 @@ from node.errors import PeerRefused, RemoteProtocolError, StorageError
 from node.faults import fault
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import ApplierHost, Handshake
 
 log = logging.getLogger("replog.applier")
 
 
-async def open_link(node: "Node", session: aiohttp.ClientSession, address: str) -> tuple[Conn, dict]:
+async def open_link(node: "Handshake", session: aiohttp.ClientSession, address: str) -> tuple[Conn, dict]:
     """Connect, authenticate and exchange greetings; returns the link and the peer's greeting."""
     conn = await connect(session, address, node.cfg.client_ssl)
     try:
@@ -51,7 +51,7 @@ async def open_link(node: "Node", session: aiohttp.ClientSession, address: str) 
         raise
 
 
-async def probe(node: "Node", session: aiohttp.ClientSession, address: str, timeout: float) -> dict:
+async def probe(node: "Handshake", session: aiohttp.ClientSession, address: str, timeout: float) -> dict:
     """Greet a peer and leave (BYE): its greeting, or the error that stopped the handshake."""
     conn, theirs = await asyncio.wait_for(open_link(node, session, address), timeout)
     try:
@@ -73,7 +73,7 @@ class Resubscribe(Exception):
 
 
 class Applier:
-    def __init__(self, node: "Node", address: str):
+    def __init__(self, node: "ApplierHost", address: str):
         self.node = node
         self.address = address
         self.peer_uuid: str | None = None

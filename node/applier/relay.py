@@ -37,7 +37,7 @@ from node.wal.reader import list_segments, read_header
 
 if TYPE_CHECKING:
     from node.journal import Journal
-    from node.server import Node
+    from node.process.ports import RelayHost
 
 log = logging.getLogger("replog.relay")
 _pack = msgpack.Packer(use_bin_type=True).pack
@@ -240,7 +240,7 @@ class WalCursor:
         return out
 
 
-async def serve_link(node: "Node", conn: Conn) -> None:
+async def serve_link(node: "RelayHost", conn: Conn) -> None:
     """An authenticated inbound link (node/applier/accept.py): greetings, then the one request
     it came for."""
     try:
@@ -318,7 +318,7 @@ async def serve_link(node: "Node", conn: Conn) -> None:
         await conn.refuse("internal", f"{type(e).__name__}: {e}")
 
 
-async def _shutdown_step(node: "Node", conn: Conn, theirs: dict, req: m.Message) -> None:
+async def _shutdown_step(node: "RelayHost", conn: Conn, theirs: dict, req: m.Message) -> None:
     """One phase of an orderly cluster shutdown, asked by its coordinator: a member of this
     cluster, authenticated by the session (never by the client token; cluster_shutdown.py)."""
     member = node.core.table.get(theirs["uuid"]) if node.core else None
@@ -333,7 +333,7 @@ async def _shutdown_step(node: "Node", conn: Conn, theirs: dict, req: m.Message)
     await conn.send(m.SHUTDOWN_OK, **answer)
 
 
-async def send_snapshot(node: "Node", conn: Conn) -> None:
+async def send_snapshot(node: "RelayHost", conn: Conn) -> None:
     loop = asyncio.get_running_loop()
     it = node.store.snapshot()
     kind, meta = await loop.run_in_executor(None, next, it)
@@ -349,7 +349,7 @@ async def send_snapshot(node: "Node", conn: Conn) -> None:
 
 
 class Relay:
-    def __init__(self, node: "Node", conn: Conn, greeting: dict, sub_vclock: dict[int, int],
+    def __init__(self, node: "RelayHost", conn: Conn, greeting: dict, sub_vclock: dict[int, int],
                  durable: dict[int, int] | None = None, own_rows: bool = False):
         self.node = node
         self.conn = conn
