@@ -27,8 +27,7 @@ from node.applier.conn import Conn, check_greeting
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER
 from node.core import messages as m
 from node.core import rowscan
-from node.core.replicaset import relay_wants
-from node.core.rowscan import PackedEntry
+from node.core.entry import txns_relay_frame
 from node.errors import ClientError, PeerRefused, RemoteProtocolError
 from node.faults import fault
 from node.wal import format as walfmt
@@ -88,23 +87,6 @@ def _split(payload) -> list[bytes]:
     return pieces
 
 
-def frame_for(body: bytes, written_us: int, entry, sub: dict[int, int],
-              own: tuple[int, int] | None) -> tuple[bytes | None, int]:
-    """What a subscriber at `sub` (and `own`: relay_wants) gets of one WAL frame (payload
-    `body`, its txns `entry`: a list, or a journal PackedEntry): the payload itself if it
-    wants every txn, re-packed if some, None if none; and the rows that go."""
-    if type(entry) is PackedEntry:
-        every = entry.wanted(sub, own)
-        if every is not None:
-            return (body, entry.rows) if every else (None, 0)
-        entry = entry.txns
-    keep = [t for t in entry if relay_wants(t, sub, own)]
-    if not keep:
-        return None, 0
-    rows = sum([len(t[4]) for t in keep])
-    return (body if len(keep) == len(entry) else _pack([written_us, keep])), rows
-
-
 class WalCursor:
     """Reads whole frames from the WAL, never past the journal's durable position:
     `read_tail` from the journal's memory, `read` from the file (in an executor thread)."""
@@ -146,7 +128,7 @@ class WalCursor:
             while i < len(frames) and budget > 0:
                 end, body, entry = frames[i]
                 i += 1
-                send, rows = frame_for(body, written_us, entry, self.sub, self.own)
+                send, rows = entry.relay_frame(body, written_us, self.sub, self.own)
                 if send is not None:
                     out.append(send)
                     budget -= len(body)
@@ -226,7 +208,7 @@ class WalCursor:
                     raise
                 pos = nxt_pos
                 written_us, txns = walfmt.unpack_frame(body)
-                send, rows = frame_for(body, written_us, txns, self.sub, self.own)
+                send, rows = txns_relay_frame(txns, body, written_us, self.sub, self.own)
                 if send is not None:
                     out.append(send)
                     budget -= len(body)

@@ -12,7 +12,7 @@ return the old record in one lookup). Rules:
 - the vclock component of the txn (0 for local rows) advances to its last lsn (once per call,
   after the rows: nothing here reads the vclock).
 
-`apply_packed(view, entry, self_uuid)` applies a PackedEntry (node.core.rowscan: plain txns as
+`apply_packed(view, entry, self_uuid)` applies a PackedEntry (node.core.entry: plain txns as
 received, their store records already built) with the same outcome as apply_txns on its txns;
 it needs the view's raw_replacer/raw_put/raw_delete (records as bytes), which the LMDB store has."""
 from __future__ import annotations

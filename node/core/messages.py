@@ -117,14 +117,7 @@ def encode(mtype: int, **body: Any) -> bytes:
 def rows_parts(frames: list[bytes]) -> list[bytes]:
     """A ROWS message of these frame payloads (node.wal.format) as the pieces that, joined,
     make it: the frames are spliced in as they are."""
-    n = len(frames)
-    if n < 16:
-        head = bytes((0x90 | n,))
-    elif n < 1 << 16:
-        head = b"\xdc" + n.to_bytes(2, "big")
-    else:
-        head = b"\xdd" + n.to_bytes(4, "big")
-    return [_ROWS_HEAD + head, *frames]
+    return [_ROWS_HEAD + codec.array_head(len(frames)), *frames]
 
 
 def encode_rows(frames: list[bytes]) -> bytes:

@@ -29,8 +29,7 @@ import lmdb
 from node import limits
 from node.cluster_space.table import ClusterTable, Member
 from node.core import codec
-from node.core.apply import apply_packed, apply_txns
-from node.core.rowscan import PackedEntry
+from node.core.entry import Entry, apply_entries
 from node.core.vclock import VClock
 from node.errors import NoSpaceError, StorageError
 
@@ -203,22 +202,15 @@ class Store:
             db = self._dbs[space] = self.env.open_db(b"s:" + space.encode())
         return db
 
-    def apply(self, parts: list, self_uuid: str, hlc_last: int) -> dict[int, int]:
-        """Apply a batch in WAL order — `parts` are lists of transactions and packed entries
-        (node.core.rowscan) — and the vclock after it, in one LMDB transaction; returns each
-        component's highest last lsn in the batch."""
+    def apply(self, entries: list[Entry], self_uuid: str, hlc_last: int) -> dict[int, int]:
+        """Apply a batch of journal entries (node.core.entry) in WAL order, and the vclock after
+        it, in one LMDB transaction; returns each component's highest last lsn in the batch."""
         vclock = self.vclock.copy()
         view = None
         try:
             with self.env.begin(write=True) as t:
                 view = _TxnView(self, t)
-                tops: dict[int, int] = {}
-                for part in parts:
-                    got = apply_packed(view, part, self_uuid) if type(part) is PackedEntry \
-                        else apply_txns(view, part, self_uuid)
-                    for c, last in got.items():
-                        if last > tops.get(c, 0):
-                            tops[c] = last
+                tops = apply_entries(view, entries, self_uuid)
                 t.put(b"vclock", _pack(self.vclock.to_dict()), db=self._meta)
                 t.put(b"hlc", _pack(hlc_last), db=self._meta)
         except BaseException as e:

@@ -21,6 +21,7 @@ import msgpack
 
 from node import limits
 from node.core import codec
+from node.core.entry import TxnEntry
 from node.core.rows import Txn, frame_txns_upto, nop_of, txn_from_wire
 from node.errors import NoSpaceError, RecoveryError, RemoteProtocolError, StorageError
 from node.storage.store import Store
@@ -86,13 +87,13 @@ class _Replay:
             return
         batch, self.batch = self.batch, []
         try:
-            self.store.apply([[t for t, _, _ in batch]], self.self_uuid, self.hlc_last)
+            self.store.apply([TxnEntry([t for t, _, _ in batch])], self.self_uuid, self.hlc_last)
         except NoSpaceError as e:       # no row is at fault: the node cannot start until there is room
             raise NoSpaceError(e.kind, f"recovery cannot replay the WAL: {e}") from None
         except (StorageError, ValueError, TypeError, KeyError, AssertionError):
             for t, path, offset in batch:       # one by one: which txn is it?
                 try:
-                    self.store.apply([[t]], self.self_uuid, self.hlc_last)
+                    self.store.apply([TxnEntry([t])], self.self_uuid, self.hlc_last)
                 except NoSpaceError as e:
                     raise NoSpaceError(e.kind, f"recovery cannot replay the WAL: {e}") from None
                 except (StorageError, ValueError, TypeError, KeyError, AssertionError) as e:
