@@ -33,6 +33,7 @@ from node import limits
 from node.applier.applier import PROBE_ERRORS, open_link, probe
 from node.cluster_space.table import STATE_ANON, Member
 from node.core import messages as m
+from node.core import record
 from node.core.membership import describe_uncovered, greeting_vclock, uncovered
 from node.core.validate import timestamp_ahead_error
 from node.errors import PeerRefused, RemoteProtocolError
@@ -64,7 +65,7 @@ async def receive_snapshot(conn, theirs: dict, store: Store, wall_us) -> tuple[d
             raise RemoteProtocolError(f"snapshot rows for unknown space {msg['space']!r}")
         wall = wall_us()
         for key, rec in msg["rows"]:     # the HLC is raised by each record's: not past the offset bound
-            why = timestamp_ahead_error(rec[3], wall)
+            why = timestamp_ahead_error(rec[record.HLC], wall)
             if why is not None:
                 raise RemoteProtocolError(f"snapshot record {msg['space']}/{key[:40]} refused: {why}")
         store.install_records(msg["space"], msg["rows"])

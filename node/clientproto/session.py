@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from node import clientrules, limits
 from node.clientproto import wire, writes
+from node.core.record import DELETED, LSN, ORIGIN_ID, VALUE
 from node.core.rows import OP_DELETE, OP_PUT, Op, _flat_ok
 from node.errors import ClientError
 
@@ -199,10 +200,11 @@ class Session:
         store = self.node.store
         uuid_of, me = store.table.uuid_of, self.node.uuid
         for (rid, space, key), rec in zip(reads, store.get_many([(s, k) for _, s, k in reads])):
-            if rec is None or rec[4]:
+            if rec is None or rec[DELETED]:
                 answers.append(wire.error_answer(rid, 404, "no_such_key", f"key {key!r} is not in {space!r}"))
             else:
-                answers.append((rid, wire.OK, (rec[0], me if rec[1] == 0 else uuid_of(rec[1]), rec[2])))
+                origin = rec[ORIGIN_ID]
+                answers.append((rid, wire.OK, (rec[VALUE], me if origin == 0 else uuid_of(origin), rec[LSN])))
 
     def _get(self, rid: int, req: list) -> tuple:
         _, value, origin, lsn = clientrules.get_record(self.node, req[2], req[3])

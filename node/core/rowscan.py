@@ -32,7 +32,7 @@ import msgpack
 import msgspec
 
 from node import limits
-from node.core import codec
+from node.core import codec, record
 from node.core.rows import GROUP_DEFAULT, OP_DELETE, OP_NOP, OP_PUT, Txn, txn_from_wire
 from node.errors import RemoteProtocolError
 
@@ -129,9 +129,8 @@ class ScanPy:
                         continue
                     if not out or out[-1][0] != space:
                         out.append((space, []))
-                    deleted = kind == OP_DELETE
-                    out[-1][1].append((key.encode(), codec.pack([None if deleted else value, rid, t.lsn + i,
-                                                                 t.timestamp, deleted])))
+                    out[-1][1].append((key.encode(), record.pack(record.make(value, rid, t.lsn + i, t.timestamp,
+                                                                             kind == OP_DELETE))))
         return out
 
 

@@ -28,6 +28,7 @@ import msgpack
 from node import limits
 from node.cluster_space.resolver import DATA_RESOLVERS
 from node.cluster_space.table import STATES
+from node.core import record
 
 
 
@@ -361,15 +362,17 @@ def snapshot_error(body: dict) -> str | None:
 
 
 def snapshot_rows_error(body: dict) -> str | None:
-    """SNAPSHOT_ROWS {space, rows}: [[key, [value, origin id, lsn, hlc, deleted]], ...]. Values
-    may be legacy ones (module comment): the donor holds them acknowledged."""
+    """SNAPSHOT_ROWS {space, rows}: [[key, record], ...] (node.core.record). Values may be legacy
+    ones (module comment): the donor holds them acknowledged."""
     err = space_name_error(body["space"])
     if err is None and len(body["rows"]) > limits.snapshot_chunk_rows_max:
         err = f"a snapshot chunk holds at most {limits.snapshot_chunk_rows_max} rows"
     for item in body["rows"] if err is None else ():
-        if type(item) is not list or len(item) != 2 or type(item[1]) is not list or len(item[1]) != 5:
+        if type(item) is not list or len(item) != 2 or type(item[1]) is not list or len(item[1]) != record.FIELDS:
             return "a snapshot row is [key, [value, origin id, lsn, hlc, deleted]]"
-        key, (value, origin, lsn, hlc, deleted) = item
+        key, rec = item
+        value, origin, lsn, hlc, deleted = (rec[record.VALUE], rec[record.ORIGIN_ID], rec[record.LSN],
+                                            rec[record.HLC], rec[record.DELETED])
         err = key_error(key) or value_error(value, legacy=True) or lsn_error(lsn)
         if err is None and (type(origin) is not int or not 0 <= origin <= limits.replica_id_max
                             or type(hlc) is not int or not 0 <= hlc <= limits.timestamp_us_max

@@ -6,7 +6,7 @@ Sub-databases:
   _spaces        space name -> {"local", "conflict"}
   _cluster       member uuid -> [uuid, id, address, state, lsn] (this node's ids)
   _cluster_ids   origin uuid NUL member uuid -> the origin's id for the member
-  s:<space>      key -> [value, origin id, lsn, hlc, deleted]
+  s:<space>      key -> a record [value, origin id, lsn, hlc, deleted] (node.core.record)
 Records keep tombstones (deleted=True) so last-writer-wins converges after deletes.
 This is the only module that imports lmdb.
 
@@ -28,13 +28,16 @@ import lmdb
 
 from node import limits
 from node.cluster_space.table import ClusterTable, Member
-from node.core import codec
+from node.core import codec, record
 from node.core.entry import Entry, apply_entries
+from node.core.record import DELETED, HLC, Record
 from node.core.vclock import VClock
 from node.errors import NoSpaceError, StorageError
 
-_pack = codec.pack
+_pack = codec.pack                  # meta values, space definitions, _cluster rows
 _unpack = codec.unpack
+_pack_record = record.pack          # records of spaces (node.core.record)
+_unpack_record = record.unpack
 
 STORE_FORMAT_VERSION = 1     # 1: the sub-databases above; a store without the key is a version 1 store
 
@@ -68,16 +71,6 @@ class SpaceDef:
 
     def to_dict(self) -> dict:
         return {"local": self.local, "conflict": self.conflict}
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    key: str
-    value: Any
-    origin_id: int
-    lsn: int
-    hlc: int
-    deleted: bool
 
 
 class Store:
@@ -253,9 +246,9 @@ class Store:
         with self.env.begin(write=True) as t:
             db = self._db(space)
             for key, rec in items:
-                t.put(key.encode(), _pack(rec), db=db)
-                if rec[3] > hlc:
-                    hlc = rec[3]
+                t.put(key.encode(), _pack_record(rec), db=db)
+                if rec[HLC] > hlc:
+                    hlc = rec[HLC]
             t.put(b"hlc", _pack(hlc), db=self._meta)
 
     def put_cluster_member(self, m: Member) -> None:
@@ -273,11 +266,10 @@ class Store:
             b = t.get(key.encode())
         if b is None:
             return None
-        o = _unpack(b)
-        return Record(key, o[0], o[1], o[2], o[3], bool(o[4]))
+        return Record.of(key, _unpack_record(b))
 
     def get_many(self, items: list[tuple[str, str]]) -> list[list | None]:
-        """The records [value, origin id, lsn, hlc, deleted] of (space, key) pairs of existing
+        """The records (node.core.record, as lists) of (space, key) pairs of existing
         spaces (None where a key is absent), read in one LMDB read transaction: a client
         frame's reads (node/clientproto/session.py)."""
         out: list[list | None] = []
@@ -286,7 +278,7 @@ class Store:
             get = t.get
             for space, key in items:
                 b = get(key.encode(), db=dbs[space])
-                out.append(None if b is None else _unpack(b))
+                out.append(None if b is None else _unpack_record(b))
         return out
 
     def range(self, space: str, after: str | None, limit: int) -> tuple[list[Record], str | None]:
@@ -301,11 +293,11 @@ class Store:
                 if after is not None and key == after:
                     ok = cur.next()
                     continue
-                o = _unpack(v)
-                if not o[4]:
+                o = _unpack_record(v)
+                if not o[DELETED]:
                     if len(out) == limit:
                         return out, out[-1].key
-                    out.append(Record(key, o[0], o[1], o[2], o[3], False))
+                    out.append(Record.of(key, o))
                 ok = cur.next()
         return out, None
 
@@ -328,7 +320,7 @@ class Store:
                 chunk: list[list] = []
                 size = 0
                 for k, v in t.cursor(db=self._db(name)):
-                    chunk.append([k.decode(), _unpack(v)])
+                    chunk.append([k.decode(), _unpack_record(v)])
                     size += len(k) + len(v)
                     if len(chunk) >= chunk_rows or size >= chunk_bytes:
                         yield "rows", (name, chunk)
@@ -347,7 +339,7 @@ class Store:
         with self.env.begin(db=self._db(space)) as t:
             chunk: list[list] = []
             for k, v in t.cursor():
-                chunk.append([k.decode(), _unpack(v)])
+                chunk.append([k.decode(), _unpack_record(v)])
                 if len(chunk) >= chunk_rows:
                     yield chunk
                     chunk = []
@@ -390,10 +382,10 @@ class _TxnView:
 
     def get(self, space: str, key: str):
         b = self.t.get(key.encode(), db=self.s._dbs[space])
-        return None if b is None else _unpack(b)
+        return None if b is None else _unpack_record(b)
 
-    def put(self, space: str, key: str, record: list) -> None:
-        self.t.put(key.encode(), _pack(record), db=self.s._dbs[space])
+    def put(self, space: str, key: str, rec: list) -> None:
+        self.t.put(key.encode(), _pack_record(rec), db=self.s._dbs[space])
 
     def raw_replacer(self, space: str):
         """replacer() for records already packed (bytes in, bytes or None out)."""
@@ -410,9 +402,9 @@ class _TxnView:
         a cursor kept for the batch (Transaction.replace opens one per call, ~3x the cost)."""
         cursor_replace = self.t.cursor(db=self.s._dbs[space]).replace
 
-        def replace(key: str, record: list) -> list | None:
-            b = cursor_replace(key.encode(), _pack(record))
-            return None if b is None else _unpack(b)
+        def replace(key: str, rec: list) -> list | None:
+            b = cursor_replace(key.encode(), _pack_record(rec))
+            return None if b is None else _unpack_record(b)
         return replace
 
     def delete(self, space: str, key: str) -> None:
