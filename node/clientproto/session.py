@@ -21,34 +21,20 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from math import isfinite
 from typing import Any, Callable
 
 from node import clientrules, limits
 from node.clientproto import wire, writes
 from node.core.record import DELETED, LSN, ORIGIN_ID, VALUE
-from node.core.rows import OP_DELETE, OP_PUT, Op, _flat_ok
+from node.core import validate
+from node.core.rows import OP_DELETE, OP_PUT, Op
 from node.errors import ClientError
 
 log = logging.getLogger("replog.client")
 
-_KEY_SAFE = limits.key_bytes_max // 4          # a key this short is within bounds whatever its chars
-_STR_SAFE = limits.value_bytes_max // 4
+_KEY_SAFE = validate.KEY_CHARS_SAFE            # key_error: a key this short is within bounds whatever its chars
+_value_fast_ok = validate.decoded_value_ok     # value_error, when sure without walking (else the exact path)
 _new = tuple.__new__
-
-
-def _value_fast_ok(v: Any) -> bool:
-    """Within the value rule without walking it (as a fast decoder made it): else the exact check."""
-    t = type(v)
-    if t is str:
-        return len(v) <= _STR_SAFE
-    if t is int or t is bool or v is None:
-        return True
-    if t is float:
-        return isfinite(v)
-    if t is dict or t is list:
-        return _flat_ok(v)
-    return False
 
 
 def _bad(req_id: Any, why: str) -> tuple:
@@ -102,7 +88,8 @@ class Session:
                 self.close()
                 return
             n = len(req)
-            # the frequent case first: a put or delete of a short key to an existing replicated space
+            # the frequent case first: a put or delete of a short key to an existing replicated space (its
+            # name passed space_name_error when it was made; clientrules: a client never writes "_" spaces)
             if (op == wire.PUT and n == 5) or (op == wire.DELETE and n == 4):
                 space, key = req[2], req[3]
                 if 0 <= rid <= wire.ID_MAX and type(space) is str and spaces.get(space) is False and space[0] != "_" \

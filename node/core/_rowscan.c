@@ -241,7 +241,7 @@ static void levels_free(Level *lv, int d) {
             PyMem_Free(lv[i].keys);
 }
 
-/* One stored value by node.core.validate's rule: nil, bools, ints, finite float64s, strs, arrays and
+/* validate.value_size (value_error), not legacy: nil, bools, ints, finite float64s, strs, arrays and
    maps with str keys (no duplicates), at most depth_max containers deep and value_max bytes, all
    canonical. Iterative (a Level per open container), so no input can recurse. */
 static const uint8_t *plain(const uint8_t *p, const uint8_t *end, int depth_max, uint64_t value_max) {
@@ -365,7 +365,7 @@ static const uint8_t *skip_any(const uint8_t *p, const uint8_t *end) {
     return p;
 }
 
-/* A space name by node.core.validate's rule: [A-Za-z_][A-Za-z0-9_]{0,max-1}. */
+/* validate.space_name_error: [A-Za-z_][A-Za-z0-9_]{0,max-1} (validate.SPACE_RE). */
 static int space_ok(const uint8_t *s, size_t n, size_t max) {
     if (n < 1 || n > max)
         return 0;
@@ -452,6 +452,8 @@ static int scan_parse(Scan *s, const uint8_t *base, size_t size, const Bounds *b
         for (uint64_t i = 0; i < ntx; i++) {
             uint64_t rid, lsn, ts, nops;
             const uint8_t *start = p;
+            /* validate.txn_envelope_error: replica id, lsn, timestamp, rows and the last lsn in bounds;
+               the group DEFAULT only (validate.txn_group_error holds: no _cluster row can follow) */
             if (p >= end || *p++ != TXN_HEAD || (p = rd_uint(p, end, &rid)) == NULL || rid > bd->rid_max)
                 return 0;
             const uint8_t *body = p;
@@ -470,17 +472,19 @@ static int scan_parse(Scan *s, const uint8_t *base, size_t size, const Bounds *b
                 size_t sp_len, key_len;
                 if (p >= end || *p++ != 0x94 || p >= end)
                     return 0;
+                /* validate.op_error for puts, deletes and nops (other kinds: the exact path) */
                 uint8_t kind = *p++;
                 if (kind != OP_PUT && kind != OP_DELETE && kind != OP_NOP)
                     return 0;
                 if ((p = rd_str(p, end, &sp, &sp_len, NULL)) == NULL || !space_ok(sp, sp_len, bd->space_max))
                     return 0;
+                /* validate.key_error: 1..key_max bytes of UTF-8 (a nop's may be empty) */
                 if ((p = rd_str(p, end, &key, &key_len, NULL)) == NULL || key_len > bd->key_max
                     || (key_len == 0 && kind != OP_NOP))
                     return 0;
                 val = p;
                 if (kind != OP_PUT && (p >= end || *p != 0xc0))
-                    return 0;              /* deletes and nops carry nil (a delete reaches resolvers as nil) */
+                    return 0;              /* op_error: deletes and nops carry nil (a delete reaches resolvers as nil) */
                 no_memory = 0;
                 if ((p = plain(p, end, bd->depth_max, bd->value_max)) == NULL)
                     return no_memory ? -1 : 0;
@@ -492,7 +496,7 @@ static int scan_parse(Scan *s, const uint8_t *base, size_t size, const Bounds *b
                 s->nop++;
             }
             if ((uint64_t)(p - start) > bd->txn_max)
-                return 0;                  /* too large to travel on alone: the exact path refuses it */
+                return 0;                  /* validate.txn_bytes_error: the exact path refuses it */
             Py_ssize_t n = s->ntxn;
             int64_t last = (int64_t)(lsn + nops - 1);
             if (n > 0 && s->t[T_RID].v[n - 1] == (int64_t)rid) {

@@ -151,11 +151,9 @@ def _sized(txns: list[Txn], size: int, error: RemoteProtocolError | None) -> dic
     travel on alone from here (only a message larger than that bound can hold one)."""
     if size > limits.txn_bytes_max:
         for i, t in enumerate(txns):
-            n = len(codec.pack(t))
-            if n > limits.txn_bytes_max:
-                return {"txns": txns[:i], "error": RemoteProtocolError(
-                    f"malformed row: txn {t.replica_id}:{t.lsn} encodes to {n} bytes, more than "
-                    f"txn_bytes_max = {limits.txn_bytes_max}")}
+            err = validate.txn_bytes_error(len(codec.pack(t)))
+            if err is not None:
+                return {"txns": txns[:i], "error": RemoteProtocolError(f"malformed row: txn {t.replica_id}:{t.lsn} {err}")}
     return {"txns": txns, "error": error}
 
 

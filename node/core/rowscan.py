@@ -32,7 +32,7 @@ import msgpack
 import msgspec
 
 from node import limits
-from node.core import codec, record
+from node.core import codec, record, validate
 from node.core.rows import GROUP_DEFAULT, OP_DELETE, OP_NOP, OP_PUT, Txn, txn_from_wire
 from node.errors import RemoteProtocolError
 
@@ -63,13 +63,15 @@ _FAST_KINDS = frozenset((OP_PUT, OP_DELETE, OP_NOP))
 
 
 def _plain_txn(raw: bytes) -> Txn | None:
-    """The txn these bytes hold if the fast path may take it, else None."""
+    """The txn these bytes hold if the fast path may take it, else None. The rules are the exact
+    decoder's (node.core.validate's, through txn_from_wire, and txn_bytes_error as messages.decode
+    applies it); the rest is what makes a txn plain."""
     try:
         txn = txn_from_wire(msgpack.unpackb(raw, raw=False, strict_map_key=False, use_list=True,
                                             ext_hook=codec.refuse_ext))
     except (RemoteProtocolError, ValueError, TypeError, msgpack.UnpackException):
         return None
-    if txn.group != GROUP_DEFAULT or len(raw) > limits.txn_bytes_max:
+    if txn.group != GROUP_DEFAULT or validate.txn_bytes_error(len(raw)) is not None:
         return None
     for op in txn.ops:
         if op.kind not in _FAST_KINDS:

@@ -4,9 +4,12 @@ a uuid and a vclock may be: every rule about the shape of data, in one place. Pu
 Callers: the HTTP API (client input; `Invalid` becomes a 4xx), the exact row decoder
 node.core.rows (the wire, the WAL and recovery; `Invalid` becomes a RemoteProtocolError), the
 message checks of node.core.messages (greetings, vclocks, snapshots), the core (what needs this
-node's state: known spaces, capacity, clocks). The fast paths — msgspec's `_WireOp` in
-node.core.rows and the C scanner node/core/_rowscan.c — accept subsets of these rules and are held
-to them by differential tests (tests/unit/test_validate.py, tests/unit/test_rowscan.py).
+node's state: known spaces, capacity, clocks). The fast paths keep subsets of these rules for speed
+— msgspec's `_WireTxn`/`_WireOp` and `check_fast` in node.core.rows, the C scanner
+node/core/_rowscan.c, the client session's fast path (node/clientproto/session.py) — each check
+commented with the rule here it implements, and differential tests hold every copy to these rules at
+each bound (tests/unit/test_validate.py, tests/unit/test_rowscan.py, tests/unit/test_messages_fuzz.py).
+A fast path that is unsure passes the input to the exact path, whose answer is these rules'.
 
 The storable value domain is what JSON and msgpack both carry and read back identically: null,
 booleans, integers within int64/uint64, finite floats, UTF-8 strings, arrays, and maps with string
@@ -29,6 +32,8 @@ from node import limits
 from node.cluster_space.resolver import DATA_RESOLVERS
 from node.cluster_space.table import STATES
 from node.core import record
+from node.core.kinds import (CLUSTER_SPACE, GROUP_CLUSTER, GROUPS, OP_CLUSTER, OP_DELETE, OP_NOP, OP_PUT, OP_SPACE,
+                             OPS)
 
 
 
@@ -47,6 +52,8 @@ _ADDRESS_RE = re.compile(r"(\[[0-9A-Za-z:.%]+\]|[0-9A-Za-z._:-]+):([0-9]{1,5})\Z
 INT_MIN, UINT_MAX = -(1 << 63), (1 << 64) - 1
 _VALUE_BYTES_MAX = limits.value_bytes_max
 _DEPTH_MAX = limits.value_depth_max
+KEY_CHARS_SAFE = limits.key_bytes_max // 4     # a key of at most this many characters is within key_bytes_max
+STR_CHARS_SAFE = limits.value_bytes_max // 4   # ... a str value within value_bytes_max (UTF-8: <= 4 bytes each)
 
 
 # --- scalars ---------------------------------------------------------------------------------
@@ -87,7 +94,7 @@ def key_error(key: Any) -> str | None:
     n = len(key)
     if n == 0:
         return f"keys are 1..{limits.key_bytes_max} bytes of UTF-8"
-    if n > limits.key_bytes_max // 4 or not key.isascii():
+    if n > KEY_CHARS_SAFE or not key.isascii():
         try:
             n = len(key.encode("utf-8"))
         except UnicodeEncodeError:
@@ -260,13 +267,128 @@ def value_error(v: Any, *, legacy: bool = False) -> str | None:
     return None
 
 
-# --- transactions ------------------------------------------------------------------------------
-# What each kind of row may hold is node.core.rows's op_error, built from the rules above.
+# What a fast path may take without walking it: a value a msgpack decoder made (its strings valid
+# UTF-8, its ints within int64/uint64) that is small and flat is sure to pass value_size. False only
+# means "not sure": the caller then asks value_error, or passes the input to its exact path.
+DECODED_SCALARS = frozenset((str, int, bool, type(None)))
+
+
+def decoded_flat_ok(v: Any) -> bool:
+    """A decoded map or array of at most 32 scalars of at most ~4 KiB each (string map keys)."""
+    if len(v) > 32:
+        return False
+    if type(v) is dict:
+        for k, x in v.items():
+            if type(k) is not str or len(k) > 256:
+                return False
+            t = type(x)
+            if t is str:
+                if len(x) > 4096:
+                    return False
+            elif t is float:
+                if not math.isfinite(x):
+                    return False
+            elif t not in DECODED_SCALARS:
+                return False
+        return True
+    for x in v:
+        t = type(x)
+        if t is str:
+            if len(x) > 4096:
+                return False
+        elif t is float:
+            if not math.isfinite(x):
+                return False
+        elif t not in DECODED_SCALARS:
+            return False
+    return True
+
+
+def decoded_value_ok(v: Any) -> bool:
+    """A decoded value sure to pass value_size: a scalar (a str of at most STR_CHARS_SAFE
+    characters, a finite float) or decoded_flat_ok."""
+    t = type(v)
+    if t is str:
+        return len(v) <= STR_CHARS_SAFE
+    if t is int or t is bool or v is None:
+        return True
+    if t is float:
+        return math.isfinite(v)
+    if t is dict or t is list:
+        return decoded_flat_ok(v)
+    return False
+
+
+# --- rows and transactions -----------------------------------------------------------------------
+_OPS_SET = frozenset(OPS)
+_GROUPS_SET = frozenset(GROUPS)
+_REPLICA_ID_MAX, _TXN_OPS_MAX, _LSN_MAX, _TS_MAX = (limits.replica_id_max, limits.txn_ops_max, limits.lsn_max,
+                                                    limits.timestamp_us_max)
+
+
+def op_error(kind: Any, space: Any, key: Any, value: Any, *, legacy: bool = False) -> str | None:
+    """What is wrong with one row, by its kind, or None. `legacy`: values written before the value
+    rule (recovery of this node's own WAL)."""
+    if type(kind) is not int or kind not in _OPS_SET:
+        return f"unknown op kind {str(kind)[:20]}"
+    if kind == OP_PUT or kind == OP_DELETE:
+        err = space_name_error(space) or key_error(key)
+        if err is None:
+            if kind == OP_PUT:
+                err = value_error(value, legacy=legacy)
+            elif value is not None:
+                err = "a delete carries no value"
+        return err
+    if kind == OP_CLUSTER:
+        if space != CLUSTER_SPACE or not is_uuid(key):
+            return f"a _cluster row goes to space _cluster under a canonical uuid, not {str(key)[:80]!r}"
+        return cluster_value_error(value)
+    if kind == OP_SPACE:
+        return space_name_error(space) or (None if key == "" else "a space row has an empty key") \
+            or space_def_error(value)
+    return space_name_error(space) or (key_error(key) if key != "" else None) \
+        or (None if value is None else "a nop carries no value")                       # OP_NOP
+
+
+def txn_envelope_error(replica_id: Any, lsn: Any, group: Any, ts: Any, ops: Any) -> str | None:
+    """A transaction's envelope: replica id 0..replica_id_max, 1..txn_ops_max rows whose lsns
+    lsn..lsn+n-1 are 1..lsn_max, a timestamp 0..timestamp_us_max µs, a known group."""
+    if type(replica_id) is not int or type(lsn) is not int or type(ts) is not int:
+        return "replica_id, lsn and timestamp are integers"
+    t = type(ops)
+    if (t is not list and t is not tuple) or not ops or len(ops) > _TXN_OPS_MAX:
+        return f"a transaction has 1..{_TXN_OPS_MAX} rows"
+    if not 0 <= replica_id <= _REPLICA_ID_MAX:
+        return f"replica ids are 0..{_REPLICA_ID_MAX}, not {replica_id}"
+    if lsn < 1 or lsn + len(ops) - 1 > _LSN_MAX:
+        return f"row {replica_id}:{lsn}: lsns are 1..{_LSN_MAX}"
+    if not 0 <= ts <= _TS_MAX:
+        return f"row {replica_id}:{lsn}: timestamps are 0..{_TS_MAX} µs, not {ts}"
+    if type(group) is not int or group not in _GROUPS_SET:
+        return f"row {replica_id}:{lsn}: group {str(group)[:20]}"
+    return None
+
+
+def txn_group_error(group: int, kinds: list[int]) -> str | None:
+    """`_cluster` rows travel alone, in group cluster (and group cluster holds nothing else)."""
+    if (group == GROUP_CLUSTER) != all(k == OP_CLUSTER for k in kinds) or \
+            (group != GROUP_CLUSTER and OP_CLUSTER in kinds):
+        return "_cluster rows travel alone, in group cluster"
+    return None
+
+
 TXN_HEAD_BYTES_MAX = 1 + 5 + 9 + 1 + 9 + 5    # [replica_id, lsn, group, timestamp, ops-array head]
 
 
+def txn_bytes_error(n: int) -> str | None:
+    """A transaction that encodes to `n` bytes fits, alone, in one ROWS message (limits.py)."""
+    if n > limits.txn_bytes_max:
+        return f"encodes to {n} bytes, more than txn_bytes_max = {limits.txn_bytes_max}"
+    return None
+
+
 def check_txn_bytes(ops_bytes: int) -> None:
-    """A transaction whose ops encode to `ops_bytes` fits in one ROWS message (limits.py)."""
+    """txn_bytes_error before encoding: a transaction whose ops encode to `ops_bytes` (a client's)."""
     if ops_bytes + TXN_HEAD_BYTES_MAX > limits.txn_bytes_max:
         raise Invalid("txn_too_large", f"a transaction encodes to at most {limits.txn_bytes_max} bytes "
                       f"(this one to about {ops_bytes + TXN_HEAD_BYTES_MAX})")
