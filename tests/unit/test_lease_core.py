@@ -14,6 +14,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:   # tests/unit has no __init__.py and replog is not pip-installed
     sys.path.insert(0, str(REPO))
 
+from node import limits
 from node.identity import lease as core
 from node.identity.lease import Corrupt, Lease, LeaseCorrupt
 
@@ -89,7 +90,7 @@ def test_decode_refuses_wrong_types_and_oversized_bodies():
     with pytest.raises(LeaseCorrupt):
         core.decode(doc, 0)
     with pytest.raises(LeaseCorrupt, match="bytes"):
-        core.decode(b" " * (core.lease_body_bytes_max + 1), 0)
+        core.decode(b" " * (limits.lease_body_bytes_max + 1), 0)
 
 
 def test_decode_state_maps_absent_and_corrupt_to_values():
