@@ -110,7 +110,7 @@ class Journal:
         if self._task:
             # Let queued entries finish: they were claimed and some callers wait on them.
             while self._queue and self.failed is None and self.nospace is None and not self._task.done():
-                await self.changed(timeout=1.0)
+                await self.changed(timeout=limits.journal_drain_wait_s)
             self._task.cancel()
             try:
                 await self._task

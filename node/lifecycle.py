@@ -54,11 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("replog.lifecycle")
 
-# --- limits (unit last; why on each line) ------------------------------------------------------
-poll_timeout_s = 5.0                 # one status poll of one peer (connect + auth + greeting)
-wait_backoff_s_max = 1.0             # a forming cluster polls its peers at most this far apart
-catch_up_poll_s = 0.05               # how often a catching-up member compares vclocks
-address_follow_s = 0.5               # how often appliers are checked against members' new addresses
 LOCK_FILE = "replog.lock"            # flock'd by the running node; `admin mark-clean` checks it
 
 class Aborted(StorageError):
@@ -219,7 +214,7 @@ class Lifecycle:
                 node.journal.submit_nowait([txn], want_future=False)
                 log.info("_cluster: %s moved from %s to %s (its greeting says so)", mem.uuid, mem.address, address)
 
-    async def poll_peers(self, timeout: float = poll_timeout_s) -> dict[str, dict | BaseException]:
+    async def poll_peers(self, timeout: float = limits.peer_poll_timeout_s) -> dict[str, dict | BaseException]:
         """One handshake with every configured peer (greetings only, then BYE)."""
         node = self.node
 
@@ -367,7 +362,7 @@ class Lifecycle:
             elif not running:
                 node.status_reason = f"waiting for a booted peer ({len(fresh)} of {len(peers)} peers fresh){notes}"
             await asyncio.sleep(delay)
-            delay = min(delay * 2, wait_backoff_s_max)
+            delay = min(delay * 2, limits.join_wait_backoff_s_max)
 
     async def join_via(self, address: str, theirs: dict) -> None:
         """Register through the donor (identity.temp first, idempotent apply, identity after),
@@ -487,7 +482,7 @@ class Lifecycle:
                 node.store.set_meta(anon=False)
                 log.info("node: registered as a member via %s", address)
                 return
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(limits.join_retry_s)
 
     # --- donor side of JOIN / REGISTER ---------------------------------------------------------------
     async def apply_registration(self, theirs: dict, body: dict) -> ApplyResult:
@@ -539,7 +534,7 @@ class Lifecycle:
         node.status, node.status_reason = "waiting", "exchanging status with the peers"
         delay = limits.reconnect_backoff_min_s
         while True:
-            polled = await self.poll_peers(poll_timeout_s if wait_for else 2.0)
+            polled = await self.poll_peers(limits.peer_poll_timeout_s if wait_for else limits.peer_poll_quick_timeout_s)
             self._check_wrong_store(polled)
             self.check_must_match(polled)
             mine = self.my_status()
@@ -561,7 +556,7 @@ class Lifecycle:
             if d.outcome is Outcome.WAIT:
                 node.status, node.status_reason = "waiting", d.message + self._notes(polled)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, wait_backoff_s_max)
+                delay = min(delay * 2, limits.join_wait_backoff_s_max)
                 continue
             if d.outcome is Outcome.ABORT:
                 raise Aborted(d.message, d.hint)
@@ -586,7 +581,7 @@ class Lifecycle:
                 log.info("initialization: caught up with %s at %s", theirs.get("address"), target)
                 return
             node.status_reason = f"catching up from {theirs.get('address')}: {behind} rows behind"
-            await asyncio.sleep(catch_up_poll_s)
+            await asyncio.sleep(limits.catch_up_poll_s)
 
     async def go_active(self) -> None:
         """The store is in use from now on (dirty); a member whose address changed says so."""
@@ -607,7 +602,7 @@ class Lifecycle:
         before and another one since) follows it to the new address."""
         node = self.node
         while True:
-            await asyncio.sleep(address_follow_s)
+            await asyncio.sleep(limits.address_follow_s)
             if node.core is None or node.status != "running":
                 continue
             for addr, a in list(node.appliers.items()):

@@ -52,13 +52,13 @@ _NOT_CARRIED = ("vclock", "hlc", "gc_vclock", "own_fence", "recovery_skipped", "
 async def receive_snapshot(conn, theirs: dict, store: Store, wall_us) -> tuple[dict[int, int], int]:
     """SNAPSHOT, SNAPSHOT_ROWS*, SNAPSHOT_END into `store` (checked as it comes); BYE.
     Returns the snapshot's vclock (the donor's ids) and the records received."""
-    snap = await conn.expect(m.SNAPSHOT, timeout=60)
+    snap = await conn.expect(m.SNAPSHOT, timeout=limits.snapshot_message_timeout_s)
     vclock = m.vclock_from_wire(snap["vclock"])
     cluster = [list(r) for r in snap["cluster"]]
     store.install_snapshot({"cluster_name": theirs["cluster_name"]}, snap["spaces"], cluster, vclock)
     n = 0
     while True:
-        msg = await conn.expect(m.SNAPSHOT_ROWS, m.SNAPSHOT_END, timeout=60)
+        msg = await conn.expect(m.SNAPSHOT_ROWS, m.SNAPSHOT_END, timeout=limits.snapshot_message_timeout_s)
         if msg.type == m.SNAPSHOT_END:
             break
         if msg["space"] not in snap["spaces"]:
@@ -130,7 +130,7 @@ class Rejoiner:
     async def watch(self) -> None:
         node = self.node
         while True:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(limits.rejoin_watch_s)
             self.need = {a: r for a, r in self.need.items() if a in node.appliers}
             if not self.need or self.running or node.status != "running" or node.core is None:
                 continue
@@ -188,11 +188,11 @@ class Rejoiner:
         deadline = time.monotonic() + limits.rejoin_cover_wait_s
         while True:
             while node.journal.pending:
-                await node.journal.changed(timeout=1.0)
+                await node.journal.changed(timeout=limits.journal_drain_wait_s)
             missing = uncovered(node.core.vclock_by_uuid(), greeting_vclock(theirs))
             if not missing or time.monotonic() > deadline:
                 return missing
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(limits.rejoin_cover_poll_s)
             try:
                 theirs = await probe(node, node.http_session, address, limits.handshake_timeout_s)
             except PROBE_ERRORS:
@@ -209,7 +209,7 @@ class Rejoiner:
         for t in stopping:
             await t
         while node.journal.pending:
-            await node.journal.changed(timeout=1.0)
+            await node.journal.changed(timeout=limits.journal_drain_wait_s)
         node.store.sync()
         mine = node.core.vclock_by_uuid()
         side = os.path.join(node.data_dir, REJOIN_DIR)

@@ -363,7 +363,7 @@ class Node:
                     self._wipe_partial_join()
                 finally:
                     await conn.close()
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(limits.join_retry_s)
 
     async def _fetch_snapshot(self, conn, theirs: dict, *, join: bool, existed: bool = False) -> None:
         """Install the donor's snapshot. join=True: JOIN was sent and REGISTERED received
