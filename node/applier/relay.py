@@ -42,7 +42,7 @@ log = logging.getLogger("replog.relay")
 _pack = msgpack.Packer(use_bin_type=True).pack
 
 
-_FRAME_ALONE_MAX = limits.message_bytes_max - limits.message_margin_bytes   # a frame this size fits a message
+_FRAME_ALONE_MAX = limits.relay_frame_alone_bytes_max
 
 
 def rows_batches(frames: list) -> list[list]:
@@ -184,7 +184,7 @@ class WalCursor:
                 self.segment, self.offset = nxt[0], 0
                 continue
             with open(path, "rb") as f:
-                buf = os.pread(f.fileno(), min(size - self.offset, max(budget, 1 << 20)), self.offset)
+                buf = os.pread(f.fileno(), min(size - self.offset, max(budget, limits.relay_file_read_bytes_min)), self.offset)
             pos = 0
             while pos < len(buf):
                 scanned = rowscan.relay_scan(buf, pos, self.sub, budget, self.own)

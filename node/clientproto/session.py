@@ -35,6 +35,7 @@ log = logging.getLogger("replog.client")
 _KEY_SAFE = validate.KEY_CHARS_SAFE            # key_error: a key this short is within bounds whatever its chars
 _value_fast_ok = validate.decoded_value_ok     # value_error, when sure without walking (else the exact path)
 _new = tuple.__new__
+_ID_MAX = limits.client_request_id_max
 
 
 def _bad(req_id: Any, why: str) -> tuple:
@@ -92,7 +93,7 @@ class Session:
             # name passed space_name_error when it was made; clientrules: a client never writes "_" spaces)
             if (op == wire.PUT and n == 5) or (op == wire.DELETE and n == 4):
                 space, key = req[2], req[3]
-                if 0 <= rid <= wire.ID_MAX and type(space) is str and spaces.get(space) is False and space[0] != "_" \
+                if 0 <= rid <= _ID_MAX and type(space) is str and spaces.get(space) is False and space[0] != "_" \
                         and type(key) is str and 0 < len(key) <= _KEY_SAFE:
                     if op == wire.PUT:
                         if _value_fast_ok(req[4]):
@@ -105,13 +106,13 @@ class Session:
                         continue
             elif op == wire.GET and n == 4:
                 space, key = req[2], req[3]
-                if 0 <= rid <= wire.ID_MAX and type(space) is str and space in stored \
+                if 0 <= rid <= _ID_MAX and type(space) is str and space in stored \
                         and type(key) is str and 0 < len(key) <= _KEY_SAFE:
                     reads.append((rid, space, key))
                     continue
             try:
-                if not 0 <= rid <= wire.ID_MAX:
-                    raise ClientError(400, "bad_request", f"request ids are 0..{wire.ID_MAX}")
+                if not 0 <= rid <= _ID_MAX:
+                    raise ClientError(400, "bad_request", f"request ids are 0..{_ID_MAX}")
                 got = self._request(rid, op, req, n, spaces)
             except ClientError as e:
                 answers.append(wire.error_answer(rid, e.status, e.code, e.message))

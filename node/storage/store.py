@@ -78,7 +78,7 @@ class Store:
         os.makedirs(path, exist_ok=True)
         try:
             self.env = lmdb.open(path, map_size=map_size, max_dbs=limits.store_spaces_max + limits.store_system_dbs,
-                                 sync=sync, metasync=False, writemap=False, max_readers=256)
+                                 sync=sync, metasync=False, writemap=False, max_readers=limits.store_readers_max)
         except lmdb.Error as e:
             raise StorageError(f"cannot open store {path}: {e}") from None
         if self.env.max_key_size() < limits.key_bytes_max:
@@ -421,7 +421,8 @@ class _TxnView:
 def _open_read_only(path: str):
     if not os.path.isfile(os.path.join(path, "data.mdb")):
         raise StorageError(f"{path}: no store here (no data.mdb)")
-    kw = dict(readonly=True, max_dbs=limits.store_spaces_max + limits.store_system_dbs, max_readers=256)
+    kw = dict(readonly=True, max_dbs=limits.store_spaces_max + limits.store_system_dbs,
+              max_readers=limits.store_readers_max)
     try:
         return lmdb.open(path, lock=True, **kw)
     except lmdb.Error:

@@ -29,7 +29,6 @@ from node.wal.reader import SegmentScan, iter_segment, list_segments
 
 log = logging.getLogger("replog.recovery")
 
-REPLAY_BATCH_TXNS = 2048
 WAY_OUT = ("start with --force-recovery to skip it (its rows are lost on this node; they may still "
            "be on its peers), or restore this node from a backup")
 
@@ -61,7 +60,7 @@ class _Replay:
         if t.last_lsn > self.store.vclock.get(t.component):
             self.batch.append((t, path, offset))
             self.hlc_last = max(self.hlc_last, t.timestamp)
-            if len(self.batch) >= REPLAY_BATCH_TXNS:
+            if len(self.batch) >= limits.recovery_batch_txns_max:
                 self.flush()
 
     def skip(self, path: str, offset: int, what: str, why: str, raw) -> None:
