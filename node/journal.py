@@ -131,7 +131,8 @@ class Journal:
         self._wake.set()
         return fut
 
-    def submit_nowait(self, txns: list[Txn], want_future: bool = True, rows: int | None = None) -> asyncio.Future | None:
+    def submit_nowait(self, txns: list[Txn], want_future: bool = True,
+                      rows: int | None = None) -> asyncio.Future | None:
         """submit_entry_nowait of these txns as one entry; `rows`: their row count, if the
         caller knows it."""
         return self.submit_entry_nowait(TxnEntry(txns, rows), want_future)

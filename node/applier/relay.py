@@ -184,7 +184,8 @@ class WalCursor:
                 self.segment, self.offset = nxt[0], 0
                 continue
             with open(path, "rb") as f:
-                buf = os.pread(f.fileno(), min(size - self.offset, max(budget, limits.relay_file_read_bytes_min)), self.offset)
+                want = min(size - self.offset, max(budget, limits.relay_file_read_bytes_min))
+                buf = os.pread(f.fileno(), want, self.offset)
             pos = 0
             while pos < len(buf):
                 scanned = rowscan.relay_scan(buf, pos, self.sub, budget, self.own)

@@ -484,7 +484,7 @@ static int scan_parse(Scan *s, const uint8_t *base, size_t size, const Bounds *b
                     return 0;
                 val = p;
                 if (kind != OP_PUT && (p >= end || *p != 0xc0))
-                    return 0;              /* op_error: deletes and nops carry nil (a delete reaches resolvers as nil) */
+                    return 0;              /* op_error: deletes and nops carry nil (resolvers see a delete's nil) */
                 no_memory = 0;
                 if ((p = plain(p, end, bd->depth_max, bd->value_max)) == NULL)
                     return no_memory ? -1 : 0;

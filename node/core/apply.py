@@ -26,8 +26,8 @@ from node.core.rows import GROUP_LOCAL, OP_CLUSTER, OP_DELETE, OP_NOP, OP_PUT, O
 from node.core.vclock import VClock
 from node.errors import StorageError
 
-# The hot loops below build and read records positionally (a name lookup per field per row would
-# cost more than the rest of the loop's work): they spell node.core.record's layout.
+# The hot loops below build and read records positionally (a name per field would add a global
+# lookup per field per row): they spell node.core.record's layout, checked here.
 assert record.LAYOUT == ("value", "origin_id", "lsn", "hlc", "deleted"), "apply.py spells the record layout"
 _DELETED_TRUE = record.DELETED_TRUE
 

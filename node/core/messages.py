@@ -153,7 +153,8 @@ def _sized(txns: list[Txn], size: int, error: RemoteProtocolError | None) -> dic
         for i, t in enumerate(txns):
             err = validate.txn_bytes_error(len(codec.pack(t)))
             if err is not None:
-                return {"txns": txns[:i], "error": RemoteProtocolError(f"malformed row: txn {t.replica_id}:{t.lsn} {err}")}
+                return {"txns": txns[:i],
+                        "error": RemoteProtocolError(f"malformed row: txn {t.replica_id}:{t.lsn} {err}")}
     return {"txns": txns, "error": error}
 
 

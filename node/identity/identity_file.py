@@ -422,5 +422,6 @@ async def register(data_dir: os.PathLike | str, apply: Callable[[PendingRegistra
         if decision.action is RegistrationAction.START_OVER:
             write_pending(d, decision.pending)
         pending = decision.pending
-    raise RegistrationPending(f"registration of {pending.uuid} unfinished after {limits.register_apply_attempts_max} applies "
+    raise RegistrationPending(f"registration of {pending.uuid} unfinished after "
+                              f"{limits.register_apply_attempts_max} applies "
                               f"(last: {reason}); {d / PENDING_FILE} is kept for the next start")

@@ -116,7 +116,8 @@ def parse_greeting_lease(theirs: dict) -> tuple[int, int, dict[int, int]]:
     if not isinstance(f, dict):
         raise RemoteProtocolError(f"{peer}: greeting has no lease field although identity = lease")
     slot, version, seen = f.get("slot"), f.get("version"), f.get("seen", {})
-    if any(type(x) is not int for x in (slot, version)) or not (0 <= slot < limits.lease_cluster_size_max) or version < 0:
+    if any(type(x) is not int for x in (slot, version)) or not (0 <= slot < limits.lease_cluster_size_max) \
+            or version < 0:
         raise RemoteProtocolError(f"{peer}: greeting's lease slot/version are not valid: {f!r:.200}")
     if not isinstance(seen, dict) or len(seen) > limits.lease_cluster_size_max:
         raise RemoteProtocolError(f"{peer}: greeting's lease 'seen' is not a map of at most "
@@ -397,7 +398,8 @@ class LeaseIdentity:
             await r.conn.close()
         # Keep answering 503 (with the reason) briefly so health checks see why, then exit;
         # by construction this ends well before the lease expires.
-        grace_ms = min(core.safety_margin_ms(self.manager.duration_ms) // limits.lease_lost_grace_divisor, limits.lease_lost_grace_ms_max)
+        grace_ms = min(core.safety_margin_ms(self.manager.duration_ms) // limits.lease_lost_grace_divisor,
+                       limits.lease_lost_grace_ms_max)
         await self._stopped_within(grace_ms / 1000)
         node.stopped.set()
 
