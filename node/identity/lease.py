@@ -28,6 +28,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Mapping, Union
 
+from node.core.validate import is_uuid
 from node.errors import ReplogError
 from node import limits
 
@@ -80,15 +81,17 @@ class Lease:
             raise ValueError(f"slot {self.slot} out of range")
         if self.task_id is not None and not (0 < len(self.task_id) <= limits.lease_task_id_chars_max):
             raise ValueError(f"task_id must be 1..{limits.lease_task_id_chars_max} chars")
-        if self.version < 0 or self.expires_ms < 0 or self.serial < 0:
-            raise ValueError("version, expires_ms and serial must be >= 0")
-        if not self.member_uuid:
-            raise ValueError("member_uuid is empty")
+        if not all(0 <= n <= limits.lease_int_max for n in (self.version, self.expires_ms, self.serial)):
+            raise ValueError(f"version, expires_ms and serial must be 0..{limits.lease_int_max}")
+        if not is_uuid(self.member_uuid):
+            raise ValueError(f"member_uuid {self.member_uuid[:80]!r} is not a canonical uuid")
+        if len(self.nonce) > limits.lease_nonce_chars_max:
+            raise ValueError(f"nonce is longer than {limits.lease_nonce_chars_max} characters")
         if len(self.known_versions) > limits.lease_cluster_size_max:
             raise ValueError("known_versions has more entries than slots")
         kv = {int(k): int(v) for k, v in self.known_versions.items()}
-        if any(k < 0 or v < 0 for k, v in kv.items()):
-            raise ValueError("known_versions holds a negative slot or version")
+        if any(k < 0 or not 0 <= v <= limits.lease_int_max for k, v in kv.items()):
+            raise ValueError(f"known_versions holds a negative slot or a version outside 0..{limits.lease_int_max}")
         object.__setattr__(self, "known_versions", kv)  # own copy: the caller's dict may change
 
 
