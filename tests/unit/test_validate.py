@@ -1,9 +1,8 @@
 """The data rules (node/core/validate.py) and what reads make of values from before them
 (node/http/render.py). The value walk sizes exactly what the encoder writes, accepts exactly the
 domain both JSON and msgpack read back, and never recurses; the rules about members, addresses,
-vclocks and greetings refuse what once reached an assert or LMDB; and every copy of the row rules
-that a fast path keeps (msgspec's decoder, the native scanner, the client session) agrees with the
-rules at each bound."""
+vclocks and greetings refuse what once reached an assert or LMDB. The copies of the row rules that
+fast paths keep are held to these rules in tests/unit/test_row_rule_copies.py."""
 import json
 import math
 
@@ -11,12 +10,9 @@ import msgpack
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from node import clientrules, limits
-from node.core import codec, rowscan, validate
-from node.core import messages as m
+from node import limits
+from node.core import codec, validate
 from node.core.hlc import HLC
-from node.core.rows import frame_txns_upto, txn_from_wire
-from node.errors import ClientError, RemoteProtocolError
 from node.http import render
 
 UUID = "0000000a-0000-4000-8000-00000000000b"
@@ -138,131 +134,6 @@ def test_a_remote_timestamp_ahead_by_more_than_the_offset_bound_is_named():
     ok = wall + int(limits.hlc_offset_max_s * 1e6)
     assert validate.timestamp_ahead_error(ok, wall) is None
     assert "ahead of this node's clock" in validate.timestamp_ahead_error(ok + 1, wall)
-
-
-# --- every copy of the row rules, at every bound ---------------------------------------------------
-# The rules are written once (validate.txn_envelope_error, op_error, key_error, value_size,
-# txn_bytes_error); the decoders that keep subsets of them for speed must agree with them at each
-# edge: the exact decoder (rows.txn_from_wire), msgspec's frame decoder (rows.frame_txns_upto), the
-# ROWS decoder (messages.decode), the native scanner and its reference (node.core.rowscan), and the
-# client paths (clientrules, and the session's sure-without-walking checks).
-KB, VB = limits.key_bytes_max, limits.value_bytes_max
-RID, LSN, TS = limits.replica_id_max, limits.lsn_max, limits.timestamp_us_max
-
-
-def _txn(rid=1, lsn=1, group=0, ts=5, ops=None):
-    return [rid, lsn, group, ts, ops if ops is not None else [[1, "kv", "k", 1]]]
-
-
-def _put(space="kv", key="k", value=1, kind=1):
-    return _txn(ops=[[kind, space, key, value]])
-
-
-def _txn_of_bytes(n: int) -> list:
-    """A txn of 1 MiB string values that encodes to exactly n bytes."""
-    ops = [[1, "kv", f"k{i}", "v" * (VB - 5)] for i in range(n // VB)]
-    raw = _txn(ops=ops + [[1, "kv", "last", ""]])
-    k = n - len(msgpack.packb(raw))
-    for _ in range(3):                         # the last string's header grows with it
-        raw[4][-1][3] = "v" * k
-        k -= len(msgpack.packb(raw)) - n
-    assert len(msgpack.packb(raw)) == n
-    return raw
-
-
-CASES = {   # name: (txn wire form, accepted as a txn, accepted in a ROWS message)
-    "replica id 0": (_txn(rid=0), True), "replica id at its bound": (_txn(rid=RID), True),
-    "replica id past its bound": (_txn(rid=RID + 1), False), "lsn 0": (_txn(lsn=0), False),
-    "lsn at its bound": (_txn(lsn=LSN), True),
-    "last lsn past its bound": (_txn(lsn=LSN, ops=[[1, "kv", "a", 1], [1, "kv", "b", 1]]), False),
-    "timestamp 0": (_txn(ts=0), True), "timestamp at its bound": (_txn(ts=TS), True),
-    "timestamp past its bound": (_txn(ts=TS + 1), False), "unknown group": (_txn(group=3), False),
-    "a local row": (_txn(group=1), True), "a data row in group cluster": (_txn(group=2), False),
-    "no rows": (_txn(ops=[]), False),
-    "txn_ops_max rows": (_txn(ops=[[5, "kv", "", None]] * limits.txn_ops_max), True),
-    "one row past txn_ops_max": (_txn(ops=[[5, "kv", "", None]] * (limits.txn_ops_max + 1)), False),
-    "unknown op kind": (_put(kind=9), False), "a bool op kind": (_put(kind=True), False),
-    "space name at its bound": (_put(space="s" * limits.space_name_chars_max), True),
-    "space name past its bound": (_put(space="s" * (limits.space_name_chars_max + 1)), False),
-    "space name starting with a digit": (_put(space="9kv"), False), "empty space name": (_put(space=""), False),
-    "system space name": (_put(space="_s"), True),
-    "key at its bound": (_put(key="k" * KB), True), "key past its bound": (_put(key="k" * (KB + 1)), False),
-    "empty key": (_put(key=""), False), "2-byte chars at the key bound": (_put(key="é" * (KB // 2)), True),
-    "2-byte chars past the key bound": (_put(key="é" * (KB // 2 + 1)), False),
-    "3-byte chars at the key bound": (_put(key="€" * (KB // 3)), True),
-    "3-byte chars past the key bound": (_put(key="€" * (KB // 3 + 1)), False),
-    "4-byte chars at the key bound": (_put(key="\U0001d11e" * (KB // 4)), True),
-    "4-byte chars past the key bound": (_put(key="\U0001d11e" * (KB // 4 + 1)), False),
-    "value nested at its bound": (_put(value=_nested(limits.value_depth_max)), True),
-    "value nested past its bound": (_put(value=_nested(limits.value_depth_max + 1)), False),
-    "value at its byte bound": (_put(value="v" * (VB - 5)), True),
-    "value past its byte bound": (_put(value="v" * (VB - 4)), False),
-    "flat map at the sure bound": (_put(value={f"k{i}": "v" * 4096 for i in range(32)}), True),
-    "largest and smallest ints": (_put(value=[2**64 - 1, -(2**63)]), True),
-    "NaN": (_put(value=float("nan")), False), "-Infinity": (_put(value={"x": -math.inf}), False),
-    "binary data": (_put(value=b"x"), False), "a map with an int key": (_put(value={1: 2}), False),
-    "an extension type": (_put(value=msgpack.ExtType(3, b"x")), False),
-    "a timestamp (legacy only)": (_put(value=msgpack.Timestamp(1, 0)), False),
-    "a delete": (_put(kind=2, value=None), True), "a delete with a value": (_put(kind=2, value=1), False),
-    "a nop with a key": (_put(kind=5, value=None), True), "a nop with no key": (_put(kind=5, key="", value=None), True),
-    "a nop with a value": (_put(kind=5, key="", value=1), False),
-    "a space row": (_put(kind=3, key="", value={"local": False, "conflict": "lww"}), True),
-    "a _cluster row": (_txn(group=2, ops=[[4, "_cluster", UUID, {"id": 2, "address": "", "state": "member"}]]), True),
-    "a txn of txn_bytes_max bytes": (lambda: _txn_of_bytes(limits.txn_bytes_max), True),
-    "a txn one byte past txn_bytes_max": (lambda: _txn_of_bytes(limits.txn_bytes_max + 1), True, False),
-}
-
-
-def _outcome(f):
-    """("ok", txns) or ("refused",): what a decoder made of the input."""
-    try:
-        txns, err = f()
-    except (RemoteProtocolError, ValueError):
-        return ("refused",)
-    return ("refused",) if err is not None else ("ok", [t.to_wire() for t in txns])
-
-
-@pytest.mark.parametrize("name", list(CASES))
-def test_every_copy_of_the_row_rules_agrees_with_the_rules_at_each_bound(name):
-    raw, ok_txn, *rest = CASES[name]
-    raw = raw() if callable(raw) else raw
-    ok_rows = rest[0] if rest else ok_txn
-    payload = msgpack.packb([7, [raw]], use_bin_type=True)
-    decoded = msgpack.unpackb(payload, raw=False, strict_map_key=False)[1][0]     # what the wire carries
-    exact = _outcome(lambda: (([txn_from_wire(decoded)]), None))
-    assert exact[0] == ("ok" if ok_txn else "refused"), exact
-    assert _outcome(lambda: frame_txns_upto(payload)[1:]) == exact, "msgspec's frame decoder"
-    data = m.encode_rows([payload])
-    rows = _outcome(lambda: (lambda b: (b["txns"], b["error"]))(m.decode(data).body))
-    assert rows == (exact if ok_rows else ("refused",)), "the ROWS decoder"
-    native, ref = rowscan.scan_rows(data), rowscan.scan_rows_py(data)
-    assert (native is None) == (ref is None), "the native scanner and its reference"
-    if native is not None:
-        assert rows[0] == "ok" and [t.to_wire() for t in ref.txns] == rows[1]
-        assert native.frame_txns([(0, 1, 1)]) == ref.frame_txns([(0, 1, 1)])
-    plain = raw[2] == 0 and all(o[0] in (1, 2, 5) for o in raw[4])
-    if ok_rows and plain:
-        assert native is not None, "the scanner takes a plain txn at the bound, as the exact path does"
-    kind, space, key, value = decoded[4][0] if decoded[4] else (None,) * 4
-    if type(kind) is int and (kind == 1 or (kind == 2 and value is None)) and type(space) is str \
-            and not space.startswith("_"):
-        client = _client_outcome(space, key, value, put=kind == 1)   # the client paths: the same row rules
-        assert client == (validate.op_error(kind, space, key, value) is None), "clientrules"
-        if type(key) is str and 0 < len(key) <= validate.KEY_CHARS_SAFE:
-            assert validate.key_error(key) is None, "the session's short-key check"
-        if validate.decoded_value_ok(value):
-            assert validate.value_error(value) is None, "the session's sure-value check"
-
-
-def _client_outcome(space, key, value, put: bool) -> bool:
-    try:
-        if put:
-            clientrules.put_op(space, key, value)
-        else:
-            clientrules.delete_op(space, key)
-    except ClientError:
-        return False
-    return True
 
 
 _STORE = {"status": "dirty", "initial": {"cluster_uuid": UUID, "created_s": 1.5, "founders": [UUID]},
