@@ -51,6 +51,14 @@ store_spaces_max = 2 * spaces_max    # the store's hard capacity (LMDB max_dbs):
                                      # masters apart during a partition may add up past spaces_max;
                                      # a replicated create past this is refused before the WAL
 store_system_dbs = 8                 # _meta, _spaces, _cluster, _cluster_ids, and room to grow
+cluster_name_chars_max = 64          # option cluster_name, and a greeting's: a name a person reads in logs
+greeting_field_chars_max = 64        # a greeting's status and options digest (a sha-256 in hex): longer is
+                                     # not a replog peer, and would be copied into this node's logs and status
+value_sure_items_max = 32            # the fast paths take a decoded map or array of at most this many
+value_sure_str_chars_max = 4096      # scalars, its strings at most this long and its map keys at most
+value_sure_key_chars_max = 256       # this long, without walking it (node/core/validate.py
+                                     # decoded_flat_ok): it cannot pass value_bytes_max (checked below),
+                                     # and it covers the usual small documents; anything else is walked
 store_readers_max = 256              # LMDB reader slots: every thread that reads at once (the loop, the
                                      # executor, snapshot and backup readers) with ample room
 
@@ -271,6 +279,8 @@ assert members_max * cluster_row_bytes_max + message_margin_bytes <= segment_hea
 assert members_max * cluster_row_bytes_max + message_margin_bytes <= message_bytes_max, \
     "a greeting and a snapshot carry the whole _cluster"
 assert txn_bytes_max * 2 <= frame_bytes_max
+assert 5 + value_sure_items_max * (5 + 4 * value_sure_key_chars_max + 5 + 4 * value_sure_str_chars_max) \
+    <= value_bytes_max, "a value decoded_flat_ok takes without walking it is within value_bytes_max"
 assert lsn_max + txn_ops_max < (1 << 63) and timestamp_us_max + (1 << 40) < (1 << 63)
 assert hlc_offset_max_s * 1e6 < timestamp_us_max
 assert link_close_timeout_s < peers_stop_wait_s < client_request_timeout_s, \

@@ -273,19 +273,24 @@ def value_error(v: Any, *, legacy: bool = False) -> str | None:
 DECODED_SCALARS = frozenset((str, int, bool, type(None)))
 
 
+_SURE_ITEMS, _SURE_KEY, _SURE_STR = (limits.value_sure_items_max, limits.value_sure_key_chars_max,
+                                    limits.value_sure_str_chars_max)
+
+
 def decoded_flat_ok(v: Any) -> bool:
-    """A decoded map or array of at most 32 scalars of at most ~4 KiB each (string map keys)."""
-    if len(v) > 32:
+    """A decoded map or array of at most value_sure_items_max scalars, its strings and string map
+    keys short enough (limits.py) that it is sure to be within value_bytes_max."""
+    if len(v) > _SURE_ITEMS:
         return False
     if type(v) is dict:
         for k in v:
-            if type(k) is not str or len(k) > 256:
+            if type(k) is not str or len(k) > _SURE_KEY:
                 return False
         v = v.values()
     for x in v:
         t = type(x)
         if t is str:
-            if len(x) > 4096:
+            if len(x) > _SURE_STR:
                 return False
         elif t is float:
             if not math.isfinite(x):
@@ -459,7 +464,8 @@ def store_field_error(st: Any) -> str | None:
         return None
     if type(st) is not dict:
         return "store is an object"
-    if st.get("status") is not None and (type(st["status"]) is not str or len(st["status"]) > 64):
+    if st.get("status") is not None and (type(st["status"]) is not str
+                                         or len(st["status"]) > limits.greeting_field_chars_max):
         return "store.status is a short string"
     ini = st.get("initial")
     if ini is not None and (type(ini) is not dict or not is_uuid(ini.get("cluster_uuid"))
@@ -484,7 +490,8 @@ def greeting_error(g: dict) -> str | None:
         return f"uuid {g['uuid'][:80]!r} is not a canonical uuid"
     if g["cluster_uuid"] is not None and not is_uuid(g["cluster_uuid"]):
         return "cluster_uuid is not a canonical uuid"
-    if not 0 < len(g["cluster_name"]) <= 64 or len(g["options_digest"]) > 64 or len(g["status"]) > 64:
+    if not 0 < len(g["cluster_name"]) <= limits.cluster_name_chars_max or \
+            len(g["options_digest"]) > limits.greeting_field_chars_max or len(g["status"]) > limits.greeting_field_chars_max:
         return "cluster_name, options_digest or status too long"
     err = address_error(g["address"]) or cluster_rows_error(g["cluster"])
     if err is None and g.get("vclock_uuid") is not None:

@@ -33,6 +33,14 @@ def _nested(depth: int):
     return v
 
 
+SURE_ITEMS, SURE_STR = limits.value_sure_items_max, limits.value_sure_str_chars_max
+
+
+def _flat(items: int, chars: int) -> dict:
+    """A flat map of `items` strings of `chars` characters (decoded_flat_ok's bounds)."""
+    return {f"k{i}": "v" * chars for i in range(items)}
+
+
 def rules_verdict(raw) -> tuple[bool, bool]:
     """(accepted as a txn, accepted in a ROWS message) by validate.py's rules alone."""
     if type(raw) is not list or len(raw) != 5:
@@ -99,7 +107,8 @@ CASES = {   # name: (txn wire form, accepted as a txn, accepted in a ROWS messag
     "value nested past its bound": (_put(value=_nested(limits.value_depth_max + 1)), False),
     "value at its byte bound": (_put(value="v" * (VB - 5)), True),
     "value past its byte bound": (_put(value="v" * (VB - 4)), False),
-    "flat map at the sure bound": (_put(value={f"k{i}": "v" * 4096 for i in range(32)}), True),
+    "flat map at the sure bound": (_put(value=_flat(SURE_ITEMS, SURE_STR)), True),
+    "flat map past the sure bound": (_put(value=_flat(SURE_ITEMS, SURE_STR + 1)), True),
     "largest and smallest ints": (_put(value=[2**64 - 1, -(2**63)]), True),
     "NaN": (_put(value=float("nan")), False), "-Infinity": (_put(value={"x": -math.inf}), False),
     "binary data": (_put(value=b"x"), False), "a map with an int key": (_put(value={1: 2}), False),
@@ -186,8 +195,9 @@ EDGE_SPACES = ["kv", "s" * limits.space_name_chars_max, "s" * (limits.space_name
 EDGE_VALUES = [None, 0, True, 1.5, -0.0, "", 2**64 - 1, -(2**63), "v" * (VB - 5), "v" * (VB - 4), "v" * STS,
                "v" * (STS + 1), _nested(limits.value_depth_max), _nested(limits.value_depth_max + 1),
                {"a": _nested(limits.value_depth_max - 1)}, {"a": _nested(limits.value_depth_max)},
-               {f"k{i}": "v" * 4096 for i in range(32)}, {f"k{i}": "v" * 4097 for i in range(32)}, [1] * 33,
-               {"k" * 257: 1}, float("nan"), math.inf, b"x", {1: 2}, msgpack.ExtType(3, b"x"), msgpack.Timestamp(1, 0),
+               _flat(SURE_ITEMS, SURE_STR), _flat(SURE_ITEMS, SURE_STR + 1), _flat(SURE_ITEMS + 1, 1),
+               [1] * SURE_ITEMS, [1] * (SURE_ITEMS + 1), {"k" * limits.value_sure_key_chars_max: 1},
+               {"k" * (limits.value_sure_key_chars_max + 1): 1}, float("nan"), math.inf, b"x", {1: 2}, msgpack.ExtType(3, b"x"), msgpack.Timestamp(1, 0),
                {"local": False, "conflict": "lww"}, {"local": 1}, {"id": 2, "address": "", "state": "member"},
                {"id": RID + 1, "address": "", "state": "member"}, {"id": 2, "address": "h:1", "state": "boss"}]
 small = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.text(max_size=8)
