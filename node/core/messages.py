@@ -38,7 +38,7 @@ import msgpack
 import msgspec
 
 from node import limits
-from node.core import codec, validate
+from node.core import codec, validate, validate_msgs
 from node.core.rows import FAST_ERRORS, WIRE_FRAME, Txn, check_fast, exact_frame, no_ext
 from node.errors import RemoteProtocolError
 
@@ -204,22 +204,22 @@ def decode(data: bytes, scan_rows: Callable[[bytes], Any] | None = None) -> Mess
 
 # what a message's fields may hold past their types (node.core.validate), by type
 _CHECKS: dict[int, Callable[[dict], str | None]] = {
-    GREETING: validate.greeting_error,
-    SUBSCRIBE: lambda b: validate.vclock_error(b["vclock"]) or (
-        validate.vclock_error(b["durable"]) if "durable" in b else None) or (
+    GREETING: validate_msgs.greeting_error,
+    SUBSCRIBE: lambda b: validate_msgs.vclock_error(b["vclock"]) or (
+        validate_msgs.vclock_error(b["durable"]) if "durable" in b else None) or (
         None if type(b.get("own_rows", False)) is bool else "own_rows is not a boolean"),
-    SUBSCRIBED: lambda b: validate.vclock_error(b["vclock"]),
-    ACK: lambda b: validate.vclock_error(b["vclock"]) or (
-        validate.vclock_error(b["durable"]) if "durable" in b else None),
-    SHUTDOWN: validate.shutdown_error,
-    SNAPSHOT: validate.snapshot_error,
-    SNAPSHOT_ROWS: validate.snapshot_rows_error,
+    SUBSCRIBED: lambda b: validate_msgs.vclock_error(b["vclock"]),
+    ACK: lambda b: validate_msgs.vclock_error(b["vclock"]) or (
+        validate_msgs.vclock_error(b["durable"]) if "durable" in b else None),
+    SHUTDOWN: validate_msgs.shutdown_error,
+    SNAPSHOT: validate_msgs.snapshot_error,
+    SNAPSHOT_ROWS: validate_msgs.snapshot_rows_error,
     REGISTERED: lambda b: None if 1 <= b["id"] <= limits.replica_id_max else "id out of range",
 }
 
 
 def vclock_from_wire(d: dict) -> dict[int, int]:
-    err = validate.vclock_error(d)
+    err = validate_msgs.vclock_error(d)
     if err is not None:
         raise RemoteProtocolError(f"malformed vclock: {err}")
     return {k: v for k, v in d.items() if v}
