@@ -45,6 +45,7 @@ Also printed, per shape:
     python -m bench.applier --profile --rows 300000 --txn-rows 1   # py-spy on the replica's catch-up
     python -m bench.applier --only replog --gc-stats --replica-prelude "import gc; gc.freeze()"
     python -m bench.applier --only replog --links plain,tls,nomac   # TLS and the per-message MAC, alternating
+    python -m bench.applier --links plain,base --baseline /tmp/replog-main   # this tree beside another checkout
 
 `--links` runs replog with each link variant of bench/links.py in turn (replog = sealed
 messages, replog+tls = the same inside TLS, replog-nomac = without the per-message tag), so
@@ -236,7 +237,7 @@ def replog_prepare(base: str, rows: int, txn_rows: int, args: argparse.Namespace
     """Steps 1-3: master + joined replica, replica stopped, backlog written. Returns the
     nodes (master running, replica stopped), the master's uuid, the lsn before and after
     the backlog, and the seconds the load took. `links`: bench/links.py."""
-    setup = LinkSetup(base)
+    setup = LinkSetup(base, args.baseline)
     master = ReplogNode("master", os.path.join(base, "master"), log_level="warning", extra=NO_CHECKPOINT,
                         **setup.node_kwargs(links, "master")).start()
     replica = None
@@ -535,8 +536,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--txn-rows", default="1,100", help="rows per transaction: 1, 100 or 1,100 (default %(default)s)")
     p.add_argument("--only", choices=("replog", "tarantool"), help="run one system (the floor runs with replog)")
     p.add_argument("--links", default="plain",
-                   help="replog link variants to run in alternation: plain, tls, nomac, comma-separated "
+                   help="replog link variants to run in alternation: plain, tls, nomac, base, comma-separated "
                         "(bench/links.py; default %(default)s)")
+    p.add_argument("--baseline", metavar="DIR", default=None,
+                   help="with --links ...,base: another replog checkout whose nodes run as replog-base (bench/links.py)")
     p.add_argument("--load", choices=("direct", "http"), default="direct",
                    help="how the replog master gets its backlog (default %(default)s; see the module doc)")
     p.add_argument("--writers", type=int, default=WRITERS_DEFAULT, help="--load direct: submitting tasks")
@@ -564,7 +567,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if a.rows < max(a.txn_rows) or a.runs < 1 or a.writers < 1 or a.http_clients < 1:
         p.error("--rows, --runs, --writers and --http-clients must be positive (and rows >= txn rows)")
     try:
-        a.links = links_mod.parse(a.links)
+        a.links = links_mod.parse(a.links, a.baseline)
     except ValueError as e:
         p.error(str(e))
     a.systems = ("replog", "tarantool") if a.only is None else (a.only,)
@@ -631,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(f"replog/Tarantool = {c['replog']['vs_tarantool']:.3f}")
         if "floor" in c:
             parts += [f"{s}/floor = {c[s]['vs_floor']:.3f}" for s in ("replog", "tarantool") if s in c]
-        for s in ("replog+tls", "replog-nomac"):      # --links: each variant beside plain
+        for s in links_mod.VARIANTS:                  # --links: each variant beside plain
             if s in c and "replog" in c:
                 parts.append(f"{s}/replog rows/s = {c[s]['rows_s'] / c['replog']['rows_s']:.3f} (replica CPU "
                              f"{c[s]['replica_cpu_us_row']:.2f} vs {c['replog']['replica_cpu_us_row']:.2f} us/row)")

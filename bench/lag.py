@@ -34,6 +34,7 @@ shares the machine with the three nodes; its CPU is reported.
     python -m bench.lag --only replog --keep
     python -m bench.lag --only replog --profile /tmp/lagprof  # py-spy on every node during the load
     python -m bench.lag --only replog --links plain,tls,nomac --runs 3   # TLS and the MAC, alternating
+    python -m bench.lag --links plain,base --baseline /tmp/replog-main --runs 3   # beside another checkout
 
 Also printed first: the machine's wake-up floor (`wakeup_floor`), a bare round trip over a
 loopback socket to a process that sat idle for one batch interval, which no replication
@@ -161,7 +162,7 @@ def wal_rows(wal_dir: str, origin_id: int) -> dict[int, tuple[int, int, int]]:
 
 def replog_lag(base: str, args: argparse.Namespace, links: str = "plain") -> dict[str, Any]:
     ports = [free_port() for _ in range(NODES)]
-    setup = LinkSetup(base)
+    setup = LinkSetup(base, args.baseline)
     nodes = []
     for i in range(NODES):
         kw = setup.node_kwargs(links, f"n{i + 1}")
@@ -341,8 +342,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--clients", type=int, default=CLIENTS_DEFAULT, help="concurrent HTTP clients (default %(default)s)")
     p.add_argument("--only", choices=("replog", "tarantool"), help="run one system")
     p.add_argument("--links", default="plain",
-                   help="replog link variants, run in alternation: plain, tls, nomac, comma-separated "
+                   help="replog link variants, run in alternation: plain, tls, nomac, base, comma-separated "
                         "(bench/links.py; default %(default)s)")
+    p.add_argument("--baseline", metavar="DIR", default=None,
+                   help="with --links ...,base: another replog checkout whose nodes run as replog-base (bench/links.py)")
     p.add_argument("--runs", type=int, default=1, help="rounds of every system, alternating (default %(default)s)")
     p.add_argument("--node-prelude", metavar="PYTHON", default="",
                    help="replog nodes: Python run before each node starts, to try a change without editing node/, "
@@ -356,7 +359,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if a.rate <= 0 or a.seconds <= 0 or a.txn_rows < 1 or a.clients < 1 or a.runs < 1:
         p.error("--rate, --seconds, --txn-rows, --clients and --runs must be positive")
     try:
-        a.links = links_mod.parse(a.links)
+        a.links = links_mod.parse(a.links, a.baseline)
     except ValueError as e:
         p.error(str(e))
     a.systems = ("replog", "tarantool") if a.only is None else (a.only,)

@@ -8,14 +8,18 @@ of bench/applier.py and bench/lag.py, run in alternation so their figures sit si
   nomac   plain with the per-message tag neither computed nor checked (a prelude replaces
           Session.seal_parts/unseal in every node of the run): what the MAC costs, beside plain.
           A benchmark-only variant; no option of the node turns the MAC off.
+  base    plain, with the nodes run from another checkout (`--baseline DIR`, a tree whose native
+          extension is built: `python setup.py build_ext --inplace` there): a change's before and
+          after, measured in one alternating run.
 
-Each variant is one `system` in the benchmarks' tables: replog, replog+tls, replog-nomac."""
+Each variant is one `system` in the benchmarks' tables: replog, replog+tls, replog-nomac, replog-base."""
 from __future__ import annotations
 
 import os
 
-LINKS = ("plain", "tls", "nomac")
-SYSTEM = {"plain": "replog", "tls": "replog+tls", "nomac": "replog-nomac"}
+LINKS = ("plain", "tls", "nomac", "base")
+SYSTEM = {"plain": "replog", "tls": "replog+tls", "nomac": "replog-nomac", "base": "replog-base"}
+VARIANTS = ("replog+tls", "replog-nomac", "replog-base")     # each printed beside plain
 
 # Replaces the session tag by 16 zero bytes that nobody checks: the framing (and the slice the
 # receiver takes) stay, the HMAC goes.
@@ -26,19 +30,29 @@ NO_MAC_PRELUDE = (
 )
 
 
-def parse(arg: str) -> list[str]:
+def parse(arg: str, baseline: str | None = None) -> list[str]:
     out = [x.strip() for x in arg.split(",") if x.strip()]
     bad = [x for x in out if x not in LINKS]
     if not out or bad:
         raise ValueError(f"--links takes {', '.join(LINKS)} (comma-separated), got {arg!r}")
+    if ("base" in out) != bool(baseline):
+        raise ValueError("--links base and --baseline DIR go together")
+    if baseline and not os.path.isfile(os.path.join(baseline, "node", "__main__.py")):
+        raise ValueError(f"--baseline {baseline}: not a replog checkout (no node/__main__.py)")
     return out
+
+
+def baseline_prelude(tree: str) -> str:
+    """Run the node from `tree` instead of this checkout (put first on sys.path)."""
+    return f"import sys; sys.path.insert(0, {os.path.abspath(tree)!r}); sys.modules.pop('node', None)"
 
 
 class LinkSetup:
     """Per benchmark run: the CA (made on first use) and each variant's node settings."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, baseline: str | None = None):
         self.dir = directory
+        self.baseline = baseline
         self._ca = None
 
     def node_kwargs(self, variant: str, name: str) -> dict:
@@ -48,4 +62,6 @@ class LinkSetup:
                 from bench.throwaway_ca import ThrowawayCA   # cryptography: the dev extra
                 self._ca = ThrowawayCA(os.path.join(self.dir, "ca"), name="replog bench CA")
             return {"tls": self._ca.issue(name), "prelude": ""}
+        if variant == "base":
+            return {"tls": None, "prelude": baseline_prelude(self.baseline)}
         return {"tls": None, "prelude": NO_MAC_PRELUDE if variant == "nomac" else ""}

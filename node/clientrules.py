@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from node import limits
-from node.core import validate
+from node.core import validate, validate_msgs
 from node.core.rows import OP_DELETE, OP_PUT, OP_SPACE, Op
 from node.errors import ClientError
 
@@ -107,7 +107,7 @@ def txn_ops(raw_ops: Any) -> list[Op]:
 # --- read-your-writes -------------------------------------------------------------------
 def check_vclock_uuid(v: Any) -> dict[str, int]:
     """An after_vclock as a map {uuid: lsn}."""
-    err = validate.vclock_uuid_error(v)
+    err = validate_msgs.vclock_uuid_error(v)
     if err is not None:
         raise ClientError(400, "bad_vclock", err)
     return v

@@ -4,7 +4,7 @@
 member (writes refused, replication goes on), waits until all hold one vclock by uuid, sends
 that vclock + a shutdown id as the final signature, and everybody stops; each store whose
 vclock equals the agreed one is marked clean as its node stops (`on_stop`). A quiesced member
-that hears no final phase resumes serving after `quiesce_hold_s`. See docs/operations.md.
+that hears no final phase resumes serving after `quiesce_hold_s` (node/limits.py). See docs/operations.md.
 
 The phases travel over replication links (SHUTDOWN after the greeting, node/applier/relay.py):
 authenticated by the cluster secret and sealed by the session, answered only to a member, and
@@ -18,6 +18,7 @@ import logging
 import uuid as uuidlib
 from typing import TYPE_CHECKING
 
+from node import limits
 from node.applier.applier import open_link
 from node.cluster_space.table import STATE_MEMBER, Member
 from node.core import messages as m
@@ -28,10 +29,6 @@ if TYPE_CHECKING:
     from node.process.ports import ShutdownHost
 
 log = logging.getLogger("replog.lifecycle")
-
-shutdown_converge_s = 20.0           # quiesced members must reach one vclock by then
-shutdown_call_timeout_s = 5.0        # one shutdown phase call to one member
-quiesce_hold_s = 60.0                # a quiesced member that hears no final phase resumes serving
 
 
 class ClusterShutdown:
@@ -109,7 +106,7 @@ class ClusterShutdown:
         self.shutdown_id = sid
         node.status, node.status_reason = "quiesced", f"orderly cluster shutdown {sid} in progress"
         log.info("shutdown: quiesced for cluster shutdown %s; client writes refused", sid)
-        self._resume = asyncio.get_running_loop().call_later(quiesce_hold_s, self._do_resume, sid)
+        self._resume = asyncio.get_running_loop().call_later(limits.quiesce_hold_s, self._do_resume, sid)
 
     def _do_resume(self, sid: str) -> None:
         node = self.node
@@ -124,12 +121,12 @@ class ClusterShutdown:
         the greeting must name that member (an address may have changed hands)."""
         node = self.node
         conn, theirs = await asyncio.wait_for(open_link(node, node.http_session, member.address),
-                                              shutdown_call_timeout_s)
+                                              limits.shutdown_call_timeout_s)
         try:
             if theirs["uuid"] != member.uuid:
                 raise RemoteProtocolError(f"{member.address} is {theirs['uuid']}, not member {member.uuid}")
             await conn.send(m.SHUTDOWN, **body)
-            return (await conn.expect(m.SHUTDOWN_OK, timeout=shutdown_call_timeout_s)).body
+            return (await conn.expect(m.SHUTDOWN_OK, timeout=limits.shutdown_call_timeout_s)).body
         finally:
             await conn.close()
 
@@ -141,7 +138,7 @@ class ClusterShutdown:
         members = [mem for mem in node.core.table.members()
                    if mem.state == STATE_MEMBER and mem.uuid != node.uuid and mem.address]
         reached: dict[str, dict] = {}                        # member uuid -> its quiesce answer
-        deadline = loop.time() + shutdown_converge_s
+        deadline = loop.time() + limits.shutdown_converge_s
         agreed: dict[str, int] | None = None
         try:
             while True:
@@ -159,9 +156,9 @@ class ClusterShutdown:
                     break
                 if loop.time() > deadline:
                     log.error("shutdown: members did not reach one vclock within %.0f s; stores stay dirty",
-                              shutdown_converge_s)
+                              limits.shutdown_converge_s)
                     break
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(limits.shutdown_converge_poll_s)
             if agreed is not None:
                 self.final = FinalSignature(agreed, sid)
                 body = {"phase": "final", "shutdown_id": sid, "final": final_to_wire(self.final)}

@@ -43,8 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("replog.lifecycle")
 
-wait_backoff_s_max = 1.0             # a forming cluster polls its peers at most this far apart
-
 
 class Aborted(StorageError):
     """Start-up cannot go on without an operator (no clean store, wrong store, ...): the process
@@ -156,7 +154,7 @@ class Join:
             elif not running:
                 node.status_reason = f"waiting for a booted peer ({len(fresh)} of {len(peers)} peers fresh){notes}"
             await asyncio.sleep(delay)
-            delay = min(delay * 2, wait_backoff_s_max)
+            delay = min(delay * 2, limits.join_wait_backoff_s_max)
 
     async def join_via(self, address: str, theirs: dict) -> None:
         """Register through the donor (identity.temp first, idempotent apply, identity after),
@@ -276,7 +274,7 @@ class Join:
                 node.store.set_meta(anon=False)
                 log.info("node: registered as a member via %s", address)
                 return
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(limits.join_retry_s)
 
     # --- donor side of JOIN / REGISTER ---------------------------------------------------------------
     async def apply_registration(self, theirs: dict, body: dict) -> ApplyResult:

@@ -1,9 +1,9 @@
 """Group commit: the one writer of the WAL and the store.
 
-Every transaction to persist is submitted as one *entry* (it becomes one WAL frame: a
-local txn, or a remote txn together with the `_cluster` txn its applier wrote for it, or
-the plain txns an applier took from one scanned message, a `PackedEntry` whose frame and
-store records are built from the received bytes).
+Every transaction to persist is submitted as one *entry* (node.core.entry: it becomes one WAL
+frame: a local txn, or a remote txn together with the `_cluster` txn its applier wrote for it,
+or the plain txns an applier took from one scanned message, a `PackedEntry` whose frame and
+store records are built from the received bytes). The journal never asks which kind it holds.
 One task drains the queue and performs, per batch, in this order (on an executor thread
 for steps 1-3, or on the loop itself for a small batch that cannot wait for the disk):
   1. encode frames; 2. one WAL write (+ one fsync in fsync mode); 3. one LMDB
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from node import limits
+from node.core.entry import Entry, TxnEntry
 from node.core.replicaset import NodeCore
 from node.core.rows import Txn
-from node.core.rowscan import PackedEntry
 from node.errors import NoSpaceError
 from node.latency import Histogram
 from node.storage.store import Store
@@ -47,7 +47,6 @@ from node.wal.writer import WalWriter
 log = logging.getLogger("replog.journal")
 
 Position = tuple  # (segment name or None, byte offset just past the last whole frame)
-Entry = list[Txn] | PackedEntry   # one WAL frame: txns, or plain txns as received (node.core.rowscan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +72,7 @@ class Journal:
         self.store = store
         self.wal = wal
         self._on_fatal = on_fatal
-        self._queue: deque[tuple[Entry, asyncio.Future | None, int]] = deque()   # (entry, waiter, rows)
+        self._queue: deque[tuple[Entry, asyncio.Future | None]] = deque()   # (entry, waiter)
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -115,7 +114,7 @@ class Journal:
         if self._task:
             # Let queued entries finish: they were claimed and some callers wait on them.
             while self._queue and self.failed is None and self.nospace is None and not self._task.done():
-                await self.changed(timeout=1.0)
+                await self.changed(timeout=limits.journal_drain_wait_s)
             self._task.cancel()
             try:
                 await self._task
@@ -125,19 +124,22 @@ class Journal:
             self.wal.close()
 
     # --- submitting -----------------------------------------------------------------
-    def submit_nowait(self, txns: Entry, want_future: bool = True, rows: int | None = None) -> asyncio.Future | None:
+    def submit_entry_nowait(self, entry: Entry, want_future: bool = True) -> asyncio.Future | None:
         """Queue one entry (one frame). Must be called right after the core claimed it,
-        with no await in between, so WAL order equals claim order. `rows`: the entry's row
-        count, if the caller knows it (a PackedEntry always says it)."""
+        with no await in between, so WAL order equals claim order."""
         if self.failed is not None:
             raise self.failed
         fut = self._loop.create_future() if want_future else None
-        if rows is None:
-            rows = sum([len(t[4]) for t in txns])     # counted once here; the writer only adds up entries
-        self._queue.append((txns, fut, rows))
-        self.pending_rows += rows
+        self._queue.append((entry, fut))
+        self.pending_rows += entry.rows
         self._wake.set()
         return fut
+
+    def submit_nowait(self, txns: list[Txn], want_future: bool = True,
+                      rows: int | None = None) -> asyncio.Future | None:
+        """submit_entry_nowait of these txns as one entry; `rows`: their row count, if the
+        caller knows it."""
+        return self.submit_entry_nowait(TxnEntry(txns, rows), want_future)
 
     async def submit(self, txns: list[Txn]) -> None:
         fut = self.submit_nowait(txns)
@@ -206,7 +208,7 @@ class Journal:
     # --- the writer -----------------------------------------------------------------
     async def _run(self) -> None:
         loop = self._loop
-        batch: list[tuple[Entry, asyncio.Future | None, int]] = []
+        batch: list[tuple[Entry, asyncio.Future | None]] = []
         queue = self._queue
         try:
             while True:
@@ -223,24 +225,15 @@ class Journal:
                         await self._sync_written()
                     continue
                 batch = []
-                parts: list = []          # for the store, in order: Txn lists (joined) and packed entries
-                joined: list[Txn] | None = None
+                entries: list[Entry] = []         # for the store, in order
                 ntxn = rows = 0
                 while queue and len(batch) < limits.group_commit_txns_max and 64 * rows < limits.group_commit_bytes_max:
-                    entry = queue.popleft()
-                    batch.append(entry)
-                    e = entry[0]
-                    if type(e) is PackedEntry:
-                        parts.append(e)
-                        joined = None
-                        ntxn += e.ntxn
-                    else:
-                        if joined is None:
-                            joined = []
-                            parts.append(joined)
-                        joined += e
-                        ntxn += len(e)
-                    rows += entry[2]
+                    item = queue.popleft()
+                    batch.append(item)
+                    e = item[0]
+                    entries.append(e)
+                    ntxn += e.ntxn
+                    rows += e.rows
                 woken = False
                 t0 = time.perf_counter()
                 try:
@@ -256,16 +249,16 @@ class Journal:
                             try:
                                 await asyncio.sleep(0)          # the woken relays send now
                             finally:                            # even if cancelled: the rows are in the WAL
-                                tops = self._try_apply(parts)
+                                tops = self._try_apply(entries)
                         else:
-                            tops = self._try_apply(parts)
+                            tops = self._try_apply(entries)
                     else:
-                        written, tops = await loop.run_in_executor(None, self._persist, batch, parts)
+                        written, tops = await loop.run_in_executor(None, self._persist, batch, entries)
                         self._advance(written)
                 except NoSpaceError as e:                       # the WAL write: nothing of it landed
-                    tops = await self._wait_for_room(batch, parts, e, wal_done=False)
+                    tops = await self._wait_for_room(batch, entries, e, wal_done=False)
                 if isinstance(tops, NoSpaceError):              # the store: the WAL holds the batch
-                    tops = await self._wait_for_room(batch, parts, tops, wal_done=True)
+                    tops = await self._wait_for_room(batch, entries, tops, wal_done=True)
                 self.applied = self.position
                 self.core.commit_tops(tops, on_disk=self.wal is not None and self.wal.mode == "fsync")
                 self.commit_seconds.observe(time.perf_counter() - t0)
@@ -278,7 +271,7 @@ class Journal:
                 if not woken:
                     for wake in self._listeners:
                         wake.set()
-                for _, fut, _ in batch:
+                for _, fut in batch:
                     if fut is not None and not fut.done():
                         fut.set_result(None)
                 ev, self._changed = self._changed, asyncio.Event()
@@ -294,11 +287,11 @@ class Journal:
             # names any row the store still refuses, with the way out (node/wal/recovery.py).
             log.critical("journal: cannot persist: %s: %s", type(e).__name__, e, exc_info=e)
             # the batch that failed was already taken off the queue: its waiters too
-            for _, fut, _ in batch:
+            for _, fut in batch:
                 if fut is not None and not fut.done():
                     fut.set_exception(e)
             while self._queue:
-                _, fut, _ = self._queue.popleft()
+                _, fut = self._queue.popleft()
                 if fut is not None and not fut.done():
                     fut.set_exception(e)
             self._on_fatal(e)
@@ -333,20 +326,20 @@ class Journal:
             if self._listeners:
                 self._publish(prev, *written)
 
-    def _persist(self, batch: list[tuple[Entry, asyncio.Future | None, int]],
-                 parts: list) -> tuple[tuple[str, int, int, int, tuple] | None, dict[int, int] | NoSpaceError]:
+    def _persist(self, batch: list[tuple[Entry, asyncio.Future | None]],
+                 entries: list[Entry]) -> tuple[tuple[str, int, int, int, tuple] | None, dict[int, int] | NoSpaceError]:
         """On an executor thread: WAL first, then the store; returns both results (the store's
         may be the NoSpaceError that kept it from applying the batch)."""
         written = self._write(batch)
-        return written, self._try_apply(parts)
+        return written, self._try_apply(entries)
 
-    def _try_apply(self, parts: list) -> dict[int, int] | NoSpaceError:
+    def _try_apply(self, entries: list[Entry]) -> dict[int, int] | NoSpaceError:
         try:
-            return self._apply(parts)
+            return self._apply(entries)
         except NoSpaceError as e:
             return e
 
-    async def _wait_for_room(self, batch: list, parts: list, e: NoSpaceError, *, wal_done: bool) -> dict[int, int]:
+    async def _wait_for_room(self, batch: list, entries: list, e: NoSpaceError, *, wal_done: bool) -> dict[int, int]:
         """A batch that found no room: keep it, raise the alarm, try it again until it lands.
         `wal_done`: its WAL write went through (position advanced); only the store is left."""
         loop = self._loop
@@ -363,7 +356,7 @@ class Journal:
                     written = await loop.run_in_executor(None, self._write, batch)
                     wal_done = True
                     self._advance(written)
-                tops = await loop.run_in_executor(None, self._try_apply, parts)
+                tops = await loop.run_in_executor(None, self._try_apply, entries)
             except NoSpaceError as again:
                 tops = again
             if not isinstance(tops, NoSpaceError):
@@ -377,7 +370,7 @@ class Journal:
         log.warning("journal: the kept batch of %d entries is persisted; there is room again", len(batch))
         return tops
 
-    def _write(self, batch: list[tuple[Entry, asyncio.Future | None, int]]) -> tuple[str, int, int, int, tuple] | None:
+    def _write(self, batch: list[tuple[Entry, asyncio.Future | None]]) -> tuple[str, int, int, int, tuple] | None:
         """The WAL write (+ fsync in fsync mode) of one batch. Returns where the frames went
         (segment, start, end), their written_us and, per frame, (end offset, payload, entry)
         for the tail; None without a WAL."""
@@ -387,8 +380,7 @@ class Journal:
             if self.wal.needs_rotation:
                 self.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
             now_us = time.time_ns() // 1000
-            encoded = [walfmt.encode_frame_body(entry.frame_payload(now_us)) if type(entry) is PackedEntry
-                       else walfmt.encode_frame(entry, now_us) for entry, _, _ in batch]
+            encoded = [walfmt.encode_frame_body(entry.frame_payload(now_us)) for entry, _ in batch]
             data = b"".join(encoded)
             segment, start, end = self.wal.write_batch(data)
         except OSError as e:
@@ -396,12 +388,12 @@ class Journal:
                 raise NoSpaceError("disk", f"WAL write failed: {e.strerror} ({self.wal.dir})") from None
             raise
         view, frames, off = memoryview(data), [], 0
-        for (entry, _, _), f in zip(batch, encoded):
+        for (entry, _), f in zip(batch, encoded):
             off += len(f)
             frames.append((start + off, view[off - len(f) + walfmt.FRAME_OVERHEAD:off], entry))
         assert start + off == end, (start, off, end)
         return segment, start, end, now_us, tuple(frames)
 
-    def _apply(self, parts: list) -> dict[int, int]:
+    def _apply(self, entries: list[Entry]) -> dict[int, int]:
         """One LMDB transaction for the batch; returns the store's commit tops."""
-        return self.store.apply(parts, self.core.uuid, self.core.hlc.last)
+        return self.store.apply(entries, self.core.uuid, self.core.hlc.last)

@@ -41,17 +41,13 @@ from node.identity.signature import (
     Decision, MemberStatus, Outcome, StoreStatus, decide_initialization, decide_join, final_to_wire,
     initial_from_wire, initial_to_wire, member_status_from_greeting, stored_status,
 )
-from node.join import Aborted, ApplyResult, wait_backoff_s_max
+from node.join import Aborted, ApplyResult
 
 if TYPE_CHECKING:
     from node.process.ports import LifecycleHost
 
 log = logging.getLogger("replog.lifecycle")
 
-# --- limits (unit last; why on each line) ------------------------------------------------------
-poll_timeout_s = 5.0                 # one status poll of one peer (connect + auth + greeting)
-catch_up_poll_s = 0.05               # how often a catching-up member compares vclocks
-address_follow_s = 0.5               # how often appliers are checked against members' new addresses
 LOCK_FILE = "replog.lock"            # flock'd by the running node; `admin mark-clean` checks it
 
 
@@ -190,7 +186,7 @@ class Lifecycle:
                 node.journal.submit_nowait([txn], want_future=False)
                 log.info("_cluster: %s moved from %s to %s (its greeting says so)", mem.uuid, mem.address, address)
 
-    async def poll_peers(self, timeout: float = poll_timeout_s) -> dict[str, dict | BaseException]:
+    async def poll_peers(self, timeout: float = limits.peer_poll_timeout_s) -> dict[str, dict | BaseException]:
         """One handshake with every configured peer (greetings only, then BYE)."""
         node = self.node
 
@@ -275,7 +271,7 @@ class Lifecycle:
         node.status, node.status_reason = "waiting", "exchanging status with the peers"
         delay = limits.reconnect_backoff_min_s
         while True:
-            polled = await self.poll_peers(poll_timeout_s if wait_for else 2.0)
+            polled = await self.poll_peers(limits.peer_poll_timeout_s if wait_for else limits.peer_poll_quick_timeout_s)
             self.check_wrong_store(polled)
             self.check_must_match(polled)
             mine = self.my_status()
@@ -297,7 +293,7 @@ class Lifecycle:
             if d.outcome is Outcome.WAIT:
                 node.status, node.status_reason = "waiting", d.message + self.notes(polled)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, wait_backoff_s_max)
+                delay = min(delay * 2, limits.join_wait_backoff_s_max)
                 continue
             if d.outcome is Outcome.ABORT:
                 raise Aborted(d.message, d.hint)
@@ -322,7 +318,7 @@ class Lifecycle:
                 log.info("initialization: caught up with %s at %s", theirs.get("address"), target)
                 return
             node.status_reason = f"catching up from {theirs.get('address')}: {behind} rows behind"
-            await asyncio.sleep(catch_up_poll_s)
+            await asyncio.sleep(limits.catch_up_poll_s)
 
     async def go_active(self) -> None:
         """The store is in use from now on (dirty); a member whose address changed says so."""
@@ -343,7 +339,7 @@ class Lifecycle:
         before and another one since) follows it to the new address."""
         node = self.node
         while True:
-            await asyncio.sleep(address_follow_s)
+            await asyncio.sleep(limits.address_follow_s)
             if node.core is None or node.status != "running":
                 continue
             for addr, a in list(node.appliers.items()):

@@ -38,8 +38,8 @@ message_margin_bytes = 64 * 1024     # a ROWS message's own framing around one t
 txn_bytes_max = message_bytes_max - message_margin_bytes  # one transaction's encoding: it must fit,
                                      # alone, in one ROWS message, or its origin could never replicate
 txn_ops_max = 10_000                 # one transaction's rows; keeps one WAL frame bounded
-record_bytes_max = key_bytes_max + value_bytes_max + 64    # one stored record [value, origin, lsn,
-                                     # hlc, deleted] with its key, as a snapshot row carries it
+record_bytes_max = key_bytes_max + value_bytes_max + 64    # one stored record (node/core/record.py)
+                                     # with its key, as a snapshot row carries it
 snapshot_chunk_rows_max = 4096       # rows per snapshot chunk during JOIN
 snapshot_chunk_bytes_max = 4 * 1024 * 1024  # bytes of records per snapshot chunk: a chunk is sent
                                      # once it holds this much, so it stays below this plus one record
@@ -51,6 +51,16 @@ store_spaces_max = 2 * spaces_max    # the store's hard capacity (LMDB max_dbs):
                                      # masters apart during a partition may add up past spaces_max;
                                      # a replicated create past this is refused before the WAL
 store_system_dbs = 8                 # _meta, _spaces, _cluster, _cluster_ids, and room to grow
+cluster_name_chars_max = 64          # option cluster_name, and a greeting's: a name a person reads in logs
+greeting_field_chars_max = 64        # a greeting's status and options digest (a sha-256 in hex): longer is
+                                     # not a replog peer, and would be copied into this node's logs and status
+value_sure_items_max = 32            # the fast paths take a decoded map or array of at most this many
+value_sure_str_chars_max = 4096      # scalars, its strings at most this long and its map keys at most
+value_sure_key_chars_max = 256       # this long, without walking it (node/core/validate.py
+                                     # decoded_flat_ok): it cannot pass value_bytes_max (checked below),
+                                     # and it covers the usual small documents; anything else is walked
+store_readers_max = 256              # LMDB reader slots: every thread that reads at once (the loop, the
+                                     # executor, snapshot and backup readers) with ample room
 
 # --- space: the store's map and the disk (node/storage/space.py) ------------------------
 store_map_bytes_default = 1 << 36    # LMDB map (option map_size): address space, not disk; 64 GiB is
@@ -106,6 +116,9 @@ client_hello_timeout_s = http_header_timeout_s  # a connection must say HELLO wi
 client_waits_max = 4096              # requests waiting for a vclock at once, node-wide (each holds a task)
 client_port_offset = 1000            # the binary port defaults to the HTTP port + this (or - this when the
                                      # sum would pass 65535): derived, so a cluster's ports stay predictable
+client_request_id_max = (1 << 63) - 1  # a request's id, echoed in its answer: any int64 a client counts with
+client_accept_backlog = 1024         # connections the kernel queues for the binary port before accept: a
+                                     # burst of SDK clients reconnecting after a restart is not refused
 
 # --- WAL ----------------------------------------------------------------------
 frame_bytes_max = 4 * message_bytes_max  # one WAL frame: a local txn, or what the applier took from
@@ -115,6 +128,9 @@ segment_bytes_max = 64 * 1024 * 1024 # rotate a segment past this size
 segment_header_bytes_max = 16 * 1024 * 1024  # header holds the whole _cluster table
 group_commit_txns_max = 4096         # transactions that share one write (and one fsync)
 group_commit_bytes_max = 8 * 1024 * 1024  # bytes that share one write
+recovery_batch_txns_max = 2048       # WAL txns replayed per store transaction at start-up: few commits,
+                                     # and a refused txn is found again by replaying its batch one by one
+journal_drain_wait_s = 1.0           # waiting for queued entries to land, look again at least this often
 journal_inline_rows_max = 256        # a batch this small is persisted on the event loop when it cannot
                                      # wait for the disk (no fsync, no rotation): write + apply cost
                                      # ~3 us/row, less than the thread hand-off and GIL wait they replace,
@@ -124,6 +140,9 @@ journal_inline_rows_max = 256        # a batch this small is persisted on the ev
 relay_batch_txns_max = 1024          # txns per relay message
 relay_batch_bytes_max = 1024 * 1024  # bytes per relay message (before framing); a frame larger than
                                      # this goes alone, split by whole txns if it must (each fits)
+relay_frame_alone_bytes_max = message_bytes_max - message_margin_bytes  # a WAL frame this large still
+                                     # travels in one ROWS message; a larger one is split by whole txns
+relay_file_read_bytes_min = 1024 * 1024  # a relay behind reads the WAL file at least this much at a time
 relay_tail_bytes_max = 4 * 1024 * 1024  # WAL frames the journal keeps in memory for caught-up relays
                                      # (a few seconds at 10k rows/s); a relay behind that reads the file
 applier_pending_rows_max = 20_000    # rows queued to the journal before appliers stop reading; a few
@@ -131,6 +150,8 @@ applier_pending_rows_max = 20_000    # rows queued to the journal before applier
 heartbeat_interval_s = 1.0           # idle links send a heartbeat this often
 peer_timeout_s = 10.0                # no message for this long: the link is dead
 handshake_timeout_s = 10.0           # a peer must finish auth + greeting within this
+snapshot_message_timeout_s = 60.0    # a joiner waits this long for each message of a snapshot (a chunk of
+                                     # 4 MiB read off the donor's store, on a busy donor)
 link_close_timeout_s = 2.0           # closing a link waits this long for the peer's CLOSE
 reconnect_backoff_min_s = 0.1        # first retry after a broken link
 reconnect_backoff_max_s = 5.0        # retries back off to at most this
@@ -151,12 +172,30 @@ anon_acks_max = 1024                 # anonymous subscribers whose acknowledged 
                                      # comes from any uuid that holds the secret): past it, the one
                                      # heard from longest ago is forgotten
 task_restart_s = 5.0                 # a supervised background task that failed is restarted after this
+peer_poll_timeout_s = 5.0            # one status poll of one peer while a cluster forms (connect + auth +
+                                     # greeting)
+peer_poll_quick_timeout_s = 2.0      # ... when the node does not wait for its peers: a missing one is skipped
+join_wait_backoff_s_max = 1.0        # a forming cluster polls its peers at most this far apart
+catch_up_poll_s = 0.05               # how often a catching-up member compares vclocks
+address_follow_s = 0.5               # how often appliers are checked against members' new addresses
+join_retry_s = 0.5                   # a registration or anonymous snapshot that found no usable peer is
+                                     # tried again after this
+
+# --- orderly cluster shutdown (node/cluster_shutdown.py) ----------------------------------
+shutdown_converge_s = 20.0           # quiesced members must reach one vclock by then
+shutdown_converge_poll_s = 0.1       # ... compared this often
+shutdown_call_timeout_s = 5.0        # one shutdown phase call to one member
+quiesce_hold_s = 60.0                # a quiesced member that hears no final phase resumes serving
 
 # --- membership data safety (node/fence.py, node/rejoin.py) --------------------------------
 fence_poll_s = 0.1                   # how often a fenced node checks whether it may write again
 rejoin_retry_s = 5.0                 # a node that needs a snapshot but holds rows no peer has asks again this often
+rejoin_watch_s = 0.2                 # how often the rejoin watch looks at what its upstreams reported
 rejoin_cover_wait_s = 10.0           # with writes paused, how long a rejoin waits for a donor to receive
                                      # this node's last rows before it gives up for now and serves again
+rejoin_cover_poll_s = 0.2            # ... asking the donor this often
+register_apply_attempts_max = 8      # applies of one registration per call; the transport's own timeout
+                                     # spaces them (node/identity/identity_file.py)
 
 # --- garbage collector ----------------------------------------------------------
 # Start-up objects are frozen (never scanned again) and the young generation is large:
@@ -177,6 +216,37 @@ handshakes_per_address_max = 32      # ... from one address: a host runs a few n
 auth_failure_log_interval_s = 60.0   # failed handshakes from one address: one WARNING per interval, with a count
 auth_failure_addresses_max = 1024    # addresses counted apart for that; beyond, they share one line
 lease_verify_interval_s = 0.5        # a peer's claim of a newer lease version re-reads the lease store at most this often
+handshake_uuid_chars_max = 64        # a uuid in HELLO/AUTH (canonical ones have 36 characters)
+
+# --- leases (node/identity/) ---------------------------------------------------------
+lease_duration_ms_min = 100          # below this, duration/3 is shorter than a store round trip
+lease_duration_ms_max = 3_600_000    # a crashed node's slot must come back within an hour
+lease_renew_divisor = 3              # SPEC: renew every duration/3
+lease_safety_margin_divisor = 4      # stop serving duration/4 before expiry: clock skew + time to stop
+lease_retry_divisor = 12             # after a failed renewal retry every duration/12: ~4 tries before the deadline
+lease_body_bytes_max = 1024 * 1024   # known_versions for members_max slots fits easily; bigger is garbage
+lease_task_id_chars_max = 256        # an ECS task ARN or host:pid fits
+lease_cluster_size_max = members_max  # one slot per member
+lease_int_max = lsn_max              # versions, serials, expiries: a body is read back from a file or S3,
+                                     # and what it holds goes into greetings (msgpack int64) and arithmetic
+lease_nonce_chars_max = 256          # ours are 32 hex digits
+lease_own_nonces_max = 8             # our writes whose outcome a read-back may still reveal
+lease_renew_writes_max = 2           # a renewal retries once after finding an older write of ours
+lease_acquire_store_retry_s_max = 30.0  # a lease store unreachable this long at start-up is a setup error: exit
+lease_acquire_retry_s_min = 0.1      # first retry after the store did not answer
+lease_acquire_retry_s_max = 5.0      # backoff cap while the store does not answer
+lease_acquire_poll_divisor = 6       # all slots held: look again every duration/6 (a freed slot is seen soon)
+lease_acquire_log_s = 10.0           # "still waiting for a slot" at most this often
+lease_peer_probe_s_min = 0.05        # re-probe a peer that answered but had not seen our version yet
+lease_peer_probe_s_max = 1.0         # back-off cap for a peer that does not answer
+lease_lost_grace_divisor = 3         # after a loss keep answering 503 for safety_margin/3 before exiting ...
+lease_lost_grace_ms_max = 1000       # ... but at most this: the exit must come well before the expiry
+lease_wind_down_step_s = 2.0         # stopping one applier after a loss; the exit must not wait on it
+lease_file_lock_wait_s_max = 5.0     # a lock held longer than this means a wedged writer: report, don't hang
+lease_file_lock_poll_s = 0.002       # first poll of a busy lock; doubles up to the cap below
+lease_file_lock_poll_s_max = 0.05    # keeps the worst extra wait after release small
+lease_s3_timeout_s_default = 5.0     # connect and read timeout of one S3 request
+lease_s3_attempts_max = 2            # one retry inside botocore; the runner retries again until the deadline
 
 # --- dashboard (node/http/events.py, node/http/browser.py) -----------------------
 events_interval_s = 1.0              # one snapshot per node per second is live enough to read and
@@ -203,11 +273,14 @@ assert value_bytes_max + key_bytes_max + 64 <= txn_bytes_max, "a one-row txn of 
 assert snapshot_chunk_bytes_max + record_bytes_max + message_margin_bytes <= message_bytes_max, \
     "a snapshot chunk (one record past its byte bound at most) fits in one message"
 assert relay_batch_bytes_max + message_margin_bytes <= message_bytes_max
+assert txn_bytes_max <= relay_frame_alone_bytes_max, "a frame split into single txns always travels"
 assert members_max * cluster_row_bytes_max + message_margin_bytes <= segment_header_bytes_max, \
     "a segment header holds the whole _cluster"
 assert members_max * cluster_row_bytes_max + message_margin_bytes <= message_bytes_max, \
     "a greeting and a snapshot carry the whole _cluster"
 assert txn_bytes_max * 2 <= frame_bytes_max
+assert 5 + value_sure_items_max * (5 + 4 * value_sure_key_chars_max + 5 + 4 * value_sure_str_chars_max) \
+    <= value_bytes_max, "a value decoded_flat_ok takes without walking it is within value_bytes_max"
 assert lsn_max + txn_ops_max < (1 << 63) and timestamp_us_max + (1 << 40) < (1 << 63)
 assert hlc_offset_max_s * 1e6 < timestamp_us_max
 assert link_close_timeout_s < peers_stop_wait_s < client_request_timeout_s, \

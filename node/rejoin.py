@@ -34,6 +34,7 @@ from node import limits
 from node.applier.applier import PROBE_ERRORS, open_link, probe
 from node.cluster_space.table import STATE_ANON, Member
 from node.core import messages as m
+from node.core import record
 from node.core.membership import describe_uncovered, expel_bounds, greeting_vclock, uncovered
 from node.core.validate import timestamp_ahead_error
 from node.errors import PeerRefused, RemoteProtocolError
@@ -55,20 +56,20 @@ _NOT_CARRIED = ("vclock", "hlc", "gc_vclock", "own_fence", "recovery_skipped", "
 async def receive_snapshot(conn, theirs: dict, store: Store, wall_us) -> tuple[dict[int, int], int]:
     """SNAPSHOT, SNAPSHOT_ROWS*, SNAPSHOT_END into `store` (checked as it comes); BYE.
     Returns the snapshot's vclock (the donor's ids) and the records received."""
-    snap = await conn.expect(m.SNAPSHOT, timeout=60)
+    snap = await conn.expect(m.SNAPSHOT, timeout=limits.snapshot_message_timeout_s)
     vclock = m.vclock_from_wire(snap["vclock"])
     cluster = [list(r) for r in snap["cluster"]]
     store.install_snapshot({"cluster_name": theirs["cluster_name"]}, snap["spaces"], cluster, vclock)
     n = 0
     while True:
-        msg = await conn.expect(m.SNAPSHOT_ROWS, m.SNAPSHOT_END, timeout=60)
+        msg = await conn.expect(m.SNAPSHOT_ROWS, m.SNAPSHOT_END, timeout=limits.snapshot_message_timeout_s)
         if msg.type == m.SNAPSHOT_END:
             break
         if msg["space"] not in snap["spaces"]:
             raise RemoteProtocolError(f"snapshot rows for unknown space {msg['space']!r}")
         wall = wall_us()
         for key, rec in msg["rows"]:     # the HLC is raised by each record's: not past the offset bound
-            why = timestamp_ahead_error(rec[3], wall)
+            why = timestamp_ahead_error(rec[record.HLC], wall)
             if why is not None:
                 raise RemoteProtocolError(f"snapshot record {msg['space']}/{key[:40]} refused: {why}")
         store.install_records(msg["space"], msg["rows"])
@@ -172,7 +173,7 @@ class Rejoiner:
     async def watch(self) -> None:
         node = self.node
         while True:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(limits.rejoin_watch_s)
             self.need = {a: r for a, r in self.need.items() if a in node.appliers}
             self.needed = {a: n for a, n in self.needed.items() if a in self.need}
             if not self.need or self.running or node.status != "running" or node.core is None:
@@ -236,11 +237,11 @@ class Rejoiner:
         deadline = time.monotonic() + limits.rejoin_cover_wait_s
         while True:
             while node.journal.pending:
-                await node.journal.changed(timeout=1.0)
+                await node.journal.changed(timeout=limits.journal_drain_wait_s)
             missing = uncovered(self._mine(), greeting_vclock(theirs))
             if not missing or time.monotonic() > deadline:
                 return missing
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(limits.rejoin_cover_poll_s)
             try:
                 theirs = await probe(node, node.http_session, address, limits.handshake_timeout_s)
             except PROBE_ERRORS:
@@ -263,7 +264,7 @@ class Rejoiner:
         for t in stopping:
             await t
         while node.journal.pending:
-            await node.journal.changed(timeout=1.0)
+            await node.journal.changed(timeout=limits.journal_drain_wait_s)
         node.store.sync()
         mine = self._mine()
         side = os.path.join(node.data_dir, REJOIN_DIR)

@@ -23,6 +23,7 @@ from node import limits
 from node.applier.conn import Conn, check_greeting, client_auth, connect
 from node.core import messages as m
 from node.core import rowscan
+from node.core.entry import PackedEntry
 from node.core.membership import describe_uncovered, greeting_vclock, uncovered
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
@@ -324,9 +325,9 @@ class Applier:
         finally:
             # Claimed rows must reach the WAL even if a later run is refused (as below).
             if ranges:
-                entry = rowscan.PackedEntry(scan, ranges)
+                entry = PackedEntry(scan, ranges)
                 self.rows += entry.rows
-                self.node.journal.submit_nowait(entry, want_future=False, rows=entry.rows)
+                self.node.journal.submit_entry_nowait(entry, want_future=False)
         return scan.ts_max(scan.ntxn - 1, scan.ntxn) if scan.ntxn else 0
 
     def _receive_txns(self, msg: m.Message, now: float) -> int:

@@ -26,9 +26,8 @@ from node.applier.conn import Conn, check_greeting
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER
 from node.core import messages as m
 from node.core import rowscan
-from node.core.replicaset import relay_wants
+from node.core.entry import txns_relay_frame
 from node.core.vclock import VClock
-from node.core.rowscan import PackedEntry
 from node.errors import ClientError, PeerRefused, RemoteProtocolError
 from node.faults import fault
 from node.wal import format as walfmt
@@ -43,7 +42,7 @@ log = logging.getLogger("replog.relay")
 _pack = msgpack.Packer(use_bin_type=True).pack
 
 
-_FRAME_ALONE_MAX = limits.message_bytes_max - limits.message_margin_bytes   # a frame this size fits a message
+_FRAME_ALONE_MAX = limits.relay_frame_alone_bytes_max
 
 
 def rows_batches(frames: list) -> list[list]:
@@ -88,23 +87,6 @@ def _split(payload) -> list[bytes]:
     return pieces
 
 
-def frame_for(body: bytes, written_us: int, entry, sub: dict[int, int],
-              own: tuple[int, int] | None) -> tuple[bytes | None, int]:
-    """What a subscriber at `sub` (and `own`: relay_wants) gets of one WAL frame (payload
-    `body`, its txns `entry`: a list, or a journal PackedEntry): the payload itself if it
-    wants every txn, re-packed if some, None if none; and the rows that go."""
-    if type(entry) is PackedEntry:
-        every = entry.wanted(sub, own)
-        if every is not None:
-            return (body, entry.rows) if every else (None, 0)
-        entry = entry.txns
-    keep = [t for t in entry if relay_wants(t, sub, own)]
-    if not keep:
-        return None, 0
-    rows = sum([len(t[4]) for t in keep])
-    return (body if len(keep) == len(entry) else _pack([written_us, keep])), rows
-
-
 class WalCursor:
     """Reads whole frames from the WAL, never past the journal's durable position:
     `read_tail` from the journal's memory, `read` from the file (in an executor thread)."""
@@ -146,7 +128,7 @@ class WalCursor:
             while i < len(frames) and budget > 0:
                 end, body, entry = frames[i]
                 i += 1
-                send, rows = frame_for(body, written_us, entry, self.sub, self.own)
+                send, rows = entry.relay_frame(body, written_us, self.sub, self.own)
                 if send is not None:
                     out.append(send)
                     budget -= len(body)
@@ -202,7 +184,8 @@ class WalCursor:
                 self.segment, self.offset = nxt[0], 0
                 continue
             with open(path, "rb") as f:
-                buf = os.pread(f.fileno(), min(size - self.offset, max(budget, 1 << 20)), self.offset)
+                want = min(size - self.offset, max(budget, limits.relay_file_read_bytes_min))
+                buf = os.pread(f.fileno(), want, self.offset)
             pos = 0
             while pos < len(buf):
                 scanned = rowscan.relay_scan(buf, pos, self.sub, budget, self.own)
@@ -226,7 +209,7 @@ class WalCursor:
                     raise
                 pos = nxt_pos
                 written_us, txns = walfmt.unpack_frame(body)
-                send, rows = frame_for(body, written_us, txns, self.sub, self.own)
+                send, rows = txns_relay_frame(txns, body, written_us, self.sub, self.own)
                 if send is not None:
                     out.append(send)
                     budget -= len(body)

@@ -147,7 +147,7 @@ class ClientServer:
     async def start(self, host: str, port: int, ssl_context=None) -> None:
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(lambda: ClientProtocol(self), host, port, ssl=ssl_context,
-                                               reuse_address=True, backlog=1024)
+                                               reuse_address=True, backlog=limits.client_accept_backlog)
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:

@@ -21,33 +21,21 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from math import isfinite
 from typing import Any, Callable
 
 from node import clientrules, limits
 from node.clientproto import wire, writes
-from node.core.rows import OP_DELETE, OP_PUT, Op, _flat_ok
+from node.core.record import DELETED, LSN, ORIGIN_ID, VALUE
+from node.core import validate
+from node.core.rows import OP_DELETE, OP_PUT, Op
 from node.errors import ClientError
 
 log = logging.getLogger("replog.client")
 
-_KEY_SAFE = limits.key_bytes_max // 4          # a key this short is within bounds whatever its chars
-_STR_SAFE = limits.value_bytes_max // 4
+_KEY_SAFE = validate.KEY_CHARS_SAFE            # key_error: a key this short is within bounds whatever its chars
+_value_fast_ok = validate.decoded_value_ok     # value_error, when sure without walking (else the exact path)
 _new = tuple.__new__
-
-
-def _value_fast_ok(v: Any) -> bool:
-    """Within the value rule without walking it (as a fast decoder made it): else the exact check."""
-    t = type(v)
-    if t is str:
-        return len(v) <= _STR_SAFE
-    if t is int or t is bool or v is None:
-        return True
-    if t is float:
-        return isfinite(v)
-    if t is dict or t is list:
-        return _flat_ok(v)
-    return False
+_ID_MAX = limits.client_request_id_max
 
 
 def _bad(req_id: Any, why: str) -> tuple:
@@ -101,10 +89,11 @@ class Session:
                 self.close()
                 return
             n = len(req)
-            # the frequent case first: a put or delete of a short key to an existing replicated space
+            # the frequent case first: a put or delete of a short key to an existing replicated space (its
+            # name passed space_name_error when it was made; clientrules: a client never writes "_" spaces)
             if (op == wire.PUT and n == 5) or (op == wire.DELETE and n == 4):
                 space, key = req[2], req[3]
-                if 0 <= rid <= wire.ID_MAX and type(space) is str and spaces.get(space) is False and space[0] != "_" \
+                if 0 <= rid <= _ID_MAX and type(space) is str and spaces.get(space) is False and space[0] != "_" \
                         and type(key) is str and 0 < len(key) <= _KEY_SAFE:
                     if op == wire.PUT:
                         if _value_fast_ok(req[4]):
@@ -117,13 +106,13 @@ class Session:
                         continue
             elif op == wire.GET and n == 4:
                 space, key = req[2], req[3]
-                if 0 <= rid <= wire.ID_MAX and type(space) is str and space in stored \
+                if 0 <= rid <= _ID_MAX and type(space) is str and space in stored \
                         and type(key) is str and 0 < len(key) <= _KEY_SAFE:
                     reads.append((rid, space, key))
                     continue
             try:
-                if not 0 <= rid <= wire.ID_MAX:
-                    raise ClientError(400, "bad_request", f"request ids are 0..{wire.ID_MAX}")
+                if not 0 <= rid <= _ID_MAX:
+                    raise ClientError(400, "bad_request", f"request ids are 0..{_ID_MAX}")
                 got = self._request(rid, op, req, n, spaces)
             except ClientError as e:
                 answers.append(wire.error_answer(rid, e.status, e.code, e.message))
@@ -199,10 +188,11 @@ class Session:
         store = self.node.store
         uuid_of, me = store.table.uuid_of, self.node.uuid
         for (rid, space, key), rec in zip(reads, store.get_many([(s, k) for _, s, k in reads])):
-            if rec is None or rec[4]:
+            if rec is None or rec[DELETED]:
                 answers.append(wire.error_answer(rid, 404, "no_such_key", f"key {key!r} is not in {space!r}"))
             else:
-                answers.append((rid, wire.OK, (rec[0], me if rec[1] == 0 else uuid_of(rec[1]), rec[2])))
+                origin = rec[ORIGIN_ID]
+                answers.append((rid, wire.OK, (rec[VALUE], me if origin == 0 else uuid_of(origin), rec[LSN])))
 
     def _get(self, rid: int, req: list) -> tuple:
         _, value, origin, lsn = clientrules.get_record(self.node, req[2], req[3])

@@ -50,7 +50,6 @@ OP_NAMES = {HELLO: "hello", GET: "get", PUT: "put", DELETE: "delete", RANGE: "ra
             INFO: "info", WAIT: "wait", SPACE: "space"}
 TXN_PUT, TXN_DELETE = PUT, DELETE          # an op inside TXN: [2, space, key, value] or [3, space, key]
 OK, CREATED = 200, 201
-ID_MAX = (1 << 63) - 1
 
 HEAD = struct.Struct(">I")                 # a frame's length
 HEAD_BYTES = HEAD.size

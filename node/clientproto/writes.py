@@ -5,7 +5,7 @@ ROWS message (node/core/rowscan.py).
 The batch is encoded once, as replog's own encoder writes a ROWS message (so it is canonical),
 and handed to the native row scanner, which checks every row again by the data rules and indexes
 it; the journal then writes the WAL frame spliced from those bytes and the store puts records
-built from them (PackedEntry): no Txn or Op object per row, and no second encoding.
+built from them (node.core.entry.PackedEntry): no Txn or Op object per row, and no second encoding.
 
 Rules kept here:
 - the node's checks come first, for the whole batch: `Node.write_check` (running, room to write)
@@ -25,6 +25,7 @@ from typing import Any
 
 from node.core import codec, rowscan
 from node.core import messages as m
+from node.core.entry import PackedEntry
 from node.core.rows import GROUP_DEFAULT, Op
 
 _ROWS = m.ROWS
@@ -57,5 +58,4 @@ def submit(node: Any, txns: list[list[Op]]) -> tuple[asyncio.Future, list[int]] 
         return None
     core.claimed.follow(rid, lasts[-1])
     hlc.observe(ts - 1)
-    entry = rowscan.PackedEntry(scan, [(0, scan.ntxn, rid)])
-    return node.journal.submit_nowait(entry, rows=entry.rows), lasts
+    return node.journal.submit_entry_nowait(PackedEntry(scan, [(0, scan.ntxn, rid)])), lasts

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
+from node.core import record
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +63,10 @@ def resolve_cluster_replace(
 
 
 # --- data space resolvers -------------------------------------------------------
-# A record is (value, origin_uuid, lsn, hlc, deleted). A resolver returns True when the
-# new record replaces the old one.
+# A record is (value, origin_uuid, lsn, hlc, deleted): node.core.record's layout, the origin as a
+# uuid. A resolver returns True when the new record replaces the old one. lww runs once per row
+# that meets an old record, so it spells the positions (asserted here).
+assert record.LAYOUT == ("value", "origin_id", "lsn", "hlc", "deleted"), "lww spells the record layout"
 Record = tuple[Any, str, int, int, bool]
 DataResolver = Callable[[Record | None, Record], bool]
 

@@ -43,6 +43,14 @@ relay_scan(buf, pos, sub, budget, frame_bytes_max, own_id, own_cut)
 #define OP_PUT 1
 #define OP_DELETE 2
 #define OP_NOP 5
+#define TXN_HEAD 0x95              /* a txn: [replica_id, lsn, group, timestamp, ops] (node.core.rows) */
+/* A store record, node.core.record's layout: [value, origin id, lsn, hlc, deleted], canonical
+   msgpack: RECORD_HEAD, the value, three shortest uints, then the flag, which is the last byte
+   (node.core.apply reads it there). tests/unit/test_record.py holds these equal to record.py's. */
+#define RECORD_FIELDS 5
+#define RECORD_HEAD (0x90 | RECORD_FIELDS)
+#define RECORD_DELETED_TRUE 0xc3
+#define RECORD_DELETED_FALSE 0xc2
 #define VALUE_DEPTH_CAP 128        /* the largest value_depth_max scan_rows takes (Levels on the stack) */
 #define FRAME_OVERHEAD 12
 static const uint8_t FRAME_MAGIC[4] = {0xd5, 0x1a, 0x7e, 0x01};
@@ -233,7 +241,7 @@ static void levels_free(Level *lv, int d) {
             PyMem_Free(lv[i].keys);
 }
 
-/* One stored value by node.core.validate's rule: nil, bools, ints, finite float64s, strs, arrays and
+/* validate.value_size (value_error), not legacy: nil, bools, ints, finite float64s, strs, arrays and
    maps with str keys (no duplicates), at most depth_max containers deep and value_max bytes, all
    canonical. Iterative (a Level per open container), so no input can recurse. */
 static const uint8_t *plain(const uint8_t *p, const uint8_t *end, int depth_max, uint64_t value_max) {
@@ -357,7 +365,7 @@ static const uint8_t *skip_any(const uint8_t *p, const uint8_t *end) {
     return p;
 }
 
-/* A space name by node.core.validate's rule: [A-Za-z_][A-Za-z0-9_]{0,max-1}. */
+/* validate.space_name_error: [A-Za-z_][A-Za-z0-9_]{0,max-1} (validate.SPACE_RE). */
 static int space_ok(const uint8_t *s, size_t n, size_t max) {
     if (n < 1 || n > max)
         return 0;
@@ -444,7 +452,9 @@ static int scan_parse(Scan *s, const uint8_t *base, size_t size, const Bounds *b
         for (uint64_t i = 0; i < ntx; i++) {
             uint64_t rid, lsn, ts, nops;
             const uint8_t *start = p;
-            if (p >= end || *p++ != 0x95 || (p = rd_uint(p, end, &rid)) == NULL || rid > bd->rid_max)
+            /* validate.txn_envelope_error: replica id, lsn, timestamp, rows and the last lsn in bounds;
+               the group DEFAULT only (validate.txn_group_error holds: no _cluster row can follow) */
+            if (p >= end || *p++ != TXN_HEAD || (p = rd_uint(p, end, &rid)) == NULL || rid > bd->rid_max)
                 return 0;
             const uint8_t *body = p;
             if ((p = rd_uint(p, end, &lsn)) == NULL || lsn < 1 || lsn > bd->lsn_max)
@@ -462,17 +472,19 @@ static int scan_parse(Scan *s, const uint8_t *base, size_t size, const Bounds *b
                 size_t sp_len, key_len;
                 if (p >= end || *p++ != 0x94 || p >= end)
                     return 0;
+                /* validate.op_error for puts, deletes and nops (other kinds: the exact path) */
                 uint8_t kind = *p++;
                 if (kind != OP_PUT && kind != OP_DELETE && kind != OP_NOP)
                     return 0;
                 if ((p = rd_str(p, end, &sp, &sp_len, NULL)) == NULL || !space_ok(sp, sp_len, bd->space_max))
                     return 0;
+                /* validate.key_error: 1..key_max bytes of UTF-8 (a nop's may be empty) */
                 if ((p = rd_str(p, end, &key, &key_len, NULL)) == NULL || key_len > bd->key_max
                     || (key_len == 0 && kind != OP_NOP))
                     return 0;
                 val = p;
                 if (kind != OP_PUT && (p >= end || *p != 0xc0))
-                    return 0;              /* deletes and nops carry nil (a delete reaches resolvers as nil) */
+                    return 0;              /* op_error: deletes and nops carry nil (resolvers see a delete's nil) */
                 no_memory = 0;
                 if ((p = plain(p, end, bd->depth_max, bd->value_max)) == NULL)
                     return no_memory ? -1 : 0;
@@ -484,7 +496,7 @@ static int scan_parse(Scan *s, const uint8_t *base, size_t size, const Bounds *b
                 s->nop++;
             }
             if ((uint64_t)(p - start) > bd->txn_max)
-                return 0;                  /* too large to travel on alone: the exact path refuses it */
+                return 0;                  /* validate.txn_bytes_error: the exact path refuses it */
             Py_ssize_t n = s->ntxn;
             int64_t last = (int64_t)(lsn + nops - 1);
             if (n > 0 && s->t[T_RID].v[n - 1] == (int64_t)rid) {
@@ -686,7 +698,7 @@ static PyObject *scan_frame_txns(Scan *s, PyObject *seq) {
     for (Py_ssize_t k = 0; k < nr; k++) {
         size_t rn = wr_uint(rid, r[k].rid);
         for (Py_ssize_t i = r[k].a; i < r[k].b; i++) {
-            *o++ = 0x95;
+            *o++ = TXN_HEAD;
             memcpy(o, rid, rn);
             o += rn;
             size_t n = end->v[i] - body->v[i];
@@ -701,8 +713,8 @@ static PyObject *scan_frame_txns(Scan *s, PyObject *seq) {
 }
 
 /* records(ranges) -> [(space, [(key, record), ...]), ...]: the store records of the ranges'
-   puts and deletes in order, grouped by runs of one space. A record is the msgpack of
-   [value, origin id, lsn, timestamp, deleted] (a delete's value is nil). */
+   puts and deletes in order, grouped by runs of one space. A record is node.core.record's
+   [value, origin id, lsn, hlc = the txn's timestamp, deleted] (a delete's value is nil). */
 static PyObject *scan_records(Scan *s, PyObject *seq) {
     Py_ssize_t nr;
     Range *r = ranges_from(s, seq, &nr);
@@ -743,7 +755,7 @@ static PyObject *scan_records(Scan *s, PyObject *seq) {
                 size_t tn = wr_uint(tail, r[k].rid);
                 tn += wr_uint(tail + tn, (uint64_t)lsn);
                 tn += wr_uint(tail + tn, (uint64_t)ts);
-                tail[tn++] = kind == OP_DELETE ? 0xc3 : 0xc2;
+                tail[tn++] = kind == OP_DELETE ? RECORD_DELETED_TRUE : RECORD_DELETED_FALSE;
                 PyObject *rec = PyBytes_FromStringAndSize(NULL, 1 + val_len + tn);
                 PyObject *key = PyBytes_FromStringAndSize((const char *)base + s->o[O_KEY].v[j],
                                                           s->o[O_KEY_LEN].v[j]);
@@ -753,7 +765,7 @@ static PyObject *scan_records(Scan *s, PyObject *seq) {
                     goto fail;
                 }
                 uint8_t *o = (uint8_t *)PyBytes_AS_STRING(rec);
-                o[0] = 0x95;
+                o[0] = RECORD_HEAD;
                 if (kind == OP_DELETE)
                     o[1] = 0xc0;
                 else
@@ -888,7 +900,7 @@ static int frame_wanted(const uint8_t *p, const uint8_t *end, SubVec *sub, int64
     if ((p = rd_array(p, end, &ntx)) == NULL)          /* canonical as this node writes it */
         return -1;
     for (uint64_t i = 0; i < ntx; i++) {
-        if (p >= end || *p++ != 0x95 || (p = rd_uint(p, end, &rid)) == NULL
+        if (p >= end || *p++ != TXN_HEAD || (p = rd_uint(p, end, &rid)) == NULL
             || (p = rd_uint(p, end, &lsn)) == NULL || (p = rd_uint(p, end, &group)) == NULL
             || (p = skip_any(p, end)) == NULL || (p = rd_array(p, end, &nops)) == NULL)
             return -1;
@@ -988,7 +1000,12 @@ PyMODINIT_FUNC PyInit__rowscan(void) {
     if (m == NULL)
         return NULL;
     if (PyModule_AddIntConstant(m, "RS_END", RS_END) || PyModule_AddIntConstant(m, "RS_BUDGET", RS_BUDGET)
-        || PyModule_AddIntConstant(m, "RS_STOP", RS_STOP) || PyModule_AddIntConstant(m, "VALUE_DEPTH_CAP", VALUE_DEPTH_CAP)) {
+        || PyModule_AddIntConstant(m, "RS_STOP", RS_STOP) || PyModule_AddIntConstant(m, "VALUE_DEPTH_CAP", VALUE_DEPTH_CAP)
+        || PyModule_AddIntConstant(m, "TXN_HEAD", TXN_HEAD)
+        || PyModule_AddIntConstant(m, "RECORD_FIELDS", RECORD_FIELDS)
+        || PyModule_AddIntConstant(m, "RECORD_HEAD", RECORD_HEAD)
+        || PyModule_AddIntConstant(m, "RECORD_DELETED_TRUE", RECORD_DELETED_TRUE)
+        || PyModule_AddIntConstant(m, "RECORD_DELETED_FALSE", RECORD_DELETED_FALSE)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -12,7 +12,7 @@ return the old record in one lookup). Rules:
 - the vclock component of the txn (0 for local rows) advances to its last lsn (once per call,
   after the rows: nothing here reads the vclock).
 
-`apply_packed(view, entry, self_uuid)` applies a PackedEntry (node.core.rowscan: plain txns as
+`apply_packed(view, entry, self_uuid)` applies a PackedEntry (node.core.entry: plain txns as
 received, their store records already built) with the same outcome as apply_txns on its txns;
 it needs the view's raw_replacer/raw_put/raw_delete (records as bytes), which the LMDB store has."""
 from __future__ import annotations
@@ -21,10 +21,15 @@ from typing import Protocol
 
 from node.cluster_space.resolver import DATA_RESOLVERS
 from node.cluster_space.table import ClusterTable, Member
-from node.core import codec
+from node.core import record
 from node.core.rows import GROUP_LOCAL, OP_CLUSTER, OP_DELETE, OP_NOP, OP_PUT, OP_SPACE, Txn
 from node.core.vclock import VClock
 from node.errors import StorageError
+
+# The hot loops below build and read records positionally (a name per field would add a global
+# lookup per field per row): they spell node.core.record's layout, checked here.
+assert record.LAYOUT == ("value", "origin_id", "lsn", "hlc", "deleted"), "apply.py spells the record layout"
+_DELETED_TRUE = record.DELETED_TRUE
 
 
 class StateView(Protocol):
@@ -33,8 +38,8 @@ class StateView(Protocol):
 
     def space(self, name: str) -> tuple[bool, str] | None: ...          # (local, conflict)
     def create_space(self, name: str, local: bool, conflict: str) -> None: ...
-    def get(self, space: str, key: str) -> list | None: ...              # [value, origin_id, lsn, hlc, deleted]
-    def put(self, space: str, key: str, record: list) -> None: ...
+    def get(self, space: str, key: str) -> list | None: ...              # a record (node.core.record)
+    def put(self, space: str, key: str, rec: list) -> None: ...
     # optional: def replacer(self, space: str) -> Callable[[str, list], list | None]
     #   a function that puts a record into that space and returns the one it replaced
     def delete(self, space: str, key: str) -> None: ...
@@ -43,9 +48,9 @@ class StateView(Protocol):
 
 
 def _get_then_put(view: StateView, space: str):
-    def replace(key: str, record: list) -> list | None:
+    def replace(key: str, rec: list) -> list | None:
         old = view.get(space, key)
-        view.put(space, key, record)
+        view.put(space, key, rec)
         return old
     return replace
 
@@ -130,12 +135,12 @@ def apply_packed(view, entry, self_uuid: str) -> dict[int, int]:
     for space, items in entry.records():
         sdef = view.space(space)
         if sdef is None:
-            rec = codec.unpack(items[0][1])
-            raise StorageError(f"row {rec[1]}:{rec[2]} writes unknown space {space!r}")
+            rec = record.unpack(items[0][1])
+            raise StorageError(f"row {rec[record.ORIGIN_ID]}:{rec[record.LSN]} writes unknown space {space!r}")
         conflict = sdef[1]
         if conflict == "apply":              # arrival order: a delete removes, a put replaces
             for key, rec in items:
-                if rec[-1] == 0xc3:          # the record's last element, deleted = True
+                if rec[-1] == _DELETED_TRUE:  # a tombstone (node.core.record: the flag is the last byte)
                     view.raw_delete(space, key)
                 else:
                     view.raw_put(space, key, rec)
@@ -145,7 +150,7 @@ def apply_packed(view, entry, self_uuid: str) -> dict[int, int]:
         for key, rec in items:
             old = replace(key, rec)
             if old is not None:
-                o, n = codec.unpack(old), codec.unpack(rec)
+                o, n = record.unpack(old), record.unpack(rec)
                 old_uuid = (uuid_of(o[1]) or "") if o[1] else self_uuid
                 if not resolve((o[0], old_uuid, o[2], o[3], o[4]), (n[0], uuid_of(n[1]) or self_uuid, n[2], n[3], n[4])):
                     view.raw_put(space, key, old)

@@ -35,6 +35,15 @@ def _enc_hook(obj: Any) -> Any:
 pack = msgspec.msgpack.Encoder(enc_hook=_enc_hook).encode
 
 
+def array_head(n: int) -> bytes:
+    """The header of an array of n items as `pack` writes it (for splicing packed items after it)."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
 def unpack(b: bytes) -> Any:
     """A stored record or meta value (written by `pack`)."""
     return msgpack.unpackb(b, raw=False, strict_map_key=False)

@@ -38,7 +38,7 @@ import msgpack
 import msgspec
 
 from node import limits
-from node.core import codec, validate
+from node.core import codec, validate, validate_msgs
 from node.core.rows import FAST_ERRORS, WIRE_FRAME, Txn, check_fast, exact_frame, no_ext
 from node.errors import RemoteProtocolError
 
@@ -119,14 +119,7 @@ def encode(mtype: int, **body: Any) -> bytes:
 def rows_parts(frames: list[bytes]) -> list[bytes]:
     """A ROWS message of these frame payloads (node.wal.format) as the pieces that, joined,
     make it: the frames are spliced in as they are."""
-    n = len(frames)
-    if n < 16:
-        head = bytes((0x90 | n,))
-    elif n < 1 << 16:
-        head = b"\xdc" + n.to_bytes(2, "big")
-    else:
-        head = b"\xdd" + n.to_bytes(4, "big")
-    return [_ROWS_HEAD + head, *frames]
+    return [_ROWS_HEAD + codec.array_head(len(frames)), *frames]
 
 
 def encode_rows(frames: list[bytes]) -> bytes:
@@ -160,11 +153,10 @@ def _sized(txns: list[Txn], size: int, error: RemoteProtocolError | None) -> dic
     travel on alone from here (only a message larger than that bound can hold one)."""
     if size > limits.txn_bytes_max:
         for i, t in enumerate(txns):
-            n = len(codec.pack(t))
-            if n > limits.txn_bytes_max:
-                return {"txns": txns[:i], "error": RemoteProtocolError(
-                    f"malformed row: txn {t.replica_id}:{t.lsn} encodes to {n} bytes, more than "
-                    f"txn_bytes_max = {limits.txn_bytes_max}")}
+            err = validate.txn_bytes_error(len(codec.pack(t)))
+            if err is not None:
+                return {"txns": txns[:i],
+                        "error": RemoteProtocolError(f"malformed row: txn {t.replica_id}:{t.lsn} {err}")}
     return {"txns": txns, "error": error}
 
 
@@ -212,22 +204,22 @@ def decode(data: bytes, scan_rows: Callable[[bytes], Any] | None = None) -> Mess
 
 # what a message's fields may hold past their types (node.core.validate), by type
 _CHECKS: dict[int, Callable[[dict], str | None]] = {
-    GREETING: validate.greeting_error,
-    SUBSCRIBE: lambda b: validate.vclock_error(b["vclock"]) or (
-        validate.vclock_error(b["durable"]) if "durable" in b else None) or (
+    GREETING: validate_msgs.greeting_error,
+    SUBSCRIBE: lambda b: validate_msgs.vclock_error(b["vclock"]) or (
+        validate_msgs.vclock_error(b["durable"]) if "durable" in b else None) or (
         None if type(b.get("own_rows", False)) is bool else "own_rows is not a boolean"),
-    SUBSCRIBED: lambda b: validate.vclock_error(b["vclock"]),
-    ACK: lambda b: validate.vclock_error(b["vclock"]) or (
-        validate.vclock_error(b["durable"]) if "durable" in b else None),
-    SHUTDOWN: validate.shutdown_error,
-    SNAPSHOT: validate.snapshot_error,
-    SNAPSHOT_ROWS: validate.snapshot_rows_error,
+    SUBSCRIBED: lambda b: validate_msgs.vclock_error(b["vclock"]),
+    ACK: lambda b: validate_msgs.vclock_error(b["vclock"]) or (
+        validate_msgs.vclock_error(b["durable"]) if "durable" in b else None),
+    SHUTDOWN: validate_msgs.shutdown_error,
+    SNAPSHOT: validate_msgs.snapshot_error,
+    SNAPSHOT_ROWS: validate_msgs.snapshot_rows_error,
     REGISTERED: lambda b: None if 1 <= b["id"] <= limits.replica_id_max else "id out of range",
 }
 
 
 def vclock_from_wire(d: dict) -> dict[int, int]:
-    err = validate.vclock_error(d)
+    err = validate_msgs.vclock_error(d)
     if err is not None:
         raise RemoteProtocolError(f"malformed vclock: {err}")
     return {k: v for k, v in d.items() if v}

@@ -5,16 +5,14 @@ lsn `txn.lsn + i` in the origin's vclock component, so a transaction of n rows t
 lsns lsn..lsn+n-1 and the last row is the transaction boundary. `replica_id` names the
 origin in the id space of whoever holds the Txn (it is translated on every link).
 
-Groups (after Tarantool's replication groups):
-- DEFAULT: replicated data and space definitions;
-- LOCAL: rows of local spaces; never leave the node; counted in vclock component 0;
-- CLUSTER: rows of `_cluster`; replicated and handled specially by appliers.
+Groups and op kinds are node.core.kinds' (re-exported here).
 
 Wire and WAL form is a msgpack list `[replica_id, lsn, group, timestamp, [[kind, space, key, value], ...]]`;
-`txn_from_wire` validates everything a peer or a damaged file could get wrong."""
+`txn_from_wire` validates everything a peer or a damaged file could get wrong, by node.core.validate's
+rules (the envelope, each kind of row, `_cluster` rows alone); the fast decoder below keeps a subset
+of those rules, each check naming the rule it stands for."""
 from __future__ import annotations
 
-from math import isfinite
 from typing import Annotated, Any, Literal, NamedTuple
 
 import msgpack
@@ -22,23 +20,10 @@ import msgspec
 
 from node import limits
 from node.core import codec, validate
+# the numbers rows carry (node.core.kinds): the rest of the node imports them from here
+from node.core.kinds import (CLUSTER_SPACE, GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, GROUP_NAMES,  # noqa: F401
+                             GROUPS, OP_CLUSTER, OP_DELETE, OP_NAMES, OP_NOP, OP_PUT, OP_SPACE, OPS)
 from node.errors import RemoteProtocolError
-
-GROUP_DEFAULT = 0
-GROUP_LOCAL = 1
-GROUP_CLUSTER = 2
-GROUPS = (GROUP_DEFAULT, GROUP_LOCAL, GROUP_CLUSTER)
-GROUP_NAMES = {GROUP_DEFAULT: "default", GROUP_LOCAL: "local", GROUP_CLUSTER: "cluster"}
-
-OP_PUT = 1          # space, key, value
-OP_DELETE = 2       # space, key
-OP_SPACE = 3        # space (name), key unused, value: {"local": bool, "conflict": str}
-OP_CLUSTER = 4      # space "_cluster", key: member uuid, value: {"id", "address", "state"}
-OP_NOP = 5          # advances the vclock only
-OPS = (OP_PUT, OP_DELETE, OP_SPACE, OP_CLUSTER, OP_NOP)
-OP_NAMES = {OP_PUT: "put", OP_DELETE: "delete", OP_SPACE: "space", OP_CLUSTER: "cluster", OP_NOP: "nop"}
-
-CLUSTER_SPACE = "_cluster"
 
 
 class Op(NamedTuple):
@@ -81,51 +66,14 @@ def _bad(what: str) -> RemoteProtocolError:
     return RemoteProtocolError(f"malformed row: {what}")
 
 
-_OPS_SET = frozenset(OPS)
-_GROUPS_SET = frozenset(GROUPS)
-_KEY_CHARS_SAFE = limits.key_bytes_max // 4     # a key this short is within bounds whatever its chars
-_SPACE_CHARS_MAX = limits.space_name_chars_max
-_REPLICA_ID_MAX = limits.replica_id_max
-_TXN_OPS_MAX = limits.txn_ops_max
-_LSN_MAX = limits.lsn_max
-_TS_MAX = limits.timestamp_us_max
-
-
 _new = tuple.__new__     # builds an Op/Txn from a checked sequence in C, without NamedTuple's __new__
-
-
-def op_error(kind: Any, space: Any, key: Any, value: Any, *, legacy: bool = False) -> str | None:
-    """What is wrong with one row, by its kind, or None (the rules: node.core.validate).
-    `legacy`: values written before the value rule (recovery of this node's own WAL)."""
-    if kind == OP_PUT or kind == OP_DELETE:
-        err = validate.space_name_error(space) or validate.key_error(key)
-        if err is None:
-            if kind == OP_PUT:
-                err = validate.value_error(value, legacy=legacy)
-            elif value is not None:
-                err = "a delete carries no value"
-        return err
-    if kind == OP_CLUSTER:
-        if space != CLUSTER_SPACE or not validate.is_uuid(key):
-            return f"a _cluster row goes to space _cluster under a canonical uuid, not {str(key)[:80]!r}"
-        return validate.cluster_value_error(value)
-    if kind == OP_SPACE:
-        return validate.space_name_error(space) or (None if key == "" else "a space row has an empty key") \
-            or validate.space_def_error(value)
-    if kind == OP_NOP:
-        return validate.space_name_error(space) or (validate.key_error(key) if key != "" else None) \
-            or (None if value is None else "a nop carries no value")
-    return f"unknown op kind {str(kind)[:20]}"
 
 
 def op_from_wire(raw: Any, legacy: bool = False) -> Op:
     t = type(raw)
     if (t is not list and t is not tuple) or len(raw) != 4:
         raise _bad("op is not a 4-element list")
-    kind, space, key, value = raw
-    if type(kind) is not int or kind not in _OPS_SET:
-        raise _bad(f"unknown op kind {str(kind)[:20]}")
-    err = op_error(kind, space, key, value, legacy=legacy)
+    err = validate.op_error(*raw, legacy=legacy)
     if err is not None:
         raise _bad(err)
     return _new(Op, raw)
@@ -138,26 +86,16 @@ def txn_from_wire(raw: Any, legacy: bool = False) -> Txn:
     if (t is not list and t is not tuple) or len(raw) != 5:
         raise _bad("txn is not a 5-element list")
     replica_id, lsn, group, ts, ops = raw
-    if type(replica_id) is not int or type(lsn) is not int or type(ts) is not int:
-        raise _bad("replica_id, lsn and timestamp are integers")
-    t = type(ops)
-    if (t is not list and t is not tuple) or not ops or len(ops) > _TXN_OPS_MAX:
-        raise _bad(f"a transaction has 1..{_TXN_OPS_MAX} rows")
-    if not 0 <= replica_id <= _REPLICA_ID_MAX:
-        raise _bad(f"replica ids are 0..{_REPLICA_ID_MAX}, not {replica_id}")
-    if lsn < 1 or lsn + len(ops) - 1 > _LSN_MAX:
-        raise _bad(f"row {replica_id}:{lsn}: lsns are 1..{_LSN_MAX}")
-    if not 0 <= ts <= _TS_MAX:
-        raise _bad(f"row {replica_id}:{lsn}: timestamps are 0..{_TS_MAX} µs, not {ts}")
-    if type(group) is not int or group not in _GROUPS_SET:
-        raise _bad(f"row {replica_id}:{lsn}: group {str(group)[:20]}")
+    err = validate.txn_envelope_error(replica_id, lsn, group, ts, ops)
+    if err is not None:
+        raise _bad(err)
     try:
         out = tuple([op_from_wire(o, legacy) for o in ops])
     except RemoteProtocolError as e:
         raise RemoteProtocolError(f"{e} (row {replica_id}:{lsn})") from None
-    if (group == GROUP_CLUSTER) != all(o[0] == OP_CLUSTER for o in out) or \
-            (group != GROUP_CLUSTER and any(o[0] == OP_CLUSTER for o in out)):
-        raise _bad(f"row {replica_id}:{lsn}: _cluster rows travel alone, in group cluster")
+    err = validate.txn_group_error(group, [o[0] for o in out])
+    if err is not None:
+        raise _bad(f"row {replica_id}:{lsn}: {err}")
     return _new(Txn, (replica_id, lsn, group, ts, out))
 
 
@@ -167,24 +105,25 @@ def txn_from_wire(raw: Any, legacy: bool = False) -> Txn:
 # groups default and local, with keys short enough to be within bounds whatever their characters
 # and values that pass the value rule (check_fast). Anything else (space and `_cluster` rows, long
 # keys, extension types, odd values, damage, nesting deeper than msgspec recurses) is decoded again
-# by the exact path, so what is accepted, and every error, is txn_from_wire's.
+# by the exact path, so what is accepted, and every error, is txn_from_wire's. Each check below
+# names the rule of node.core.validate it stands for (tests/unit/test_validate.py holds them equal).
 
 class _WireOp(Op):
     __slots__ = ()
     _field_defaults = {}              # on the wire an op has all four elements
-    kind: Literal[OP_PUT, OP_DELETE, OP_NOP]
-    space: Annotated[str, msgspec.Meta(pattern=validate.SPACE_RE.pattern)]
-    key: Annotated[str, msgspec.Meta(max_length=_KEY_CHARS_SAFE)]
-    value: Any
+    kind: Literal[OP_PUT, OP_DELETE, OP_NOP]                                 # op_error: these kinds only
+    space: Annotated[str, msgspec.Meta(pattern=validate.SPACE_RE.pattern)]   # space_name_error
+    key: Annotated[str, msgspec.Meta(max_length=validate.KEY_CHARS_SAFE)]   # key_error: short enough (+ check_fast)
+    value: Any                                                               # value_error: check_fast
 
 
-class _WireTxn(Txn):
+class _WireTxn(Txn):                  # txn_envelope_error (+ check_fast: the last lsn)
     __slots__ = ()
-    replica_id: Annotated[int, msgspec.Meta(ge=0, le=_REPLICA_ID_MAX)]
-    lsn: Annotated[int, msgspec.Meta(ge=1, le=_LSN_MAX)]
-    group: Literal[GROUP_DEFAULT, GROUP_LOCAL]
-    timestamp: Annotated[int, msgspec.Meta(ge=0, le=_TS_MAX)]
-    ops: Annotated[tuple[_WireOp, ...], msgspec.Meta(min_length=1, max_length=_TXN_OPS_MAX)]
+    replica_id: Annotated[int, msgspec.Meta(ge=0, le=limits.replica_id_max)]
+    lsn: Annotated[int, msgspec.Meta(ge=1, le=limits.lsn_max)]
+    group: Literal[GROUP_DEFAULT, GROUP_LOCAL]                               # (txn_group_error: no _cluster)
+    timestamp: Annotated[int, msgspec.Meta(ge=0, le=limits.timestamp_us_max)]
+    ops: Annotated[tuple[_WireOp, ...], msgspec.Meta(min_length=1, max_length=limits.txn_ops_max)]
 
 
 class Unusual(Exception):
@@ -200,40 +139,10 @@ WIRE_FRAME = tuple[int, list[_WireTxn]]     # a frame payload, as the fast decod
 # RecursionError: msgspec recurses, and a value nested past its limit is refused by the exact path
 FAST_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, Unusual, RecursionError)
 _fast_frame = msgspec.msgpack.Decoder(WIRE_FRAME, ext_hook=no_ext).decode
-_SCALARS = frozenset((str, int, bool, type(None)))       # within the rules as any decoder makes them
-_STR_SAFE = limits.value_bytes_max // 4
-
-
-def _flat_ok(v: Any) -> bool:
-    """A small map or array of scalars, as a fast decoder made it (its strings are UTF-8, its ints in
-    range): within the value rule without walking it (at most 32 items of at most ~4 KiB each)."""
-    if len(v) > 32:
-        return False
-    if type(v) is dict:
-        for k, x in v.items():
-            if type(k) is not str or len(k) > 256:
-                return False
-            t = type(x)
-            if t is str:
-                if len(x) > 4096:
-                    return False
-            elif t is float:
-                if not isfinite(x):
-                    return False
-            elif t not in _SCALARS:
-                return False
-        return True
-    for x in v:
-        t = type(x)
-        if t is str:
-            if len(x) > 4096:
-                return False
-        elif t is float:
-            if not isfinite(x):
-                return False
-        elif t not in _SCALARS:
-            return False
-    return True
+_SCALARS = validate.DECODED_SCALARS
+_STR_SAFE = validate.STR_CHARS_SAFE
+_flat_ok = validate.decoded_flat_ok
+_LSN_MAX = limits.lsn_max
 
 
 def check_fast(txns: list[Txn]) -> None:
@@ -242,21 +151,21 @@ def check_fast(txns: list[Txn]) -> None:
     by the value rule (strictly: values of rows a peer sends, or this node writes)."""
     for t in txns:
         ops = t[4]
-        if t[1] + len(ops) - 1 > _LSN_MAX:
+        if t[1] + len(ops) - 1 > _LSN_MAX:                  # txn_envelope_error: the last lsn
             raise Unusual
         for o in ops:
             v = o[3]
             if o[0] == OP_PUT:
-                if not o[2]:
+                if not o[2]:                                 # key_error: 1.. bytes
                     raise Unusual
-                tv = type(v)
-                if tv in _SCALARS and (tv is not str or len(v) <= _STR_SAFE):
+                tv = type(v)                                 # value_error, sure before it walks:
+                if tv in _SCALARS and (tv is not str or len(v) <= _STR_SAFE):   # decoded_value_ok's scalars
                     continue
                 if (tv is dict or tv is list) and _flat_ok(v):
                     continue
                 if validate.value_error(v) is not None:
                     raise Unusual
-            elif v is not None or (not o[2] and o[0] == OP_DELETE):
+            elif v is not None or (not o[2] and o[0] == OP_DELETE):     # op_error: no value; a delete's key
                 raise Unusual
 
 
@@ -304,11 +213,10 @@ def nop_of(raw: Any) -> Txn | None:
     start. None if even the envelope is unusable."""
     try:
         replica_id, lsn, group, ts, ops = raw
-        n = len(ops)
     except (TypeError, ValueError):
         return None
-    if validate.lsn_error(lsn) or type(replica_id) is not int or not 0 <= replica_id <= _REPLICA_ID_MAX \
-            or group not in _GROUPS_SET or not 1 <= n <= _TXN_OPS_MAX or lsn < 1 or lsn + n - 1 > _LSN_MAX:
+    if validate.txn_envelope_error(replica_id, lsn, group, 0, ops) is not None:     # its timestamp may be bad
         return None
     return Txn(replica_id, lsn, group if group != GROUP_CLUSTER else GROUP_DEFAULT,
-               ts if type(ts) is int and 0 <= ts <= _TS_MAX else 0, (Op(OP_NOP, "_skipped", "", None),) * n)
+               ts if type(ts) is int and 0 <= ts <= limits.timestamp_us_max else 0,
+               (Op(OP_NOP, "_skipped", "", None),) * len(ops))

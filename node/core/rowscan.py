@@ -4,8 +4,8 @@ A catching-up replica receives ROWS messages of thousands of plain transactions.
 into Txn/Op tuples, claiming it, encoding it again for the WAL and once more for the store cost
 more than the store's own work. `scan_rows` (native, node/core/_rowscan.c) checks and indexes a
 whole message instead; the core claims whole runs of one origin (`NodeCore.receive_scan`); the
-journal writes a `PackedEntry` as one WAL frame spliced from the received bytes, and the store
-puts records built from them (`node.core.apply.apply_packed`). No Python object per row but the
+journal writes a `PackedEntry` (node.core.entry) as one WAL frame spliced from the received bytes,
+and the store puts records built from them (`node.core.apply.apply_packed`). No Python object per row but the
 key and record the store puts.
 
 It takes a message only when every transaction is a plain one the exact decoder accepts (group
@@ -32,8 +32,8 @@ import msgpack
 import msgspec
 
 from node import limits
-from node.core import codec
-from node.core.rows import GROUP_DEFAULT, OP_DELETE, OP_NOP, OP_PUT, Txn, txn_from_wire, unpack_frame_txns
+from node.core import codec, record, validate
+from node.core.rows import GROUP_DEFAULT, OP_DELETE, OP_NOP, OP_PUT, Txn, txn_from_wire
 from node.errors import RemoteProtocolError
 
 log = logging.getLogger("replog.rowscan")
@@ -63,13 +63,15 @@ _FAST_KINDS = frozenset((OP_PUT, OP_DELETE, OP_NOP))
 
 
 def _plain_txn(raw: bytes) -> Txn | None:
-    """The txn these bytes hold if the fast path may take it, else None."""
+    """The txn these bytes hold if the fast path may take it, else None. The rules are the exact
+    decoder's (node.core.validate's, through txn_from_wire, and txn_bytes_error as messages.decode
+    applies it); the rest is what makes a txn plain."""
     try:
         txn = txn_from_wire(msgpack.unpackb(raw, raw=False, strict_map_key=False, use_list=True,
                                             ext_hook=codec.refuse_ext))
     except (RemoteProtocolError, ValueError, TypeError, msgpack.UnpackException):
         return None
-    if txn.group != GROUP_DEFAULT or len(raw) > limits.txn_bytes_max:
+    if txn.group != GROUP_DEFAULT or validate.txn_bytes_error(len(raw)) is not None:
         return None
     for op in txn.ops:
         if op.kind not in _FAST_KINDS:
@@ -129,9 +131,8 @@ class ScanPy:
                         continue
                     if not out or out[-1][0] != space:
                         out.append((space, []))
-                    deleted = kind == OP_DELETE
-                    out[-1][1].append((key.encode(), codec.pack([None if deleted else value, rid, t.lsn + i,
-                                                                 t.timestamp, deleted])))
+                    out[-1][1].append((key.encode(), record.pack(record.make(value, rid, t.lsn + i, t.timestamp,
+                                                                             kind == OP_DELETE))))
         return out
 
 
@@ -159,77 +160,6 @@ def scan_rows_py(data: bytes) -> ScanPy | None:
             txns.append(txn)
             raws.append(raw)
     return ScanPy(txns, raws)
-
-
-# --- the journal entry ------------------------------------------------------------------
-def _array_head(n: int) -> bytes:
-    if n < 16:
-        return bytes((0x90 | n,))
-    if n < 1 << 16:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
-
-
-class PackedEntry:
-    """One journal entry (one WAL frame): the ranges of a scanned message's transactions that
-    the core claimed, each (first txn, end txn, this node's id for their origin), in order.
-    What the journal, the store and relays need, built from the received bytes."""
-    __slots__ = ("scan", "ranges", "ntxn", "rows", "tops", "_txns", "_firsts")
-
-    def __init__(self, scan: Any, ranges: list[tuple[int, int, int]]):
-        assert ranges, "an entry holds at least one transaction"
-        self.scan = scan
-        self.ranges = ranges
-        lasts = memoryview(scan.lasts()).cast("q")
-        rows = 0
-        tops: dict[int, int] = {}           # vclock component -> highest last lsn (commit_tops)
-        firsts = []                         # per range: id, first lsn, first txn's last lsn, last lsn
-        for a, b, rid in ranges:
-            first = scan.lsn(a)
-            rows += lasts[b - 1] - first + 1
-            if lasts[b - 1] > tops.get(rid, 0):
-                tops[rid] = lasts[b - 1]
-            firsts.append((rid, first, lasts[a], lasts[b - 1]))
-        self.ntxn = sum(b - a for a, b, _ in ranges)
-        self.rows = rows
-        self.tops = tops
-        self._firsts = firsts
-        self._txns: list[Txn] | None = None
-
-    def frame_payload(self, written_us: int) -> bytes:
-        """The WAL frame payload [written_us, [txn, ...]], as codec.pack would write it."""
-        return b"\x92" + codec.pack(written_us) + _array_head(self.ntxn) + self.scan.frame_txns(self.ranges)
-
-    def records(self) -> list[tuple[str, list[tuple[bytes, bytes]]]]:
-        return self.scan.records(self.ranges)
-
-    @property
-    def txns(self) -> list[Txn]:
-        """The entry as Txns (this node's ids): for the rare relay that wants part of it."""
-        if self._txns is None:
-            self._txns = unpack_frame_txns(self.frame_payload(0))[1]
-        return self._txns
-
-    def wanted(self, sub: dict[int, int], own: tuple[int, int] | None = None) -> bool | None:
-        """Would `relay_wants(txn, sub, own)` keep every txn (True), none (False), or some
-        (None)? Every txn is plain, and each range is one origin's run, so a range is decided
-        by its first lsn, its first txn's last lsn and its last lsn (an own cut is a txn
-        boundary of that origin: it never splits a txn)."""
-        every = none = True
-        for rid, first, first_last, last in self._firsts:
-            have = sub.get(rid, 0)
-            if own is not None and rid == own[0] and last > own[1]:
-                if first > own[1] or own[1] <= have:
-                    every = False         # all past the cut, or the subscriber has what is before it
-                    continue
-                return None               # some it lacks before the cut, then some past it
-            if last <= have:
-                every = False             # none of this range
-            elif first_last > have:
-                none = False              # all of this range
-            else:
-                return None               # part of this range
-        return True if every else False if none else None
 
 
 # --- the relay's scan ----------------------------------------------------------------------

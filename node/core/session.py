@@ -31,12 +31,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from node import limits
 from node.errors import RemoteProtocolError
 
 NONCE_BYTES = 32                     # per side and handshake: never repeats in practice
 TAG_BYTES = 16                       # truncated HMAC-SHA256 on every message after auth
 PROOF_BYTES = 32                     # the handshake proofs are whole HMAC-SHA256 values
-UUID_CHARS_MAX = 64                  # a uuid in HELLO/AUTH (canonical ones have 36 characters)
 
 CLIENT, SERVER = "client", "server"
 _PROOF = {CLIENT: b"replog auth client proof", SERVER: b"replog auth server proof"}
@@ -91,8 +91,8 @@ def check_hello_fields(nonce: bytes, uuid: object, who: str) -> str:
     """The nonce and uuid a HELLO or AUTH carries, checked before they enter a transcript."""
     if len(nonce) != NONCE_BYTES:
         raise RemoteProtocolError(f"{who}: nonce of {len(nonce)} bytes, expected {NONCE_BYTES}")
-    if not isinstance(uuid, str) or not 0 < len(uuid) <= UUID_CHARS_MAX:
-        raise RemoteProtocolError(f"{who}: uuid missing or longer than {UUID_CHARS_MAX} characters")
+    if not isinstance(uuid, str) or not 0 < len(uuid) <= limits.handshake_uuid_chars_max:
+        raise RemoteProtocolError(f"{who}: uuid missing or longer than {limits.handshake_uuid_chars_max} characters")
     return uuid
 
 

@@ -1,12 +1,16 @@
 """What a key, a value, a space name, a row, a transaction, a `_cluster` row, a member address,
-a uuid and a vclock may be: every rule about the shape of data, in one place. Pure.
+a uuid and an lsn may be: every rule about the shape of data, in one place. Pure.
 
 Callers: the HTTP API (client input; `Invalid` becomes a 4xx), the exact row decoder
-node.core.rows (the wire, the WAL and recovery; `Invalid` becomes a RemoteProtocolError), the
-message checks of node.core.messages (greetings, vclocks, snapshots), the core (what needs this
-node's state: known spaces, capacity, clocks). The fast paths — msgspec's `_WireOp` in
-node.core.rows and the C scanner node/core/_rowscan.c — accept subsets of these rules and are held
-to them by differential tests (tests/unit/test_validate.py, tests/unit/test_rowscan.py).
+node.core.rows (the wire, the WAL and recovery; `Invalid` becomes a RemoteProtocolError),
+node.core.validate_msgs (what messages carry besides rows: `_cluster` tables, vclocks, greetings,
+snapshots; built on the rules here), the core (what needs this node's state: known spaces,
+capacity, clocks). The fast paths keep subsets of these rules for speed
+— msgspec's `_WireTxn`/`_WireOp` and `check_fast` in node.core.rows, the C scanner
+node/core/_rowscan.c, the client session's fast path (node/clientproto/session.py) — each check
+commented with the rule here it implements, and differential tests hold every copy to these rules at
+each bound (tests/unit/test_row_rule_copies.py, tests/unit/test_rowscan.py, tests/unit/test_messages_fuzz.py).
+A fast path that is unsure passes the input to the exact path, whose answer is these rules'.
 
 The storable value domain is what JSON and msgpack both carry and read back identically: null,
 booleans, integers within int64/uint64, finite floats, UTF-8 strings, arrays, and maps with string
@@ -28,6 +32,8 @@ import msgpack
 from node import limits
 from node.cluster_space.resolver import DATA_RESOLVERS
 from node.cluster_space.table import STATES
+from node.core.kinds import (CLUSTER_SPACE, GROUP_CLUSTER, GROUPS, OP_CLUSTER, OP_DELETE, OP_PUT, OP_SPACE,
+                             OPS)
 
 
 
@@ -40,12 +46,14 @@ class Invalid(ValueError):
         self.message = message
 
 
-SPACE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")     # anchored both ends: msgspec searches
+SPACE_RE = re.compile(rf"^[A-Za-z_][A-Za-z0-9_]{{0,{limits.space_name_chars_max - 1}}}\Z")   # both ends: msgspec searches
 _UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 _ADDRESS_RE = re.compile(r"(\[[0-9A-Za-z:.%]+\]|[0-9A-Za-z._:-]+):([0-9]{1,5})\Z")
 INT_MIN, UINT_MAX = -(1 << 63), (1 << 64) - 1
 _VALUE_BYTES_MAX = limits.value_bytes_max
 _DEPTH_MAX = limits.value_depth_max
+KEY_CHARS_SAFE = limits.key_bytes_max // 4     # a key of at most this many characters is within key_bytes_max
+STR_CHARS_SAFE = limits.value_bytes_max // 4   # ... a str value within value_bytes_max (UTF-8: <= 4 bytes each)
 
 
 # --- scalars ---------------------------------------------------------------------------------
@@ -86,7 +94,7 @@ def key_error(key: Any) -> str | None:
     n = len(key)
     if n == 0:
         return f"keys are 1..{limits.key_bytes_max} bytes of UTF-8"
-    if n > limits.key_bytes_max // 4 or not key.isascii():
+    if n > KEY_CHARS_SAFE or not key.isascii():
         try:
             n = len(key.encode("utf-8"))
         except UnicodeEncodeError:
@@ -259,13 +267,124 @@ def value_error(v: Any, *, legacy: bool = False) -> str | None:
     return None
 
 
-# --- transactions ------------------------------------------------------------------------------
-# What each kind of row may hold is node.core.rows's op_error, built from the rules above.
+# What a fast path may take without walking it: a value a msgpack decoder made (its strings valid
+# UTF-8, its ints within int64/uint64) that is small and flat is sure to pass value_size. False only
+# means "not sure": the caller then asks value_error, or passes the input to its exact path.
+DECODED_SCALARS = frozenset((str, int, bool, type(None)))
+
+
+_SURE_ITEMS, _SURE_KEY, _SURE_STR = (limits.value_sure_items_max, limits.value_sure_key_chars_max,
+                                    limits.value_sure_str_chars_max)
+
+
+def decoded_flat_ok(v: Any) -> bool:
+    """A decoded map or array of at most value_sure_items_max scalars, its strings and string map
+    keys short enough (limits.py) that it is sure to be within value_bytes_max."""
+    if len(v) > _SURE_ITEMS:
+        return False
+    if type(v) is dict:
+        for k in v:
+            if type(k) is not str or len(k) > _SURE_KEY:
+                return False
+        v = v.values()
+    for x in v:
+        t = type(x)
+        if t is str:
+            if len(x) > _SURE_STR:
+                return False
+        elif t is float:
+            if not math.isfinite(x):
+                return False
+        elif t not in DECODED_SCALARS:
+            return False
+    return True
+
+
+def decoded_value_ok(v: Any) -> bool:
+    """A decoded value sure to pass value_size: a scalar (a str of at most STR_CHARS_SAFE
+    characters, a finite float) or decoded_flat_ok."""
+    t = type(v)
+    if t is str:
+        return len(v) <= STR_CHARS_SAFE
+    if t is int or t is bool or v is None:
+        return True
+    if t is float:
+        return math.isfinite(v)
+    if t is dict or t is list:
+        return decoded_flat_ok(v)
+    return False
+
+
+# --- rows and transactions -----------------------------------------------------------------------
+_OPS_SET = frozenset(OPS)
+_GROUPS_SET = frozenset(GROUPS)
+_REPLICA_ID_MAX, _TXN_OPS_MAX, _LSN_MAX, _TS_MAX = (limits.replica_id_max, limits.txn_ops_max, limits.lsn_max,
+                                                    limits.timestamp_us_max)
+
+
+def op_error(kind: Any, space: Any, key: Any, value: Any, *, legacy: bool = False) -> str | None:
+    """What is wrong with one row, by its kind, or None. `legacy`: values written before the value
+    rule (recovery of this node's own WAL)."""
+    if type(kind) is not int or kind not in _OPS_SET:
+        return f"unknown op kind {str(kind)[:20]}"
+    if kind == OP_PUT or kind == OP_DELETE:
+        err = space_name_error(space) or key_error(key)
+        if err is None:
+            if kind == OP_PUT:
+                err = value_error(value, legacy=legacy)
+            elif value is not None:
+                err = "a delete carries no value"
+        return err
+    if kind == OP_CLUSTER:
+        if space != CLUSTER_SPACE or not is_uuid(key):
+            return f"a _cluster row goes to space _cluster under a canonical uuid, not {str(key)[:80]!r}"
+        return cluster_value_error(value)
+    if kind == OP_SPACE:
+        return space_name_error(space) or (None if key == "" else "a space row has an empty key") \
+            or space_def_error(value)
+    return space_name_error(space) or (key_error(key) if key != "" else None) \
+        or (None if value is None else "a nop carries no value")                       # OP_NOP
+
+
+def txn_envelope_error(replica_id: Any, lsn: Any, group: Any, ts: Any, ops: Any) -> str | None:
+    """A transaction's envelope: replica id 0..replica_id_max, 1..txn_ops_max rows whose lsns
+    lsn..lsn+n-1 are 1..lsn_max, a timestamp 0..timestamp_us_max µs, a known group."""
+    if type(replica_id) is not int or type(lsn) is not int or type(ts) is not int:
+        return "replica_id, lsn and timestamp are integers"
+    t = type(ops)
+    if (t is not list and t is not tuple) or not ops or len(ops) > _TXN_OPS_MAX:
+        return f"a transaction has 1..{_TXN_OPS_MAX} rows"
+    if not 0 <= replica_id <= _REPLICA_ID_MAX:
+        return f"replica ids are 0..{_REPLICA_ID_MAX}, not {replica_id}"
+    if lsn < 1 or lsn + len(ops) - 1 > _LSN_MAX:
+        return f"row {replica_id}:{lsn}: lsns are 1..{_LSN_MAX}"
+    if not 0 <= ts <= _TS_MAX:
+        return f"row {replica_id}:{lsn}: timestamps are 0..{_TS_MAX} µs, not {ts}"
+    if type(group) is not int or group not in _GROUPS_SET:
+        return f"row {replica_id}:{lsn}: group {str(group)[:20]}"
+    return None
+
+
+def txn_group_error(group: int, kinds: list[int]) -> str | None:
+    """`_cluster` rows travel alone, in group cluster (and group cluster holds nothing else)."""
+    if (group == GROUP_CLUSTER) != all(k == OP_CLUSTER for k in kinds) or \
+            (group != GROUP_CLUSTER and OP_CLUSTER in kinds):
+        return "_cluster rows travel alone, in group cluster"
+    return None
+
+
 TXN_HEAD_BYTES_MAX = 1 + 5 + 9 + 1 + 9 + 5    # [replica_id, lsn, group, timestamp, ops-array head]
 
 
+def txn_bytes_error(n: int) -> str | None:
+    """A transaction that encodes to `n` bytes fits, alone, in one ROWS message (limits.py)."""
+    if n > limits.txn_bytes_max:
+        return f"encodes to {n} bytes, more than txn_bytes_max = {limits.txn_bytes_max}"
+    return None
+
+
 def check_txn_bytes(ops_bytes: int) -> None:
-    """A transaction whose ops encode to `ops_bytes` fits in one ROWS message (limits.py)."""
+    """txn_bytes_error before encoding: a transaction whose ops encode to `ops_bytes` (a client's)."""
     if ops_bytes + TXN_HEAD_BYTES_MAX > limits.txn_bytes_max:
         raise Invalid("txn_too_large", f"a transaction encodes to at most {limits.txn_bytes_max} bytes "
                       f"(this one to about {ops_bytes + TXN_HEAD_BYTES_MAX})")
@@ -279,148 +398,3 @@ def timestamp_ahead_error(ts: int, wall_us: int) -> str | None:
         return (f"its timestamp is {ahead / 1e6:.3f} s ahead of this node's clock (more than "
                 f"hlc_offset_max_s = {limits.hlc_offset_max_s:g} s): check the clocks")
     return None
-
-
-# --- _cluster tables, vclocks ----------------------------------------------------------------------
-def cluster_row_error(row: Any) -> str | None:
-    """A `_cluster` tuple as greetings, snapshots and segment headers carry it:
-    [uuid, id, address, state(, lsn(, expelled_lsn))]."""
-    if type(row) is not list or not 4 <= len(row) <= 6:
-        return "a _cluster row is [uuid, id, address, state, lsn, expelled_lsn]"
-    if not is_uuid(row[0]):
-        return f"_cluster uuid {str(row[0])[:80]!r} is not a canonical uuid"
-    v = {"id": row[1], "address": row[2], "state": row[3]}
-    if len(row) > 5:
-        v["expelled_lsn"] = row[5]
-    err = cluster_value_error(v)
-    if err is None and len(row) > 4 and lsn_error(row[4]) is not None:
-        err = "_cluster lsn: " + lsn_error(row[4])
-    return err
-
-
-def cluster_rows_error(rows: Any) -> str | None:
-    """A whole `_cluster`: at most members_max rows, one per uuid and one per id."""
-    if type(rows) is not list or len(rows) > limits.members_max:
-        return f"a _cluster table is a list of at most {limits.members_max} rows"
-    uuids, ids = set(), set()
-    for r in rows:
-        err = cluster_row_error(r)
-        if err is not None:
-            return err
-        if r[0] in uuids or r[1] in ids:
-            return f"_cluster names {r[0]} or id {r[1]} twice"
-        uuids.add(r[0])
-        ids.add(r[1])
-    return None
-
-
-def vclock_error(d: Any) -> str | None:
-    """A vclock on the wire: {id: lsn}, ids 0..replica_id_max, lsns 0..lsn_max."""
-    if type(d) is not dict or len(d) > limits.members_max + 1:
-        return f"a vclock is a map of at most {limits.members_max + 1} components"
-    for k, v in d.items():
-        if type(k) is not int or not 0 <= k <= limits.replica_id_max or lsn_error(v) is not None:
-            return f"vclock component {str(k)[:20]}: {str(v)[:30]} is not id: lsn within bounds"
-    return None
-
-
-def vclock_uuid_error(d: Any) -> str | None:
-    if type(d) is not dict or len(d) > limits.members_max:
-        return f"a vclock by uuid is a map of at most {limits.members_max} components"
-    for k, v in d.items():
-        if not is_uuid(k) or lsn_error(v) is not None:
-            return f"vclock component {str(k)[:40]}: {str(v)[:30]} is not uuid: lsn within bounds"
-    return None
-
-
-def _finite_number(x: Any) -> bool:
-    return (type(x) is float and math.isfinite(x)) or type(x) is int
-
-
-def store_field_error(st: Any) -> str | None:
-    """A greeting's `store` (the join protocol's status exchange, node/lifecycle.py): null, or
-    {"status", "initial": null | {cluster_uuid, created_s, founders}, "final": null |
-    {vclock_by_uuid, shutdown_id}, "proposal": null | [cluster uuid, created_s]}."""
-    if st is None:
-        return None
-    if type(st) is not dict:
-        return "store is an object"
-    if st.get("status") is not None and (type(st["status"]) is not str or len(st["status"]) > 64):
-        return "store.status is a short string"
-    ini = st.get("initial")
-    if ini is not None and (type(ini) is not dict or not is_uuid(ini.get("cluster_uuid"))
-                            or not _finite_number(ini.get("created_s")) or type(ini.get("founders")) is not list
-                            or len(ini["founders"]) > limits.members_max or not all(map(is_uuid, ini["founders"]))):
-        return "store.initial is {cluster_uuid, created_s, founders: [uuid, ...]}"
-    fin = st.get("final")
-    if fin is not None and (type(fin) is not dict or not is_uuid(fin.get("shutdown_id"))
-                            or vclock_uuid_error(fin.get("vclock_by_uuid")) is not None):
-        return "store.final is {vclock_by_uuid, shutdown_id}"
-    prop = st.get("proposal")
-    if prop is not None and (type(prop) is not list or len(prop) != 2 or not is_uuid(prop[0])
-                             or not _finite_number(prop[1])):
-        return "store.proposal is [cluster uuid, created_s]"
-    return None
-
-
-def greeting_error(g: dict) -> str | None:
-    """The fields of a GREETING that this node acts on, past their types (node.core.messages);
-    the optional ones are null or of the shape this node reads."""
-    if not is_uuid(g["uuid"]):
-        return f"uuid {g['uuid'][:80]!r} is not a canonical uuid"
-    if g["cluster_uuid"] is not None and not is_uuid(g["cluster_uuid"]):
-        return "cluster_uuid is not a canonical uuid"
-    if not 0 < len(g["cluster_name"]) <= 64 or len(g["options_digest"]) > 64 or len(g["status"]) > 64:
-        return "cluster_name, options_digest or status too long"
-    err = address_error(g["address"]) or cluster_rows_error(g["cluster"])
-    if err is None and g.get("vclock_uuid") is not None:
-        err = vclock_uuid_error(g["vclock_uuid"])
-    for name, types in (("options", (dict,)), ("lease", (dict,)), ("wait_for", (int,))):
-        if err is None and g.get(name) is not None and type(g[name]) not in types:
-            err = f"{name} is {' or '.join(t.__name__ for t in types)} or null"
-    return err or store_field_error(g.get("store"))
-
-
-def shutdown_error(body: dict) -> str | None:
-    """SHUTDOWN {phase, shutdown_id, final?}: one step of an orderly cluster shutdown
-    (node/cluster_shutdown.py), whose id and vclock end up in status and in the store."""
-    if body["phase"] not in ("quiesce", "final", "resume") or not is_uuid(body["shutdown_id"]):
-        return "phase is quiesce, final or resume, and shutdown_id a canonical uuid"
-    final = body.get("final")
-    if final is not None and (type(final) is not dict or final.get("shutdown_id") != body["shutdown_id"]
-                              or vclock_uuid_error(final.get("vclock_by_uuid")) is not None):
-        return "final is null or {vclock_by_uuid, shutdown_id} of this shutdown"
-    return None
-
-
-def snapshot_error(body: dict) -> str | None:
-    """SNAPSHOT {vclock, cluster, spaces}: what install_snapshot will write."""
-    spaces = body["spaces"]
-    err = vclock_error(body["vclock"]) or cluster_rows_error(body["cluster"])
-    if err is None and len(spaces) > limits.store_spaces_max:
-        err = f"a snapshot holds at most {limits.store_spaces_max} spaces"
-    for name, d in spaces.items() if err is None else ():
-        err = space_name_error(name) or space_def_error(d)
-        if err:
-            break
-    return err
-
-
-def snapshot_rows_error(body: dict) -> str | None:
-    """SNAPSHOT_ROWS {space, rows}: [[key, [value, origin id, lsn, hlc, deleted]], ...]. Values
-    may be legacy ones (module comment): the donor holds them acknowledged."""
-    err = space_name_error(body["space"])
-    if err is None and len(body["rows"]) > limits.snapshot_chunk_rows_max:
-        err = f"a snapshot chunk holds at most {limits.snapshot_chunk_rows_max} rows"
-    for item in body["rows"] if err is None else ():
-        if type(item) is not list or len(item) != 2 or type(item[1]) is not list or len(item[1]) != 5:
-            return "a snapshot row is [key, [value, origin id, lsn, hlc, deleted]]"
-        key, (value, origin, lsn, hlc, deleted) = item
-        err = key_error(key) or value_error(value, legacy=True) or lsn_error(lsn)
-        if err is None and (type(origin) is not int or not 0 <= origin <= limits.replica_id_max
-                            or type(hlc) is not int or not 0 <= hlc <= limits.timestamp_us_max
-                            or type(deleted) is not bool):
-            err = "a snapshot record's origin id, hlc or deleted flag is out of bounds"
-        if err:
-            break
-    return err

@@ -34,13 +34,13 @@ from pathlib import Path
 from typing import Awaitable, Callable, MutableMapping, Union
 
 from node.errors import RemoteProtocolError, ReplogError, StorageError
+from node import limits
 from node.limits import replica_id_max
 
 IDENTITY_FILE = "identity"
 PENDING_FILE = "identity.temp"
 FORMAT_VERSION = 1
 register_code_bytes = 16   # 128 random bits: two registrations never share a code by chance
-apply_attempts_max = 8     # applies per register() call; the transport's own timeout spaces them
 
 FAULT_POINTS = (
     "after_temp_written",      # identity.temp is durable, nothing sent yet
@@ -410,7 +410,7 @@ async def register(data_dir: os.PathLike | str, apply: Callable[[PendingRegistra
         raise IdentityFileError(d / PENDING_FILE, f"an unfinished registration with cluster {pending.cluster_uuid}, "
                                 f"but the peers are cluster {cluster_uuid}; remove it only if the node really moved")
     reason = "no apply was made"
-    for _ in range(apply_attempts_max):
+    for _ in range(limits.register_apply_attempts_max):
         answer = await apply(pending)
         decision = RegistrationDecision.decide(pending, answer, new_register_code(rng))
         reason = decision.reason
@@ -422,5 +422,6 @@ async def register(data_dir: os.PathLike | str, apply: Callable[[PendingRegistra
         if decision.action is RegistrationAction.START_OVER:
             write_pending(d, decision.pending)
         pending = decision.pending
-    raise RegistrationPending(f"registration of {pending.uuid} unfinished after {apply_attempts_max} applies "
+    raise RegistrationPending(f"registration of {pending.uuid} unfinished after "
+                              f"{limits.register_apply_attempts_max} applies "
                               f"(last: {reason}); {d / PENDING_FILE} is kept for the next start")

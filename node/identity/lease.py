@@ -30,21 +30,9 @@ from typing import Mapping, Union
 
 from node.core.validate import is_uuid
 from node.errors import ReplogError
-from node.limits import lsn_max, members_max
+from node import limits
 
-# --- limits (unit last; why on each line) --------------------------------------
-lease_duration_ms_min = 100          # below this, duration/3 is shorter than a store round trip
-lease_duration_ms_max = 3_600_000    # a crashed node's slot must come back within an hour
-renew_divisor = 3                    # SPEC: renew every duration/3
-safety_margin_divisor = 4            # stop serving duration/4 before expiry: clock skew + time to stop
-retry_divisor = 12                   # after a failed renewal retry every duration/12: ~4 tries before the deadline
-lease_body_bytes_max = 1024 * 1024   # known_versions for members_max slots fits easily; bigger is garbage
-task_id_chars_max = 256              # an ECS task ARN or host:pid fits
-cluster_size_max = members_max       # one slot per member
 lease_format = 1                     # bumped when the body's meaning changes
-lease_int_max = lsn_max              # versions, serials, expiries: a body is read back from a file or S3,
-                                     # and what it holds goes into greetings (msgpack int64) and arithmetic
-nonce_chars_max = 256                # ours are 32 hex digits
 
 
 class LeaseCorrupt(ReplogError):
@@ -89,21 +77,21 @@ class Lease:
     nonce: str = ""              # differs per write; identifies our own writes on read-back
 
     def __post_init__(self) -> None:
-        if not (0 <= self.slot < cluster_size_max):
+        if not (0 <= self.slot < limits.lease_cluster_size_max):
             raise ValueError(f"slot {self.slot} out of range")
-        if self.task_id is not None and not (0 < len(self.task_id) <= task_id_chars_max):
-            raise ValueError(f"task_id must be 1..{task_id_chars_max} chars")
-        if not all(0 <= n <= lease_int_max for n in (self.version, self.expires_ms, self.serial)):
-            raise ValueError(f"version, expires_ms and serial must be 0..{lease_int_max}")
+        if self.task_id is not None and not (0 < len(self.task_id) <= limits.lease_task_id_chars_max):
+            raise ValueError(f"task_id must be 1..{limits.lease_task_id_chars_max} chars")
+        if not all(0 <= n <= limits.lease_int_max for n in (self.version, self.expires_ms, self.serial)):
+            raise ValueError(f"version, expires_ms and serial must be 0..{limits.lease_int_max}")
         if not is_uuid(self.member_uuid):
             raise ValueError(f"member_uuid {self.member_uuid[:80]!r} is not a canonical uuid")
-        if len(self.nonce) > nonce_chars_max:
-            raise ValueError(f"nonce is longer than {nonce_chars_max} characters")
-        if len(self.known_versions) > cluster_size_max:
+        if len(self.nonce) > limits.lease_nonce_chars_max:
+            raise ValueError(f"nonce is longer than {limits.lease_nonce_chars_max} characters")
+        if len(self.known_versions) > limits.lease_cluster_size_max:
             raise ValueError("known_versions has more entries than slots")
         kv = {int(k): int(v) for k, v in self.known_versions.items()}
-        if any(k < 0 or not 0 <= v <= lease_int_max for k, v in kv.items()):
-            raise ValueError(f"known_versions holds a negative slot or a version outside 0..{lease_int_max}")
+        if any(k < 0 or not 0 <= v <= limits.lease_int_max for k, v in kv.items()):
+            raise ValueError(f"known_versions holds a negative slot or a version outside 0..{limits.lease_int_max}")
         object.__setattr__(self, "known_versions", kv)  # own copy: the caller's dict may change
 
 
@@ -125,14 +113,14 @@ def encode(lease: Lease) -> bytes:
         "nonce": lease.nonce,
     }
     body = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-    assert len(body) <= lease_body_bytes_max, len(body)
+    assert len(body) <= limits.lease_body_bytes_max, len(body)
     return body
 
 
 def decode(body: bytes, slot: int) -> Lease:
     """Parse the object stored under `slot`; anything but a valid lease for it is LeaseCorrupt."""
-    if len(body) > lease_body_bytes_max:
-        raise LeaseCorrupt(slot, f"{len(body)} bytes, more than {lease_body_bytes_max}")
+    if len(body) > limits.lease_body_bytes_max:
+        raise LeaseCorrupt(slot, f"{len(body)} bytes, more than {limits.lease_body_bytes_max}")
     try:
         doc = json.loads(body)
         if not isinstance(doc, dict):
@@ -266,15 +254,15 @@ def peer_wait_until_ms(acquired_ms: int, duration_ms: int) -> int:
 
 
 def renew_interval_ms(duration_ms: int) -> int:
-    return duration_ms // renew_divisor
+    return duration_ms // limits.lease_renew_divisor
 
 
 def safety_margin_ms(duration_ms: int) -> int:
-    return duration_ms // safety_margin_divisor
+    return duration_ms // limits.lease_safety_margin_divisor
 
 
 def retry_interval_ms(duration_ms: int) -> int:
-    return max(1, duration_ms // retry_divisor)
+    return max(1, duration_ms // limits.lease_retry_divisor)
 
 
 def renew_deadline(lease: Lease, duration_ms: int) -> int:
@@ -312,4 +300,4 @@ def note_version(seen_versions: Mapping[int, int], slot: int, version: int) -> d
 
 
 def _check_duration(duration_ms: int) -> None:
-    assert lease_duration_ms_min <= duration_ms <= lease_duration_ms_max, duration_ms
+    assert limits.lease_duration_ms_min <= duration_ms <= limits.lease_duration_ms_max, duration_ms

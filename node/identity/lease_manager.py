@@ -31,6 +31,7 @@ import time
 import uuid
 from typing import Callable
 
+from node import limits
 from node.errors import ConfigError
 from node.identity import lease as core
 from node.identity.lease import Corrupt, Lease, LeaseLost, LeaseState
@@ -38,8 +39,6 @@ from node.identity.lease_store import LeaseStore, LeaseStoreUnavailable
 
 log = logging.getLogger("replog.identity.lease")
 
-own_nonces_max = 8                   # our writes whose outcome a read-back may still reveal
-renew_writes_max = 2                 # a renewal retries once after finding an older write of ours
 
 
 def wall_clock_ms() -> int:
@@ -52,14 +51,14 @@ class LeaseManager:
                  clock: Callable[[], int] | None = None, rng: random.Random | None = None):
         """`clock` returns wall-clock ms; `rng` makes member uuids and nonces (seed it
         differently per node, or leave it None for system randomness)."""
-        if not 1 <= cluster_size <= core.cluster_size_max:
-            raise ConfigError("cluster_size", f"{cluster_size} is not in 1..{core.cluster_size_max}")
+        if not 1 <= cluster_size <= limits.lease_cluster_size_max:
+            raise ConfigError("cluster_size", f"{cluster_size} is not in 1..{limits.lease_cluster_size_max}")
         duration_ms = round(duration_s * 1000)
-        if not core.lease_duration_ms_min <= duration_ms <= core.lease_duration_ms_max:
+        if not limits.lease_duration_ms_min <= duration_ms <= limits.lease_duration_ms_max:
             raise ConfigError("lease_duration_s", f"{duration_s} is not in "
-                              f"{core.lease_duration_ms_min / 1000}..{core.lease_duration_ms_max / 1000}")
-        if not 0 < len(task_id) <= core.task_id_chars_max:
-            raise ConfigError("task_id", f"must be 1..{core.task_id_chars_max} characters")
+                              f"{limits.lease_duration_ms_min / 1000}..{limits.lease_duration_ms_max / 1000}")
+        if not 0 < len(task_id) <= limits.lease_task_id_chars_max:
+            raise ConfigError("task_id", f"must be 1..{limits.lease_task_id_chars_max} characters")
         self.store = store
         self.cluster_size = cluster_size
         self.task_id = task_id
@@ -70,7 +69,7 @@ class LeaseManager:
         self._kv_lock = threading.Lock()         # note_version may come from another thread
         self._lease: Lease | None = None
         self._token: str | None = None
-        self._own_nonces: collections.deque[str] = collections.deque(maxlen=own_nonces_max)
+        self._own_nonces: collections.deque[str] = collections.deque(maxlen=limits.lease_own_nonces_max)
         self._known_versions: dict[int, int] = {}
         self.renewals = 0
         self.renew_failures = 0
@@ -198,7 +197,7 @@ class LeaseManager:
         """Extend the held lease. LeaseLost if the slot is not ours or the deadline passed."""
         with self._lock:
             assert self._lease is not None, "renew() without a lease"
-            for _ in range(renew_writes_max):
+            for _ in range(limits.lease_renew_writes_max):
                 lease = self._lease
                 now = self._clock()
                 deadline = core.renew_deadline(lease, self.duration_ms)
@@ -225,14 +224,14 @@ class LeaseManager:
                 # or our lease unchanged after a 409): retry from it with the fresh token.
             self.renew_failures += 1
             raise LeaseStoreUnavailable(f"lease store {self.store.url}: renewal of slot {lease.slot} "
-                                        f"did not land in {renew_writes_max} writes")
+                                        f"did not land in {limits.lease_renew_writes_max} writes")
 
     def release(self) -> bool:
         """Give the slot back (orderly shutdown). False if it was not ours any more."""
         with self._lock:
             if self._lease is None:
                 return False
-            for _ in range(renew_writes_max):
+            for _ in range(limits.lease_renew_writes_max):
                 lease = self._lease
                 new = core.release(lease, nonce=self._new_nonce())
                 self._own_nonces.append(new.nonce)
@@ -249,7 +248,7 @@ class LeaseManager:
                     return False
                 self._lease, self._token = state, token
             raise LeaseStoreUnavailable(f"lease store {self.store.url}: release of slot {lease.slot} "
-                                        f"did not land in {renew_writes_max} writes")
+                                        f"did not land in {limits.lease_renew_writes_max} writes")
 
     # --- helpers -------------------------------------------------------------------
     def _read(self, slot: int) -> tuple[LeaseState, str | None]:

@@ -12,7 +12,7 @@ lease_view.py; this module only wires them to the node.
 Rules it keeps:
 - No slot, no store: `acquire()` returns only holding a lease. While every slot is held it
   polls (logging progress) until one is released or expires; a store that stays
-  unavailable for `acquire_store_retry_s_max` ends start-up with the store's error.
+  unavailable for `limits.lease_acquire_store_retry_s_max` ends start-up with the store's error.
 - Fencing: `seen` maps slot -> highest version this node has read from the lease store (at
   acquisition, at renewals' reads, and at re-reads). A handshake claiming a slot at an older
   version is refused (PeerRefused "lease_fenced"). A peer's greeting is only a hint: a
@@ -62,18 +62,6 @@ if TYPE_CHECKING:
     from node.process.ports import LeaseHost
 
 log = logging.getLogger("replog.identity.lease")
-
-# --- limits (unit last; why on each line) --------------------------------------
-acquire_store_retry_s_max = 30.0     # a lease store unreachable this long at start-up is a setup error: exit
-acquire_retry_s_min = 0.1            # first retry after the store did not answer
-acquire_retry_s_max = 5.0            # backoff cap while the store does not answer
-acquire_poll_divisor = 6             # all slots held: look again every duration/6 (a freed slot is seen soon)
-acquire_progress_log_s = 10.0        # "still waiting for a slot" at most this often
-peer_probe_s_min = 0.05              # re-probe a peer that answered but had not seen our version yet
-peer_probe_s_max = 1.0               # back-off cap for a peer that does not answer
-lost_grace_divisor = 3               # after a loss keep answering 503 for safety_margin/3 before exiting ...
-lost_grace_ms_max = 1000             # ... but at most this: the exit must come well before the expiry
-wind_down_step_s = 2.0               # stopping one applier after a loss; the exit must not wait on it
 
 
 class NoLeaseSlot(StorageError):
@@ -165,14 +153,14 @@ class LeaseIdentity:
         await self._store_step("bootstrap", mgr.bootstrap)
         started = time.monotonic()
         last_logged: float | None = None
-        poll_s = max(mgr.duration_ms / acquire_poll_divisor / 1000, acquire_retry_s_min)
+        poll_s = max(mgr.duration_ms / limits.lease_acquire_poll_divisor / 1000, limits.lease_acquire_retry_s_min)
         while True:
             lease = await self._store_step("acquire", mgr.acquire)
             if lease is not None:
                 break
             waited = time.monotonic() - started
             node.status_reason = f"all {cfg.cluster_size} lease slots in {self.store.url} are held; waiting"
-            if last_logged is None or time.monotonic() - last_logged >= acquire_progress_log_s:
+            if last_logged is None or time.monotonic() - last_logged >= limits.lease_acquire_log_s:
                 log.info("lease: all %d slots in %s are held by other nodes; waiting for one to be released "
                          "or expire (waited %.0f s)", cfg.cluster_size, self.store.url, waited)
                 last_logged = time.monotonic()
@@ -197,20 +185,20 @@ class LeaseIdentity:
         """One blocking manager step off the loop; retries while the store does not answer."""
         loop = asyncio.get_running_loop()
         first_failure: float | None = None
-        delay = acquire_retry_s_min
+        delay = limits.lease_acquire_retry_s_min
         while True:
             try:
                 return await loop.run_in_executor(self._executor, fn)
             except LeaseStoreUnavailable as e:
                 now = time.monotonic()
                 first_failure = first_failure or now
-                if now - first_failure >= acquire_store_retry_s_max:
+                if now - first_failure >= limits.lease_acquire_store_retry_s_max:
                     log.error("lease: %s gave up after %.0f s: %s", what, now - first_failure, e)
                     raise
                 log.warning("lease: %s: %s; retrying", what, e)
                 if await self._stopped_within(delay):
                     raise
-                delay = min(delay * 2, acquire_retry_s_max)
+                delay = min(delay * 2, limits.lease_acquire_retry_s_max)
 
     async def _stopped_within(self, timeout_s: float) -> bool:
         """Wait up to timeout_s for the node to be told to stop; True if it was."""
@@ -247,7 +235,7 @@ class LeaseIdentity:
             log.info("lease: slot %d was not released by its previous holder; waiting until peers %s have "
                      "seen version %d (at most %.1f s)", self.slot, ", ".join(self._peer_addresses()) or "(none)",
                      self.version, max(0, self.peer_wait_until_ms - self.manager.now_ms()) / 1000)
-        delay = peer_probe_s_min
+        delay = limits.lease_peer_probe_s_min
         while not self.ready():
             if self.lost_reason is not None:
                 break
@@ -257,7 +245,7 @@ class LeaseIdentity:
             answered = await asyncio.gather(*(self._probe(p) for p in pending))
             if self.ready():
                 break
-            delay = peer_probe_s_min if any(answered) else min(delay * 2, peer_probe_s_max)
+            delay = limits.lease_peer_probe_s_min if any(answered) else min(delay * 2, limits.lease_peer_probe_s_max)
             remaining_s = (self.peer_wait_until_ms - self.manager.now_ms()) / 1000
             self._peers_changed.clear()
             try:
@@ -377,7 +365,7 @@ class LeaseIdentity:
         node.tasks.cancel_all(but=me)   # start-up steps (join, bootstrap) must not resume serving
         for a in list(node.appliers.values()):
             try:
-                await asyncio.wait_for(a.stop(), wind_down_step_s)
+                await asyncio.wait_for(a.stop(), limits.lease_wind_down_step_s)
             except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - the exit must not wait on one applier
                 log.error("lease: stopping applier %s after the loss failed: %s", a.address, e)
         node.appliers.clear()
@@ -385,7 +373,8 @@ class LeaseIdentity:
             await r.conn.close()
         # Keep answering 503 (with the reason) briefly so health checks see why, then exit;
         # by construction this ends well before the lease expires.
-        grace_ms = min(core.safety_margin_ms(self.manager.duration_ms) // lost_grace_divisor, lost_grace_ms_max)
+        grace_ms = min(core.safety_margin_ms(self.manager.duration_ms) // limits.lease_lost_grace_divisor,
+                       limits.lease_lost_grace_ms_max)
         await self._stopped_within(grace_ms / 1000)
         node.stopped.set()
 

@@ -35,14 +35,9 @@ import time
 from typing import Iterator
 from urllib.parse import urlparse
 
+from node import limits
 from node.errors import ConfigError, StorageError
-from node.identity.lease import lease_body_bytes_max
 
-file_lock_wait_s_max = 5.0           # a lock held longer than this means a wedged writer: report, don't hang
-file_lock_poll_s = 0.002             # first poll of a busy lock; doubles up to the cap below
-file_lock_poll_s_max = 0.05          # keeps the worst extra wait after release small
-s3_timeout_s_default = 5.0           # connect and read timeout of one S3 request
-s3_attempts_max = 2                  # one retry inside botocore; the runner retries again until the deadline
 
 
 _boto3_session = None                # shared by every S3LeaseStore in the process
@@ -76,7 +71,7 @@ class LeaseStore(abc.ABC):
 
 
 def open_store(url: str, *, endpoint_url: str | None = None,
-               timeout_s: float = s3_timeout_s_default) -> LeaseStore:
+               timeout_s: float = limits.lease_s3_timeout_s_default) -> LeaseStore:
     """A store for `file:///abs/dir` or `s3://bucket/prefix`; a bad URL is the user's ConfigError."""
     parsed = urlparse(url)
     if parsed.scheme == "file":
@@ -117,8 +112,8 @@ class FileLeaseStore(LeaseStore):
     def _locked(self) -> Iterator[None]:
         fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            deadline = time.monotonic() + file_lock_wait_s_max
-            poll_s = file_lock_poll_s
+            deadline = time.monotonic() + limits.lease_file_lock_wait_s_max
+            poll_s = limits.lease_file_lock_poll_s
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -126,9 +121,9 @@ class FileLeaseStore(LeaseStore):
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
                         raise OSError(errno.ETIMEDOUT, f"{self._lock_path} held for over "
-                                      f"{file_lock_wait_s_max}s") from None
+                                      f"{limits.lease_file_lock_wait_s_max}s") from None
                     time.sleep(poll_s)   # IO edge: waiting on another process's lock
-                    poll_s = min(poll_s * 2, file_lock_poll_s_max)
+                    poll_s = min(poll_s * 2, limits.lease_file_lock_poll_s_max)
             yield
         finally:
             os.close(fd)   # closing the descriptor drops the flock
@@ -136,7 +131,7 @@ class FileLeaseStore(LeaseStore):
     def _read_bounded(self, slot: int) -> bytes:
         # One byte past the limit is enough for the decoder to call the body corrupt.
         with open(self._path(slot), "rb") as f:
-            return f.read(lease_body_bytes_max + 1)
+            return f.read(limits.lease_body_bytes_max + 1)
 
     def _write_temp(self, slot: int, body: bytes) -> str:
         fd, tmp = tempfile.mkstemp(prefix=f".{slot}.json.", suffix=".tmp", dir=self.directory)
@@ -207,7 +202,7 @@ class FileLeaseStore(LeaseStore):
 
 class S3LeaseStore(LeaseStore):
     def __init__(self, bucket: str, prefix: str, *, endpoint_url: str | None = None,
-                 timeout_s: float = s3_timeout_s_default):
+                 timeout_s: float = limits.lease_s3_timeout_s_default):
         import boto3                          # only S3 users pay for importing boto3
         from botocore.config import Config
 
@@ -215,7 +210,7 @@ class S3LeaseStore(LeaseStore):
         self.prefix = prefix
         self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
         config = Config(connect_timeout=timeout_s, read_timeout=timeout_s,
-                        retries={"max_attempts": s3_attempts_max, "mode": "standard"},
+                        retries={"max_attempts": limits.lease_s3_attempts_max, "mode": "standard"},
                         s3={"addressing_style": "path"} if endpoint_url else None)
         global _boto3_session
         with _boto3_session_lock:   # sessions are not thread-safe; one shared session loads the S3 model once
@@ -260,7 +255,7 @@ class S3LeaseStore(LeaseStore):
         def get() -> tuple[bytes, str]:
             resp = self._client.get_object(Bucket=self.bucket, Key=self._key(slot))
             with contextlib.closing(resp["Body"]) as stream:
-                return stream.read(lease_body_bytes_max + 1), resp["ETag"]
+                return stream.read(limits.lease_body_bytes_max + 1), resp["ETag"]
         result = self._call("reading", slot, ("NoSuchKey",), get)
         return (None, None) if result is _CONFLICT else result
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from node import limits
 from node.errors import RemoteProtocolError
-from node.identity import lease as core
 
 
 def parse_greeting_lease(theirs: dict) -> tuple[int, int, dict[int, int]]:
@@ -26,18 +26,18 @@ def parse_greeting_lease(theirs: dict) -> tuple[int, int, dict[int, int]]:
     if not isinstance(f, dict):
         raise RemoteProtocolError(f"{peer}: greeting has no lease field although identity = lease")
     slot, version, seen = f.get("slot"), f.get("version"), f.get("seen", {})
-    if any(type(x) is not int for x in (slot, version)) or not (0 <= slot < core.cluster_size_max) or version < 0:
+    if any(type(x) is not int for x in (slot, version)) or not (0 <= slot < limits.lease_cluster_size_max) or version < 0:
         raise RemoteProtocolError(f"{peer}: greeting's lease slot/version are not valid: {f!r:.200}")
-    if not isinstance(seen, dict) or len(seen) > core.cluster_size_max:
+    if not isinstance(seen, dict) or len(seen) > limits.lease_cluster_size_max:
         raise RemoteProtocolError(f"{peer}: greeting's lease 'seen' is not a map of at most "
-                                  f"{core.cluster_size_max} slots")
+                                  f"{limits.lease_cluster_size_max} slots")
     out: dict[int, int] = {}
     for k, v in seen.items():
         try:
             s = int(k)
         except (TypeError, ValueError):
             raise RemoteProtocolError(f"{peer}: greeting's lease 'seen' has a bad slot {k!r:.50}") from None
-        if type(v) is not int or v < 0 or not (0 <= s < core.cluster_size_max):
+        if type(v) is not int or v < 0 or not (0 <= s < limits.lease_cluster_size_max):
             raise RemoteProtocolError(f"{peer}: greeting's lease 'seen' has a bad entry {k!r:.50}: {v!r:.50}")
         out[s] = v
     return slot, version, out

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
+from node import limits
 from node.applier.applier import open_link
 from node.cluster_space.table import STATE_ANON, STATE_MEMBER, Member
 from node.core import messages as m
@@ -160,7 +161,7 @@ class Opening:
                     self.wipe_partial_join()
                 finally:
                     await conn.close()
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(limits.join_retry_s)
 
     async def install_snapshot(self, conn, theirs: dict, *, join: bool, existed: bool = False) -> None:
         """Install the donor's snapshot. join=True: JOIN was sent and REGISTERED received

@@ -6,7 +6,7 @@ Sub-databases:
   _spaces        space name -> {"local", "conflict"}
   _cluster       member uuid -> [uuid, id, address, state, lsn] (this node's ids)
   _cluster_ids   origin uuid NUL member uuid -> the origin's id for the member
-  s:<space>      key -> [value, origin id, lsn, hlc, deleted]
+  s:<space>      key -> a record [value, origin id, lsn, hlc, deleted] (node.core.record)
 Records keep tombstones (deleted=True) so last-writer-wins converges after deletes.
 This is the only module that imports lmdb.
 
@@ -28,14 +28,16 @@ import lmdb
 
 from node import limits
 from node.cluster_space.table import ClusterTable, Member
-from node.core import codec
-from node.core.apply import apply_packed, apply_txns
-from node.core.rowscan import PackedEntry
+from node.core import codec, record
+from node.core.entry import Entry, apply_entries
+from node.core.record import DELETED, HLC, Record
 from node.core.vclock import VClock
 from node.errors import NoSpaceError, StorageError
 
-_pack = codec.pack
+_pack = codec.pack                  # meta values, space definitions, _cluster rows
 _unpack = codec.unpack
+_pack_record = record.pack          # records of spaces (node.core.record)
+_unpack_record = record.unpack
 
 STORE_FORMAT_VERSION = 1     # 1: the sub-databases above; a store without the key is a version 1 store
 
@@ -71,22 +73,12 @@ class SpaceDef:
         return {"local": self.local, "conflict": self.conflict}
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    key: str
-    value: Any
-    origin_id: int
-    lsn: int
-    hlc: int
-    deleted: bool
-
-
 class Store:
     def __init__(self, path: str, *, sync: bool = False, map_size: int = limits.store_map_bytes_default):
         os.makedirs(path, exist_ok=True)
         try:
             self.env = lmdb.open(path, map_size=map_size, max_dbs=limits.store_spaces_max + limits.store_system_dbs,
-                                 sync=sync, metasync=False, writemap=False, max_readers=256)
+                                 sync=sync, metasync=False, writemap=False, max_readers=limits.store_readers_max)
         except lmdb.Error as e:
             raise StorageError(f"cannot open store {path}: {e}") from None
         if self.env.max_key_size() < limits.key_bytes_max:
@@ -206,22 +198,15 @@ class Store:
             db = self._dbs[space] = self.env.open_db(b"s:" + space.encode())
         return db
 
-    def apply(self, parts: list, self_uuid: str, hlc_last: int) -> dict[int, int]:
-        """Apply a batch in WAL order — `parts` are lists of transactions and packed entries
-        (node.core.rowscan) — and the vclock after it, in one LMDB transaction; returns each
-        component's highest last lsn in the batch."""
+    def apply(self, entries: list[Entry], self_uuid: str, hlc_last: int) -> dict[int, int]:
+        """Apply a batch of journal entries (node.core.entry) in WAL order, and the vclock after
+        it, in one LMDB transaction; returns each component's highest last lsn in the batch."""
         vclock = self.vclock.copy()
         view = None
         try:
             with self.env.begin(write=True) as t:
                 view = _TxnView(self, t)
-                tops: dict[int, int] = {}
-                for part in parts:
-                    got = apply_packed(view, part, self_uuid) if type(part) is PackedEntry \
-                        else apply_txns(view, part, self_uuid)
-                    for c, last in got.items():
-                        if last > tops.get(c, 0):
-                            tops[c] = last
+                tops = apply_entries(view, entries, self_uuid)
                 t.put(b"vclock", _pack(self.vclock.to_dict()), db=self._meta)
                 t.put(b"hlc", _pack(hlc_last), db=self._meta)
         except BaseException as e:
@@ -264,9 +249,9 @@ class Store:
         with self.env.begin(write=True) as t:
             db = self._db(space)
             for key, rec in items:
-                t.put(key.encode(), _pack(rec), db=db)
-                if rec[3] > hlc:
-                    hlc = rec[3]
+                t.put(key.encode(), _pack_record(rec), db=db)
+                if rec[HLC] > hlc:
+                    hlc = rec[HLC]
             t.put(b"hlc", _pack(hlc), db=self._meta)
 
     def put_cluster_member(self, m: Member) -> None:
@@ -284,11 +269,10 @@ class Store:
             b = t.get(key.encode())
         if b is None:
             return None
-        o = _unpack(b)
-        return Record(key, o[0], o[1], o[2], o[3], bool(o[4]))
+        return Record.of(key, _unpack_record(b))
 
     def get_many(self, items: list[tuple[str, str]]) -> list[list | None]:
-        """The records [value, origin id, lsn, hlc, deleted] of (space, key) pairs of existing
+        """The records (node.core.record, as lists) of (space, key) pairs of existing
         spaces (None where a key is absent), read in one LMDB read transaction: a client
         frame's reads (node/clientproto/session.py)."""
         out: list[list | None] = []
@@ -297,7 +281,7 @@ class Store:
             get = t.get
             for space, key in items:
                 b = get(key.encode(), db=dbs[space])
-                out.append(None if b is None else _unpack(b))
+                out.append(None if b is None else _unpack_record(b))
         return out
 
     def range(self, space: str, after: str | None, limit: int) -> tuple[list[Record], str | None]:
@@ -312,11 +296,11 @@ class Store:
                 if after is not None and key == after:
                     ok = cur.next()
                     continue
-                o = _unpack(v)
-                if not o[4]:
+                o = _unpack_record(v)
+                if not o[DELETED]:
                     if len(out) == limit:
                         return out, out[-1].key
-                    out.append(Record(key, o[0], o[1], o[2], o[3], False))
+                    out.append(Record.of(key, o))
                 ok = cur.next()
         return out, None
 
@@ -339,7 +323,7 @@ class Store:
                 chunk: list[list] = []
                 size = 0
                 for k, v in t.cursor(db=self._db(name)):
-                    chunk.append([k.decode(), _unpack(v)])
+                    chunk.append([k.decode(), _unpack_record(v)])
                     size += len(k) + len(v)
                     if len(chunk) >= chunk_rows or size >= chunk_bytes:
                         yield "rows", (name, chunk)
@@ -358,7 +342,7 @@ class Store:
         with self.env.begin(db=self._db(space)) as t:
             chunk: list[list] = []
             for k, v in t.cursor():
-                chunk.append([k.decode(), _unpack(v)])
+                chunk.append([k.decode(), _unpack_record(v)])
                 if len(chunk) >= chunk_rows:
                     yield chunk
                     chunk = []
@@ -401,10 +385,10 @@ class _TxnView:
 
     def get(self, space: str, key: str):
         b = self.t.get(key.encode(), db=self.s._dbs[space])
-        return None if b is None else _unpack(b)
+        return None if b is None else _unpack_record(b)
 
-    def put(self, space: str, key: str, record: list) -> None:
-        self.t.put(key.encode(), _pack(record), db=self.s._dbs[space])
+    def put(self, space: str, key: str, rec: list) -> None:
+        self.t.put(key.encode(), _pack_record(rec), db=self.s._dbs[space])
 
     def raw_replacer(self, space: str):
         """replacer() for records already packed (bytes in, bytes or None out)."""
@@ -421,9 +405,9 @@ class _TxnView:
         a cursor kept for the batch (Transaction.replace opens one per call, ~3x the cost)."""
         cursor_replace = self.t.cursor(db=self.s._dbs[space]).replace
 
-        def replace(key: str, record: list) -> list | None:
-            b = cursor_replace(key.encode(), _pack(record))
-            return None if b is None else _unpack(b)
+        def replace(key: str, rec: list) -> list | None:
+            b = cursor_replace(key.encode(), _pack_record(rec))
+            return None if b is None else _unpack_record(b)
         return replace
 
     def delete(self, space: str, key: str) -> None:
@@ -440,7 +424,8 @@ class _TxnView:
 def _open_read_only(path: str):
     if not os.path.isfile(os.path.join(path, "data.mdb")):
         raise StorageError(f"{path}: no store here (no data.mdb)")
-    kw = dict(readonly=True, max_dbs=limits.store_spaces_max + limits.store_system_dbs, max_readers=256)
+    kw = dict(readonly=True, max_dbs=limits.store_spaces_max + limits.store_system_dbs,
+              max_readers=limits.store_readers_max)
     try:
         return lmdb.open(path, lock=True, **kw)
     except lmdb.Error:

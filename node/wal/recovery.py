@@ -21,6 +21,7 @@ import msgpack
 
 from node import limits
 from node.core import codec
+from node.core.entry import TxnEntry
 from node.core.rows import Txn, frame_txns_upto, nop_of, txn_from_wire
 from node.errors import NoSpaceError, RecoveryError, RemoteProtocolError, StorageError
 from node.storage.store import Store
@@ -28,7 +29,6 @@ from node.wal.reader import SegmentScan, iter_segment, list_segments
 
 log = logging.getLogger("replog.recovery")
 
-REPLAY_BATCH_TXNS = 2048
 WAY_OUT = ("start with --force-recovery to skip it (its rows are lost on this node; they may still "
            "be on its peers), or restore this node from a backup")
 
@@ -60,7 +60,7 @@ class _Replay:
         if t.last_lsn > self.store.vclock.get(t.component):
             self.batch.append((t, path, offset))
             self.hlc_last = max(self.hlc_last, t.timestamp)
-            if len(self.batch) >= REPLAY_BATCH_TXNS:
+            if len(self.batch) >= limits.recovery_batch_txns_max:
                 self.flush()
 
     def skip(self, path: str, offset: int, what: str, why: str, raw) -> None:
@@ -86,13 +86,13 @@ class _Replay:
             return
         batch, self.batch = self.batch, []
         try:
-            self.store.apply([[t for t, _, _ in batch]], self.self_uuid, self.hlc_last)
+            self.store.apply([TxnEntry([t for t, _, _ in batch])], self.self_uuid, self.hlc_last)
         except NoSpaceError as e:       # no row is at fault: the node cannot start until there is room
             raise NoSpaceError(e.kind, f"recovery cannot replay the WAL: {e}") from None
         except (StorageError, ValueError, TypeError, KeyError, AssertionError):
             for t, path, offset in batch:       # one by one: which txn is it?
                 try:
-                    self.store.apply([[t]], self.self_uuid, self.hlc_last)
+                    self.store.apply([TxnEntry([t])], self.self_uuid, self.hlc_last)
                 except NoSpaceError as e:
                     raise NoSpaceError(e.kind, f"recovery cannot replay the WAL: {e}") from None
                 except (StorageError, ValueError, TypeError, KeyError, AssertionError) as e:

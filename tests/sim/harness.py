@@ -51,7 +51,7 @@ from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, C
 from node.core import codec, rowscan
 from node.core import messages as m
 from node.core.replicaset import cluster_op, relay_wants
-from node.core.rowscan import PackedEntry
+from node.core.entry import PackedEntry
 from node.core.rows import (GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_DELETE, OP_PUT, OP_SPACE, Op,
                             Txn, txn_from_wire)
 from node.errors import RemoteProtocolError

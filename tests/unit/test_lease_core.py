@@ -14,6 +14,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:   # tests/unit has no __init__.py and replog is not pip-installed
     sys.path.insert(0, str(REPO))
 
+from node import limits
 from node.identity import lease as core
 from node.identity.lease import Corrupt, Lease, LeaseCorrupt
 
@@ -89,7 +90,7 @@ def test_decode_refuses_wrong_types_and_oversized_bodies():
     with pytest.raises(LeaseCorrupt):
         core.decode(doc, 0)
     with pytest.raises(LeaseCorrupt, match="bytes"):
-        core.decode(b" " * (core.lease_body_bytes_max + 1), 0)
+        core.decode(b" " * (limits.lease_body_bytes_max + 1), 0)
 
 
 def test_decode_state_maps_absent_and_corrupt_to_values():
@@ -255,7 +256,7 @@ def test_decode_refuses_a_body_whose_fields_no_node_could_have_written(field, va
 
 def test_the_largest_valid_fields_still_encode_in_a_greeting():
     import msgpack
-    lease = held(version=core.lease_int_max - 1, serial=core.lease_int_max, expires_ms=core.lease_int_max,
-                 known_versions={0: core.lease_int_max})
+    lease = held(version=limits.lease_int_max - 1, serial=limits.lease_int_max, expires_ms=limits.lease_int_max,
+                 known_versions={0: limits.lease_int_max})
     assert core.decode(core.encode(lease), 0) == lease
     msgpack.packb({"slot": 0, "version": lease.version + 1, "seen": lease.known_versions})

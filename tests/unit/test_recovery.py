@@ -8,6 +8,7 @@ import pytest
 
 from helpers import (UUID_A, UUID_B, UUID_C, WalBuilder, cluster_txn, local_put_txn, open_store, put_txn,
                      space_txn, store_state)
+from node.core.entry import TxnEntry
 from node.core.rows import GROUP_LOCAL, OP_DELETE, OP_SPACE, Op, Txn
 from node.wal.recovery import recover
 
@@ -46,7 +47,7 @@ def write_history(wal_dir, frames, segment_bytes_max=256) -> WalBuilder:
 def apply_frames(store, frames) -> None:
     txns = [t for f in frames for t in f]
     if txns:
-        store.apply([txns], UUID_A, max(t.timestamp for t in txns))
+        store.apply([TxnEntry(txns)], UUID_A, max(t.timestamp for t in txns))
 
 
 def reference_state(tmp_path, frames) -> dict:
@@ -61,10 +62,10 @@ def spy_on_apply(store) -> list:
     applied = []
     real = store.apply
 
-    def apply(parts, self_uuid, hlc_last):
-        for txns in parts:                 # recovery replays lists of txns, never packed entries
-            applied.extend(txns)
-        return real(parts, self_uuid, hlc_last)
+    def apply(entries, self_uuid, hlc_last):
+        for e in entries:                  # recovery replays decoded txns (TxnEntry), never packed entries
+            applied.extend(e.txns)
+        return real(entries, self_uuid, hlc_last)
 
     store.apply = apply
     return applied

@@ -22,7 +22,8 @@ from node.core import messages as m
 from node.core.replicaset import relay_wants
 from node.core.rows import (CLUSTER_SPACE, GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_CLUSTER, OP_DELETE, OP_NOP,
                             OP_PUT, OP_SPACE, Op, Txn)
-from node.core.rowscan import PackedEntry, scan_rows_py
+from node.core.entry import PackedEntry, TxnEntry
+from node.core.rowscan import scan_rows_py
 from node.errors import RemoteProtocolError, StorageError
 from node.storage.store import Store
 from test_receive_run import AHEAD, PEER, WALL, _core, _ref_all
@@ -273,15 +274,21 @@ def test_packed_entry_is_its_txns(seed):
     assert entry.rows == sum(len(t.ops) for t in txns) and entry.ntxn == len(txns)
     for c, last in entry.tops.items():
         assert last == max(t.last_lsn for t in txns if t.replica_id == c)
-    for _ in range(40):                        # relay filtering, for subscribers anywhere
+    for sub, own in subscribers(rng, txns):     # relay filtering
+        want = [relay_wants(t, sub, own) for t in txns]
+        assert entry.wanted(sub, own) == (True if all(want) else False if not any(want) else None), (sub, own)
+
+
+def subscribers(rng: random.Random, txns: list[Txn], n: int = 40):
+    """(sub vclock, own cut) of `n` subscribers anywhere around `txns`."""
+    for _ in range(n):
         sub = {t.replica_id: rng.randint(0, t.last_lsn + 1) for t in txns if rng.random() < 0.8}
         own = None
         if rng.random() < 0.6:                 # the subscriber is one origin; its cut a txn boundary
             o = rng.choice(txns)
             own = (o.replica_id, rng.choice([t.last_lsn for t in txns if t.replica_id == o.replica_id]
                                             + [o.lsn - 1, 0, 10**9]))
-        want = [relay_wants(t, sub, own) for t in txns]
-        assert entry.wanted(sub, own) == (True if all(want) else False if not any(want) else None), (sub, own)
+        yield sub, own
 
 
 # --- the store --------------------------------------------------------------------------------
@@ -293,8 +300,8 @@ def _store(path: str) -> Store:
     s = Store(path)
     for rid, u in ORIGINS.items():
         s.put_cluster_member(Member(u, rid, "", STATE_MEMBER))
-    s.apply([[Txn(1, 1, GROUP_DEFAULT, 1, (Op(OP_SPACE, "lww", "", {"local": False, "conflict": "lww"}),
-                                           Op(OP_SPACE, "arr", "", {"local": False, "conflict": "apply"})))]],
+    s.apply([TxnEntry([Txn(1, 1, GROUP_DEFAULT, 1, (Op(OP_SPACE, "lww", "", {"local": False, "conflict": "lww"}),
+                                                    Op(OP_SPACE, "arr", "", {"local": False, "conflict": "apply"})))])],
             SELF, 1)
     return s
 
@@ -327,7 +334,7 @@ def test_applying_a_packed_entry_leaves_what_apply_txns_leaves(tmp_path, seed):
         before.append(Txn(rid, lsn[rid], GROUP_DEFAULT, rng.randint(1, 100), o))
         lsn[rid] += len(o)
     for s in (a, b):
-        s.apply([before], SELF, 100)
+        s.apply([TxnEntry(before)], SELF, 100)
     wire = []
     for _ in range(rng.randint(1, 12)):        # then a message: same keys again, older and newer
         rid = rng.choice((2, 3))
@@ -337,7 +344,7 @@ def test_applying_a_packed_entry_leaves_what_apply_txns_leaves(tmp_path, seed):
     scan = rowscan.scan_rows(message([wire]))
     ranges = [(x, y, rid) for rid, x, y in scan.runs()]
     tops_a = a.apply([PackedEntry(scan, ranges)], SELF, 100)
-    tops_b = b.apply([wire], SELF, 100)
+    tops_b = b.apply([TxnEntry(wire)], SELF, 100)
     assert tops_a == tops_b
     assert _dump(a) == _dump(b)
 
@@ -349,7 +356,7 @@ def test_a_packed_entry_for_an_unknown_space_fails_as_apply_txns_does(tmp_path):
     with pytest.raises(StorageError, match="row 2:1 writes unknown space 'nope'"):
         s.apply([PackedEntry(scan, [(0, 1, 2)])], SELF, 5)
     with pytest.raises(StorageError, match="row 2:1 writes unknown space 'nope'"):
-        s.apply([wire], SELF, 5)
+        s.apply([TxnEntry(wire)], SELF, 5)
     assert s.vclock.get(2) == 0, "nothing of a failed batch stays"
 
 

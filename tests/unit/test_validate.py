@@ -1,7 +1,8 @@
 """The data rules (node/core/validate.py) and what reads make of values from before them
 (node/http/render.py). The value walk sizes exactly what the encoder writes, accepts exactly the
 domain both JSON and msgpack read back, and never recurses; the rules about members, addresses,
-vclocks and greetings refuse what once reached an assert or LMDB."""
+vclocks and greetings refuse what once reached an assert or LMDB. The copies of the row rules that
+fast paths keep are held to these rules in tests/unit/test_row_rule_copies.py."""
 import json
 import math
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from node import limits
-from node.core import codec, validate
+from node.core import codec, validate, validate_msgs
 from node.core.hlc import HLC
 from node.http import render
 
@@ -108,13 +109,13 @@ def test_a_uuid_is_canonical(u, ok):
     ([[UUID, 1, "", "member"]] * (limits.members_max + 1), False),
 ])
 def test_a_cluster_table_has_one_row_per_uuid_and_per_id_within_bounds(rows, ok):
-    assert (validate.cluster_rows_error(rows) is None) == ok
+    assert (validate_msgs.cluster_rows_error(rows) is None) == ok
 
 
 @pytest.mark.parametrize("v, ok", [({1: 5, 0: 3}, True), ({1: limits.lsn_max}, True), ({1: limits.lsn_max + 1}, False),
                                    ({-1: 1}, False), ({"1": 1}, False), ({1: True}, False), ({1: -1}, False)])
 def test_a_vclock_on_the_wire_is_bounded(v, ok):
-    assert (validate.vclock_error(v) is None) == ok
+    assert (validate_msgs.vclock_error(v) is None) == ok
 
 
 def test_the_hybrid_clock_cannot_pass_its_bound():
@@ -150,15 +151,15 @@ _STORE = {"status": "dirty", "initial": {"cluster_uuid": UUID, "created_s": 1.5,
 def test_a_greetings_store_field_is_null_or_of_the_shape_the_join_protocol_reads(store, ok):
     """A junk `store` made a restarting member's start-up (and a joiner, after the donor's
     snapshot) die on an AttributeError (tests/integration/test_malicious_peer.py)."""
-    assert (validate.store_field_error(store) is None) == ok
+    assert (validate_msgs.store_field_error(store) is None) == ok
 
 
 def test_a_real_nodes_greeting_passes_and_optional_fields_of_another_type_are_refused():
     from tests.integration.fakepeer import FakePeer
     g = {**FakePeer(b"s").greeting(), "store": _STORE, "vclock_uuid": {UUID: 1}, "wait_for": 0}
-    assert validate.greeting_error(g) is None
+    assert validate_msgs.greeting_error(g) is None
     for name, junk in (("options", "x"), ("lease", [1]), ("wait_for", "3"), ("store", 5)):
-        assert validate.greeting_error({**g, name: junk}), name
+        assert validate_msgs.greeting_error({**g, name: junk}), name
 
 
 @pytest.mark.parametrize("body, ok", [
