@@ -12,7 +12,7 @@ import pytest
 
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED
 from node.core.rows import GROUP_LOCAL
-from tests.sim.checkers import check_converged
+from tests.sim.liveness import check_converged
 from tests.sim.harness import KV, LOC, Cluster
 
 

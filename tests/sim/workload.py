@@ -13,7 +13,7 @@ same run. Nothing here iterates a set, so PYTHONHASHSEED cannot change a run.
 """
 from __future__ import annotations
 
-from tests.sim.checkers import check_converged
+from tests.sim.liveness import check_converged
 from tests.sim.harness import KV, LOC, Cluster
 
 KEYS = [f"k{i}" for i in range(6)]
