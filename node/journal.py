@@ -82,6 +82,7 @@ class Journal:
         self._tail_seq = 0                          # seq of the next chunk
         self._tail_at: dict[Position, int] = {}     # a chunk's prev and (segment, start) -> its seq
         self._listeners: set[asyncio.Event] = set()
+        self._synced_at = time.monotonic()          # wal_mode write: the last periodic fsync (_sync_due)
 
     @property
     def _inline_ok(self) -> bool:
@@ -133,8 +134,9 @@ class Journal:
         """Wait until the next batch is durable (relays wait here for new rows)."""
         ev = self._changed
         try:
-            await asyncio.wait_for(ev.wait(), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):     # not wait_for: it can swallow a cancellation (3.11)
+                await ev.wait()
+        except TimeoutError:
             pass
 
     # --- relays: wake-ups and the in-memory tail ---------------------------------------
@@ -193,7 +195,15 @@ class Journal:
             while True:
                 if not queue:
                     self._wake.clear()
-                    await self._wake.wait()
+                    due = self._sync_due()
+                    if due is None:
+                        await self._wake.wait()
+                        continue
+                    try:
+                        async with asyncio.timeout(due):
+                            await self._wake.wait()
+                    except TimeoutError:
+                        await self._sync_written()
                     continue
                 batch = []
                 parts: list = []          # for the store, in order: Txn lists (joined) and packed entries
@@ -248,6 +258,8 @@ class Journal:
                         fut.set_result(None)
                 ev, self._changed = self._changed, asyncio.Event()
                 ev.set()
+                if self._sync_due() == 0:
+                    await self._sync_written()
         except asyncio.CancelledError:
             raise
         except BaseException as e:  # a persistence failure: nothing after it may be acknowledged
@@ -265,6 +277,22 @@ class Journal:
                 if fut is not None and not fut.done():
                     fut.set_exception(e)
             self._on_fatal(e)
+
+    # --- wal_mode write: what reaches the disk, and when ----------------------------------
+    def _sync_due(self) -> float | None:
+        """wal_mode write: seconds until the written tail should be fsync'd (0: now), None if
+        nothing waits for it. fsync mode syncs every batch; the core's `synced` vclock, which
+        ACKs report and WAL holds go by, moves with it either way."""
+        wal = self.wal
+        if wal is None or wal.mode != "write" or wal.synced_bytes == wal.bytes_written:
+            return None
+        return max(0.0, self._synced_at + limits.wal_sync_interval_s - time.monotonic())
+
+    async def _sync_written(self) -> None:
+        applied = self.core.vclock.copy()       # every row in it was written before the fsync below
+        await self._loop.run_in_executor(None, self.wal.sync)
+        self._synced_at = time.monotonic()
+        self.core.mark_synced(applied)
 
     def _advance(self, written: tuple | None) -> None:
         """The batch is durable (as wal_mode promises): move the position relays may read up

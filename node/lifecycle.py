@@ -622,4 +622,4 @@ class Lifecycle:
                 if new and new != addr and addr in self.moved_from.get(u, ()) and new not in node.appliers \
                         and new != self.cfg.address and mem is not None and mem.state == STATE_MEMBER:
                     log.info("applier: %s moved from %s to %s; following it", u, addr, new)
-                    node.set_peers([p for p in node.appliers if p != addr] + [new])
+                    node.configure_peers([p for p in node.peers if p != addr] + [new])

@@ -93,6 +93,9 @@ link_close_timeout_s = 2.0           # closing a link waits this long for the pe
 reconnect_backoff_min_s = 0.1        # first retry after a broken link
 reconnect_backoff_max_s = 5.0        # retries back off to at most this
 refused_backoff_s = 10.0             # a peer that refused us (wrong secret, cluster) is retried this slowly
+wal_sync_interval_s = 1.0            # wal_mode write: the written WAL tail is fsync'd this often (so a
+                                     # power cut loses at most about this much, and ACKs report what is
+                                     # on disk without waiting for a checkpoint)
 ack_interval_s = 0.05                # appliers send ACKs at most this often (batched)
 
 # --- lifecycle ----------------------------------------------------------------

@@ -70,6 +70,7 @@ class Node:
         self.status = "loading"
         self.status_reason = "opening the store"
         self.appliers: dict[str, Applier] = {}
+        self.followers: dict[str, Applier] = {}   # member uuid -> the one applier linked to it (Applier.claim)
         self.relays: set[Relay] = set()
         self.links: set[Conn] = set()    # every inbound replication link, from accept (relays: subscribed ones)
         self.link_guard = LinkGuard()    # bounds on links still in their handshake (node/applier/accept.py)
@@ -434,13 +435,6 @@ class Node:
     async def write(self, ops: list[Op]) -> dict:
         if self.status != "running" or self.core is None:
             raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
-        have = self.core.claimed.get(self.core.self_id)
-        if self.core.fence is not None and not self.fence.try_lift() and \
-                any(not (op.value.get("local") if op.kind == OP_SPACE else self.core.spaces.get(op.space)) for op in ops):
-            raise ClientError(503, "own_rows_unconfirmed", self.core.fence_state()[1])
-        if have < self.own_lsn_seen:
-            raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}.."
-                              f"{self.own_lsn_seen}) are still coming back from its peers; retry shortly")
         local_ops, repl_ops = [], []
         for op in ops:
             if op.kind == OP_SPACE:
@@ -453,6 +447,13 @@ class Node:
         if repl_ops and (self.cfg.read_only or self.core.anon):
             why = "an anonymous replica" if self.core.anon else "read_only"
             raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
+        if repl_ops:     # rows under our own id (local spaces' rows never leave this node)
+            if self.core.fence is not None and not self.fence.try_lift():
+                raise ClientError(503, "own_rows_unconfirmed", self.core.fence_state()[1])
+            have = self.core.claimed.get(self.core.self_id)
+            if have < self.own_lsn_seen:
+                raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}.."
+                                  f"{self.own_lsn_seen}) are still coming back from its peers; retry shortly")
         txns = []
         now = self.wall_us()
         if repl_ops:

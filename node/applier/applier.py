@@ -85,7 +85,9 @@ class Applier:
         self.messages_scanned = 0   # ROWS messages taken by the row scanner (node.core.rowscan)
         self.messages_decoded = 0   # ... and decoded txn by txn (the exact path)
         self.task: asyncio.Task | None = None
-        self.claimed = False        # this applier is the one link to peer_uuid (claim())
+        self.stopping = False       # stop() was called: every loop ends at its next turn
+        self.conn: Conn | None = None
+        self.core_peer = None       # the core's Peer this link built (NodeCore.greeting)
         self._rng = random.Random()
 
     def info(self) -> dict:
@@ -100,17 +102,20 @@ class Applier:
         self.task = asyncio.create_task(self.run(), name=f"applier-{self.address}")
 
     async def stop(self) -> None:
-        if self.task:
+        """End this link for good and return once it has: the socket is closed and the task
+        done (cancelled until it is: one cancellation can be lost in a race, and an applier
+        that lived on would keep a link nobody configured)."""
+        self.stopping = True
+        if self.conn is not None:
+            await self.conn.close()
+        while self.task is not None and not self.task.done():
             self.task.cancel()
-            try:
-                await self.task
-            except asyncio.CancelledError:
-                pass
+            await asyncio.wait({self.task}, timeout=limits.link_close_timeout_s)
         self.status = "stopped"
 
     async def run(self) -> None:
         backoff = limits.reconnect_backoff_min_s
-        while True:
+        while not self.stopping:
             started = time.monotonic()
             try:
                 await self.run_once()
@@ -155,32 +160,48 @@ class Applier:
             except Exception as e:  # noqa: BLE001 - the one place: anything else is our bug, not the peer's
                 self.status, self.error = "failed", f"{type(e).__name__}: {e}"
                 self.node.note_failure(f"applier {self.address}", e)
-                if self.peer_uuid and self.node.core:
-                    self.node.core.drop_peer(self.peer_uuid)
+                self._drop_peer()
                 return                                         # this link stops; the node serves on
             if time.monotonic() - started > 10 * limits.reconnect_backoff_max_s:
                 backoff = limits.reconnect_backoff_min_s       # the link was healthy for a while
             else:
                 backoff = min(backoff * 2, limits.reconnect_backoff_max_s)
-            if self.peer_uuid and self.node.core:
-                self.node.core.drop_peer(self.peer_uuid)
+            self._drop_peer()
+            if self.stopping:
+                return
             await asyncio.sleep(delay * (0.5 + self._rng.random()))   # jittered backoff, not sync
+
+    def _drop_peer(self) -> None:
+        if self.peer_uuid and self.node.core and self.core_peer is not None:
+            self.node.core.drop_peer(self.peer_uuid, self.core_peer)
+        self.core_peer = None
 
     def claim(self) -> None:
         """One link per member: the first applier to reach a member keeps it; another address
-        of the same member (a second spelling, a moved peer) is refused while it does. No await
-        between the check and the claim."""
-        for other in self.node.appliers.values():
-            if other is not self and other.claimed and other.peer_uuid == self.peer_uuid:
-                raise PeerRefused("duplicate", f"{self.address} is {self.peer_uuid}, already followed through "
-                                               f"{other.address}")
-        self.claimed = True
+        of the same member (a second spelling, a moved peer) is refused while it does, and a
+        new link waits for a removed one to the same member to finish closing. No await between
+        the check and the claim."""
+        followers = self.node.followers
+        owner = followers.get(self.peer_uuid)
+        if owner is not None and owner is not self:
+            if owner.stopping:
+                raise ConnectionError(f"the previous link to {self.peer_uuid} ({owner.address}) is still closing")
+            raise PeerRefused("duplicate", f"{self.address} is {self.peer_uuid}, already followed through "
+                                           f"{owner.address}")
+        followers[self.peer_uuid] = self
+
+    def release(self) -> None:
+        if self.peer_uuid and self.node.followers.get(self.peer_uuid) is self:
+            del self.node.followers[self.peer_uuid]
 
     async def run_once(self) -> None:
         node = self.node
         self.status = "connecting"
         conn, theirs = await open_link(node, node.http_session, self.address)
+        self.conn = conn
         try:
+            if self.stopping:
+                return
             # Who is at this address, known even if it cannot serve us yet: a peer that moves
             # before it ever did is followed by its uuid (Lifecycle.follow_addresses).
             self.peer_uuid = theirs["uuid"]
@@ -189,6 +210,7 @@ class Applier:
                 raise RemoteProtocolError(f"{self.address} has not joined a cluster yet")
             core = node.core
             regs = core.greeting(self.peer_uuid, theirs["cluster"], node.wall_us())
+            self.core_peer = core.peers[self.peer_uuid]
             for txn in regs:
                 node.journal.submit_nowait([txn], want_future=False)
             fenced = core.fence is not None      # then only our own rows (NodeCore.subscribe_vclock)
@@ -201,7 +223,8 @@ class Applier:
                      " (this node's own rows only, while it is fenced)" if fenced else "")
             await self._stream(conn, fenced)
         finally:
-            self.claimed = False
+            self.release()
+            self.conn = None
             await conn.close()
 
     async def _stream(self, conn: Conn, fenced: bool) -> None:
@@ -211,7 +234,7 @@ class Applier:
         acked_sig: tuple[int, int] = (-1, -1)
         expel_epoch = core.expel_epoch
         conn.scan_rows = rowscan.scan_rows if rowscan.native is not None else None
-        while True:
+        while not self.stopping:
             msg = await conn.recv(timeout=limits.peer_timeout_s)
             now = time.time()
             if msg.type == m.ROWS:

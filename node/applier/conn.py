@@ -67,8 +67,11 @@ class Conn:
 
     async def recv(self, timeout: float = limits.peer_timeout_s) -> m.Message:
         try:
-            msg = await asyncio.wait_for(self.ws.receive(), timeout)
-        except asyncio.TimeoutError:
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
+            # arrives as the message does, and a stopped applier would then stream on.
+            async with asyncio.timeout(timeout):
+                msg = await self.ws.receive()
+        except TimeoutError:
             raise RemoteProtocolError(f"{self.peer}: no message for {timeout:.0f} s") from None
         if msg.type == aiohttp.WSMsgType.BINARY:
             data = msg.data

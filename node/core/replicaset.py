@@ -247,8 +247,11 @@ class NodeCore:
         own = self.vclock.get(self.self_id)
         return fence.can_clear(self.table, self.uuid, own), fence.explain(self.table, self.uuid, own)
 
-    def drop_peer(self, peer_uuid: str) -> None:
-        self.peers.pop(peer_uuid, None)
+    def drop_peer(self, peer_uuid: str, peer: Peer | None = None) -> None:
+        """Forget a peer's map when its link ends; with `peer`, only if it is still that link's
+        (a newer link to the same member may have greeted since)."""
+        if peer is None or self.peers.get(peer_uuid) is peer:
+            self.peers.pop(peer_uuid, None)
 
     # --- remote rows ---------------------------------------------------------------
     def receive(self, peer_uuid: str, raw: Txn, wall_us: int) -> list[Txn]:

@@ -5,7 +5,8 @@ it from one executor thread at a time, with a whole group-commit batch already f
 so many concurrent transactions share one write() and, in fsync mode, one fsync.
 Durability contract per wal_mode:
   write: the batch is in the OS page cache when write_batch returns (survives a crash
-         of the process);
+         of the process); the journal fsyncs the written tail every wal_sync_interval_s
+         (`sync`), and a closed segment is fsync'd, so a power cut loses at most that much;
   fsync: the batch is on stable storage when write_batch returns (survives power loss).
   none:  no Wal object exists at all.
 `position` (segment, end offset) only ever covers whole frames: relays never read past it."""
@@ -54,6 +55,7 @@ class WalWriter:
         self.end = 0                   # bytes of whole frames in the current segment
         self.bytes_written = 0
         self.fsyncs = 0
+        self.synced_bytes = 0          # bytes_written when the WAL was last on disk whole
         os.makedirs(wal_dir, exist_ok=True)
 
     # --- opening ---------------------------------------------------------------
@@ -116,12 +118,22 @@ class WalWriter:
             self.fsyncs += 1
         self.end = start + len(data)
         self.bytes_written += len(data)
+        if self.mode == "fsync":
+            self.synced_bytes = self.bytes_written
         return self.segment, start, self.end
+
+    def sync(self) -> None:
+        """wal_mode write, from the journal between batches: everything written is on disk
+        (closed segments were fsync'd when they were closed)."""
+        written = self.bytes_written
+        if self._fd is not None:
+            self._fsync(self._fd)
+            self.fsyncs += 1
+        self.synced_bytes = written
 
     def close(self) -> None:
         if self._fd is not None:
-            if self.mode == "fsync":
-                os.fsync(self._fd)
+            os.fsync(self._fd)         # either mode: a closed segment is on disk (WalWriter.sync)
             os.close(self._fd)
             self._fd = None
 

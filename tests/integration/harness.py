@@ -50,6 +50,7 @@ class ReplogProcess:
         self.tls = tls
         self.client_auth = client_auth
         self.proc: subprocess.Popen | None = None
+        self.env: dict[str, str] = {}        # extra environment for the process (test hooks)
         self.log_path = os.path.join(self.dir, "node.log")
         self.starts = 0
 
@@ -75,7 +76,7 @@ class ReplogProcess:
         log = open(self.log_path, "ab")
         log.write(f"\n===== start #{self.starts}: {' '.join(self.argv())}\n".encode())
         log.flush()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env,
                                      cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         log.close()

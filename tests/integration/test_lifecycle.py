@@ -220,7 +220,13 @@ def test_option_mismatch_is_refused_naming_the_option(tmp_path, procs):
     procs.append(a)
     b = ReplogProcess(tmp_path, "b", peers=[a], extra=["--cluster-name", "other"]).start(wait=False)
     procs.append(b)
-    wait_for(lambda: "cluster_name" in b.get("/v1/health")[1].get("reason", ""), 30, "B's 503 names the option")
+    # The joiner stops at once with exit code 2 and one line naming the option and both values
+    # (issue 16, defect 6: it used to retry silently for ever).
+    wait_for(lambda: b.proc.poll() is not None, 30, "B exits")
+    assert b.proc.returncode == 2, b.log_tail()
+    last = b.log_text().strip().splitlines()[-1]
+    assert last == (f"replog: error: cluster_name: must be the same on every member: this node has 'other', "
+                    f"{a.address} has 'replog'"), last
     assert "cluster_name" in a.log_text()
     assert len(a.cluster()) == 1
 
