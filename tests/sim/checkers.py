@@ -13,7 +13,8 @@ Safety (after every tick; each failure names the invariant, the node and the see
     write, the expel of the last member holding it): then nothing anywhere holds it, and
     its lsn may be written again. Unwritten WAL entries must not contradict it either;
   2 vclocks only grow: each node's vclock, by uuid, never goes back (crashes and rebuilds
-    from a snapshot included; a lost store and a power loss in wal_mode write start again),
+    from a snapshot included, except a rebuild's for an expelled member's rows past the bound;
+    a lost store and a power loss in wal_mode write start again),
     the core's applied vclock equals the state's, and it covers exactly the rows the node
     holds;
   3 ids are stable: in each node's `_cluster` a uuid has one id, an id one uuid, for ever
@@ -37,9 +38,10 @@ Safety (after every tick; each failure names the invariant, the node and the see
   11 one link per member: a node has at most one streaming link to each member, none to
     itself, and none through an address that is not in effect (PUT /v1/admin/peers);
   12 WAL holds: a member that joined through a node, or subscribed to it, is never told
-    `need_rejoin` by it: its hold keeps every row it has not on disk. Exempt: the member
-    lost its store, the node's store was replaced (a rebuild or a lost store: its WAL
-    starts again at the snapshot), or the member was expelled.
+    `need_rejoin` by it for rows the node collected: its hold keeps every row it has not on
+    disk. Exempt: rows the node's WAL never had (its store began at a snapshot past them),
+    the member lost its store (the hold stays where its old store was), the node's store was
+    replaced (a rebuild or a lost store), or the member was expelled.
 """
 from __future__ import annotations
 
@@ -91,6 +93,7 @@ class Checker:
         self.local_acked: dict[str, dict[int, list]] = {}    # node -> local lsn -> ops acknowledged
         self.lost_ok: dict[tuple[str, int], str] = {}        # acknowledged, lost to a fault that may
         self.held: set[tuple[str, str]] = set()              # (relay name, member uuid): invariant 12
+        self.stale: set[tuple[str, str]] = set()             # ... whose hold predates the member's lost store
 
     def fail(self, inv: str, n: "SimNode", detail: str):
         return self.c.fail(f"invariant {inv} broken on {n}: {detail}")
@@ -112,11 +115,21 @@ class Checker:
         self._check_records(n, base, table)
         self.check_node(n)
 
-    def on_rebuild(self, n: "SimNode") -> None:
+    def on_rebuild(self, n: "SimNode", was_anon: bool = False) -> None:
         """A rejoin swapped in a new store: nothing may go back (invariant 2), and its WAL
         starts again, so nobody's earlier hold on it stands."""
-        self.on_install(n, seen=self.tracks[n.name].seen)
+        old = self.tracks[n.name]
+        seen = dict(old.seen)
+        if was_anon and n.uuid in seen:      # an anonymous replica's private rows: nobody else has them
+            del seen[n.uuid]
+            self.tracks[n.name] = Track()
+            self._vanish(n, n.uuid, 1, old.last.get(n.uuid, 0), f"rebuild of anonymous {n.name}")
+        for m in n.core.table.members():     # an expelled member's rows past the bound may go
+            if m.state == STATE_EXPELLED and m.uuid in seen:
+                seen[m.uuid] = min(seen[m.uuid], m.expelled_lsn)
+        self.on_install(n, seen=seen)
         self.held = {h for h in self.held if h[0] != n.name}
+        self.stale = {h for h in self.stale if h[0] != n.name}
 
     def on_restart(self, n: "SimNode") -> None:
         if self.tracks[n.name].retrack:
@@ -146,7 +159,11 @@ class Checker:
         t = self.tracks.pop(n.name)
         for u, last in t.last.items():
             self._vanish(n, u, 1, last, f"lost store of {n.name}")
+        # the relays it subscribed to keep their holds at its old position, which may be past
+        # its new one: they may tell it to rejoin (it is fenced, and others stream to it)
+        self.stale |= {h for h in self.held if h[1] == n.uuid}
         self.held = {h for h in self.held if n.name != h[0] and n.uuid != h[1]}
+        self.stale = {h for h in self.stale if n.name != h[0]}
 
     def on_expel(self, x: "SimNode") -> None:
         t = self.tracks.get(x.name)
@@ -172,10 +189,13 @@ class Checker:
                 self.lost_ok.setdefault((u, lsn), reason)
 
     def on_held(self, relay: "SimNode", member: "SimNode") -> None:
-        self.held.add((relay.name, member.uuid))
+        if (relay.name, member.uuid) not in self.stale and member.uuid not in self.c.expelled:
+            self.held.add((relay.name, member.uuid))
 
     def on_need_rejoin(self, relay: "SimNode", member: "SimNode", sub: dict, missing: list[int]) -> None:
-        if (relay.name, member.uuid) in self.held:
+        # rows its WAL never had (its store began at a snapshot past them) were not collected
+        collected = [rid for rid in missing if sub.get(rid, 0) >= relay.wal_start.get(rid, 0)]
+        if collected and (relay.name, member.uuid) in self.held:
             raise self.fail("12 (WAL holds)", relay, f"tells {member}, which joined through it or subscribed to "
                             f"it, to rejoin: its SUBSCRIBE {sub} is behind gc_vclock {relay.gc_vclock} in "
                             f"components {missing}, which its hold should have kept")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from node.cluster_space.idmap import IdMap
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, ClusterTable, Member
 from node.core import codec, rowscan
 from node.core import messages as m
@@ -32,6 +33,11 @@ if TYPE_CHECKING:
 CLIENT, SERVER = "client", "server"
 ACK_EVERY = 40        # ticks: an ACK goes at least this often on a streaming link (heartbeat_interval_s)
 ACK_INTERVAL_MAX = 6  # ticks: a streaming applier considers an ACK every 1..this (ack_interval_s)
+
+
+class _NoLearn(IdMap):
+    def learn(self, peer_id: int, local_id: int) -> None:
+        pass
 
 
 class Protocol:
@@ -53,7 +59,9 @@ class Protocol:
             elif c.kind in ("join", "register", "rejoin"):
                 if core.anon:
                     return self._refuse(c, "anon", 5)
-                if p.status != "running" or core.fence is not None:
+                known = core.table.get(s.uuid) is not None and c.kind != "register"
+                if p.status != "running" or (core.fence is not None and not (
+                        known and "fenced_donor_for_known" in self.workarounds)):
                     return self._refuse(c, "not_ready", 2)   # a fenced node registers nobody
                 _, txn = core.register_member(s.uuid, s.addr, p.wall_us())
                 if txn is not None:
@@ -64,17 +72,23 @@ class Protocol:
             else:
                 c.wait_durable = 0
         elif kind == "SUBSCRIBE":            # Relay.run
-            sub = {int(k): v for k, v in body.items()}
+            sub = {int(k): v for k, v in body["vclock"].items()}
             missing = behind(sub, p.gc_vclock)
+            if "expelled_not_uncovered" in self.workarounds:   # rows past the bound are refused anyway
+                missing = [rid for rid in missing if (m := core.table.by_id(rid)) is None or
+                           m.state != STATE_EXPELLED or sub.get(rid, 0) < m.expelled_lsn]
             if missing:
                 self.checker.on_need_rejoin(p, s, sub, missing)
                 self.log(f"{p} tells {s} to rejoin: components {missing} below {p.gc_vclock} were collected")
-                return self._refuse(c, "need_rejoin", shell.REJOIN_RETRY)
+                collected = sorted(u for rid in missing if (u := core.table.uuid_of(rid)) is not None)
+                return self._refuse(c, "need_rejoin", shell.REJOIN_RETRY, collected)
             me = core.table.get(s.uuid)      # its own rows past this cut are not echoed back
             c.own = (me.id, core.vclock.get(me.id)) if me is not None and me.state != STATE_ANON else None
-            if self.rules["holds"] == "register" and p.hold_from(s.uuid, sub, c.sub_anon, self.now):
-                self.log(f"{p}: {s} holds its WAL from {sub} (first SUBSCRIBE)")
-            self.checker.on_held(p, s)
+            hold = {int(k): v for k, v in body["durable"].items()} if "hold_at_durable" in self.workarounds else sub
+            if self.rules["holds"] == "register" and p.hold_from(s.uuid, hold, c.sub_anon, self.now):
+                self.log(f"{p}: {s} holds its WAL from {hold} (first SUBSCRIBE)")
+            if not c.sub_anon:
+                self.checker.on_held(p, s)
             if self.rules["one_link"]:
                 for old in [x for x in self.conns.values() if x.server == p.name and x.client == s.name
                             and x.streaming and x is not c]:
@@ -99,9 +113,14 @@ class Protocol:
                 self.send(c, CLIENT, "REGISTERED", p.core.table.id_of(s.uuid))
                 continue
             # relay.serve_link: the joiner's hold exists before its snapshot is read
+            hold = {k: v for k, v in p.state.vclock.items() if k}
+            if c.kind == "rejoin" and "hold_at_durable" in self.workarounds and s.core is not None:
+                # a rebuild may not complete: hold from what the member has on disk (it would say so)
+                durable = s.core.vclock_by_uuid(s.core.synced)
+                hold = {rid: durable.get(u, 0) for rid in hold if (u := p.core.table.uuid_of(rid)) is not None}
             if self.rules["holds"] == "register":
-                p.hold_from(s.uuid, {k: v for k, v in p.state.vclock.items() if k}, c.kind == "fetch", self.now)
-            if c.kind != "fetch":
+                p.hold_from(s.uuid, hold, c.kind == "fetch", self.now)
+            if c.kind == "join":                 # a rebuild's only once it is swapped in (shell.Rejoiner)
                 self.checker.on_held(p, s)
             b = p.snapshot()
             self.send(c, CLIENT, "SNAPSHOT", {"table": b.table_rows, "vclock": b.vclock,
@@ -147,15 +166,15 @@ class Protocol:
         if kind == "GREETING":               # Applier.run_once
             shell.observe(s, body)
             a = s.appliers[c.addr]
-            if self.rules["one_link"]:       # Applier.claim
-                for addr, other in s.appliers.items():
-                    if other is not a and other.claimed and other.conn is not None and other.conn.server == p.name:
-                        self.stats["refused_duplicate"] += 1
-                        a.refused = a.status = "duplicate"
-                        return self.break_conn(c, f"duplicate: {p} is already followed through {addr}", 20)
-            a.claimed = True
+            owner = s.followers.get(p.uuid)
+            if self.rules["one_link"] and owner is not None and owner != c.addr:     # Applier.claim
+                self.stats["refused_duplicate"] += 1
+                a.refused = a.status = "duplicate"
+                return self.break_conn(c, f"duplicate: {p} is already followed through {owner}", 20)
+            s.followers[p.uuid] = c.addr
             s.greetings += 1
             regs = s.core.greeting(p.uuid, body["cluster"], s.wall_us())
+            c.core_peer = s.core.peers[p.uuid]
             for t in regs:
                 s.submit([t])
                 self.log(f"{s} registers from {p}'s greeting: " + ", ".join(
@@ -164,7 +183,9 @@ class Protocol:
             c.expel_epoch = s.core.expel_epoch
             c.fenced = s.core.fence is not None       # then only our own rows (subscribe_vclock)
             sub = s.core.subscribe_vclock(p.uuid, body["vclock_uuid"] if c.fenced else None)
-            self.send(c, SERVER, "SUBSCRIBE", sub.to_dict())
+            # (the workaround "hold_at_durable" holds the relay's WAL from what the subscriber has
+            # on disk, not from its SUBSCRIBE vclock: only then does the relay read `durable`)
+            self.send(c, SERVER, "SUBSCRIBE", {"vclock": sub.to_dict(), "durable": s.core.ack_durable(p.uuid).to_dict()})
         elif kind == "SUBSCRIBED":
             a = s.appliers[c.addr]
             a.status = "follow"
@@ -202,8 +223,10 @@ class Protocol:
                 return
             existed = s.identity_active or bool(base.vclock.get(me[1]))
             s.meta = {"running": True}
+            if "join_sets_gc_vclock" in self.workarounds:      # as Rejoiner._carry_over does
+                s.gc_vclock = {k: v for k, v in base.vclock.items() if k}
             if existed and self.rules["fence"]:
-                shell.set_fence(s, f"{s.uuid} rejoined with an empty store")
+                shell.set_fence(s, f"{s.uuid} rejoined with an empty store", kind="rejoin")
                 self.stats["fenced_joins"] += 1
             s.install(base)
             s.identity_active = True            # Lifecycle.go_active -> mark_active
@@ -212,6 +235,8 @@ class Protocol:
             base.table_rows.append([s.uuid, tbl.lowest_free_id(), s.addr, STATE_ANON, 0])
             s.meta = {"running": True}
             s.install(base)
+            if "join_sets_gc_vclock" in self.workarounds:
+                s.gc_vclock = {k: v for k, v in base.vclock.items() if k}
         s.rejoiner = shell.Rejoiner(self, s)
         s.proc = ""
         s.donor_uuid, s.installed_at = p.uuid, self.now
@@ -232,7 +257,16 @@ class Protocol:
             for w in frame:
                 try:
                     txn = txn_from_wire(w)
-                    out = s.core.receive(p.uuid, txn, s.wall_us())
+                    if "fenced_self_expel" in self.workarounds and s.core.fence is not None and \
+                            txn.group == GROUP_CLUSTER and any(o.key == s.uuid and o.value.get("state") ==
+                                                               STATE_EXPELLED for o in txn.ops):
+                        raise RemoteProtocolError(f"row {txn.replica_id}:{txn.lsn} expels this fenced node: "
+                                                  "taken after the fence (the workaround)")
+                    if txn.group == GROUP_CLUSTER and "peer_history_ids" in self.workarounds and \
+                            txn.lsn <= shell.history_bound(p):
+                        out = self._receive_history(s, p, txn)
+                    else:
+                        out = s.core.receive(p.uuid, txn, s.wall_us())
                 except RemoteProtocolError as e:
                     self._count_rpe(e)
                     self.log(f"{s} <- {p}: {e}" + (f"; {len(entry)} claimed txns queued first" if entry else ""))
@@ -241,6 +275,8 @@ class Protocol:
                     return self.break_conn(c, "remote protocol error")
                 if not out:
                     continue
+                if txn.group == GROUP_CLUSTER and "replay_own_rows" in self.workarounds:
+                    self._own_rows_back(s, out)
                 if self.applier_batches and len(out) == 1 and txn.group != GROUP_CLUSTER:
                     entry.append(out[0])
                     continue
@@ -253,6 +289,33 @@ class Protocol:
         if s.core.expel_epoch != c.expel_epoch:     # as applier.py's Resubscribe
             self.stats["resubscribes"] += 1
             self.break_conn(c, "expelled member's bound grew: resubscribe", 0)
+
+    def _own_rows_back(self, s: "SimNode", out: list[Txn]) -> None:
+        """The workaround "replay_own_rows": after a power loss the store is the same, so its own
+        `_cluster` rows coming back from peers are its own (not history): they state its table."""
+        core = s.core
+        if core.fence is None or s.meta.get("fence_kind") != "power" or out[0].replica_id != core.self_id:
+            return
+        for op in out[0].ops:
+            v = op.value
+            if core.table.get(op.key) is None and core.table.by_id(int(v["id"])) is None:
+                core.table.upsert(Member(op.key, int(v["id"]), str(v.get("address") or ""), str(v["state"]),
+                                         out[0].lsn, int(v.get("expelled_lsn") or 0)))
+
+    def _receive_history(self, s: "SimNode", p: "SimNode", txn: Txn) -> list[Txn]:
+        """The workaround "peer_history_ids": a `_cluster` row of the relay's earlier incarnation
+        (at or below its history bound, which the fix would have the relay tell) is received, but
+        teaches nothing about the relay's ids."""
+        peer = s.core.peers[p.uuid]
+        real = peer.map
+        if s.core.table.uuid_of(real.to_local.get(txn.replica_id, -1)) != p.uuid:
+            return s.core.receive(p.uuid, txn, s.wall_us())       # not the relay's own row
+        peer.map = _NoLearn()
+        peer.map.to_local, peer.map.to_peer = real.to_local, real.to_peer
+        try:
+            return s.core.receive(p.uuid, txn, s.wall_us())
+        finally:
+            peer.map = real
 
     def _count_rpe(self, e: RemoteProtocolError) -> None:
         self.stats["remote_protocol_errors"] += 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from node.cluster_space.table import STATE_ANON, ClusterTable, Member
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core.membership import uncovered
 
 if TYPE_CHECKING:
@@ -41,6 +41,16 @@ def greeting(n: "SimNode") -> dict:
             "cluster": core.table.rows() if core is not None else []}
 
 
+def history_bound(n: "SimNode") -> int:
+    """Its own `_cluster` rows up to here state an earlier incarnation's ids (those received while
+    it is fenced after a rebuilt store too). Only the workaround "peer_history_ids" reads it."""
+    core = n.core
+    if core is None:
+        return 0
+    fenced = core.fence is not None and n.meta.get("fence_kind") == "rejoin"
+    return max(int(n.meta.get("own_history_lsn") or 0), core.claimed.get(core.self_id) if fenced else 0)
+
+
 def observe(n: "SimNode", theirs: dict) -> None:
     """Node.check_peer_greeting: the fence hears the peer (FenceKeeper.on_greeting), and
     `own_lsn_seen` remembers how many of our rows it holds."""
@@ -50,6 +60,12 @@ def observe(n: "SimNode", theirs: dict) -> None:
     vu = theirs.get("vclock_uuid") or {}
     if core.fence is not None and not theirs.get("anon"):
         core.observe_peer(theirs["uuid"], vu, theirs.get("cluster") or [])
+        if "fence_hears_all" in n.cluster.workarounds:
+            # the workaround: a member this node's table lacks is heard too, and every member a
+            # greeting lists is waited for (its table may lack a member its earlier self registered)
+            core.fence.hear(theirs["uuid"], int(vu.get(n.uuid, 0)))
+            n.fence_members.update(r[0] for r in theirs.get("cluster") or ()
+                                   if len(r) > 3 and r[3] == STATE_MEMBER and r[0] != n.uuid)
     own = vu.get(n.uuid)
     if isinstance(own, int) and own > n.own_lsn_seen:
         n.own_lsn_seen = own
@@ -66,9 +82,19 @@ def loss_at_open(n: "SimNode") -> str | None:
     return None
 
 
-def set_fence(n: "SimNode", reason: str) -> None:
-    """FenceKeeper.set: persisted before anything else happens."""
+def set_fence(n: "SimNode", reason: str, kind: str = "rejoin") -> None:
+    """FenceKeeper.set: persisted before anything else happens. `kind`: "power" for a loss a
+    start found (loss_at_open: the store is the same, it lost a tail), "rejoin" for a store
+    rebuilt from a snapshot under an identity that wrote before."""
     n.meta["own_fence"] = reason
+    n.meta["fence_kind"] = kind
+
+
+def waiting_beyond_table(n: "SimNode") -> list[str]:
+    """The workaround "fence_hears_all": members other greetings list that have not been heard."""
+    fence = n.core.fence
+    return sorted(u for u in n.fence_members if u not in fence.heard and u not in fence.expelled
+                  and ((m := n.core.table.get(u)) is None or m.state == STATE_MEMBER))
 
 
 def try_lift(c: "Cluster", n: "SimNode") -> bool:
@@ -77,9 +103,11 @@ def try_lift(c: "Cluster", n: "SimNode") -> bool:
     core = n.core
     if core is None or core.fence is None:
         return True
-    if not c.rules["fence"] or core.fence_state()[0]:
+    if not c.rules["fence"] or (core.fence_state()[0] and not waiting_beyond_table(n)):
         history = core.clear_fence()
-        n.meta["own_fence"] = None
+        if n.meta.get("fence_kind") == "power" and "replay_own_rows" in c.workarounds:
+            history = int(n.meta.get("own_history_lsn") or 0)   # the store's own rows stay its own
+        n.meta["own_fence"] = n.meta["fence_kind"] = None
         n.meta["own_history_lsn"] = history
         n.state.own_history_lsn = history
         c.log(f"{n} lifts its own-rows fence (own rows up to {history} are history)")
@@ -99,6 +127,7 @@ class Rejoiner:
     def __init__(self, c: "Cluster", n: "SimNode"):
         self.c, self.n = c, n
         self.need: dict[str, str] = {}
+        self.collected: dict[str, list[str]] = {}  # address -> uuids of the components it collected
         self.blocked = ""
         self.attempts = 0
         self.last_try = 0
@@ -106,8 +135,9 @@ class Rejoiner:
         self.snapshot: "Base | None" = None        # what the rebuild's JOIN brought
         self.conn: "Conn | None" = None
 
-    def on_need_rejoin(self, address: str, reason: str) -> None:
+    def on_need_rejoin(self, address: str, reason: str, collected: list[str] | None = None) -> None:
         self.need[address] = reason
+        self.collected[address] = list(collected or [])
 
     def on_follow(self, address: str) -> None:
         self.need.pop(address, None)
@@ -124,7 +154,7 @@ class Rejoiner:
         self.need = {a: r for a, r in self.need.items() if a in n.appliers}
         if not self.need or n.status != "running" or n.core is None or n.proc:
             return
-        if c.rules["cover"] and any(a.status == "follow" for a in n.appliers.values()):
+        if c.rules["cover"] and self.fed():
             return                           # the rows come from a streaming upstream
         if self.attempts and c.now - self.last_try < REJOIN_RETRY:
             return
@@ -132,6 +162,46 @@ class Rejoiner:
         self.attempts += 1
         self.task = self.attempt()
         self.step()
+
+    def fed(self) -> bool:
+        """Whether an upstream streams to this node (Rejoiner.watch). The workaround
+        "rejoin_unless_fed": only one that is ahead of this node in a component a refusing
+        upstream collected counts (one that lacks those rows too would keep it waiting for ever)."""
+        c, n = self.c, self.n
+        following = [a for a in n.appliers.values() if a.status == "follow" and a.conn is not None]
+        if "rejoin_unless_fed" not in c.workarounds:
+            return bool(following)
+        wanted = {u for a in self.need for u in self.collected.get(a, ())}
+        mine = n.core.vclock_by_uuid()
+        for a in following:
+            theirs = c.nodes[a.conn.server].core.vclock_by_uuid()
+            if any(theirs.get(u, 0) > mine.get(u, 0) for u in wanted):
+                return True
+        return False
+
+    def has_needed(self, theirs: dict[str, int], mine: dict[str, int]) -> bool:
+        """The workaround "donor_has_needed": a donor is worth a rebuild only if it has more of a
+        component a refusing upstream collected than this node has."""
+        if "donor_has_needed" not in self.c.workarounds or not self.c.rules["cover"]:
+            return True
+        wanted = {u for a in self.need for u in self.collected.get(a, ())}
+        return not wanted or any(theirs.get(u, 0) > mine.get(u, 0) for u in wanted)
+
+    def mine(self) -> dict[str, int]:
+        """What this node holds, by uuid. The workaround "expelled_not_uncovered": an expelled
+        member's rows past the bound this node accepts count as refused, so a donor without them
+        still covers it; "anon_own_not_uncovered": an anonymous replica's private component
+        (its own `_cluster` rows) is not asked of a donor."""
+        n = self.n
+        mine = n.core.vclock_by_uuid()
+        if "anon_own_not_uncovered" in self.c.workarounds and n.core.anon:
+            mine.pop(n.uuid, None)         # its private component: no member ever has it
+        if "expelled_not_uncovered" in self.c.workarounds:
+            for u in list(mine):
+                m = n.core.table.get(u)
+                if m is not None and m.state == STATE_EXPELLED:
+                    mine[u] = min(mine[u], m.expelled_lsn)
+        return mine
 
     def probe(self, address: str) -> dict | None:
         """applier.probe: a greeting exchange with a running member (both sides observe)."""
@@ -147,7 +217,7 @@ class Rejoiner:
     def attempt(self) -> Iterator[None]:
         """Rejoiner.attempt: find a donor that covers this node and rebuild from it."""
         c, n = self.c, self.n
-        mine = n.core.vclock_by_uuid()
+        mine = self.mine()
         order = list(self.need) + [a for a in n.peers if a not in self.need]
         best = None
         for address in order:
@@ -155,6 +225,8 @@ class Rejoiner:
             if theirs is None:
                 continue
             missing = uncovered(mine, theirs["vclock_uuid"]) if c.rules["cover"] else {}
+            if not missing and not self.has_needed(theirs["vclock_uuid"], mine):
+                continue                     # the workaround "donor_has_needed": it would gain nothing
             donor = c.nodes[resolve(address)]
             if missing and any(x.client == donor.name and x.server == n.name and x.streaming
                                for x in c.conns.values()):
@@ -177,9 +249,9 @@ class Rejoiner:
         c, n = self.c, self.n
         deadline = c.now + REJOIN_COVER_WAIT
         while True:
-            while n.queue:
+            while n.pending:
                 yield
-            missing = uncovered(n.core.vclock_by_uuid(), theirs["vclock_uuid"])
+            missing = uncovered(self.mine(), theirs["vclock_uuid"])
             if not missing or c.now > deadline:
                 return missing
             yield
@@ -196,9 +268,9 @@ class Rejoiner:
         anon, prev_id = n.core.anon, n.core.self_id
         n.in_effect = []                              # node.set_peers([])
         c.apply_links(n)
-        while n.queue:
+        while n.pending:
             yield
-        mine = n.core.vclock_by_uuid()
+        mine = self.mine()
         self.snapshot = None
         self.conn = c.open_request("fetch" if anon else "rejoin", n, c.nodes[resolve(address)])
         while self.conn.open and self.snapshot is None:
@@ -209,7 +281,9 @@ class Rejoiner:
             why = "the link broke"
         else:
             table = ClusterTable(Member.from_row(r) for r in snap.table_rows)
-            if anon:
+            if anon and table.get(n.uuid) is not None and "anon_rebuild_known" in c.workarounds:
+                pass                         # the workaround: a registration that went through stands
+            elif anon:
                 my_id = prev_id if table.by_id(prev_id) is None else table.lowest_free_id()
                 snap.table_rows.append([n.uuid, my_id, n.addr, STATE_ANON, 0])
             elif table.get(n.uuid) is None:
@@ -224,26 +298,33 @@ class Rejoiner:
             c.stats["rejoins_failed"] += 1
             c.log(f"{n}: {self.blocked}")
             return
-        c.swap_after_rejoin(n, carry_over(n, snap))
+        c.swap_after_rejoin(n, carry_over(n, snap, keep_local=c.rules["keep_local"]), anon)
+        n.donor_uuid, n.installed_at = c.nodes[resolve(address)].uuid, c.now
+        if not anon:
+            c.checker.on_held(c.nodes[resolve(address)], n)
         self.need.clear()
         self.blocked = ""
 
 
-def carry_over(n: "SimNode", snap: "Base") -> "Base":
+def carry_over(n: "SimNode", snap: "Base", keep_local: bool = True) -> "Base":
     """Rejoiner._carry_over: what the snapshot lacks is carried: this node's local spaces and
     their records, its local component, its meta (not the fence, not the old gc_vclock), and
-    `gc_vclock` = the snapshot's vclock; `own_history_lsn` covers the snapshot's own rows."""
+    `gc_vclock` = the snapshot's vclock; `own_history_lsn` covers the snapshot's own rows.
+    keep_local=False: the rejoin before issue 16, which wiped the local spaces too. The
+    workaround "rebuild_keeps_fence" carries the own-rows fence over (the donor covering this
+    node says nothing of how many of its rows the other members hold)."""
     st = n.state
-    for name, d in st.spaces.items():
+    for name, d in st.spaces.items() if keep_local else ():
         if d[0]:
             snap.spaces[name] = d
             snap.data[name] = {k: list(r) for k, r in st.data.get(name, {}).items()}
-    if st.vclock.get(0):
+    if st.vclock.get(0) and keep_local:
         snap.vclock[0] = st.vclock.get(0)
     snap.hlc = max(snap.hlc, n.core.hlc.last)
     table = ClusterTable(Member.from_row(r) for r in snap.table_rows)
     me = table.get(n.uuid)
     own = snap.vclock.get(me.id, 0) if me is not None else 0
-    n.meta = {k: v for k, v in n.meta.items() if k not in ("own_fence",)}
+    keep_fence = "rebuild_keeps_fence" in n.cluster.workarounds
+    n.meta = {k: v for k, v in n.meta.items() if keep_fence or k not in ("own_fence", "fence_kind")}
     n.meta["own_history_lsn"] = max(int(n.meta.get("own_history_lsn") or 0), own)
     return snap

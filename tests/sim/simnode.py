@@ -7,8 +7,9 @@ node/retention.py:
 - entries are written in submission order. wal_mode fsync: a batch is applied (apply_txn,
   then `core.commit_tops(..., on_disk=True)`) only once it is on disk, and relays send only
   what is on disk; wal_mode write: a batch is applied (`on_disk=False`) and may be relayed
-  once written, and `core.synced` moves only at a checkpoint (`core.mark_synced`). So
-  claimed (queued) >= applied >= on disk, and ACKs carry `core.ack_durable`;
+  once written, and `core.synced` moves when the journal fsyncs the written tail (every
+  wal_sync_interval_s: `sync` here) or at a checkpoint (`core.mark_synced`). So claimed
+  (queued) >= applied >= on disk, and ACKs carry `core.ack_durable`;
 - a power loss (`crash`) loses the queue and whatever is not on disk; a process kill in wal_mode
   write keeps what was written (the page cache survives it);
 - a restart rebuilds state from the base plus the WAL on disk after it (`base_pos`), and builds
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from node import limits
-from node.cluster_space.table import ClusterTable, Member
+from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
 from node.core.apply import apply_txn
 from node.core.membership import Hold, OwnRowsFence, advance_hold, hold_positions
 from node.core.replicaset import NodeCore
@@ -112,7 +113,6 @@ class Applier:
     conn: "Conn | None" = None
     retry_at: int = 0
     refused: str = ""          # the last refusal reason ("" while none)
-    claimed: bool = False      # Applier.claim: this applier is the one link to its member
     status: str = ""           # "follow" once SUBSCRIBED, "need_rejoin" when told so
 
 
@@ -125,6 +125,7 @@ class SimNode:
         self.skew_us = skew_us
         self.anon = anon                      # configured anonymous (until it registers)
         self.wal_mode = "fsync"               # "fsync" | "write" (cfg.wal_mode)
+        self.sync_p: float | None = None      # this node's chance per tick of an fsync (None: the cluster's)
         self.up = True
         self.retired = False                  # down for good: never restarted again
         self.base: Base | None = None         # None: fresh (or its disk was lost)
@@ -135,6 +136,7 @@ class SimNode:
         self.wal_vc0: dict[int, int] = {}     # the vclock (local ids, with 0) at WAL entry 0
         self._gc_vc: dict[int, int] = {}      # the vclock at WAL entry wal_gc
         self.gc_vclock: dict[int, int] = {}   # meta gc_vclock (without 0)
+        self.wal_start: dict[int, int] = {}   # where the WAL began: its store's snapshot (the checker's)
         self.holds: dict[str, Hold] = {}      # Retention.holds, in memory
         self.holds_disk: dict[str, Hold] = {}  # ... as the store has them
         self._holds_synced: set[str] = set()  # ... of which these survive a power loss
@@ -148,6 +150,7 @@ class SimNode:
         self.peers: list[str] = []            # configured upstream addresses (configure_peers)
         self.in_effect: list[str] | None = None   # set_peers([]) during a rebuild; None: = peers
         self.appliers: dict[str, Applier] = {}
+        self.followers: dict[str, str] = {}   # member uuid -> the address of its one link (Applier.claim)
         self.proc: str = ""                   # "join" | "fetch" | "register" while one is wanted
         self.proc_via: str | None = None      # the donor the operator named, if any
         self.proc_conn: Conn | None = None
@@ -155,6 +158,7 @@ class SimNode:
         self.rejoiner = None                  # tests.sim.shell.Rejoiner, once bootstrapped
         self.power_lost = False               # the next start sees a new boot id (node/fence.py)
         self.greetings = 0                    # greetings taken by the core (the checker's cue)
+        self.fence_members: set[str] = set()  # the workaround "fence_hears_all" (tests/sim/shell.py)
 
     def __repr__(self) -> str:
         return f"{self.name}({self.uuid[:8]})"
@@ -171,6 +175,11 @@ class SimNode:
     def applied_pos(self) -> int:
         """WAL entries applied to the state (and that relays may send)."""
         return self.durable if self.wal_mode == "fsync" else len(self.wal)
+
+    @property
+    def pending(self) -> bool:
+        """Journal.pending: entries submitted and not yet applied."""
+        return bool(self.queue) or self.applied_pos < len(self.wal)
 
     def links(self) -> list[str]:
         return self.peers if self.in_effect is None else self.in_effect
@@ -191,12 +200,14 @@ class SimNode:
             self._apply([t for e in new for t in e], on_disk=False)
 
     def sync(self) -> None:
-        """fsync (wal_mode fsync: then apply and commit as synced); in wal_mode write, the OS
-        writing its cache back: on disk, but the core does not know (no `mark_synced`)."""
+        """fsync. wal_mode fsync: then apply and commit as synced; wal_mode write: the journal's
+        periodic fsync of the written tail (Journal._sync_written), then `core.mark_synced`."""
         new = self.wal[self.durable:]
         self.durable = len(self.wal)
         if self.wal_mode == "fsync":
             self._apply([t for e in new for t in e], on_disk=True)
+        else:
+            self.core.mark_synced(self.core.vclock.copy())
 
     def _apply(self, txns: list[Txn], on_disk: bool) -> None:
         for t in txns:
@@ -208,21 +219,28 @@ class SimNode:
         self.sync()
 
     # --- lifecycle ----------------------------------------------------------------------
-    def recover(self) -> None:
-        """Rebuild state and core from the base and the WAL on disk, as a restart does."""
+    def recover(self, replay_own: bool = False) -> None:
+        """Rebuild state and core from the base and the WAL on disk, as a restart does. A fenced
+        store replays its own `_cluster` rows as history (store.own_history_lsn = lsn_max),
+        `replay_own` (the workaround "replay_own_rows") except after a power loss (the fence's
+        kind "power"): its own rows on disk are then its own, written before the loss."""
         assert self.base is not None
         fence = self.meta.get("own_fence")
         history = int(self.meta.get("own_history_lsn") or 0)
-        self.state = SimState(self.base, limits.lsn_max if fence else history)
+        replay_own = replay_own and self.meta.get("fence_kind") == "power"
+        self.state = SimState(self.base, limits.lsn_max if fence and not replay_own else history)
         # as Store.install_records: the HLC starts above every record of the snapshot
         hlc = max([self.base.hlc] + [r[3] for recs in self.base.data.values() for r in recs.values()])
         for entry in self.wal[self.base_pos:self.durable]:
             for t in entry:
                 apply_txn(self.state, t, self.uuid)
                 hlc = max(hlc, t.timestamp)
+        if fence and not replay_own:
+            self.state.own_history_lsn = limits.lsn_max
         self.core = NodeCore(self.uuid, self.state.table.copy(), self.state.vclock, hlc_last=hlc,
                              spaces={n: d[0] for n, d in self.state.spaces.items()}, own_history_lsn=history)
         self.core.knowledge = dict(self.state.knowledge)
+        self.fence_members = set()
         if fence and not self.core.anon:           # FenceKeeper.restore
             self.core.fence = OwnRowsFence(str(fence))
         self.holds = dict(self.holds_disk)         # Retention.load
@@ -233,6 +251,7 @@ class SimNode:
         self.base = base
         self.wal_vc0 = dict(base.vclock)
         self._gc_vc = dict(base.vclock)
+        self.wal_start = {k: v for k, v in base.vclock.items() if k}
         self.recover()
 
     def lose_power(self) -> int:
@@ -277,7 +296,7 @@ class SimNode:
         """Retention.on_ack: the subscriber has `durable` on disk."""
         self.holds[uuid] = advance_hold(self.holds.get(uuid), durable, now, anon)
 
-    def checkpoint(self, now: int, anon_ttl: int, reading: list[int]) -> int:
+    def checkpoint(self, now: int, anon_ttl: int, reading: list[int], every_member: bool = False) -> int:
         """Retention.checkpoint: the state becomes the base (synced), the holds are written,
         and the WAL entries below every hold are collected. `reading`: the cursors of the
         relays streaming from this node. Returns how many entries were collected."""
@@ -289,7 +308,11 @@ class SimNode:
         self.base_pos = self.applied_pos
         self.durable = max(self.durable, self.base_pos)
         core.mark_synced(VClock(synced))
-        keep = keep_vclock(synced, hold_positions(self.holds, core.table, now, anon_ttl))
+        positions = hold_positions(self.holds, core.table, now, anon_ttl)
+        if every_member:      # the workaround "hold_every_member": a member never heard from holds all
+            positions += [{} for m in core.table.members()
+                          if m.state == STATE_MEMBER and m.uuid != self.uuid and m.uuid not in self.holds]
+        keep = keep_vclock(synced, positions)
         limit = min([len(self.wal) - 1] + reading)     # the current segment, segments being read
         i, vc = self.wal_gc, dict(self._gc_vc)
         while i < limit:
