@@ -274,7 +274,8 @@ class Checker:
                     raise self.fail("4", n, f"origin {u[:8] or 'local'} jumps to lsn {txn.lsn} after "
                                     f"{expected - 1} (txn {txn.replica_id}:{txn.lsn})")
                 t.last[u] = txn.last_lsn
-                if u == n.uuid and txn.group == GROUP_CLUSTER:
+                history = n.state.own_history_lsn if n.state is not None else 0
+                if u == n.uuid and txn.group == GROUP_CLUSTER and txn.lsn > history:   # (history: not applied)
                     t.declared.update(o.key for o in txn.ops if o.kind == OP_CLUSTER)
                     for o in txn.ops:
                         if o.kind == OP_CLUSTER and o.value.get("state") == STATE_EXPELLED:

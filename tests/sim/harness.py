@@ -83,6 +83,9 @@ def _roundtrip(obj: Any) -> Any:
 
 
 # --- network ------------------------------------------------------------------------
+_COPIED = frozenset(("ROWS", "SNAPSHOT", "SUBSCRIBE"))
+
+
 @dataclass(eq=False)
 class Conn:
     id: int
@@ -403,7 +406,11 @@ class Cluster(Protocol):
         at = max(at, self._link_last.get((c.id, to), 0))
         self._link_last[(c.id, to)] = at
         self._seq += 1
-        heapq.heappush(self._heap, (at, self._seq, c.id, to, kind, _roundtrip(body)))
+        # rows and snapshots go through msgpack as on the wire (tuples become lists, nothing is
+        # shared with the sender); the handshake and ACK bodies are built fresh for each message
+        if kind in _COPIED:
+            body = _roundtrip(body)
+        heapq.heappush(self._heap, (at, self._seq, c.id, to, kind, body))
 
     def break_conn(self, c: Conn, why: str, backoff: int | None = None) -> None:
         if not c.open:
@@ -495,6 +502,10 @@ class Cluster(Protocol):
     def apply_links(self, s: SimNode) -> None:
         """Node.set_peers: the appliers are exactly the addresses in effect."""
         links = s.links()
+        key = (tuple(links), len(s.appliers))
+        if key == s.links_applied:
+            return
+        s.links_applied = key
         for addr in list(s.appliers):
             if addr not in links:
                 a = s.appliers.pop(addr)
@@ -512,7 +523,10 @@ class Cluster(Protocol):
             if not s.ready or s.proc:
                 continue
             for addr in s.links():
-                a = s.appliers.setdefault(addr, Applier())
+                a = s.appliers.get(addr)
+                if a is None:
+                    a = s.appliers[addr] = Applier()
+                    s.links_applied = ()
                 if a.conn is not None or self.now < a.retry_at:
                     continue
                 p = self.nodes[shell.resolve(addr)]

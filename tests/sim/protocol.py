@@ -87,6 +87,8 @@ class Protocol:
             hold = {int(k): v for k, v in body["durable"].items()} if "hold_at_durable" in self.workarounds else sub
             if self.rules["holds"] == "register" and p.hold_from(s.uuid, hold, c.sub_anon, self.now):
                 self.log(f"{p}: {s} holds its WAL from {hold} (first SUBSCRIBE)")
+            elif "hold_at_durable" in self.workarounds:
+                p.lower_hold(s.uuid, hold)        # a JOIN whose snapshot it never took held too high
             if not c.sub_anon:
                 self.checker.on_held(p, s)
             if self.rules["one_link"]:

@@ -154,10 +154,10 @@ class Rejoiner:
         self.need = {a: r for a, r in self.need.items() if a in n.appliers}
         if not self.need or n.status != "running" or n.core is None or n.proc:
             return
-        if c.rules["cover"] and self.fed():
-            return                           # the rows come from a streaming upstream
         if self.attempts and c.now - self.last_try < REJOIN_RETRY:
             return
+        if c.rules["cover"] and self.fed():
+            return                           # the rows come from a streaming upstream
         self.last_try = c.now
         self.attempts += 1
         self.task = self.attempt()

@@ -149,6 +149,7 @@ class SimNode:
         self.own_lsn_seen = 0                 # Node.own_lsn_seen: most of our rows a peer said it holds
         self.peers: list[str] = []            # configured upstream addresses (configure_peers)
         self.in_effect: list[str] | None = None   # set_peers([]) during a rebuild; None: = peers
+        self.links_applied: tuple = ()        # what Cluster.apply_links last made the appliers match
         self.appliers: dict[str, Applier] = {}
         self.followers: dict[str, str] = {}   # member uuid -> the address of its one link (Applier.claim)
         self.proc: str = ""                   # "join" | "fetch" | "register" while one is wanted
@@ -291,6 +292,17 @@ class SimNode:
         if not anon or self.wal_mode == "fsync":
             self._holds_synced = set(self.holds_disk)
         return True
+
+    def lower_hold(self, uuid: str, durable: dict[int, int]) -> None:
+        """The workaround "hold_at_durable": a subscriber that says it has less on disk than its
+        hold (a JOIN whose snapshot went elsewhere) is held from there."""
+        h = self.holds.get(uuid)
+        if h is None or all(h.vclock.get(rid, 0) <= lsn for rid, lsn in durable.items()) and \
+                all(rid in durable for rid in h.vclock):
+            return
+        low = {rid: min(lsn, durable.get(rid, 0)) for rid, lsn in h.vclock.items()}
+        self.holds[uuid] = Hold(low, h.seen_s, h.anon)
+        self.holds_disk = dict(self.holds)
 
     def on_ack(self, uuid: str, durable: dict[int, int], anon: bool, now: int) -> None:
         """Retention.on_ack: the subscriber has `durable` on disk."""
