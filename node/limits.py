@@ -103,6 +103,9 @@ shutdown_deadline_s = 10.0           # orderly shutdown gives up waiting after t
 http_drain_s = 5.0                   # requests still running at shutdown get this long, then are cancelled
 checkpoint_interval_s = 60.0         # LMDB is synced and WAL collected this often
 anon_ttl_s = 3600.0                  # an anonymous replica's position holds WAL this long
+anon_acks_max = 1024                 # anonymous subscribers whose acknowledged position is kept (an ACK
+                                     # comes from any uuid that holds the secret): past it, the one
+                                     # heard from longest ago is forgotten
 task_restart_s = 5.0                 # a supervised background task that failed is restarted after this
 
 # --- membership data safety (node/fence.py, node/rejoin.py) --------------------------------

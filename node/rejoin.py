@@ -43,7 +43,9 @@ log = logging.getLogger("replog.rejoin")
 
 REJOIN_DIR = "store.rejoin"
 COMPLETE_META = "rejoin_complete"
-_NOT_CARRIED = ("vclock", "hlc", "gc_vclock", "own_fence", "recovery_skipped", COMPLETE_META)
+# Not carried into the rebuilt store: what the snapshot decides, and what speaks in the old ids
+# ("acks": the WAL holds; every member holds the new WAL whole until it acknowledges rows).
+_NOT_CARRIED = ("vclock", "hlc", "gc_vclock", "own_fence", "recovery_skipped", "acks", COMPLETE_META)
 
 
 async def receive_snapshot(conn, theirs: dict, store: Store, wall_us) -> tuple[dict[int, int], int]:

@@ -3,9 +3,11 @@
 A subscriber's hold is its durable position in this node's ids (node.core.membership):
 created when a member joins through this node (at its snapshot's vclock) or first subscribes
 (at its SUBSCRIBE vclock), written to the store and synced at once, so neither side's restart
-loses it; advanced by the `durable` vclock of its ACKs (what it has on disk, never what it has
-only applied); released when the member is expelled. An anonymous replica holds the WAL only
-while it was seen within `anon_ttl_s`.
+loses it; every other registered member holds everything still here from the first checkpoint
+after this node learned of it (a member that never subscribed here may after a restart or a
+peer change); advanced by the `durable` vclock of its ACKs (what it has on disk, never what it
+has only applied); released when the member is expelled. An anonymous replica holds the WAL
+only while it was seen within `anon_ttl_s`.
 
 A checkpoint syncs the store (everything applied so far is on disk: the core's `synced`
 vclock moves), writes the holds, then removes the segments below every hold
@@ -18,6 +20,8 @@ import logging
 import os
 import time
 
+from node import limits
+from node.cluster_space.table import STATE_MEMBER
 from node.core.membership import Hold, advance_hold, hold_positions
 from node.core.vclock import VClock
 from node.faults import fault
@@ -56,10 +60,24 @@ class Retention:
             store.sync()
 
     # --- holds -------------------------------------------------------------------------------
+    def _may_hold(self, uuid: str, anon: bool) -> bool:
+        """Only what can hold the WAL leaves a hold behind, so subscriptions under made-up uuids
+        (anyone with the secret can) cannot grow the holds: a member of this node's `_cluster`
+        (one not known yet gets its hold at the first checkpoint after it is), or an anonymous
+        replica, at most anon_acks_max of them (the one heard from longest ago goes)."""
+        if not anon:
+            mem = self.node.core.table.get(uuid)
+            return mem is not None and mem.state == STATE_MEMBER
+        if uuid not in self.holds:
+            anons = [u for u, h in self.holds.items() if h.anon]
+            if len(anons) >= limits.anon_acks_max:
+                del self.holds[min(anons, key=lambda u: self.holds[u].seen_s)]
+        return True
+
     def hold_from(self, uuid: str, vclock: dict[int, int], anon: bool) -> None:
         """A member joined through this node, or a subscriber subscribed for the first time:
         its hold exists from now on, on disk before anything may be collected under it."""
-        if uuid in self.holds and self.holds[uuid].anon == anon:
+        if (uuid in self.holds and self.holds[uuid].anon == anon) or not self._may_hold(uuid, anon):
             return
         self.holds[uuid] = Hold(dict(vclock), time.time(), anon)
         self._persist(sync=not anon)
@@ -69,7 +87,25 @@ class Retention:
     def on_ack(self, uuid: str, durable: dict[int, int], anon: bool) -> None:
         """A subscriber has `durable` on disk (persisted with the next checkpoint: a hold lost in
         a crash is an older one, which holds more)."""
-        self.holds[uuid] = advance_hold(self.holds.get(uuid), durable, time.time(), anon)
+        if uuid in self.holds or self._may_hold(uuid, anon):
+            self.holds[uuid] = advance_hold(self.holds.get(uuid), durable, time.time(), anon)
+
+    def _hold_for_new_members(self) -> None:
+        """Every registered member holds this node's WAL, whether or not it ever subscribed here
+        (it may, after a restart or a peer change): one this node learned of since the last
+        checkpoint — nothing was collected meanwhile — holds all that is still here."""
+        node = self.node
+        now = time.time()
+        start: dict[int, int] | None = None
+        for mem in node.core.table.members():
+            if mem.state == STATE_MEMBER and mem.uuid != node.uuid and mem.uuid not in self.holds:
+                if start is None:
+                    segs = list_segments(node.wal_dir)
+                    start = read_header(os.path.join(node.wal_dir, segs[0])).vclock if segs else \
+                        {k: v for k, v in node.store.vclock.items() if k}
+                self.holds[mem.uuid] = Hold(dict(start), now, False)
+                log.info("retention: member %s holds this node's WAL from %s until it acknowledges rows here",
+                         mem.uuid, VClock(start))
 
     def view(self) -> dict[str, Hold]:
         return self.holds
@@ -83,6 +119,7 @@ class Retention:
         synced = store.vclock.to_dict()          # everything up to here is on disk after sync()
         await asyncio.get_running_loop().run_in_executor(None, store.sync)
         core.mark_synced(VClock(synced))
+        self._hold_for_new_members()
         positions = hold_positions(self.holds, core.table, time.time(), node.cfg.anon_ttl_s)
         keep = keep_vclock(synced, positions)
         removable, _ = collectable(node.wal_dir, keep)

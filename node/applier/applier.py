@@ -23,7 +23,7 @@ from node import limits
 from node.applier.conn import Conn, check_greeting, client_auth, connect
 from node.core import messages as m
 from node.core import rowscan
-from node.core.membership import greeting_vclock
+from node.core.membership import describe_uncovered, greeting_vclock, uncovered
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
 from node.faults import fault
@@ -132,7 +132,7 @@ class Applier:
                     # we rebuild from a snapshot that loses nothing (node/rejoin.py decides); this
                     # link is tried again, and serves once we are past what it collected.
                     self.status = "need_rejoin"
-                    self.node.rejoiner.on_need_rejoin(self.address, str(e))
+                    self.node.rejoiner.on_need_rejoin(self.address, e.message)
                     self.error = self.node.rejoiner.status_of(self.address)
                     log.warning("applier %s: %s", self.address, e)
                     delay = limits.rejoin_retry_s
@@ -216,7 +216,14 @@ class Applier:
             fenced = core.fence is not None      # then only our own rows (NodeCore.subscribe_vclock)
             vclock = core.subscribe_vclock(self.peer_uuid, greeting_vclock(theirs) if fenced else None)
             await conn.send(m.SUBSCRIBE, vclock=vclock.to_dict())
-            await conn.expect(m.SUBSCRIBED, timeout=limits.handshake_timeout_s)
+            try:
+                await conn.expect(m.SUBSCRIBED, timeout=limits.handshake_timeout_s)
+            except PeerRefused as e:
+                if e.code == "need_rejoin":       # what a snapshot from it would discard, said now
+                    missing = uncovered(core.vclock_by_uuid(), greeting_vclock(theirs))
+                    if missing:
+                        e.message += f"; this node holds rows it lacks ({describe_uncovered(missing)})"
+                raise
             self.status, self.error = "follow", ""
             node.rejoiner.on_follow(self.address)
             log.info("applier %s: subscribed to %s from %s%s", self.address, self.peer_uuid, vclock,
