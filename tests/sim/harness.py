@@ -45,7 +45,8 @@ Rules the harness keeps, each the same as the shell it stands in for:
 `rules` turns one fixed rule back to its behaviour before issue 16, to show that a scenario
 catches it: "cover" (False: the old rejoin: at once, from any donor, even while an upstream
 streams), "keep_local" (False: a rejoin wipes the local spaces too), "fence" (False: never
-fenced), "holds" ("first_ack": a hold only from the first ACK), "ack" ("applied": ACKs carry
+fenced), "holds" ("first_ack": a hold only from the first ACK, none for a member that never
+subscribed), "ack" ("applied": ACKs carry
 the applied vclock), "one_link" (False: no claim, no older link closed).
 """
 from __future__ import annotations
@@ -569,7 +570,7 @@ class Cluster(Protocol):
 
     def checkpoint(self, n: SimNode) -> int:
         reading = [c.cursor for c in self.conns.values() if c.server == n.name and c.streaming]
-        collected = n.checkpoint(self.now, self.anon_ttl, reading, "hold_every_member" in self.workarounds)
+        collected = n.checkpoint(self.now, self.anon_ttl, reading, self.rules["holds"] == "register")
         self.stats["checkpoints"] += 1
         if collected:
             self.stats["wal_entries_collected"] += collected

@@ -308,7 +308,8 @@ class Rejoiner:
 
 def carry_over(n: "SimNode", snap: "Base", keep_local: bool = True) -> "Base":
     """Rejoiner._carry_over: what the snapshot lacks is carried: this node's local spaces and
-    their records, its local component, its meta (not the fence, not the old gc_vclock), and
+    their records, its local component, its meta (not the fence, not the old gc_vclock, not the
+    WAL holds), and
     `gc_vclock` = the snapshot's vclock; `own_history_lsn` covers the snapshot's own rows.
     keep_local=False: the rejoin before issue 16, which wiped the local spaces too. The
     workaround "rebuild_keeps_fence" carries the own-rows fence over (the donor covering this
@@ -326,5 +327,6 @@ def carry_over(n: "SimNode", snap: "Base", keep_local: bool = True) -> "Base":
     own = snap.vclock.get(me.id, 0) if me is not None else 0
     keep_fence = "rebuild_keeps_fence" in n.cluster.workarounds
     n.meta = {k: v for k, v in n.meta.items() if keep_fence or k not in ("own_fence", "fence_kind")}
+    n.holds_disk, n._holds_synced = {}, set()      # "acks" are not carried: they speak the old ids
     n.meta["own_history_lsn"] = max(int(n.meta.get("own_history_lsn") or 0), own)
     return snap

@@ -16,13 +16,15 @@ node/retention.py:
   a new NodeCore from that state (its knowledge from the state's, its HLC from the base and the
   WAL, `own_history_lsn` and the own-rows fence from the meta: node/fence.py `restore`);
 - a checkpoint (Retention.checkpoint) makes the state the new base (local spaces included),
-  marks it synced in the core, writes the holds, then collects the WAL entries below every
+  marks it synced in the core, gives every registered member without a hold one from the start
+  of the WAL (_hold_for_new_members), writes the holds, then collects the WAL entries below every
   hold (`hold_positions`, `keep_vclock`, and the segment rule of node/wal/gc.collectable with
   one entry per segment; the last entry and any entry a relay is reading stay) and sets
   `gc_vclock`, the start of the oldest entry kept;
-- a hold (Retention.hold_from / on_ack, node.core.membership) is written at once when created
-  (an anonymous one in wal_mode write only with the next sync), advanced in memory by ACKs, and
-  written with the next checkpoint; a restart takes the holds on disk;
+- a hold (Retention.hold_from / on_ack, node.core.membership) is only for a member of this
+  node's `_cluster` or an anonymous replica (Retention._may_hold); it is written at once when
+  created (an anonymous one in wal_mode write only with the next sync), advanced in memory by
+  ACKs, and written with the next checkpoint; a restart takes the holds on disk;
 - a snapshot (store.snapshot) holds the replicated spaces and data, `_cluster`, and the vclock
   without 0.
 Differences from the shell, kept small on purpose: one WAL entry per segment; a checkpoint in
@@ -281,11 +283,25 @@ class SimNode:
                     {n: {k: list(r) for k, r in st.data.get(n, {}).items()} for n in spaces})
 
     # --- WAL retention (node/retention.py) ------------------------------------------------
+    def may_hold(self, uuid: str, anon: bool) -> bool:
+        """Retention._may_hold: a member of this node's `_cluster`, or an anonymous replica (at
+        most anon_acks_max of them: the one heard from longest ago goes)."""
+        if not anon:
+            mem = self.core.table.get(uuid)
+            if mem is None and "hold_unknown_subscriber" in self.cluster.workarounds:
+                return True       # the workaround: a member registered elsewhere, unknown here yet
+            return mem is not None and mem.state == STATE_MEMBER
+        if uuid not in self.holds:
+            anons = [u for u, h in self.holds.items() if h.anon]
+            if len(anons) >= limits.anon_acks_max:
+                del self.holds[min(anons, key=lambda u: self.holds[u].seen_s)]
+        return True
+
     def hold_from(self, uuid: str, vclock: dict[int, int], anon: bool, now: int) -> bool:
         """Retention.hold_from: a member joined through this node or a subscriber subscribed
         for the first time; written at once (synced unless anonymous in wal_mode write)."""
         h = self.holds.get(uuid)
-        if h is not None and h.anon == anon:
+        if (h is not None and h.anon == anon) or not self.may_hold(uuid, anon):
             return False
         self.holds[uuid] = Hold(dict(vclock), now, anon)
         self.holds_disk = dict(self.holds)
@@ -306,12 +322,22 @@ class SimNode:
 
     def on_ack(self, uuid: str, durable: dict[int, int], anon: bool, now: int) -> None:
         """Retention.on_ack: the subscriber has `durable` on disk."""
-        self.holds[uuid] = advance_hold(self.holds.get(uuid), durable, now, anon)
+        if uuid in self.holds or self.may_hold(uuid, anon):
+            self.holds[uuid] = advance_hold(self.holds.get(uuid), durable, now, anon)
 
-    def checkpoint(self, now: int, anon_ttl: int, reading: list[int], every_member: bool = False) -> int:
+    def hold_for_new_members(self, now: int) -> None:
+        """Retention._hold_for_new_members: every registered member without a hold holds all
+        that is still in the WAL (from the start of its oldest entry)."""
+        start = {k: v for k, v in self._gc_vc.items() if k}
+        for mem in self.core.table.members():
+            if mem.state == STATE_MEMBER and mem.uuid != self.uuid and mem.uuid not in self.holds:
+                self.holds[mem.uuid] = Hold(dict(start), now, False)
+
+    def checkpoint(self, now: int, anon_ttl: int, reading: list[int], new_members: bool = True) -> int:
         """Retention.checkpoint: the state becomes the base (synced), the holds are written,
         and the WAL entries below every hold are collected. `reading`: the cursors of the
-        relays streaming from this node. Returns how many entries were collected."""
+        relays streaming from this node; `new_members` False: the rule before issue 16 (no hold
+        for a member that never subscribed). Returns how many entries were collected."""
         st, core = self.state, self.core
         synced = dict(st.vclock.items())
         self.base = Base(st.table.rows(), dict(synced), dict(st.spaces),
@@ -320,11 +346,9 @@ class SimNode:
         self.base_pos = self.applied_pos
         self.durable = max(self.durable, self.base_pos)
         core.mark_synced(VClock(synced))
-        positions = hold_positions(self.holds, core.table, now, anon_ttl)
-        if every_member:      # the workaround "hold_every_member": a member never heard from holds all
-            positions += [{} for m in core.table.members()
-                          if m.state == STATE_MEMBER and m.uuid != self.uuid and m.uuid not in self.holds]
-        keep = keep_vclock(synced, positions)
+        if new_members:
+            self.hold_for_new_members(now)
+        keep = keep_vclock(synced, hold_positions(self.holds, core.table, now, anon_ttl))
         limit = min([len(self.wal) - 1] + reading)     # the current segment, segments being read
         i, vc = self.wal_gc, dict(self._gc_vc)
         while i < limit:
