@@ -84,6 +84,8 @@ class Protocol:
                 return self._refuse(c, "need_rejoin", shell.REJOIN_RETRY, collected)
             me = core.table.get(s.uuid)      # its own rows past this cut are not echoed back
             c.own = (me.id, core.vclock.get(me.id)) if me is not None and me.state != STATE_ANON else None
+            if body.get("fenced") and "fenced_no_own_cut" in self.workarounds:
+                c.own = None                 # the workaround: a fenced subscriber wants its own rows back
             hold = {int(k): v for k, v in body["durable"].items()} if "hold_at_durable" in self.workarounds else sub
             if self.rules["holds"] == "register" and p.hold_from(s.uuid, hold, c.sub_anon, self.now):
                 self.log(f"{p}: {s} holds its WAL from {hold} (first SUBSCRIBE)")
@@ -185,9 +187,11 @@ class Protocol:
             c.expel_epoch = s.core.expel_epoch
             c.fenced = s.core.fence is not None       # then only our own rows (subscribe_vclock)
             sub = s.core.subscribe_vclock(p.uuid, body["vclock_uuid"] if c.fenced else None)
-            # (the workaround "hold_at_durable" holds the relay's WAL from what the subscriber has
-            # on disk, not from its SUBSCRIBE vclock: only then does the relay read `durable`)
-            self.send(c, SERVER, "SUBSCRIBE", {"vclock": sub.to_dict(), "durable": s.core.ack_durable(p.uuid).to_dict()})
+            # (the workarounds "hold_at_durable" and "fenced_no_own_cut" read `durable` and
+            # `fenced`: the relay holds its WAL from what the subscriber has on disk, and sends a
+            # fenced subscriber its own rows that arrive after it subscribed)
+            self.send(c, SERVER, "SUBSCRIBE", {"vclock": sub.to_dict(), "durable": s.core.ack_durable(p.uuid).to_dict(),
+                                               "fenced": c.fenced})
         elif kind == "SUBSCRIBED":
             a = s.appliers[c.addr]
             a.status = "follow"
