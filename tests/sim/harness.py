@@ -65,6 +65,7 @@ from node.core.replicaset import cluster_op
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_DELETE, OP_PUT, OP_SPACE, Op, Txn
 from tests.sim import shell
 from tests.sim.checkers import Checker
+from tests.sim.faults import Faults
 from tests.sim.protocol import CLIENT, SERVER, Protocol
 from tests.sim.simnode import TICK_US, Applier, Base, SimNode
 
@@ -109,7 +110,7 @@ class Conn:
     core_peer: Any = None     # client side: the core's Peer its greeting built (Applier.core_peer)
 
 
-class Cluster(Protocol):
+class Cluster(Faults, Protocol):
     def __init__(self, seed: int, *, repro: str = "", verbose: bool = False):
         self.seed = seed
         self.repro = repro
@@ -216,104 +217,6 @@ class Cluster(Protocol):
         n.proc, n.proc_via, n.proc_retry_at = proc, via, self.now
         self.log(f"{n} starts {proc}" + (f" via {via}" if via else ""))
 
-    # --- faults -----------------------------------------------------------------------------
-    def crash(self, name: str, power: bool = True) -> None:
-        """The process dies. `power`: the machine lost power too (whatever is not on disk is
-        gone); else a kill, which in wal_mode write keeps what was written (in fsync mode the
-        simulation always loses the unsynced tail: the stronger fault)."""
-        n = self.node(name)
-        if not n.up:
-            return
-        if n.base is not None:
-            self.checker.check_node(n)        # what it did since the last tick, while it has a state
-        self.stats["crashes"] += 1
-        for c in list(self.conns.values()):
-            if c.client == n.name or c.server == n.name:
-                self.break_conn(c, f"{n.name} crashed")
-        if power or n.wal_mode == "fsync":
-            self.checker.on_power_loss(n)
-            lost = n.lose_power()
-        else:
-            lost = len(n.queue)
-            n.queue.clear()
-            n.durable = len(n.wal)
-        self.log(f"{n} {'loses power' if power else 'is killed'}, losing {lost} entries not on disk")
-        self.stats["lost_entries"] += lost
-        n.up = False
-        n.state, n.core, n.rejoiner = None, None, None
-        n.own_lsn_seen, n.status, n.in_effect = 0, "running", None
-        n.followers.clear()
-        for a in n.appliers.values():
-            a.status = ""
-
-    def lose_disk(self, name: str) -> None:
-        """A member's store and WAL are lost (its identity file is kept): it restarts empty and
-        joins again under its uuid."""
-        n = self.node(name)
-        assert not n.anon and n.base is not None
-        self.crash(name)
-        self.checker.on_disk_loss(n)
-        n.lose_disk()
-        self.stats["disks_lost"] += 1
-        self.log(f"{n} loses its store and WAL (its identity is kept)")
-
-    def retire(self, name: str) -> None:
-        """A member goes down for good (the operator will expel it)."""
-        self.crash(name)
-        self.node(name).retired = True
-        self.log(f"{name} is down for good")
-
-    def restart(self, name: str) -> None:
-        n = self.node(name)
-        if n.up or n.retired:
-            return
-        n.up = True
-        if n.base is not None:
-            loss = shell.loss_at_open(n) if self.rules["fence"] else None
-            if loss is not None:                # server.start: fenced before recovery replays the WAL
-                shell.set_fence(n, loss, kind="power")
-                self.stats["fenced_restarts"] += 1
-            n.power_lost = False
-            n.meta["running"] = True
-            n.recover(replay_own="replay_own_rows" in self.workarounds)
-            n.rejoiner = shell.Rejoiner(self, n)
-            self.checker.on_restart(n)
-        elif n.identity_active and not n.proc:
-            n.proc, n.proc_via = "join", None      # an empty store and an identity: join again
-        for a in n.appliers.values():
-            a.retry_at = self.now
-        n.proc_retry_at = self.now
-        self.log(f"{n} restarts at vclock {n.core.vclock if n.core else '-'}"
-                 + (" (fenced)" if n.core is not None and n.core.fence is not None else ""))
-
-    def expel(self, name: str, via: str) -> bool:
-        """Expel `name` through `via` (server.expel: not through a fenced node)."""
-        x, m = self.node(name), self.node(via)
-        assert m.ready and not m.core.anon
-        if m.core.fence is not None or m.status != "running":
-            self.stats["refused_expel_fenced"] += 1
-            return False
-        _, txn = m.core.register_member(x.uuid, x.addr, m.wall_us(), state=STATE_EXPELLED)
-        if txn is not None:
-            m.submit([txn])
-            m.flush()                          # server.expel answers once its row is on disk
-        if x.uuid not in self.expelled:
-            self.expelled.append(x.uuid)
-            self.expelled_at[x.uuid] = self.now
-            self.checker.on_expel(x)
-        self.log(f"{m} expels {x}")
-        for c in list(self.conns.values()):   # server.expel closes its relays to the member
-            if c.server == m.name and c.client == x.name:
-                self.break_conn(c, "expelled")
-        return True
-
-    def configure_peers(self, name: str, peers: list[str]) -> None:
-        """Node.configure_peers (PUT /v1/admin/peers): duplicates collapse."""
-        n = self.node(name)
-        n.peers = list(dict.fromkeys(peers))
-        self.stats["peer_changes"] += 1
-        self.log(f"{n} peers := {n.peers}")
-
     # --- writes --------------------------------------------------------------------------------
     def value(self, n: SimNode) -> dict:
         self.stats["values"] += 1
@@ -367,24 +270,6 @@ class Cluster(Protocol):
         return self.txn(name, [("put", space, key) + (() if value is None else (value,))])
 
     # --- network ------------------------------------------------------------------------------
-    def cut(self, a: str, b: str) -> None:
-        self.partition([a], [b])
-
-    def partition(self, *groups: list[str]) -> None:
-        for i, g in enumerate(groups):
-            for h in groups[i + 1:]:
-                for a in g:
-                    for b in h:
-                        self.blocked.add(frozenset((a, b)))
-        for c in list(self.conns.values()):
-            if not self.reachable(c.client, c.server):
-                self.break_conn(c, "partitioned")
-        self.log(f"partition {' | '.join(','.join(g) for g in groups)}")
-
-    def heal(self) -> None:
-        self.blocked.clear()
-        self.log("network healed")
-
     def reachable(self, a: str, b: str) -> bool:
         return frozenset((a, b)) not in self.blocked
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sim.harness import LOC, Cluster, SimFailure
+from tests.sim.harness import Cluster, SimFailure
+from tests.sim.steps import flushed, form, own_lsn
 from tests.sim.workload import WORKAROUNDS, run_seed
 
 
@@ -64,7 +65,7 @@ SEEDED = [
      "node/applier/relay.py serve_link: a fenced node refuses every JOIN, even of a member it has (no "
      "row of its own is needed): when every running member is fenced (a power loss of a wal_mode "
      "write cluster) a member that lost its store cannot join again, and the fences wait for it"),
-    ("fenced_self_expel", 65, True, "no row under this node's own id while it is fenced",
+    ("fenced_self_expel", 253, True, "no row under this node's own id while it is fenced",
      "node/core/replicaset.py: a fenced node receiving the row that expels it: _fenced_cluster_change "
      "skips rows about this node, _follow_cluster_rows then writes an own row and trips local_txn's "
      "assertion (in the shell the applier fails and the link stops for good)"),
@@ -85,10 +86,6 @@ SEEDED = [
      "node/rejoin.py _carry_over: a rebuild drops the own-rows fence (`own_fence` is not carried), "
      "though the donor that covers the node says nothing of how many of its rows the other members "
      "hold (see the scripted scenario below for the fork)"),
-    ("anon_rebuild_known", 504, True, "would change id",
-     "node/rejoin.py _rebuild: an anonymous replica whose REGISTER went through at a master but whose "
-     "answer was lost rebuilds from a snapshot that lists it as a member, adds itself again as "
-     "anonymous with another id, and trips ClusterTable.upsert's assertion (for ever)"),
 ]
 
 
@@ -103,9 +100,19 @@ def test_the_same_run_with_every_workaround_passes(workaround, seed, full, what,
     run_seed(seed, full=full)
 
 
-def test_every_workaround_is_pinned_by_a_failing_run():
+# Seen in soaks, no run that shows them alone found since the simulation last changed:
+# "expelled_not_uncovered" (node/core/membership.py uncovered and the relay's need_rejoin count
+# an expelled member's rows past the bound a node accepts, so no donor covers a node that
+# applied them before it heard of the expel), "anon_rebuild_known" (node/rejoin.py _rebuild: an
+# anonymous replica whose REGISTER went through at a master but whose answer was lost rebuilds
+# from a snapshot that lists it as a member and adds itself again with another id:
+# ClusterTable.upsert's assertion, for ever).
+UNPINNED = {"expelled_not_uncovered", "anon_rebuild_known"}
+
+
+def test_every_workaround_is_pinned_by_a_failing_run_or_named_unpinned():
     scripted = {"fenced_no_own_cut"}          # the last test of this module
-    assert {s[0] for s in SEEDED} | scripted | {"expelled_not_uncovered"} == set(WORKAROUNDS)
+    assert {s[0] for s in SEEDED} | scripted | UNPINNED == set(WORKAROUNDS)
 
 
 # --- scripted --------------------------------------------------------------------------------------
@@ -113,27 +120,6 @@ def cluster(seed: int, without: str) -> Cluster:
     c = Cluster(seed)
     c.workarounds = set(WORKAROUNDS - {without})
     return c
-
-
-def form(c: Cluster, *names: str) -> None:
-    for n in names:
-        if n not in c.nodes:
-            c.add_node(n)
-    c.bootstrap(names[0])
-    c.run_until_quiet()
-    for n in names[1:]:
-        c.join(n, via=names[0])
-        c.run_until(lambda: c.nodes[n].ready and not c.nodes[n].proc, what=f"{n} joined")
-        c.run_until_quiet()
-
-
-def own(c: Cluster, holder: str, origin: str) -> int:
-    return c.nodes[holder].core.vclock_by_uuid().get(c.nodes[origin].uuid, 0)
-
-
-def drained(c: Cluster, name: str) -> None:
-    n = c.nodes[name]
-    c.run_until(lambda: not n.queue and len(n.wal) == n.durable, what=f"{name}'s journal drained")
 
 
 def rebuild_of_a_fenced_node(c: Cluster) -> None:
@@ -151,14 +137,14 @@ def rebuild_of_a_fenced_node(c: Cluster) -> None:
     for i in range(3, 5):
         assert c.put("D", f"d{i}")
         c.run(1)
-    drained(c, "D")
-    c.run_until(lambda: own(c, "B", "D") == own(c, "D", "D") == own(c, "C", "D"), what="B and C hold D's rows")
+    flushed(c, "D")
+    c.run_until(lambda: own_lsn(c, "B", "D") == own_lsn(c, "D", "D") == own_lsn(c, "C", "D"), what="B and C hold D's rows")
     c.run(10)                                 # D's ACKs reach B: B's hold for D is past them
     c.heal()
     c.partition(["A"], ["B"], ["C", "D"])
     assert c.put("D", "d-only-on-C")
-    drained(c, "D")
-    c.run_until(lambda: own(c, "C", "D") == own(c, "D", "D"), what="C holds D's last row")
+    flushed(c, "D")
+    c.run_until(lambda: own_lsn(c, "C", "D") == own_lsn(c, "D", "D"), what="C holds D's last row")
     c.crash("C")                              # C, the only other holder of D's last row, is down
     c.lose_disk("D")
     c.configure_peers("D", [])
@@ -169,7 +155,7 @@ def rebuild_of_a_fenced_node(c: Cluster) -> None:
     assert c.nodes["D"].core.fence is not None
     c.configure_peers("D", [])
     c.heal()
-    c.run_until(lambda: own(c, "A", "D") == own(c, "B", "D"), what="A has D's rows 4-5 from B")
+    c.run_until(lambda: own_lsn(c, "A", "D") == own_lsn(c, "B", "D"), what="A has D's rows 4-5 from B")
     c.put("B", "later")                       # (the WAL's last entry always stays)
     c.run(20)
     assert c.checkpoint(c.nodes["B"]) > 0
@@ -196,8 +182,8 @@ def member_only_the_lost_store_knew(c: Cluster) -> None:
     for i in range(2):
         assert c.put("D", f"d{i}")
         c.run(1)
-    drained(c, "D")
-    c.run_until(lambda: own(c, "X", "D") == own(c, "D", "D"), what="X holds D's rows")
+    flushed(c, "D")
+    c.run_until(lambda: own_lsn(c, "X", "D") == own_lsn(c, "D", "D"), what="X holds D's rows")
     c.lose_disk("D")
     c.heal()
     c.partition(["X"], ["A", "B", "C", "D"])
@@ -225,7 +211,7 @@ def anonymous_replica_holds_the_row(c: Cluster) -> None:
     c.nodes["D"].sync_p = 0.0
     c.partition(["A", "B", "C"], ["D", "R"])
     assert c.put("D", "only-on-R")
-    c.run_until(lambda: own(c, "R", "D") == c.nodes["D"].core.claimed.get(c.nodes["D"].core.self_id),
+    c.run_until(lambda: own_lsn(c, "R", "D") == c.nodes["D"].core.claimed.get(c.nodes["D"].core.self_id),
                 what="R holds D's row")
     c.crash("D", power=True)
     c.nodes["D"].sync_p = None

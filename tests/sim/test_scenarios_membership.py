@@ -13,39 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sim.harness import KV, LOC, Cluster, SimFailure
+from tests.sim.harness import LOC, Cluster, SimFailure
 from tests.sim.liveness import check_acknowledged, check_converged
-
-
-def form(c: Cluster, *names: str) -> None:
-    """The first name bootstraps; the others join through it, one at a time, calmly (without
-    the mesh, each then follows the first)."""
-    for n in names:
-        if n not in c.nodes:
-            c.add_node(n)
-    c.bootstrap(names[0])
-    c.run_until_quiet()
-    for n in names[1:]:
-        c.join(n, via=names[0])
-        c.run_until(lambda: ready(c, n), what=f"{n} joined")
-        if not c.mesh:
-            c.configure_peers(n, [names[0]])
-        c.run_until_quiet()
-
-
-def ready(c: Cluster, name: str) -> bool:
-    return c.nodes[name].ready and not c.nodes[name].proc
-
-
-def flushed(c: Cluster, name: str) -> int:
-    """Run until `name` has written and synced all it submitted; its own lsn then."""
-    n = c.nodes[name]
-    c.run_until(lambda: not n.queue and len(n.wal) == n.durable, what=f"{name}'s journal drained")
-    return own_lsn(c, name, name)
-
-
-def own_lsn(c: Cluster, holder: str, origin: str) -> int:
-    return c.nodes[holder].core.vclock_by_uuid().get(c.nodes[origin].uuid, 0)
+from tests.sim.steps import flushed, form, own_lsn, ready
+from tests.sim.workload import churn_peers
 
 
 def finish(c: Cluster) -> None:
@@ -161,23 +132,7 @@ def peer_churn(c: Cluster) -> None:
     form(c, "A", "B", "C")
     rng = c.rng
     for step in range(80):
-        name = rng.choice("ABC")
-        others = [x for x in "ABC" if x != name]
-        peers = list(c.nodes[name].peers)
-        op = rng.choice(["remove", "add", "alias", "self", "dup", "clear", "add"])
-        if op == "remove" and peers:
-            peers.remove(rng.choice(peers))
-        elif op == "add":
-            peers.append(rng.choice(others))
-        elif op == "alias":
-            peers.append(rng.choice(others) + "'")
-        elif op == "self":
-            peers.append(name)
-        elif op == "dup" and peers:
-            peers.append(rng.choice(peers))
-        elif op == "clear":
-            peers = []
-        c.configure_peers(name, peers)
+        churn_peers(c, rng.choice("ABC"))
         c.put(rng.choice("ABC"), f"k{step % 5}")
         c.run(rng.randint(0, 3))
     for n in "ABC":                          # every member, twice spelled, and the node itself

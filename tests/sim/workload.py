@@ -134,7 +134,7 @@ def run_seed(seed: int, *, verbose: bool = False, repro: str = "", without: froz
                 c.register_anon(anon)
                 anon_state = "done"
         elif r < 0.91:
-            _churn_peers(c, rng.choice(ready) if ready else "A")
+            churn_peers(c, rng.choice(ready) if ready else "A")
         elif r < 0.94 and disk_left:
             members = [m.name for m in c.members() if m.ready and not m.anon and m.name != anon]
             if len(members) >= 3:
@@ -212,7 +212,7 @@ def _expel_when_possible(c: Cluster, name: str) -> None:
     raise c.fail(f"no member could expel {name}, which is down for good\n{c.describe()}")
 
 
-def _churn_peers(c: Cluster, name: str) -> None:
+def churn_peers(c: Cluster, name: str) -> None:
     """PUT /v1/admin/peers with a changed list: one removed, one re-added, a second spelling,
     the node itself, a duplicate, or none at all."""
     rng = c.rng
