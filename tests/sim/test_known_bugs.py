@@ -258,3 +258,14 @@ def test_a_fenced_node_gets_back_its_own_rows_that_reach_its_upstream_after_it_s
         rebuild_of_a_fenced_node(c)
         c.settle()
     fails_with("quiet", run)
+
+
+@pytest.mark.xfail(strict=True, raises=SimFailure, reason="an expel needs an unfenced member; the fences wait for the expel")
+def test_a_member_gone_for_good_can_be_expelled_when_every_member_is_fenced():
+    """Seed 1571 (the default mix; found by the soak): C goes down for good; the others are
+    fenced (power losses under wal_mode write, a lost store), each waiting to hear from C.
+    server.expel refuses on a fenced node ("expel through another member"), and there is no
+    other: the fences can never lift. A fenced node could take an expel of a member it waits
+    for (the expel row is a row of its own, the one thing a fence forbids), or the operator
+    needs an offline tool."""
+    fails_with("no member could expel", lambda: run_seed(1571))

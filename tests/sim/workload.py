@@ -166,8 +166,9 @@ def run_seed(seed: int, *, verbose: bool = False, repro: str = "", without: froz
         c.join(name)
     if anon_state == "none":
         c.fetch_anon(anon)
-    if retired is not None:
-        _expel_when_possible(c, retired)
+    gone = [c.by_uuid[u].name for u in c.expelled] + ([retired] if retired else [])
+    for name in dict.fromkeys(gone):           # an expel whose row was lost is made again
+        _expel_when_possible(c, name)
     _restore_peers(c)
     c.settle(max_ticks=3000)
     check_converged(c)
@@ -203,6 +204,8 @@ def _expel_when_possible(c: Cluster, name: str) -> None:
     """The operator expels a member gone for good through any member that takes it, again if
     the expel was lost (its row only on a member whose store was lost since)."""
     c.heal()
+    for n in list(c.nodes):                  # what can run is started first (it may take the expel)
+        c.restart(n)
     u = c.nodes[name].uuid
     for _ in range(400):
         known = [m for m in c.members() if m.ready and (x := m.core.table.get(u)) is not None and x.state == "expelled"]
