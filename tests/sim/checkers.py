@@ -225,16 +225,21 @@ class Checker:
         if not n.up or n.core is None:
             return
         st, core = n.state, n.core
-        # a map changes only at a greeting or with a claim; a peer's table never changes an id
-        # in place, and a new one (its restart) ends the link
-        state = (id(core), t.checked, len(st.table), len(core.table), st.vclock.signature, core.vclock.signature,
-                 core.claimed.signature, core.synced.signature, n.greetings)
-        if state != t.seen_state:
-            t.seen_state = state
+        # Each check runs again only when what it reads changed: vclocks only grow (a change
+        # changes a signature), a table's ids never change in place (ClusterTable.upsert), a map
+        # changes only at a greeting or with a claim, and a new core or state is a new object.
+        old_tables, old_clocks, old_greetings = t.seen_state or (None, None, None)
+        tables = (id(core), id(st), len(st.table), len(core.table))
+        clocks = (st.vclock.signature, core.vclock.signature, core.claimed.signature, core.synced.signature, t.checked)
+        if tables != old_tables:
             self._check_table(n, t)
+        if tables != old_tables or clocks != old_clocks:
             self._check_vclock(n, t)
             self._check_origins(n)
             self._check_maps(n)
+        elif n.greetings != old_greetings:
+            self._check_maps(n)
+        t.seen_state = (tables, clocks, n.greetings)
 
     def _check_new_rows(self, n: "SimNode", t: Track) -> None:
         held = n.applied_pos

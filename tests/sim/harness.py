@@ -288,7 +288,7 @@ class Cluster(Faults, Protocol):
     def send(self, c: Conn, to: str, kind: str, body: Any) -> None:
         if not c.open:
             return
-        at = self.now + self.rng.randint(0, self.delay_max) + self.slow.get((c.client, c.server), 0)
+        at = self.now + int(self.rng.random() * (self.delay_max + 1)) + self.slow.get((c.client, c.server), 0)
         at = max(at, self._link_last.get((c.id, to), 0))
         self._link_last[(c.id, to)] = at
         self._seq += 1
@@ -417,7 +417,7 @@ class Cluster(Faults, Protocol):
                     continue
                 p = self.nodes[shell.resolve(addr)]
                 if not p.up or not self.reachable(s.name, p.name):
-                    a.retry_at = self.now + self.rng.randint(1, 4)
+                    a.retry_at = self.now + 1 + int(self.rng.random() * 4)
                     continue
                 a.conn = self.open_request("sub", s, p, addr)
 
@@ -437,7 +437,7 @@ class Cluster(Faults, Protocol):
             if not n.ready:
                 continue
             if n.queue and self.rng.random() < self.write_p:
-                n.write_some(self.rng.randint(1, len(n.queue)))
+                n.write_some(1 + int(self.rng.random() * len(n.queue)))
             if len(n.wal) > n.durable and self.rng.random() < (self.sync_p if n.sync_p is None else n.sync_p):
                 n.sync()
 
