@@ -162,6 +162,7 @@ class Checker:
         # the relays it subscribed to keep their holds at its old position, which may be past
         # its new one: they may tell it to rejoin (it is fenced, and others stream to it)
         self.stale |= {h for h in self.held if h[1] == n.uuid}
+        self.stale |= {(r.name, n.uuid) for r in self.c.nodes.values() if n.uuid in r.holds or n.uuid in r.holds_disk}
         self.held = {h for h in self.held if n.name != h[0] and n.uuid != h[1]}
         self.stale = {h for h in self.stale if n.name != h[0]}
 

@@ -46,8 +46,10 @@ Rules the harness keeps, each the same as the shell it stands in for:
 catches it: "cover" (False: the old rejoin: at once, from any donor, even while an upstream
 streams), "keep_local" (False: a rejoin wipes the local spaces too), "fence" (False: never
 fenced), "holds" ("first_ack": a hold only from the first ACK, none for a member that never
-subscribed), "ack" ("applied": ACKs carry
-the applied vclock), "one_link" (False: no claim, no older link closed).
+subscribed), "ack" ("applied": ACKs carry the applied vclock), "one_link" (False: no claim, no
+older link closed). `workarounds` names the known shell bugs to step around, each with the rule
+its fix presumably brings (tests/sim/workload.py WORKAROUNDS, tests/sim/test_known_bugs.py);
+a cluster made here has none: scripted scenarios run the shell's rules as they are.
 """
 from __future__ import annotations
 

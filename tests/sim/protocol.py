@@ -125,8 +125,6 @@ class Protocol:
                 hold = {rid: durable.get(u, 0) for rid in hold if (u := p.core.table.uuid_of(rid)) is not None}
             if self.rules["holds"] == "register":
                 p.hold_from(s.uuid, hold, c.kind == "fetch", self.now)
-            if c.kind == "join":                 # a rebuild's only once it is swapped in (shell.Rejoiner)
-                self.checker.on_held(p, s)
             b = p.snapshot()
             self.send(c, CLIENT, "SNAPSHOT", {"table": b.table_rows, "vclock": b.vclock,
                                               "spaces": b.spaces, "data": b.data})
@@ -245,6 +243,7 @@ class Protocol:
                 self.stats["fenced_joins"] += 1
             s.install(base)
             s.identity_active = True            # Lifecycle.go_active -> mark_active
+            self.checker.on_held(p, s)          # joined through p (a rebuild's once swapped in)
         else:
             tbl = ClusterTable(Member.from_row(r) for r in base.table_rows)
             base.table_rows.append([s.uuid, tbl.lowest_free_id(), s.addr, STATE_ANON, 0])
