@@ -111,7 +111,13 @@ def cmd_inspect(data_dir: str) -> int:
          f"shutdown {final.shutdown_id}, vclock {json.dumps(final.vclock_by_uuid, sort_keys=True)}"
          + ("" if info["status"] is StoreStatus.CLEAN else " (from an earlier clean shutdown; the store ran since)")),
         ("vclock by uuid", json.dumps(info["vclock"], sort_keys=True)),
+        ("store format", str(meta.get("store_format") or 1)),
     ]
+    restored = meta.get("restored_from")       # node/ops/restore.py
+    if isinstance(restored, dict):
+        lines.append(("restored from", f"backup of {restored.get('backup_uuid')} at vclock "
+                      f"{json.dumps(restored.get('vclock'), sort_keys=True)}"
+                      + (" as a new member" if restored.get("as_new_member") else "")))
     if info["wal_note"]:
         lines.append(("wal", info["wal_note"]))
     width = max(len(k) for k, _ in lines) + 1

@@ -5,7 +5,12 @@ under a temporary (or given) directory, runs a small write workload on every mas
 and prints a live status table (members, their id on each node, vclocks, lag) until
 Ctrl-C or --duration; then stops every process with SIGTERM and waits for each.
 The dashboard's URL (the first master's /ui) is the first line printed; --open starts a
-graphical browser on it where there is one, and does nothing where there is none."""
+graphical browser on it where there is one, and does nothing where there is none.
+
+Rules kept here: a busy port ends the demo before anything starts, naming the port and the
+node it was for; a node that exits or does not come up is named with the end of its log; the
+screen names nodes as they were started (master1, anon1), and shows the write rate and one
+line saying whether every node holds the same rows."""
 from __future__ import annotations
 
 import argparse
@@ -22,9 +27,11 @@ import time
 import urllib.error
 import webbrowser
 
-from node.cli import http
+import replog
+
+from node.cli_http import http, sdk_client
 from node.logsetup import file_tail
-from node.status import status_table
+from node.status import collect, convergence, render_table
 
 
 def _free_ports(n: int) -> list[int]:
@@ -38,6 +45,39 @@ def _free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def busy_port(ports: list[int]) -> int | None:
+    """The first port that cannot be bound on 127.0.0.1, or None."""
+    for p in ports:
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", p))
+        except OSError:
+            return p
+        finally:
+            s.close()
+    return None
+
+
+class WriteRate:
+    """Acknowledged writes, and their rate since the last look."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.total = 0
+        self._seen, self._at = 0, time.monotonic()
+
+    def add(self) -> None:
+        with self.lock:
+            self.total += 1
+
+    def per_s(self) -> float:
+        with self.lock:
+            now, total = time.monotonic(), self.total
+        rate = (total - self._seen) / max(now - self._at, 1e-6)
+        self._seen, self._at = total, now
+        return rate
 
 
 def _spawn(argv: list[str], log_path: str) -> subprocess.Popen:
@@ -85,6 +125,12 @@ def run_demo(args: argparse.Namespace) -> int:
     masters = addrs[: args.masters]
     procs: list[tuple[str, subprocess.Popen]] = []
     names = [f"master{i + 1}" if i < args.masters else f"anon{i - args.masters + 1}" for i in range(len(addrs))]
+    busy = busy_port(ports)
+    if busy is not None:
+        who = names[ports.index(busy)]
+        print(f"replog demo: port {busy} (for {who}, 127.0.0.1:{busy}) is already in use; stop what holds it, "
+              f"or choose other ports with --base-port N (0: any free ports)", file=sys.stderr)
+        return 2
     dashboard = f"http://{masters[0]}/ui"
     print(f"dashboard: {dashboard}", flush=True)
     print(f"replog demo: {args.masters} masters in full mesh + {args.anon} anonymous replica(s) under {base}")
@@ -105,17 +151,22 @@ def run_demo(args: argparse.Namespace) -> int:
                 argv += ["--anon"]
             procs.append((addr, _spawn(argv, os.path.join(base, f"{name}.log"))))
             print(f"  started {name} on {addr} (log {os.path.join(base, name + '.log')})")
-        for addr, p in procs:
+        for (addr, p), name in zip(procs, names):
             if not _wait_healthy("http://" + addr, p, 60):
-                print(f"replog demo: {addr} did not become healthy; see its log", file=sys.stderr)
+                why = f"exited with {p.returncode}" if p.poll() is not None else "did not become healthy within 60 s"
+                log_path = os.path.join(base, name + ".log")
+                print(f"replog demo: {name} ({addr}) {why}; the end of {log_path}:\n{file_tail(log_path, 20)}",
+                      file=sys.stderr)
                 return 1
-        m0 = "http://" + masters[0]
-        http("PUT", m0 + "/v1/spaces/demo", {"local": False})
+        clients = {addr: sdk_client(addr, "", timeout=5) for addr in masters}    # the SDK, one node each
+        clients[masters[0]].create_space("demo")
         for addr in masters:
-            http("PUT", f"http://{addr}/v1/spaces/scratch_local", {"local": True})
+            clients[addr].create_space("scratch_local", local=True)
         print("  all nodes healthy; space 'demo' created; workload running (Ctrl-C to stop)\n")
         if args.open:
             open_browser(dashboard)
+
+        rate = WriteRate()
 
         def workload(addr: str, seed: int) -> None:
             rng = random.Random(seed)
@@ -123,8 +174,9 @@ def run_demo(args: argparse.Namespace) -> int:
             while not stop.is_set():
                 key = f"k{rng.randrange(1000)}"
                 try:
-                    http("PUT", f"http://{addr}/v1/spaces/demo/keys/{key}", {"by": addr, "n": i}, timeout=5)
-                except (urllib.error.URLError, OSError):
+                    clients[addr].put("demo", key, {"by": addr, "n": i})
+                    rate.add()
+                except replog.ReplogError:
                     pass
                 i += 1
                 stop.wait(1.0 / max(args.rate, 0.1))
@@ -134,17 +186,23 @@ def run_demo(args: argparse.Namespace) -> int:
             t.start()
         started = time.monotonic()
         tty = sys.stdout.isatty()
+        by_addr = dict(zip(addrs, names))
         while not stop.is_set():
-            table = status_table(["http://" + a for a in addrs])
+            report = collect(["http://" + a for a in addrs])
+            table = render_table(report, by_addr)
             if tty:
                 sys.stdout.write("\x1b[H\x1b[2J")
-            print(f"replog demo — {time.strftime('%H:%M:%S')} — dashboard {dashboard} — {base}\n{table}\n", flush=True)
+            print(f"replog demo — {time.strftime('%H:%M:%S')} — dashboard {dashboard} — {base}\n"
+                  f"writes: {rate.per_s():.1f}/s ({rate.total} acknowledged); {convergence(report, by_addr)}\n"
+                  f"{table}\n", flush=True)
             if args.duration and time.monotonic() - started >= args.duration:
                 break
             stop.wait(1.0)
         stop.set()
         for t in threads:
             t.join(5)
+        for c in clients.values():
+            c.close()
     finally:
         print("replog demo: stopping every node ...")
         for _, p in procs:

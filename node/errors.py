@@ -5,6 +5,8 @@
 - RemoteProtocolError: a peer sent something invalid; the link drops and reconnects.
 - PeerRefused: a peer was refused (or refused us) for a reason that retrying soon will not fix.
 - StorageError: the disk or the on-disk data failed us; the node stops.
+- NoSpaceError: a StorageError the node survives: the disk or the store's map is full; writes
+  are refused (507) until space returns, and the write that failed is retried (node/storage/space.py).
 A broken invariant is an AssertionError: a bug, never caught."""
 
 
@@ -46,3 +48,12 @@ class StorageError(ReplogError):
 
 class RecoveryError(StorageError):
     """The WAL cannot be recovered without operator action (see --force-recovery)."""
+
+
+class NoSpaceError(StorageError):
+    """The file system or the LMDB map has no room for a write. `kind` is "disk" or "map".
+    Nothing was lost: the write is retried when space returns (etcd's NOSPACE alarm)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind

@@ -13,7 +13,11 @@ for steps 1-3, or on the loop itself for a small batch that cannot wait for the 
 On the loop, 4 and 6 come right after 2 and the journal yields once before 3, so relays
 send while the store applies; either way nothing is sent before its WAL write returned.
 Entries are persisted in submission order, which is the order the core claimed lsns in.
-A failure to persist is fatal: the node stops rather than acknowledge what it lost.
+A failure to persist is fatal: the node stops rather than acknowledge what it lost. Except
+a lack of room (NoSpaceError: a full disk or map): the batch is kept, whatever part of it
+was done stays done (a WAL write that failed left nothing behind), and it is tried again
+every `nospace_retry_s` while the NOSPACE alarm is raised (node/storage/space.py); its
+waiters are answered when it lands. The lsns it claimed are never given up.
 
 The tail: while relays listen, the frames of the last few batches stay in memory, each
 batch as a `TailChunk` placed by its WAL position, so that a caught-up relay sends them
@@ -23,6 +27,7 @@ it, so a relay never gets from memory what it could not read from the file. Boun
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import time
 from collections import deque
@@ -33,6 +38,8 @@ from node import limits
 from node.core.replicaset import NodeCore
 from node.core.rows import Txn
 from node.core.rowscan import PackedEntry
+from node.errors import NoSpaceError
+from node.latency import Histogram
 from node.storage.store import Store
 from node.wal import format as walfmt
 from node.wal.writer import WalWriter
@@ -59,8 +66,10 @@ class TailChunk:
 
 class Journal:
     def __init__(self, core: NodeCore, store: Store, wal: WalWriter | None,
-                 on_fatal: Callable[[BaseException], None]):
+                 on_fatal: Callable[[BaseException], None], space=None):
         self.core = core
+        self.space = space          # node.storage.space.SpaceWatch: told when a batch waits for room
+        self.nospace: NoSpaceError | None = None    # the kept batch's last failure, while it waits
         self.store = store
         self.wal = wal
         self._on_fatal = on_fatal
@@ -73,9 +82,17 @@ class Journal:
         self.rows_written = 0
         self.txns_written = 0
         self.batches = 0
+        self.commit_seconds = Histogram()   # one batch: WAL write (+ fsync) and LMDB commit, until durable
         self.pending_rows = 0       # rows queued, not yet durable: appliers pause above a bound
         # (segment, end offset) of whole durable frames: relays never read past it
         self.position: Position = (wal.segment, wal.end) if wal else (None, 0)
+        # ... and of whole frames the store has applied too: every row before it is in the store
+        # (a backup replays its copy of the store from here: node/ops/backup.py)
+        self.applied: Position = self.position
+        # (segment, end offset) of whole frames on disk: relays to anonymous replicas read no further
+        # in wal_mode write (a member that lost its unsynced tail hears from every member before it
+        # writes again, node/fence.py; an anonymous replica is never asked, so it gets no such row)
+        self.synced_position: Position = self.position
         # the tail (module comment): kept only while somebody listens
         self.tail: deque[TailChunk] = deque()
         self.tail_bytes = 0
@@ -97,7 +114,7 @@ class Journal:
     async def stop(self) -> None:
         if self._task:
             # Let queued entries finish: they were claimed and some callers wait on them.
-            while self._queue and self.failed is None and not self._task.done():
+            while self._queue and self.failed is None and self.nospace is None and not self._task.done():
                 await self.changed(timeout=1.0)
             self._task.cancel()
             try:
@@ -225,25 +242,33 @@ class Journal:
                         ntxn += len(e)
                     rows += entry[2]
                 woken = False
-                if rows <= limits.journal_inline_rows_max and self._inline_ok:
-                    # Small batch, no fsync (limits.py): on the loop. The rows may leave once
-                    # write() has returned, so relays send them while the store applies them.
-                    written = self._write(batch)
-                    self._advance(written)
-                    if written is not None and self._listeners:
-                        for wake in self._listeners:
-                            wake.set()
-                        woken = True
-                        try:
-                            await asyncio.sleep(0)          # the woken relays send now
-                        finally:                            # even if cancelled: the rows are in the WAL
-                            tops = self._apply(parts)
+                t0 = time.perf_counter()
+                try:
+                    if rows <= limits.journal_inline_rows_max and self._inline_ok:
+                        # Small batch, no fsync (limits.py): on the loop. The rows may leave once
+                        # write() has returned, so relays send them while the store applies them.
+                        written = self._write(batch)
+                        self._advance(written)
+                        if written is not None and self._listeners:
+                            for wake in self._listeners:
+                                wake.set()
+                            woken = True
+                            try:
+                                await asyncio.sleep(0)          # the woken relays send now
+                            finally:                            # even if cancelled: the rows are in the WAL
+                                tops = self._try_apply(parts)
+                        else:
+                            tops = self._try_apply(parts)
                     else:
-                        tops = self._apply(parts)
-                else:
-                    written, tops = await loop.run_in_executor(None, self._persist, batch, parts)
-                    self._advance(written)
+                        written, tops = await loop.run_in_executor(None, self._persist, batch, parts)
+                        self._advance(written)
+                except NoSpaceError as e:                       # the WAL write: nothing of it landed
+                    tops = await self._wait_for_room(batch, parts, e, wal_done=False)
+                if isinstance(tops, NoSpaceError):              # the store: the WAL holds the batch
+                    tops = await self._wait_for_room(batch, parts, tops, wal_done=True)
+                self.applied = self.position
                 self.core.commit_tops(tops, on_disk=self.wal is not None and self.wal.mode == "fsync")
+                self.commit_seconds.observe(time.perf_counter() - t0)
                 self.batches += 1
                 self.txns_written += ntxn
                 self.rows_written += rows
@@ -290,23 +315,67 @@ class Journal:
 
     async def _sync_written(self) -> None:
         applied = self.core.vclock.copy()       # every row in it was written before the fsync below
+        position = self.position
         await self._loop.run_in_executor(None, self.wal.sync)
         self._synced_at = time.monotonic()
         self.core.mark_synced(applied)
+        self.synced_position = position
+        for wake in self._listeners:            # anonymous replicas' relays may send it now
+            wake.set()
 
     def _advance(self, written: tuple | None) -> None:
         """The batch is durable (as wal_mode promises): move the position relays may read up
         to, and hand its frames to the tail."""
         if written is not None:
             prev, self.position = self.position, (written[0], written[2])
+            if self.wal is not None and self.wal.mode == "fsync":
+                self.synced_position = self.position
             if self._listeners:
                 self._publish(prev, *written)
 
     def _persist(self, batch: list[tuple[Entry, asyncio.Future | None, int]],
-                 parts: list) -> tuple[tuple[str, int, int, int, tuple] | None, dict[int, int]]:
-        """On an executor thread: WAL first, then the store; returns both results."""
+                 parts: list) -> tuple[tuple[str, int, int, int, tuple] | None, dict[int, int] | NoSpaceError]:
+        """On an executor thread: WAL first, then the store; returns both results (the store's
+        may be the NoSpaceError that kept it from applying the batch)."""
         written = self._write(batch)
-        return written, self._apply(parts)
+        return written, self._try_apply(parts)
+
+    def _try_apply(self, parts: list) -> dict[int, int] | NoSpaceError:
+        try:
+            return self._apply(parts)
+        except NoSpaceError as e:
+            return e
+
+    async def _wait_for_room(self, batch: list, parts: list, e: NoSpaceError, *, wal_done: bool) -> dict[int, int]:
+        """A batch that found no room: keep it, raise the alarm, try it again until it lands.
+        `wal_done`: its WAL write went through (position advanced); only the store is left."""
+        loop = self._loop
+        self.nospace = e
+        if self.space is not None:
+            self.space.on_failure(e)
+        log.error("journal: no room to persist a batch of %d entries (%s): %s; it is kept and tried again every "
+                  "%g s", len(batch), "the WAL holds it, the store does not yet" if wal_done else "nothing of it "
+                  "was written", e, limits.nospace_retry_s)
+        while True:
+            await asyncio.sleep(limits.nospace_retry_s)
+            try:
+                if not wal_done:
+                    written = await loop.run_in_executor(None, self._write, batch)
+                    wal_done = True
+                    self._advance(written)
+                tops = await loop.run_in_executor(None, self._try_apply, parts)
+            except NoSpaceError as again:
+                tops = again
+            if not isinstance(tops, NoSpaceError):
+                break
+            self.nospace = tops
+            if self.space is not None:
+                self.space.on_failure(tops)
+        self.nospace = None
+        if self.space is not None:
+            self.space.on_recovered()
+        log.warning("journal: the kept batch of %d entries is persisted; there is room again", len(batch))
+        return tops
 
     def _write(self, batch: list[tuple[Entry, asyncio.Future | None, int]]) -> tuple[str, int, int, int, tuple] | None:
         """The WAL write (+ fsync in fsync mode) of one batch. Returns where the frames went
@@ -314,13 +383,18 @@ class Journal:
         for the tail; None without a WAL."""
         if self.wal is None:
             return None
-        if self.wal.needs_rotation:
-            self.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
-        now_us = time.time_ns() // 1000
-        encoded = [walfmt.encode_frame_body(entry.frame_payload(now_us)) if type(entry) is PackedEntry
-                   else walfmt.encode_frame(entry, now_us) for entry, _, _ in batch]
-        data = b"".join(encoded)
-        segment, start, end = self.wal.write_batch(data)
+        try:
+            if self.wal.needs_rotation:
+                self.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
+            now_us = time.time_ns() // 1000
+            encoded = [walfmt.encode_frame_body(entry.frame_payload(now_us)) if type(entry) is PackedEntry
+                       else walfmt.encode_frame(entry, now_us) for entry, _, _ in batch]
+            data = b"".join(encoded)
+            segment, start, end = self.wal.write_batch(data)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):      # the writer left no partial frame behind
+                raise NoSpaceError("disk", f"WAL write failed: {e.strerror} ({self.wal.dir})") from None
+            raise
         view, frames, off = memoryview(data), [], 0
         for (entry, _, _), f in zip(batch, encoded):
             off += len(f)

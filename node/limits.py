@@ -52,6 +52,27 @@ store_spaces_max = 2 * spaces_max    # the store's hard capacity (LMDB max_dbs):
                                      # a replicated create past this is refused before the WAL
 store_system_dbs = 8                 # _meta, _spaces, _cluster, _cluster_ids, and room to grow
 
+# --- space: the store's map and the disk (node/storage/space.py) ------------------------
+store_map_bytes_default = 1 << 36    # LMDB map (option map_size): address space, not disk; 64 GiB is
+                                     # far more than one node's data and costs nothing until used
+store_map_bytes_min = 1 << 20        # a map smaller than this cannot hold a bootstrapped store
+store_map_bytes_max = 1 << 44        # 16 TiB: well inside a 64-bit process's address space (128 TiB)
+store_map_warn_ratio = 0.9           # /v1/health warns when the map's high-water mark passes this
+                                     # share of map_size: time to raise it before writes stop
+disk_reserve_bytes_default = 32 * 1024 * 1024  # option disk_reserve_bytes: writes stop while the data
+                                     # dir's file system has less free, so a group commit batch in
+                                     # flight (<= 8 MiB) and its LMDB pages never meet a full disk
+nospace_suspect_bytes = 64 * 1024 * 1024  # an LMDB commit that fails short of ENOSPC (a short write
+                                     # reads as EIO) with less than this free is blamed on space, not on
+                                     # a broken disk: one commit writes at most a few batches' pages
+nospace_retry_s = 1.0                # a write that failed for lack of space is tried again this often
+space_check_interval_s = 1.0         # disk free space and map use are sampled this often (statvfs)
+
+# --- backup (node/backup.py) ------------------------------------------------------------
+backup_copy_chunk_bytes = 1024 * 1024  # WAL bytes copied per read: the copy runs on a thread and
+                                     # holds the GIL only between chunks
+backups_in_flight_max = 1            # one backup of a node at a time; another is refused (409 busy)
+
 # --- client API -------------------------------------------------------------
 body_bytes_max = 8 * 1024 * 1024     # one HTTP body; a 1000-op txn of small values fits easily
 range_limit_default = 100            # GET .../keys without limit
@@ -64,6 +85,27 @@ http_connections_max = 1024          # open client connections; past it new ones
                                      # also lowered below the process's fd limit: node/http/listener.py)
 http_fds_reserved = 128              # fds kept for everything but client connections
 accept_error_log_interval_s = 60.0   # "out of fds" on accept is logged at most this often
+client_request_timeout_s = 10.0      # one call of node/client.py (CLI, demo, benches, tests) waits this
+peers_stop_wait_s = 5.0              # PUT /v1/admin/peers waits this for removed appliers to stop (a
+                                     # link closes within link_close_timeout_s), then answers with those
+                                     # still stopping: always within a client's request timeout
+wait_timeout_ms_default = 5_000      # a read with after_vclock (or a wait) without a timeout waits this long
+wait_timeout_ms_max = 60_000         # ... and at most this: a client that needs longer asks again, so no
+                                     # request holds a connection (and a task) for ever
+
+# --- binary client protocol (node/clientproto/) ------------------------------
+client_frame_bytes_max = body_bytes_max   # one frame of requests: what one HTTP body may carry, so the
+                                     # largest value and transaction HTTP accepts fit, and no more
+client_frame_requests_max = 4096     # requests in one frame: bounds the work one read of a socket starts
+client_pending_requests_max = 16_384 # requests of one connection not yet answered; past it the node stops
+                                     # reading that connection until answers go out (back-pressure)
+client_send_buffer_bytes_max = 16 * 1024 * 1024  # answers queued for a client that does not read;
+                                     # past it the node stops reading its requests until it drains
+client_hello_bytes_max = 4096        # bytes read before a connection is authenticated: a HELLO with a token
+client_hello_timeout_s = http_header_timeout_s  # a connection must say HELLO within this of connecting
+client_waits_max = 4096              # requests waiting for a vclock at once, node-wide (each holds a task)
+client_port_offset = 1000            # the binary port defaults to the HTTP port + this (or - this when the
+                                     # sum would pass 65535): derived, so a cluster's ports stay predictable
 
 # --- WAL ----------------------------------------------------------------------
 frame_bytes_max = 4 * message_bytes_max  # one WAL frame: a local txn, or what the applier took from
@@ -93,6 +135,8 @@ link_close_timeout_s = 2.0           # closing a link waits this long for the pe
 reconnect_backoff_min_s = 0.1        # first retry after a broken link
 reconnect_backoff_max_s = 5.0        # retries back off to at most this
 refused_backoff_s = 10.0             # a peer that refused us (wrong secret, cluster) is retried this slowly
+peer_error_chars_max = 1000          # a peer's ERROR code and message are cut to this before they reach
+                                     # the log, an applier's status, /v1/info and the dashboard
 wal_sync_interval_s = 1.0            # wal_mode write: the written WAL tail is fsync'd this often (so a
                                      # power cut loses at most about this much, and ACKs report what is
                                      # on disk without waiting for a checkpoint)
@@ -147,6 +191,13 @@ events_write_timeout_s = 10.0        # one snapshot must reach a listener's sock
                                      # stream is cut: a stalled browser does not hold a connection
 cors_max_age_s = 600                 # browsers may cache a preflight answer this long
 
+# --- health and metrics (node/http/health.py, node/http/metrics.py) -------------------
+loop_watch_interval_s = 0.25         # the event-loop watch wakes this often: a stall shows in /livez and
+                                     # replog_event_loop_lag_seconds within a quarter second of its end
+loop_watch_window_s = 10.0           # /livez judges the loop by its worst lateness over this window, so a
+                                     # probe every 10 s (Kubernetes' default) sees a stall between probes
+status_request_timeout_s = 3.0       # `replog status`: one request to one member; slower is unreachable
+
 # --- the derivations, checked -------------------------------------------------------
 assert value_bytes_max + key_bytes_max + 64 <= txn_bytes_max, "a one-row txn of the largest value fits"
 assert snapshot_chunk_bytes_max + record_bytes_max + message_margin_bytes <= message_bytes_max, \
@@ -159,3 +210,5 @@ assert members_max * cluster_row_bytes_max + message_margin_bytes <= message_byt
 assert txn_bytes_max * 2 <= frame_bytes_max
 assert lsn_max + txn_ops_max < (1 << 63) and timestamp_us_max + (1 << 40) < (1 << 63)
 assert hlc_offset_max_s * 1e6 < timestamp_us_max
+assert link_close_timeout_s < peers_stop_wait_s < client_request_timeout_s, \
+    "removing a peer answers after its link closed, and before a client gives up"

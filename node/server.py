@@ -29,7 +29,6 @@ from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, M
 from node.config import Config, plaintext_exposure
 from node.core import messages as m
 from node.core.replicaset import NodeCore, cluster_op
-from node.core.validate import timestamp_ahead_error
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_SPACE, Op
 from node.core.vclock import VClock
 from node.errors import ClientError, ConfigError, PeerRefused, RemoteProtocolError, StorageError
@@ -37,12 +36,14 @@ from node.identity.identity_file import IdentityFileError
 from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
 from node.cluster_shutdown import ClusterShutdown
 from node.journal import Journal
-from node.faults import fault, install_fault_points
+from node.faults import install_fault_points
 from node.fence import FenceKeeper, wal_present
 from node.lifecycle import Aborted, Lifecycle
 from node.rejoin import Rejoiner, finish_interrupted, receive_snapshot
 from node.retention import Retention
-from node.storage.store import Store
+from node.storage.space import SpaceWatch
+from node.storage.store import STORE_FORMAT_VERSION, Store
+from node.wal.format import FORMAT_VERSION as WAL_FORMAT_VERSION
 from node.wal.recovery import recover
 from node.wal.writer import WalWriter
 
@@ -87,8 +88,20 @@ class Node:
         self.fence = FenceKeeper(self)     # own-rows fence after a loss (node/fence.py)
         self.rejoiner = Rejoiner(self)     # need_rejoin answers and safe rebuilds (node/rejoin.py)
         self.peers: list[str] = list(cfg.peers)   # the replication sources in effect (PUT /v1/admin/peers)
-        self.own_lsn_seen = 0   # highest lsn of our own component any peer said it holds
+        # peer uuid -> (lsn of our own component it says it holds, its address): writes wait for
+        # those rows while that peer is one of our upstreams (own_rows_awaited)
+        self.own_claims: dict[str, tuple[int, str]] = {}
+        # peers that claimed to hold our own rows and, streaming to us, did not send them
+        # (Applier.check_claim): their claims are not believed again while this node runs
+        self.claims_disproved: set[str] = set()
         self.task_failures: dict[str, dict] = {}   # task name -> {"failures", "error"} (note_failure)
+        # the NOSPACE alarm: writes refused with 507 while the disk or the map is full (node/storage/space.py)
+        self.space = SpaceWatch([], cfg.disk_reserve_bytes, lambda: self.store)
+        self.backups: list = []      # node.ops.backup.BackupJob in progress (POST /v1/admin/backup)
+        self._vclock_uuid: dict[str, int] = {}      # vclock_uuid()'s cache, and what it was built from
+        self._vclock_ids: dict[str, int] = {}       # the same vclock by local id, as answers show it
+        self._vclock_uuid_at: tuple = ()
+        self.client_server = None   # the binary client protocol's listener (node/clientproto/listener.py)
 
     # --- small helpers ---------------------------------------------------------------
     def extra_metrics(self) -> list:
@@ -115,8 +128,17 @@ class Node:
             "cluster": table.rows() if table else [],
             "status": self.status,
             "lease": self.lease.greeting_field() if self.lease else None,
+            # our own `_cluster` rows up to here are an earlier incarnation's (all of them while a
+            # rebuilt store is fenced): peers take no ids from them (Peer.history_lsn)
+            "own_history_lsn": self._own_history_lsn(),
             **self.life.greeting_fields(),   # store status, signatures, vclock by uuid (join protocol)
         }
+
+    def _own_history_lsn(self) -> int:
+        core = self.core
+        if core is None:
+            return 0
+        return limits.lsn_max if core.fence is not None and core.fence.rebuilt else core.own_history_lsn
 
     def check_peer_greeting(self, theirs: dict) -> None:
         """Checks beyond check_greeting: lease fencing (raises PeerRefused)."""
@@ -126,11 +148,42 @@ class Node:
         self.fence.on_greeting(theirs)
         vu = theirs.get("vclock_uuid")
         own = vu.get(self.uuid) if isinstance(vu, dict) else None
-        if isinstance(own, int) and own > self.own_lsn_seen:
-            # A peer holds more of this node's own rows than this node does (a replacement
-            # container, a rejoin, or a lost unsynced tail): they come back by SUBSCRIBE,
-            # and writes wait for them so no lsn of ours is ever used twice.
-            self.own_lsn_seen = own
+        uuid = theirs["uuid"]
+        if uuid in self.claims_disproved:
+            return
+        if isinstance(own, int) and own > self.own_claims.get(uuid, (0, ""))[0] \
+                and (uuid in self.own_claims or len(self.own_claims) < limits.members_max):
+            # A peer says it holds more of this node's own rows than this node does (a
+            # replacement container, a rejoin, or a lost unsynced tail): they come back by
+            # SUBSCRIBE, and writes wait for them so no lsn of ours is ever used twice.
+            self.own_claims[uuid] = (own, theirs["address"])
+
+    def disprove_claim(self, uuid: str, have: int) -> None:
+        """An upstream caught us up without the rows of ours it said it holds: it lied (or its
+        store lost them since), so its word neither holds writes nor raises a fence's target."""
+        claim = max(self.own_claims.pop(uuid, (0, ""))[0],
+                    self.core.fence.heard.get(uuid, 0) if self.core.fence is not None else 0)
+        if len(self.claims_disproved) < limits.members_max:
+            self.claims_disproved.add(uuid)
+        if self.core.fence is not None:
+            self.core.fence.heard[uuid] = min(self.core.fence.heard.get(uuid, have), have)
+        log.warning("node: %s said it holds this node's rows up to lsn %d and sent them only up to %d: its claim "
+                    "is not believed", uuid, claim, have)
+
+    def own_rows_awaited(self) -> tuple[int, str] | None:
+        """(lsn, peer) of this node's own rows that one of its upstreams says it holds and this
+        node has not claimed yet. Only an upstream can send them back, so only an upstream's
+        claim is believed, and only while it is one: a peer that is not (a client greeting
+        this node's relay) cannot hold its writes, and removing a peer ends its claim."""
+        have = self.core.claimed.get(self.core.self_id)
+        upstreams = {a.peer_uuid for a in self.appliers.values()} | set(self.appliers)
+        best: tuple[int, str] | None = None
+        for uuid, (lsn, address) in list(self.own_claims.items()):
+            if lsn <= have:
+                del self.own_claims[uuid]            # they came back
+            elif (uuid in upstreams or address in upstreams) and (best is None or lsn > best[0]):
+                best = (lsn, f"{address} ({uuid[:8]})")
+        return best
 
     def spawn(self, coro, name: str) -> asyncio.Task:
         t = asyncio.create_task(coro, name=name)
@@ -190,7 +243,9 @@ class Node:
         self.life.lock_data_dir()
         file_uuid = self.life.open_identity()    # a damaged identity file ends start-up here
         finish_interrupted(self.data_dir)        # a rejoin cut short: its new store, or the old one
-        self.store = Store(os.path.join(self.data_dir, "store"), sync=(cfg.wal_mode == "fsync"))
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(cfg.wal_mode == "fsync"), map_size=cfg.map_size)
+        self.space.paths = [self.store.path, self.wal_dir, self.data_dir]
+        self.space.sample()
         self.uuid = self.store.get_meta("uuid") or ""
         if self.uuid and file_uuid and self.uuid != file_uuid:
             raise StorageError(f"identity files in {self.data_dir} name uuid {file_uuid}, the store {self.uuid}")
@@ -206,7 +261,7 @@ class Node:
             self._check_store_matches()
             loss = None if self.store.get_meta("anon") else self.fence.loss_at_open(wal_present(self.wal_dir))
             if loss is not None:
-                self.fence.set(loss)
+                self.fence.set(loss, rebuilt=False)
             self._open_bootstrapped()
             self.life.after_open()
         self.http_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5))
@@ -218,6 +273,8 @@ class Node:
         log.info("node %s listening on %s%s (data %s)", self.uuid, cfg.listen,
                  " over TLS" + (" (links need a client certificate)" if cfg.tls_client_auth else "")
                  if cfg.tls else "", self.data_dir)
+        if cfg.client_address is not None:
+            await self._start_client_protocol()
         exposed = plaintext_exposure(cfg)
         if exposed:
             log.warning("node: %s", exposed)
@@ -225,6 +282,26 @@ class Node:
         self.supervise("checkpoint", self._checkpoint_loop)
         self.supervise("own-rows-fence", self.fence.watch)
         self.supervise("rejoin", self.rejoiner.watch)
+        self.supervise("space-watch", self.space.run)
+
+    async def _start_client_protocol(self) -> None:
+        """The binary client protocol's listener (node/clientproto/). A port set by client_listen
+        that cannot be had is a config error; the derived one, taken by something else, gives way
+        to any free port (clients learn it from GET /v1/client)."""
+        from node.clientproto.listener import ClientServer
+        host, port = self.cfg.client_address
+        self.client_server = ClientServer(self)
+        try:
+            await self.client_server.start(host, port, ssl_context=self.cfg.server_ssl)
+        except OSError as e:
+            if self.cfg.client_listen:
+                from node.errors import ConfigError
+                raise ConfigError("client_listen", f"cannot listen on {self.cfg.client_listen}: {e.strerror}") from None
+            log.warning("node: the client protocol's default port %d is taken (%s); listening on a free one",
+                        port, e.strerror)
+            await self.client_server.start(host, 0, ssl_context=self.cfg.server_ssl)
+        log.info("node: binary client protocol on %s:%d%s", host, self.client_server.port,
+                 " over TLS" if self.cfg.tls else "")
 
     def _wipe_partial_join(self) -> None:
         if self.store.spaces or len(self.store.table) or os.path.isdir(self.wal_dir):
@@ -237,7 +314,8 @@ class Node:
         self.store.close()
         shutil.rmtree(os.path.join(self.data_dir, "store"), ignore_errors=True)
         shutil.rmtree(self.wal_dir, ignore_errors=True)
-        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"))
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"),
+                           map_size=self.cfg.map_size)
         self.store.set_meta(uuid=uid)
 
     def _check_store_matches(self) -> None:
@@ -253,13 +331,15 @@ class Node:
         if self.cfg.wal_mode != "none":
             wal = WalWriter(self.wal_dir, self.cfg.wal_mode, self.uuid, segment_bytes_max=self.cfg.segment_bytes_max)
             wal.open_last(res.last_valid_end)
+            wal.sync()       # what recovery read may be in the page cache only: the core counts it as on disk
+        store.sync()
         self.core = NodeCore(self.uuid, store.table.copy(), store.vclock, hlc_last=res.hlc_last,
                              spaces=store.space_flags(), own_history_lsn=int(store.get_meta("own_history_lsn") or 0))
         self.fence.restore()
         self.fence.mark_running(True)
         self.core.knowledge = store.load_knowledge()
         self.retention.load()
-        self.journal = Journal(self.core, store, wal, self.on_fatal)
+        self.journal = Journal(self.core, store, wal, self.on_fatal, space=self.space)
         self.journal.start()
         log.info("node: store open; vclock %s; %d members", store.vclock, len(store.table))
 
@@ -352,10 +432,13 @@ class Node:
         if initial is not None:   # the cluster's initial signature, set once at its creation
             self.store.set_meta(created_s=initial.created_s, founders=list(initial.founders),
                                 initial_signature=initial_to_wire(initial))
-        self.store.set_meta(anon=not join, store_status="dirty")
+        # A subscriber behind the snapshot is told to rejoin here, never given a gap (this WAL
+        # starts at the snapshot).
+        self.store.set_meta(anon=not join, store_status="dirty",
+                            gc_vclock={k: v for k, v in self.store.vclock.items() if k})
         if join and existed:
             self.fence.set(f"this node ({self.uuid}) rejoined with an empty store: its peers may hold rows it wrote "
-                           "before")
+                           "before", rebuilt=True)
         self.store.set_meta(cluster_uuid=theirs["cluster_uuid"])   # last: a store is non-empty from here on
         self._open_bootstrapped()
         self.life.after_open()
@@ -418,23 +501,51 @@ class Node:
         self.journal, self.core = None, None
         self.store.close()
         swap(self.data_dir)
-        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"))
+        self.store = Store(os.path.join(self.data_dir, "store"), sync=(self.cfg.wal_mode == "fsync"),
+                           map_size=self.cfg.map_size)
         self._open_bootstrapped()
         self.life.after_open()
         self.journal.wal and self.journal.wal.rotate(self.store.vclock.to_dict(), self.store.table.rows())
         self.status, self.status_reason = "running", ""
         self.set_peers(list(self.peers))
 
-    def after_fence(self) -> None:
-        """The fence was lifted: what waited for a row under our own id (our new address)."""
+    def after_fence(self, given_up: list[str]) -> None:
+        """The fence was lifted: what waited for a row under our own id (our new address, the
+        expels the operator asked for while it stood)."""
         me = self.core.table.get(self.uuid)
         if me is not None and me.state == STATE_MEMBER and me.address != self.cfg.address and self.status == "running":
             self.spawn(self.register_member(self.uuid, self.cfg.address), "own-address")
+        for uuid in given_up:
+            mem = self.core.table.get(uuid)
+            if mem is not None and mem.state != STATE_EXPELLED:
+                self.spawn(self.register_member(uuid, mem.address, state=STATE_EXPELLED), f"expel-{uuid[:8]}")
 
     # --- client writes ---------------------------------------------------------------------
-    async def write(self, ops: list[Op]) -> dict:
+    def write_check(self) -> None:
+        """Whether this node takes client writes now (raises ClientError if not): running, with
+        room to write (the NOSPACE alarm). Every client write path calls it (HTTP here, the binary
+        protocol in node/clientproto), and replicated_write_check for rows under our own id."""
         if self.status != "running" or self.core is None:
             raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
+        self.refuse_without_room()
+
+    def replicated_write_check(self) -> None:
+        """Writes to replicated spaces, rows under this node's own id: refused on a read-only node
+        or an anonymous replica, while the own-rows fence stands (node/fence.py), and while a peer
+        says it holds more of this node's rows than it has (they are still coming back)."""
+        if self.cfg.read_only or self.core.anon:
+            why = "an anonymous replica" if self.core.anon else "read_only"
+            raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
+        if self.core.fence is not None and not self.fence.try_lift():
+            raise ClientError(503, "own_rows_unconfirmed", self.core.fence_state()[1])
+        awaited = self.own_rows_awaited() if self.own_claims else None
+        if awaited is not None:
+            have = self.core.claimed.get(self.core.self_id)
+            raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}..{awaited[0]}) "
+                              f"are still coming back from {awaited[1]}, which holds them; retry shortly")
+
+    async def write(self, ops: list[Op]) -> dict:
+        self.write_check()
         local_ops, repl_ops = [], []
         for op in ops:
             if op.kind == OP_SPACE:
@@ -444,16 +555,8 @@ class Node:
                 if sdef_local is None:
                     raise ClientError(404, "no_such_space", f"space {op.space!r} does not exist")
             (local_ops if sdef_local else repl_ops).append(op)
-        if repl_ops and (self.cfg.read_only or self.core.anon):
-            why = "an anonymous replica" if self.core.anon else "read_only"
-            raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
-        if repl_ops:     # rows under our own id (local spaces' rows never leave this node)
-            if self.core.fence is not None and not self.fence.try_lift():
-                raise ClientError(503, "own_rows_unconfirmed", self.core.fence_state()[1])
-            have = self.core.claimed.get(self.core.self_id)
-            if have < self.own_lsn_seen:
-                raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}.."
-                                  f"{self.own_lsn_seen}) are still coming back from its peers; retry shortly")
+        if repl_ops:
+            self.replicated_write_check()
         txns = []
         now = self.wall_us()
         if repl_ops:
@@ -462,22 +565,74 @@ class Node:
             txns.append(self.core.local_txn(local_ops, GROUP_LOCAL, now))
         await self.journal.submit(txns)
         t = txns[0]
-        return {"lsn": t.last_lsn, "vclock": {str(k): v for k, v in self.core.vclock.items()}}
+        vclock_uuid = self.vclock_uuid()      # refreshes the cached vclock by local id too
+        return {"lsn": t.last_lsn, "vclock": self._vclock_ids, "vclock_uuid": vclock_uuid}
+
+    # --- read-your-writes ------------------------------------------------------------------
+    def vclock_uuid(self) -> dict[str, int]:
+        """This node's durable vclock by member uuid (replicated rows only), cached per vclock."""
+        core = self.core
+        if core is None:
+            return {}
+        at = (id(core), core.vclock.signature, len(core.table))   # a vclock only grows: its sum names it
+        if self._vclock_uuid_at != at:
+            self._vclock_uuid = core.vclock_by_uuid()
+            self._vclock_ids = {str(k): v for k, v in core.vclock.items()}
+            self._vclock_uuid_at = at
+        return self._vclock_uuid    # shared: callers never change it
+
+    def has_applied(self, vclock_uuid: dict[str, int]) -> bool:
+        """Whether this node's durable state holds every row of `vclock_uuid` ({uuid: lsn})."""
+        core = self.core
+        if core is None:
+            return False
+        id_of, v = core.table.id_of, core.vclock
+        for uuid, lsn in vclock_uuid.items():
+            if lsn > 0:
+                i = id_of(uuid)
+                if i is None or v.get(i) < lsn:
+                    return False
+        return True
+
+    async def wait_applied(self, vclock_uuid: dict[str, int], timeout_s: float) -> dict[str, int]:
+        """Wait until this node has applied `vclock_uuid` (read-your-writes across masters);
+        returns the node's vclock by uuid then. Raises ClientError 504 `wait_timeout` after
+        timeout_s, and 503 if the node stops serving meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not self.has_applied(vclock_uuid):
+            left = deadline - loop.time()
+            if left <= 0:
+                raise ClientError(504, "wait_timeout", f"this node has not applied {vclock_uuid} within "
+                                  f"{timeout_s:g} s (it holds {self.vclock_uuid()})")
+            if self.journal is None or self.status not in ("running", "rejoining", "joining"):
+                raise ClientError(503, "not_ready", f"node is {self.status}: {self.status_reason}")
+            await self.journal.changed(timeout=left)
+        return self.vclock_uuid()
+
+    def refuse_without_room(self) -> None:
+        """While the NOSPACE alarm is raised a write is refused before it claims anything."""
+        alarm = self.space.alarm
+        if alarm is not None:
+            raise ClientError(507, "no_space", f"writes are refused until there is room: {alarm}")
 
     async def expel(self, uuid: str) -> dict:
         core = self.core
         if core is None or self.status != "running":
             raise ClientError(503, "not_ready", f"node is {self.status}")
+        self.refuse_without_room()
         if core.anon or self.cfg.read_only:
             raise ClientError(409, "read_only", "expel needs a writable member")
-        if core.fence is not None:
-            raise ClientError(503, "own_rows_unconfirmed", "this node does not write under its own id yet (" +
-                              core.fence_state()[1] + "); expel through another member")
         mem = core.table.get(uuid)
-        if mem is None:
+        if mem is None and (core.fence is None or uuid not in core.fence.waiting_for(core.table, core.uuid)):
             raise ClientError(404, "no_such_member", f"{uuid} is not in _cluster")
         if uuid == self.uuid:
             raise ClientError(400, "expel_self", "a node cannot expel itself; expel it from another member")
+        if core.fence is not None and not self.fence.try_lift():
+            # The expel row is a row under our own id: it waits for the fence, which stops waiting
+            # for this member now (so a cluster whose every member is fenced can let one go).
+            self.fence.give_up(uuid)
+            return {"uuid": uuid, "id": mem.id if mem else None, "state": "expel_pending"}
         local_id = await self.register_member(uuid, mem.address, state=STATE_EXPELLED)
         for r in list(self.relays):
             if r.uuid == uuid:
@@ -498,6 +653,7 @@ class Node:
             "read_only": self.cfg.read_only or bool(core and core.anon),
             "anon": bool(core.anon) if core else self.cfg.anon,
             "address": self.cfg.address,
+            "client_port": self.client_server.port if self.client_server else None,
             "wal_mode": self.cfg.wal_mode,
             "vclock": {str(k): v for k, v in vc.items()},
             "vclock_uuid": core.vclock_by_uuid() if core else {},
@@ -510,6 +666,9 @@ class Node:
             "own_rows_fence": self.fence.info(),
             "rejoin": {"needed_by": sorted(self.rejoiner.need), "blocked": self.rejoiner.blocked} if self.rejoiner.need
             else None,
+            "space": self.space.now(),
+            "versions": {"protocol": [m.PROTOCOL_VERSION_MIN, m.PROTOCOL_VERSION], "store_format": STORE_FORMAT_VERSION,
+                         "wal_format": WAL_FORMAT_VERSION},     # docs/upgrade.md
         }
 
     def _wal_info(self) -> dict:
@@ -552,6 +711,11 @@ class Node:
                 log.error("shutdown: %s failed: %s", name, why)
                 errors.append(e)
 
+        # A start-up that failed before serving says why in one line (the CLI's), not in stop lines.
+        served = self._runner is not None
+        if served:
+            log.info("node: stopping %s", f"after a fatal error: {self.fatal}" if self.fatal is not None else "on request")
+        began = time.monotonic()
         self.status, self.status_reason = "stopping", "shutting down"
         for a in list(self.appliers.values()):
             await step(f"applier {a.address}", a.stop())
@@ -568,6 +732,8 @@ class Node:
         links = list(self.links)
         if links:
             await step("replication links", asyncio.gather(*(c.close() for c in links)))
+        if self.client_server is not None:
+            await step("client protocol", self.client_server.stop())
         if self._runner:
             await step("http", self._runner.cleanup())
         if self.http_session:
@@ -586,5 +752,8 @@ class Node:
                 errors.append(e)
         self.life.unlock_data_dir()
         self.status = "stopped"
+        if served:
+            log.info("node: stopped in %.2f s%s", time.monotonic() - began,
+                     f" with {len(errors)} cleanup errors (logged above)" if errors else "")
         return errors
 

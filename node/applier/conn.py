@@ -15,11 +15,15 @@ Rules kept here:
 - A sealed message is sealed and written in one synchronous step (aiohttp writes an
   uncompressed frame before its first await), so message numbers follow the wire order.
 - `connect`, `client_auth` and `server_auth` are the production handshake: tests that play a
-  peer use them rather than a copy."""
+  peer use them rather than a copy.
+- A receive is bounded with `asyncio.timeout`, never `asyncio.wait_for`: on Python 3.11 wait_for
+  loses a cancel that arrives together with a message, and the applier it was meant to stop
+  runs on (tests/unit/test_cancellation.py)."""
 from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import ssl
 from typing import Any, Callable
@@ -33,6 +37,8 @@ from node.core import messages as m
 from node.core import session as sess
 from node.errors import PeerRefused, RemoteProtocolError
 from node.identity.signature import first_mismatch
+
+log = logging.getLogger("replog.link")
 
 # A sealed message may be a whole message_bytes_max message plus its tag.
 LINK_MESSAGE_BYTES_MAX = limits.message_bytes_max + sess.TAG_BYTES
@@ -81,8 +87,9 @@ class Conn:
             elif len(data) > limits.preauth_message_bytes_max:   # the reader's own limit, also checked here
                 raise RemoteProtocolError(f"{self.peer}: message of {len(data)} bytes before authentication")
             out = m.decode(data, self.scan_rows)
-            if out.type == m.ERROR:
-                refused = PeerRefused(out["code"], out["message"])
+            if out.type == m.ERROR:       # the peer's words: cut before they reach logs and status
+                n = limits.peer_error_chars_max
+                refused = PeerRefused(out["code"][:64], out["message"][:n] + ("…" if len(out["message"]) > n else ""))
                 refused.body = out.body     # extra fields, e.g. next_id of a register_rejected
                 raise refused
             return out
@@ -112,37 +119,56 @@ class Conn:
             pass
 
 
-async def server_auth(conn: Conn, secret: bytes, uuid: str) -> None:
-    """The relay's side: HELLO, check the applier's proof, AUTH_OK; then the link is sealed
-    and `conn.session.peer_uuid` is the applier's authenticated uuid."""
+VERSIONS = (m.PROTOCOL_VERSION_MIN, m.PROTOCOL_VERSION)
+
+
+async def server_auth(conn: Conn, secret: bytes, uuid: str, versions: tuple[int, int] = VERSIONS) -> None:
+    """The relay's side: HELLO, check the applier's version and proof, AUTH_OK; then the link is
+    sealed, `conn.session.peer_uuid` is the applier's authenticated uuid and `conn.session.version`
+    the protocol version of the link. `versions`: the range spoken (tests play older peers)."""
     nonce = os.urandom(sess.NONCE_BYTES)
-    await conn.send(m.HELLO, version=m.PROTOCOL_VERSION, nonce=nonce, uuid=uuid)
+    await conn.send(m.HELLO, version=versions[0], versions=list(versions), nonce=nonce, uuid=uuid)
     msg = await conn.expect(m.AUTH, timeout=limits.handshake_timeout_s)
+    version = msg.get("version", versions[0])    # absent: a version-2 applier, which took HELLO's `version`
+    why = sess.accepted(versions, version)
+    if why is not None:
+        await conn.refuse("version", f"this node speaks protocol {versions[0]}..{versions[1]}")
+        raise PeerRefused("version", f"{conn.peer}: {why}")
     their_uuid = sess.check_hello_fields(msg["nonce"], msg["uuid"], f"{conn.peer}: AUTH")
-    t = sess.transcript(m.PROTOCOL_VERSION, nonce, uuid, msg["nonce"], their_uuid)
+    t = sess.transcript(version, nonce, uuid, msg["nonce"], their_uuid)
     if not sess.proof_ok(secret, sess.CLIENT, t, msg["mac"]):
         await conn.refuse("auth", "wrong cluster secret")
         raise PeerRefused("auth", f"{conn.peer} failed authentication (wrong cluster secret)")
     raise_message_limit(conn.ws, LINK_MESSAGE_BYTES_MAX)   # the applier is silent until AUTH_OK
     await conn.send(m.AUTH_OK, mac=sess.proof(secret, sess.SERVER, t))
-    conn.session = sess.Session(secret, t, sess.SERVER, their_uuid)
+    conn.session = sess.Session(secret, t, sess.SERVER, their_uuid, version)
+    _note_version(conn, version, versions)
 
 
-async def client_auth(conn: Conn, secret: bytes, uuid: str) -> None:
-    """The applier's side: answer HELLO with our proof, check the relay's; then the link is
-    sealed and `conn.session.peer_uuid` is the relay's authenticated uuid."""
+async def client_auth(conn: Conn, secret: bytes, uuid: str, versions: tuple[int, int] = VERSIONS) -> None:
+    """The applier's side: settle the protocol version, answer HELLO with our proof, check the
+    relay's; then the link is sealed and `conn.session.peer_uuid` is the relay's authenticated
+    uuid. A relay that speaks no version we speak is refused, both ranges named."""
     hello = await conn.expect(m.HELLO, timeout=limits.handshake_timeout_s)
-    if hello["version"] != m.PROTOCOL_VERSION:
-        raise PeerRefused("version", f"{conn.peer} speaks protocol {hello['version']}, we speak {m.PROTOCOL_VERSION}")
+    version = sess.negotiate(versions, hello["version"], hello.get("versions"))
+    if isinstance(version, str):
+        raise PeerRefused("version", f"{conn.peer}: {version}")
     their_uuid = sess.check_hello_fields(hello["nonce"], hello.get("uuid"), f"{conn.peer}: HELLO")
     nonce = os.urandom(sess.NONCE_BYTES)
-    t = sess.transcript(m.PROTOCOL_VERSION, hello["nonce"], their_uuid, nonce, uuid)
-    await conn.send(m.AUTH, nonce=nonce, uuid=uuid, mac=sess.proof(secret, sess.CLIENT, t))
+    t = sess.transcript(version, hello["nonce"], their_uuid, nonce, uuid)
+    await conn.send(m.AUTH, nonce=nonce, uuid=uuid, mac=sess.proof(secret, sess.CLIENT, t), version=version)
     ok = await conn.expect(m.AUTH_OK, timeout=limits.handshake_timeout_s)
     if not sess.proof_ok(secret, sess.SERVER, t, ok["mac"]):
         raise PeerRefused("auth", f"{conn.peer} does not know the cluster secret")
     raise_message_limit(conn.ws, LINK_MESSAGE_BYTES_MAX)   # the relay is silent until our GREETING
-    conn.session = sess.Session(secret, t, sess.CLIENT, their_uuid)
+    conn.session = sess.Session(secret, t, sess.CLIENT, their_uuid, version)
+    _note_version(conn, version, versions)
+
+
+def _note_version(conn: Conn, version: int, versions: tuple[int, int]) -> None:
+    if version < versions[1]:       # a peer not upgraded yet (docs/upgrade.md): worth one line per link
+        log.info("link %s (%s) speaks protocol %d, older than this node's %d", conn.peer,
+                 conn.session.peer_uuid, version, versions[1])
 
 
 def check_greeting(mine: dict, theirs: dict, peer: str, authenticated: str | None = None) -> None:

@@ -4,14 +4,16 @@ Pure encoding and validation: `decode()` turns any bytes into a Message or raise
 RemoteProtocolError — nothing else — so a peer sending garbage only drops its link.
 
 Conversation (client = the subscribing node, server = the relay; node/core/session.py):
-  S: HELLO {version, nonce, uuid}                   nothing else before auth succeeds, and
-  C: AUTH {nonce, uuid, mac}                        nothing longer than preauth_message_bytes_max
+  S: HELLO {version, versions, nonce, uuid}         nothing else before auth succeeds, and
+  C: AUTH {nonce, uuid, mac, version}               nothing longer than preauth_message_bytes_max
   S: AUTH_OK {mac}                                  mac = proofs over the transcript (both nonces,
                                                     both uuids); every message from here on is
                                                     sealed: its bytes + a tag under the session key
   C: GREETING {...}     S: GREETING {...} | ERROR   uuid (= the authenticated one), cluster,
                                                     options digest, whole _cluster
-  C: JOIN {code, id} | FETCH_SNAPSHOT | REGISTER {code, id} | SUBSCRIBE {vclock} | SHUTDOWN | BYE
+  C: JOIN {code, id} | FETCH_SNAPSHOT | REGISTER {code, id} | SHUTDOWN | BYE
+     | SUBSCRIBE {vclock, durable, own_rows}       (durable: on disk, holds the WAL; own_rows: a
+                                                    fenced subscriber wants its own rows back too)
   S: REGISTERED {id} | ERROR register_rejected      (JOIN, REGISTER; node/lifecycle.py)
   S: SNAPSHOT {meta} SNAPSHOT_ROWS* SNAPSHOT_END   (JOIN, FETCH_SNAPSHOT)
   S: SUBSCRIBED {vclock}  then ROWS {frames} / HEARTBEAT   (SUBSCRIBE)
@@ -40,7 +42,14 @@ from node.core import codec, validate
 from node.core.rows import FAST_ERRORS, WIRE_FRAME, Txn, check_fast, exact_frame, no_ext
 from node.errors import RemoteProtocolError
 
-PROTOCOL_VERSION = 2                 # 2: session-bound auth (uuids in HELLO/AUTH, sealed messages)
+# Protocol versions this node speaks, oldest first (docs/upgrade.md): a node of version N talks to
+# one of N-1, so a cluster can be upgraded one node at a time.
+#   2: session-bound auth (uuids in HELLO/AUTH, sealed messages)
+#   3: version negotiation: HELLO carries `versions` [lowest, highest] beside `version` (its lowest,
+#      which a version-2 applier compares exactly), AUTH the `version` the applier chose (absent: a
+#      version-2 applier, which speaks HELLO's `version`). Nothing else changed.
+PROTOCOL_VERSION = 3                 # the highest version this node speaks
+PROTOCOL_VERSION_MIN = 2             # the lowest; a peer outside [MIN, VERSION] is refused, naming both
 
 HELLO, AUTH, AUTH_OK, GREETING, ERROR = 1, 2, 3, 4, 5
 JOIN, FETCH_SNAPSHOT, SUBSCRIBE, REGISTER, BYE, SHUTDOWN = 10, 11, 12, 13, 14, 15
@@ -204,10 +213,13 @@ def decode(data: bytes, scan_rows: Callable[[bytes], Any] | None = None) -> Mess
 # what a message's fields may hold past their types (node.core.validate), by type
 _CHECKS: dict[int, Callable[[dict], str | None]] = {
     GREETING: validate.greeting_error,
-    SUBSCRIBE: lambda b: validate.vclock_error(b["vclock"]),
+    SUBSCRIBE: lambda b: validate.vclock_error(b["vclock"]) or (
+        validate.vclock_error(b["durable"]) if "durable" in b else None) or (
+        None if type(b.get("own_rows", False)) is bool else "own_rows is not a boolean"),
     SUBSCRIBED: lambda b: validate.vclock_error(b["vclock"]),
     ACK: lambda b: validate.vclock_error(b["vclock"]) or (
         validate.vclock_error(b["durable"]) if "durable" in b else None),
+    SHUTDOWN: validate.shutdown_error,
     SNAPSHOT: validate.snapshot_error,
     SNAPSHOT_ROWS: validate.snapshot_rows_error,
     REGISTERED: lambda b: None if 1 <= b["id"] <= limits.replica_id_max else "id out of range",

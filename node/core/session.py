@@ -11,6 +11,8 @@ accepts, and what it replays, reorders, reflects or injects fails the tag.
 
 Rules kept here:
 - Pure: no IO, no clock, no randomness; nonces arrive as arguments.
+- The transcript starts with the protocol version both sides settled on (the highest both
+  speak: `negotiate`), so a version the peers did not agree on fails the proofs.
 - The transcript frames every field with its length, so two different handshakes never share
   one; the proofs and the keys all come from it, each under its own label.
 - Client and server proofs differ by label (a proof is never valid in the other role), and so
@@ -58,6 +60,33 @@ def proof_ok(secret: bytes, role: str, t: bytes, mac: bytes) -> bool:
     return hmac.compare_digest(proof(secret, role, t), mac)
 
 
+def negotiate(ours: tuple[int, int], version: int, versions: object = None) -> int | str:
+    """The protocol version an applier speaks with a relay whose HELLO says `version` and (from
+    version 3 on) `versions` = [lowest, highest]: the highest both speak; or, as a string, why
+    there is none. A HELLO without `versions` speaks `version` alone (a version-2 relay)."""
+    lo = hi = version
+    if versions is not None:
+        if not (isinstance(versions, list) and len(versions) == 2
+                and all(type(v) is int and 0 < v < 1 << 31 for v in versions) and versions[0] <= versions[1]):
+            return f"its HELLO names no valid version range ({versions!r:.60})"
+        lo, hi = versions
+    chosen = min(hi, ours[1])
+    if chosen < max(lo, ours[0]):
+        return f"it speaks protocol {_span(lo, hi)}, this node {_span(*ours)}"
+    return chosen
+
+
+def accepted(ours: tuple[int, int], version: object) -> str | None:
+    """Why a relay refuses the version an applier's AUTH chose, or None."""
+    if type(version) is not int or not ours[0] <= version <= ours[1]:
+        return f"it speaks protocol {version!r:.20}, this node {_span(*ours)}"
+    return None
+
+
+def _span(lo: int, hi: int) -> str:
+    return str(lo) if lo == hi else f"{lo}..{hi}"
+
+
 def check_hello_fields(nonce: bytes, uuid: object, who: str) -> str:
     """The nonce and uuid a HELLO or AUTH carries, checked before they enter a transcript."""
     if len(nonce) != NONCE_BYTES:
@@ -70,12 +99,13 @@ def check_hello_fields(nonce: bytes, uuid: object, who: str) -> str:
 class Session:
     """One side's keys and message numbers after a successful handshake."""
 
-    __slots__ = ("role", "peer_uuid", "_send", "_recv", "sent", "received")
+    __slots__ = ("role", "peer_uuid", "version", "_send", "_recv", "sent", "received")
 
-    def __init__(self, secret: bytes, t: bytes, role: str, peer_uuid: str):
+    def __init__(self, secret: bytes, t: bytes, role: str, peer_uuid: str, version: int = 0):
         assert role in (CLIENT, SERVER), role
         other = SERVER if role == CLIENT else CLIENT
         self.role = role
+        self.version = version              # the protocol version the handshake settled on
         self.peer_uuid = peer_uuid          # authenticated: the greeting must carry this uuid
         self._send = hmac.new(_key(secret, role, t), digestmod=hashlib.sha256)
         self._recv = hmac.new(_key(secret, other, t), digestmod=hashlib.sha256)

@@ -6,6 +6,7 @@ Malformed input is never a 500 and never stops the node."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import json
 import logging
@@ -16,12 +17,15 @@ from aiohttp import web
 
 from node import limits
 from node.applier.accept import handle_replication
+from node import clientrules
+from node.clientproto import wire
+from node.clientrules import check_key, check_space   # the client input rules, shared with node/clientproto
 from node.core import codec, validate
-from node.core.rows import OP_DELETE, OP_PUT, OP_SPACE, Op
-from node.errors import ClientError
+from node.errors import ClientError, StorageError
 from node.http import render
 from node.http.browser import browser_mw
-from node.http.metrics import metrics_handler
+from node.http.health import install_health
+from node.http.metrics import install_metrics
 
 if TYPE_CHECKING:
     from node.server import Node
@@ -30,14 +34,19 @@ log = logging.getLogger("replog.http")
 
 MSGPACK = "application/msgpack"
 NODE = web.AppKey("node", object)
-OPEN_PATHS = ("/v1/health", "/metrics", "/v1/replication", "/ui")   # /ui: the page; its data calls carry the token
+# /ui: the page (its data calls carry the token); /livez, /readyz: probes carry none
+OPEN_PATHS = ("/v1/health", "/livez", "/readyz", "/metrics", "/v1/replication", "/ui")
 
 
 # --- encoding ---------------------------------------------------------------------------
+_JSON_TYPE = {"Content-Type": "application/json; charset=utf-8"}
+_MSGPACK_TYPE = {"Content-Type": MSGPACK}
+
+
 def reply(request: web.Request, data: Any, status: int = 200) -> web.Response:
     if MSGPACK in request.headers.get("Accept", ""):
-        return web.Response(body=msgpack.packb(data, use_bin_type=True), status=status, content_type=MSGPACK)
-    return web.Response(text=render.dumps(data), status=status, content_type="application/json")
+        return web.Response(body=codec.pack(data), status=status, headers=_MSGPACK_TYPE)
+    return web.Response(body=render.dumps(data).encode(), status=status, headers=_JSON_TYPE)
 
 
 def error_body(code: str, message: str) -> dict:
@@ -53,19 +62,18 @@ def _no_constant(name: str) -> Any:
 
 
 _json_decode = json.JSONDecoder(parse_constant=_no_constant).decode
-_TOO_LARGE = {"value_too_large", "txn_too_large"}
-
-
-def invalid(e: validate.Invalid) -> ClientError:
-    """A broken data rule (node.core.validate) as the client's error."""
-    return ClientError(413 if e.code in _TOO_LARGE else 400, e.code, e.message)
-
-
 async def read_body(request: web.Request) -> Any:
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):    # never inflated (node/http/listener.py): refused as sent
+        raise ClientError(415, "unsupported_encoding", f"request bodies are sent without a Content-Encoding "
+                          f"(got {encoding[:40]!r})")
     if request.content_length is not None and request.content_length > limits.body_bytes_max:
         raise ClientError(413, "body_too_large", f"body exceeds {limits.body_bytes_max} bytes")
     try:
-        raw = await asyncio.wait_for(request.read(), limits.http_body_timeout_s)
+        if request.content.is_eof():         # the whole body came with the head: nothing to wait for
+            raw = await request.read()
+        else:
+            raw = await asyncio.wait_for(request.read(), limits.http_body_timeout_s)
     except asyncio.TimeoutError:
         raise ClientError(408, "body_timeout", f"the body did not arrive within {limits.http_body_timeout_s:g} s") \
             from None
@@ -89,38 +97,6 @@ async def read_body(request: web.Request) -> Any:
                           "maps deep") from None
     except (ValueError, UnicodeDecodeError):
         raise ClientError(400, "bad_json", "body is not valid JSON") from None
-
-
-def check_space(name: str, *, write: bool) -> str:
-    try:
-        validate.check_space_name(name)
-    except validate.Invalid as e:
-        raise invalid(e) from None
-    if write and name.startswith("_"):
-        raise ClientError(403, "system_space", f"{name!r} is a system space; clients cannot write it")
-    return name
-
-
-def check_key(key: Any) -> str:
-    try:
-        return validate.check_key(key)
-    except validate.Invalid as e:
-        raise invalid(e) from None
-
-
-def check_value(value: Any) -> int:
-    """The value's size as stored (msgpack); refuses what cannot be stored or read back."""
-    try:
-        return validate.value_size(value)
-    except validate.Invalid as e:
-        raise invalid(e) from None
-
-
-def check_txn_size(ops_bytes: int) -> None:
-    try:
-        validate.check_txn_bytes(ops_bytes)
-    except validate.Invalid as e:
-        raise invalid(e) from None
 
 
 # --- middleware ------------------------------------------------------------------------
@@ -155,25 +131,10 @@ def _node(request: web.Request) -> "Node":
 
 
 async def put_space(request: web.Request) -> web.Response:
-    node = _node(request)
     name = check_space(request.match_info["space"], write=True)
     body = await read_body(request) if (request.content_length or 0) > 0 else {}
-    if not isinstance(body, dict):
-        raise ClientError(400, "bad_body", "body is an object like {\"local\": false}")
-    local = body.get("local", False)
-    conflict = body.get("conflict", "lww")
-    err = validate.space_def_error({"local": local, "conflict": conflict})
-    if err is not None:
-        raise ClientError(400, "bad_option", err)
-    existing = node.store.spaces.get(name) if node.store else None
-    if existing is not None:
-        if existing.local != local or existing.conflict != conflict:
-            raise ClientError(409, "space_exists", f"space {name!r} exists with other options {existing.to_dict()}")
-        return reply(request, {"space": name, **existing.to_dict(), "created": False})
-    if node.core is not None and len(node.core.spaces) >= limits.spaces_max:   # with creates in flight
-        raise ClientError(409, "too_many_spaces", f"at most {limits.spaces_max} spaces")
-    res = await node.write([Op(OP_SPACE, name, "", {"local": local, "conflict": conflict})])
-    return reply(request, {"space": name, "local": local, "conflict": conflict, "created": True, **res}, 201)
+    status, answer = await clientrules.create_space(_node(request), name, body)
+    return reply(request, answer, status)
 
 
 async def list_spaces(request: web.Request) -> web.Response:
@@ -183,41 +144,43 @@ async def list_spaces(request: web.Request) -> web.Response:
 
 
 async def put_key(request: web.Request) -> web.Response:
-    space = check_space(request.match_info["space"], write=True)
-    key = check_key(request.match_info["key"])
-    value = await read_body(request)
-    check_txn_size(check_value(value) + len(space) + len(key.encode()) + 16)
-    return reply(request, await _node(request).write([Op(OP_PUT, space, key, value)]))
+    space, key = request.match_info["space"], request.match_info["key"]
+    check_space(space, write=True)     # before the body is read: a bad path costs nothing
+    check_key(key)
+    op = clientrules.put_op(space, key, await read_body(request))
+    return reply(request, await _node(request).write([op]))
 
 
 async def delete_key(request: web.Request) -> web.Response:
-    space = check_space(request.match_info["space"], write=True)
-    key = check_key(request.match_info["key"])
-    return reply(request, await _node(request).write([Op(OP_DELETE, space, key, None)]))
+    op = clientrules.delete_op(request.match_info["space"], request.match_info["key"])
+    return reply(request, await _node(request).write([op]))
 
 
-def _space_for_read(node: "Node", name: str) -> None:
-    check_space(name, write=False)
-    if node.store is None or name not in node.store.spaces:
-        raise ClientError(404, "no_such_space", f"space {name!r} does not exist")
+async def after_vclock(request: web.Request) -> None:
+    """`?after_vclock=uuid:lsn,...[&timeout_ms=N]`: wait until this node has applied it."""
+    text = request.query.get("after_vclock")
+    if text is not None:
+        vclock = clientrules.parse_vclock_text(text)
+        timeout_ms = clientrules.parse_timeout_text(request.query.get("timeout_ms"))
+        node = _node(request)
+        if not node.has_applied(vclock):
+            await node.wait_applied(vclock, timeout_ms / 1000)
 
 
 async def get_key(request: web.Request) -> web.Response:
     node = _node(request)
-    space = request.match_info["space"]
-    _space_for_read(node, space)
-    key = check_key(request.match_info["key"])
-    rec = node.store.get(space, key)
-    if rec is None or rec.deleted:
-        raise ClientError(404, "no_such_key", f"key {key!r} is not in {space!r}")
-    origin = node.uuid if rec.origin_id == 0 else node.store.table.uuid_of(rec.origin_id)
-    return reply(request, {"key": key, "value": rec.value, "origin": origin, "lsn": rec.lsn})
+    space, key = request.match_info["space"], request.match_info["key"]
+    clientrules.space_for_read(node, space)
+    check_key(key)
+    await after_vclock(request)
+    key, value, origin, lsn = clientrules.get_record(node, space, key)
+    return reply(request, {"key": key, "value": value, "origin": origin, "lsn": lsn})
 
 
 async def range_keys(request: web.Request) -> web.Response:
     node = _node(request)
     space = request.match_info["space"]
-    _space_for_read(node, space)
+    clientrules.space_for_read(node, space)
     after = request.query.get("after")
     if after is not None:
         check_key(after)
@@ -225,38 +188,37 @@ async def range_keys(request: web.Request) -> web.Response:
         limit = int(request.query.get("limit", limits.range_limit_default))
     except ValueError:
         raise ClientError(400, "bad_limit", "limit is an integer") from None
-    if not (1 <= limit <= limits.range_limit_max):
-        raise ClientError(400, "bad_limit", f"limit is 1..{limits.range_limit_max}")
-    recs, nxt = node.store.range(space, after, limit)
-    uuid_of = node.store.table.uuid_of
-    items = [{"key": r.key, "value": r.value, "origin": node.uuid if r.origin_id == 0 else uuid_of(r.origin_id),
-              "lsn": r.lsn} for r in recs]
-    return reply(request, {"items": items, "next": nxt})
+    clientrules.check_limit(limit)
+    await after_vclock(request)
+    recs, nxt = clientrules.range_records(node, space, after, limit)
+    return reply(request, {"items": [{"key": k, "value": v, "origin": o, "lsn": n} for k, v, o, n in recs],
+                           "next": nxt})
+
+
+async def get_client(request: web.Request) -> web.Response:
+    """Where the binary client protocol listens (the SDK asks this first; node/clientproto/)."""
+    node = _node(request)
+    srv = node.client_server
+    return reply(request, {"port": srv.port if srv is not None and srv.port else None, "tls": node.cfg.tls,
+                           "version": wire.VERSION})
+
+
+async def get_wait(request: web.Request) -> web.Response:
+    """`GET /v1/wait?vclock=uuid:lsn,...&timeout_ms=N`: 200 with this node's vclock by uuid once
+    it has applied `vclock`; 504 wait_timeout if it has not within the timeout."""
+    text = request.query.get("vclock")
+    if text is None:
+        raise ClientError(400, "bad_vclock", "GET /v1/wait needs ?vclock=uuid:lsn[,uuid:lsn...]")
+    vclock = clientrules.parse_vclock_text(text)
+    timeout_ms = clientrules.parse_timeout_text(request.query.get("timeout_ms"))
+    return reply(request, {"vclock": await _node(request).wait_applied(vclock, timeout_ms / 1000)})
 
 
 async def post_txn(request: web.Request) -> web.Response:
     body = await read_body(request)
-    if not isinstance(body, dict) or not isinstance(body.get("ops"), list) or not body["ops"]:
+    if not isinstance(body, dict):
         raise ClientError(400, "bad_txn", "body is {\"ops\": [{\"op\": \"put\"|\"delete\", \"space\", \"key\", \"value\"}]}")
-    if len(body["ops"]) > limits.txn_ops_max:
-        raise ClientError(413, "txn_too_large", f"at most {limits.txn_ops_max} ops in one transaction")
-    ops = []
-    size = 0                          # the ops' encoding, row by row (a row adds <= 16 bytes of framing)
-    for i, o in enumerate(body["ops"]):
-        if not isinstance(o, dict) or o.get("op") not in ("put", "delete") or not isinstance(o.get("space"), str):
-            raise ClientError(400, "bad_op", f"op {i} is not {{\"op\": \"put\"|\"delete\", \"space\", \"key\", ...}}")
-        space = check_space(o["space"], write=True)
-        key = check_key(o.get("key"))
-        size += len(space) + len(key.encode()) + 16
-        if o["op"] == "put":
-            if "value" not in o:
-                raise ClientError(400, "bad_op", f"op {i}: put needs a value")
-            size += check_value(o["value"])
-            ops.append(Op(OP_PUT, space, key, o["value"]))
-        else:
-            ops.append(Op(OP_DELETE, space, key, None))
-    check_txn_size(size)
-    return reply(request, await _node(request).write(ops))
+    return reply(request, await _node(request).write(clientrules.txn_ops(body.get("ops"))))
 
 
 async def get_info(request: web.Request) -> web.Response:
@@ -268,7 +230,8 @@ async def get_cluster(request: web.Request) -> web.Response:
 
 
 async def delete_member(request: web.Request) -> web.Response:
-    return reply(request, await _node(request).expel(request.match_info["uuid"]))
+    doc = await _node(request).expel(request.match_info["uuid"])
+    return reply(request, doc, 202 if doc["state"] == "expel_pending" else 200)   # pending: node/fence.py give_up
 
 
 async def put_peers(request: web.Request) -> web.Response:
@@ -286,10 +249,16 @@ async def put_peers(request: web.Request) -> web.Response:
     for p in body["peers"]:
         if p in (node.cfg.address, node.cfg.listen):
             raise ClientError(400, "bad_peers", f"peers: {p} is this node itself")
-    stopping = node.configure_peers(body["peers"])
+    removed = [a for a in node.appliers if a not in body["peers"]]
+    stopping = dict(zip(node.configure_peers(body["peers"]), removed))   # stopped in this order (set_peers)
+    late = []
     if stopping:
-        await asyncio.wait(stopping, timeout=limits.shutdown_deadline_s)
-    return reply(request, {"peers": list(node.appliers)})
+        _, pending = await asyncio.wait(stopping, timeout=limits.peers_stop_wait_s)
+        late = sorted(stopping[t] for t in pending)
+        if late:
+            log.warning("admin: appliers of removed peers %s did not stop within %.0f s", late,
+                        limits.peers_stop_wait_s)
+    return reply(request, {"peers": list(node.appliers), "stopping": late})
 
 
 async def post_shutdown(request: web.Request) -> web.Response:
@@ -302,11 +271,23 @@ async def post_shutdown(request: web.Request) -> web.Response:
     return reply(request, result, 202)
 
 
-async def get_health(request: web.Request) -> web.Response:
-    node = _node(request)
-    if node.status == "running":
-        return reply(request, {"status": "ok"})
-    return reply(request, {"status": node.status, "reason": node.status_reason}, 503)
+async def post_backup(request: web.Request) -> web.Response:
+    """A hot backup of this node into a directory on its host (node/ops/backup.py)."""
+    from node.ops.backup import BackupError, backup_node
+    body = await read_body(request)
+    if not isinstance(body, dict) or not isinstance(body.get("to"), str) or not body["to"] \
+            or not isinstance(body.get("compact", False), bool):
+        raise ClientError(400, "bad_body", "body is {\"to\": \"/absolute/new/dir\", \"compact\": false}")
+    try:
+        manifest = await backup_node(_node(request), body["to"], compact=body.get("compact", False))
+    except BackupError as e:
+        raise ClientError(e.status, e.code, e.message) from None
+    except OSError as e:       # the destination's disk, not the request
+        status, code = (507, "no_space") if e.errno in (errno.ENOSPC, errno.EDQUOT) else (500, "backup_failed")
+        raise ClientError(status, code, f"backup to {body['to']} failed: {e}") from None
+    except StorageError as e:
+        raise ClientError(500, "backup_failed", f"backup to {body['to']} failed: {e}") from None
+    return reply(request, {"path": body["to"], **manifest})
 
 
 async def replication(request: web.Request) -> web.StreamResponse:
@@ -317,8 +298,8 @@ def make_app(node: "Node") -> web.Application:
     app = web.Application(middlewares=[errors_mw, browser_mw, auth_mw], client_max_size=limits.body_bytes_max)
     app[NODE] = node
     r = app.router
-    r.add_get("/v1/health", get_health)
-    r.add_get("/metrics", metrics_handler)
+    install_health(app, node, reply)      # /v1/health, /livez, /readyz
+    install_metrics(app, node)            # /metrics, and the HTTP latency histogram
     r.add_get("/v1/replication", replication)
     r.add_get("/v1/spaces", list_spaces)
     r.add_put("/v1/spaces/{space}", put_space)
@@ -328,10 +309,13 @@ def make_app(node: "Node") -> web.Application:
     r.add_delete(r"/v1/spaces/{space}/keys/{key:[\s\S]+}", delete_key)
     r.add_post("/v1/txn", post_txn)
     r.add_get("/v1/info", get_info)
+    r.add_get("/v1/wait", get_wait)
+    r.add_get("/v1/client", get_client)
     r.add_get("/v1/cluster", get_cluster)
     r.add_delete("/v1/cluster/{uuid}", delete_member)
     r.add_put("/v1/admin/peers", put_peers)
     r.add_post("/v1/admin/shutdown", post_shutdown)
+    r.add_post("/v1/admin/backup", post_backup)
     from node.http.ui import install_ui
     install_ui(app, node)    # the dashboard: /ui, /v1/events, CORS for the members' pages
     return app

@@ -8,9 +8,18 @@ Sub-databases:
   _cluster_ids   origin uuid NUL member uuid -> the origin's id for the member
   s:<space>      key -> [value, origin id, lsn, hlc, deleted]
 Records keep tombstones (deleted=True) so last-writer-wins converges after deletes.
-This is the only module that imports lmdb."""
+This is the only module that imports lmdb.
+
+Rules kept here:
+- `_meta["store_format"]` is the layout's version (STORE_FORMAT_VERSION), written when a store is
+  created (or first opened by a replog that knows it); a store of a newer format is refused at
+  open with one line, never read as if it were this one (docs/upgrade.md).
+- A write that fails for lack of room (the map is full, or the disk) raises NoSpaceError after its
+  LMDB transaction was aborted, so it can be tried again as it was; any other failure of the disk
+  is a StorageError."""
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -23,10 +32,33 @@ from node.core import codec
 from node.core.apply import apply_packed, apply_txns
 from node.core.rowscan import PackedEntry
 from node.core.vclock import VClock
-from node.errors import StorageError
+from node.errors import NoSpaceError, StorageError
 
 _pack = codec.pack
 _unpack = codec.unpack
+
+STORE_FORMAT_VERSION = 1     # 1: the sub-databases above; a store without the key is a version 1 store
+
+
+def check_format(path: str, version) -> None:
+    """Refuse a store whose layout this replog does not know (a newer replog wrote it)."""
+    if version is None or version == STORE_FORMAT_VERSION:
+        return
+    if type(version) is not int or version < 1:
+        raise StorageError(f"store {path}: its format version {version!r} is not one replog writes; "
+                           "the store is damaged")
+    raise StorageError(f"store {path} has format version {version}, newer than this replog reads "
+                       f"({STORE_FORMAT_VERSION}): a newer replog wrote it; run that version, or restore a backup "
+                       "taken with this one (docs/upgrade.md)")
+
+
+def disk_free_bytes(path: str) -> int | None:
+    """Bytes an unprivileged process may still write on the file system holding `path`."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +82,7 @@ class Record:
 
 
 class Store:
-    def __init__(self, path: str, *, sync: bool = False, map_size: int = 1 << 36):
+    def __init__(self, path: str, *, sync: bool = False, map_size: int = limits.store_map_bytes_default):
         os.makedirs(path, exist_ok=True)
         try:
             self.env = lmdb.open(path, map_size=map_size, max_dbs=limits.store_spaces_max + limits.store_system_dbs,
@@ -80,6 +112,52 @@ class Store:
         # own `_cluster` rows at or below this lsn are an earlier incarnation's (node.core.apply);
         # all of them while the own-rows fence stands (node/fence.py)
         self.own_history_lsn = limits.lsn_max if self.get_meta("own_fence") else int(self.get_meta("own_history_lsn") or 0)
+        version = self.get_meta("store_format")
+        try:
+            check_format(path, version)
+        except StorageError:
+            self.env.close()
+            raise
+        if version is None:
+            try:
+                self.set_meta(store_format=STORE_FORMAT_VERSION)
+            except NoSpaceError:
+                pass              # a full store of version 1 stays readable; the key is written later
+
+    # --- failures and room --------------------------------------------------------------
+    def write_failed(self, what: str, e: lmdb.Error) -> StorageError:
+        """The error for an LMDB write that failed (its transaction aborted): NoSpaceError when
+        the map or the disk is full, so the caller can try it again when room returns."""
+        if isinstance(e, lmdb.MapFullError):
+            return NoSpaceError("map", f"{what}: the store's map is full (map_size {self.env.info()['map_size']} "
+                                       "bytes): raise map_size, or end long readers (a backup holds pages)")
+        free = disk_free_bytes(self.path)
+        if os.strerror(errno.ENOSPC) in str(e) or os.strerror(errno.EDQUOT) in str(e) \
+                or (free is not None and free < limits.nospace_suspect_bytes):
+            return NoSpaceError("disk", f"{what}: {e} ({free} bytes free on the file system of {self.path})")
+        return StorageError(f"{what}: {type(e).__name__}: {e}")
+
+    def space(self) -> dict:
+        """The map's size and high-water mark (pages LMDB has ever used; freed pages are reused
+        inside it), and the store file's size on disk; {} for a store closed under the caller."""
+        try:
+            info = self.env.info()
+            used = (info["last_pgno"] + 1) * self.env.stat()["psize"]
+        except lmdb.Error:
+            return {}
+        try:
+            file_bytes = os.path.getsize(os.path.join(self.path, "data.mdb"))
+        except OSError:
+            file_bytes = 0
+        return {"map_size": info["map_size"], "map_used": used, "file_bytes": file_bytes}
+
+    def copy_to(self, dest_dir: str, compact: bool = False) -> None:
+        """A consistent copy of the whole store into the empty directory `dest_dir`, from one
+        read transaction (writers go on; the pages it holds are not reused until it ends)."""
+        try:
+            self.env.copy(dest_dir, compact=compact)
+        except lmdb.Error as e:
+            raise StorageError(f"copying the store to {dest_dir} failed: {e}") from None
 
     # --- meta --------------------------------------------------------------------
     def get_meta(self, key: str) -> Any:
@@ -88,12 +166,15 @@ class Store:
         return None if v is None else _unpack(v)
 
     def set_meta(self, **items: Any) -> None:
-        with self.env.begin(db=self._meta, write=True) as t:
-            for k, v in items.items():
-                if v is None:
-                    t.delete(k.encode())
-                else:
-                    t.put(k.encode(), _pack(v))
+        try:
+            with self.env.begin(db=self._meta, write=True) as t:
+                for k, v in items.items():
+                    if v is None:
+                        t.delete(k.encode())
+                    else:
+                        t.put(k.encode(), _pack(v))
+        except lmdb.Error as e:
+            raise self.write_failed(f"store write of {', '.join(items)} failed", e) from None
 
     @property
     def is_empty(self) -> bool:
@@ -151,7 +232,7 @@ class Store:
                 if view.members_changed:
                     self.table = self.load_cluster()
             if isinstance(e, lmdb.Error):
-                raise StorageError(f"store write failed: {type(e).__name__}: {e}") from None
+                raise self.write_failed("store write failed", e) from None
             raise
         return tops
 
@@ -202,6 +283,19 @@ class Store:
             return None
         o = _unpack(b)
         return Record(key, o[0], o[1], o[2], o[3], bool(o[4]))
+
+    def get_many(self, items: list[tuple[str, str]]) -> list[list | None]:
+        """The records [value, origin id, lsn, hlc, deleted] of (space, key) pairs of existing
+        spaces (None where a key is absent), read in one LMDB read transaction: a client
+        frame's reads (node/clientproto/session.py)."""
+        out: list[list | None] = []
+        dbs = self._dbs
+        with self.env.begin() as t:
+            get = t.get
+            for space, key in items:
+                b = get(key.encode(), db=dbs[space])
+                out.append(None if b is None else _unpack(b))
+        return out
 
     def range(self, space: str, after: str | None, limit: int) -> tuple[list[Record], str | None]:
         db = self._dbs[space]
@@ -340,19 +434,23 @@ class _TxnView:
         self.t.put(f"{origin_uuid}\0{member_uuid}".encode(), _pack(their_id), db=self.s._ids_db)
 
 
-def read_only_view(path: str) -> dict:
-    """`_meta` and `_cluster` of a store, read without writing to it (`replog admin`); works
-    while a node has the store open. {"meta": {key: value}, "cluster": [row, ...]}."""
+def _open_read_only(path: str):
     if not os.path.isfile(os.path.join(path, "data.mdb")):
         raise StorageError(f"{path}: no store here (no data.mdb)")
     kw = dict(readonly=True, max_dbs=limits.store_spaces_max + limits.store_system_dbs, max_readers=256)
     try:
-        env = lmdb.open(path, lock=True, **kw)
+        return lmdb.open(path, lock=True, **kw)
     except lmdb.Error:
         try:   # a read-only file system: no reader slot to take
-            env = lmdb.open(path, lock=False, **kw)
+            return lmdb.open(path, lock=False, **kw)
         except lmdb.Error as e:
             raise StorageError(f"cannot open store {path}: {e}") from None
+
+
+def read_only_view(path: str) -> dict:
+    """`_meta` and `_cluster` of a store, read without writing to it (`replog admin`); works
+    while a node has the store open. {"meta": {key: value}, "cluster": [row, ...]}."""
+    env = _open_read_only(path)
     try:
         with env.begin() as t:
             out: dict = {"meta": {}, "cluster": []}
@@ -363,8 +461,21 @@ def read_only_view(path: str) -> dict:
                 return out
             out["meta"] = {k.decode(): _unpack(v) for k, v in t.cursor(db=meta_db)}
             out["cluster"] = [_unpack(v) for _, v in t.cursor(db=cluster_db)]
-            return out
     except lmdb.Error as e:
         raise StorageError(f"cannot read store {path}: {e}") from None
+    finally:
+        env.close()
+    check_format(path, out["meta"].get("store_format"))
+    return out
+
+
+def copy_store(path: str, dest_dir: str, compact: bool = False) -> None:
+    """Store.copy_to for a store another process (a running node) may hold open: LMDB readers
+    of several processes share its lock file, so the copy is as consistent as the node's own."""
+    env = _open_read_only(path)
+    try:
+        env.copy(dest_dir, compact=compact)
+    except lmdb.Error as e:
+        raise StorageError(f"copying the store {path} to {dest_dir} failed: {e}") from None
     finally:
         env.close()

@@ -2,24 +2,53 @@
 
 Dump prints one JSON object per row, with the origin's uuid resolved through this node's
 own `_cluster` as of that position: the segment header's table, updated by the node's own
-`_cluster` rows (rows whose replica id is the node's own id) as they come."""
+`_cluster` rows (rows whose replica id is the node's own id) as they come. Filters (origin,
+lsn range, space) pick rows; `--headers` prints each segment's header instead. A directory
+without WAL segments is an error (NoWal), never an empty dump."""
 from __future__ import annotations
 
 import json
 import os
 import sys
+from dataclasses import dataclass
 from typing import IO, Iterator
 
 from node.core.rows import GROUP_CLUSTER, GROUP_LOCAL, GROUP_NAMES, OP_CLUSTER, OP_NAMES, txn_from_wire
-from node.errors import RecoveryError, RemoteProtocolError
+from node.errors import RecoveryError, ReplogError, RemoteProtocolError
 from node.wal import format as fmt
-from node.wal.reader import SegmentScan, iter_segment, list_segments
+from node.wal.reader import SegmentScan, iter_segment, list_segments, read_header
+
+
+class NoWal(ReplogError):
+    """The directory holds no WAL segment."""
 
 
 def wal_dir_of(path: str) -> str:
     """Accept a node's data dir (holding wal/) or a WAL dir itself."""
     sub = os.path.join(path, "wal")
     return sub if os.path.isdir(sub) else path
+
+
+def segments_of(path: str) -> tuple[str, list[str]]:
+    wal_dir = wal_dir_of(path)
+    names = list_segments(wal_dir)
+    if not names:
+        raise NoWal(f"{path}: no WAL segments here (give a node's data dir or its wal/ dir)")
+    return wal_dir, names
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    origin: str | None = None       # a uuid or a prefix of one
+    lsn_from: int | None = None
+    lsn_to: int | None = None
+    space: str | None = None
+
+    def __call__(self, row: dict) -> bool:
+        return ((self.origin is None or (row["origin"] or "").startswith(self.origin))
+                and (self.lsn_from is None or row["lsn"] >= self.lsn_from)
+                and (self.lsn_to is None or row["lsn"] <= self.lsn_to)
+                and (self.space is None or row["space"] == self.space))
 
 
 class TableAt:
@@ -44,6 +73,7 @@ class TableAt:
 
 
 def iter_rows(path: str, *, force_recovery: bool = False) -> Iterator[dict]:
+    """Every row of the WAL at `path` (none if it holds no segment)."""
     wal_dir = wal_dir_of(path)
     names = list_segments(wal_dir)
     for i, name in enumerate(names):
@@ -66,21 +96,35 @@ def iter_rows(path: str, *, force_recovery: bool = False) -> Iterator[dict]:
                 table.follow(t.replica_id, t.group, t.ops)
 
 
-def dump(path: str, out: IO[str] = sys.stdout) -> int:
-    n = 0
-    for row in iter_rows(path):
-        out.write(json.dumps(row, ensure_ascii=False, default=repr) + "\n")
-        n += 1
-    return n
+def dump(path: str, out: IO[str] = sys.stdout, flt: RowFilter = RowFilter(), force_recovery: bool = False) -> int:
+    """Print the rows `flt` takes; returns 0 (the exit code)."""
+    segments_of(path)                           # NoWal: an empty dump would look like an empty WAL
+    for row in iter_rows(path, force_recovery=force_recovery):
+        if flt(row):
+            out.write(json.dumps(row, ensure_ascii=False, default=repr) + "\n")
+    return 0
+
+
+def dump_headers(path: str, out: IO[str] = sys.stdout) -> int:
+    """One JSON object per segment: its header, with the vclock also by member uuid."""
+    wal_dir, names = segments_of(path)
+    for name in names:
+        p = os.path.join(wal_dir, name)
+        h = read_header(p)
+        ids = {int(r[1]): str(r[0]) for r in h.cluster}
+        out.write(json.dumps({
+            "segment": name, "bytes": os.path.getsize(p), "format_version": h.version, "node": h.uuid,
+            "created_s": h.created_s, "vclock": {str(k): v for k, v in sorted(h.vclock.items())},
+            "vclock_uuid": {ids.get(int(k), f"unknown id {k}"): v for k, v in sorted(h.vclock.items()) if int(k)},
+            "cluster": [{"uuid": r[0], "id": r[1], "address": r[2] if len(r) > 2 else "",
+                         "state": r[3] if len(r) > 3 else ""} for r in h.cluster],
+        }, ensure_ascii=False, default=repr) + "\n")
+    return 0
 
 
 def verify(path: str, out: IO[str] = sys.stdout) -> int:
     """Check every frame of every segment; returns 0 if all verify, 1 otherwise."""
-    wal_dir = wal_dir_of(path)
-    names = list_segments(wal_dir)
-    if not names:
-        out.write(f"{wal_dir}: no WAL segments\n")
-        return 1
+    wal_dir, names = segments_of(path)
     bad = 0
     frames = 0
     for i, name in enumerate(names):

@@ -93,7 +93,7 @@ def iter_segment(
             if not force_recovery:
                 raise RecoveryError(
                     f"{path}: {e}; the WAL is damaged before its end "
-                    "(start with --force-recovery to skip damaged frames, losing them)"
+                    "(--force-recovery skips damaged frames, losing them: `replog serve` and `replog wal dump` take it)"
                 ) from None
             nxt = _next_valid_frame(buf, off + 1)
             log.error("force_recovery: skipping damaged WAL bytes %s:%d..%d (%s)", path, off, nxt, e)

@@ -22,7 +22,7 @@ import msgpack
 from node import limits
 from node.core import codec
 from node.core.rows import Txn, frame_txns_upto, nop_of, txn_from_wire
-from node.errors import RecoveryError, RemoteProtocolError, StorageError
+from node.errors import NoSpaceError, RecoveryError, RemoteProtocolError, StorageError
 from node.storage.store import Store
 from node.wal.reader import SegmentScan, iter_segment, list_segments
 
@@ -87,10 +87,14 @@ class _Replay:
         batch, self.batch = self.batch, []
         try:
             self.store.apply([[t for t, _, _ in batch]], self.self_uuid, self.hlc_last)
+        except NoSpaceError as e:       # no row is at fault: the node cannot start until there is room
+            raise NoSpaceError(e.kind, f"recovery cannot replay the WAL: {e}") from None
         except (StorageError, ValueError, TypeError, KeyError, AssertionError):
             for t, path, offset in batch:       # one by one: which txn is it?
                 try:
                     self.store.apply([[t]], self.self_uuid, self.hlc_last)
+                except NoSpaceError as e:
+                    raise NoSpaceError(e.kind, f"recovery cannot replay the WAL: {e}") from None
                 except (StorageError, ValueError, TypeError, KeyError, AssertionError) as e:
                     self.skip(path, offset, f"{t.replica_id}:{t.lsn}", f"the store refuses it: "
                               f"{type(e).__name__}: {e} (rows {[list(o) for o in t.ops]!r:.300})", t.to_wire())

@@ -9,15 +9,19 @@ Durability contract per wal_mode:
          (`sync`), and a closed segment is fsync'd, so a power cut loses at most that much;
   fsync: the batch is on stable storage when write_batch returns (survives power loss).
   none:  no Wal object exists at all.
-`position` (segment, end offset) only ever covers whole frames: relays never read past it."""
+`position` (segment, end offset) only ever covers whole frames: relays never read past it.
+A write or rotation that fails (a full disk) leaves no partial frame or segment behind: the
+segment is cut back to its last whole frame, so the same batch can be written again."""
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
 from typing import Callable
 
 from node import limits
+from node.latency import Histogram
 from node.wal import format as fmt
 from node.wal.reader import list_segments
 
@@ -56,6 +60,8 @@ class WalWriter:
         self.bytes_written = 0
         self.fsyncs = 0
         self.synced_bytes = 0          # bytes_written when the WAL was last on disk whole
+        self.write_seconds = Histogram()   # one batch's write() calls
+        self.fsync_seconds = Histogram()   # one batch's fsync (wal_mode fsync)
         os.makedirs(wal_dir, exist_ok=True)
 
     # --- opening ---------------------------------------------------------------
@@ -93,9 +99,19 @@ class WalWriter:
         data = hdr.to_bytes()
         tmp = path + ".inprogress"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.write(fd, data)
-        os.fsync(fd)
-        os.rename(tmp, path)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tmp)   # a short write: the disk is full
+            os.fsync(fd)
+            os.rename(tmp, path)
+        except OSError:
+            # No room (or another failure): nothing half-made stays; the caller may try again.
+            os.close(fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         fsync_dir(self.dir)
         self._fd, self.segment, self.end = fd, name, len(data)
         log.info("wal: new segment %s at vclock %s", name, vclock)
@@ -110,12 +126,23 @@ class WalWriter:
         assert self._fd is not None and self.segment is not None
         start = self.end
         view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
-        if self.mode == "fsync":
-            self._fsync(self._fd)
-            self.fsyncs += 1
+        t0 = time.perf_counter()
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+            t1 = time.perf_counter()
+            self.write_seconds.observe(t1 - t0)
+            if self.mode == "fsync":
+                self._fsync(self._fd)
+                self.fsyncs += 1
+                self.fsync_seconds.observe(time.perf_counter() - t1)
+        except OSError:
+            # The batch did not land whole (a full disk ends a write part way): cut the segment
+            # back to its last whole frame, so a later try appends where this one started.
+            os.ftruncate(self._fd, start)
+            os.lseek(self._fd, start, os.SEEK_SET)
+            raise
         self.end = start + len(data)
         self.bytes_written += len(data)
         if self.mode == "fsync":

@@ -11,10 +11,17 @@ test tells it to: any greeting field, any rows.
     peer.script = [txn_or_bytes, ...]        # sent to every subscriber, in order, on each SUBSCRIBE
     node.set_peers([..., peer.address])      # the node's applier subscribes to it
     answer = await peer.request(node.address, m.JOIN, greeting={"uuid": "x" * 600})   # as a client
+
+`FakePeer(secret, protocol=2)` plays a node of an older protocol version, from before version
+negotiation: its HELLO names that one version, its AUTH names none, and as a client it refuses a
+relay whose HELLO names another (old_server_auth / old_client_auth: what version-2 nodes run,
+kept here as they were). `protocol=(lo, hi)` plays a node that negotiates over that range (the
+production handshake). `auth_version=N` makes its AUTH announce N whatever HELLO said.
 """
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import types
 import uuid as uuidlib
@@ -25,11 +32,12 @@ from aiohttp import web
 
 from bench.common import free_port
 from node import limits
-from node.applier.conn import Conn, client_auth, connect, server_auth
-from node.applier.ws_limit import reader_limit
+from node.applier.conn import LINK_MESSAGE_BYTES_MAX, Conn, client_auth, connect, server_auth
+from node.applier.ws_limit import raise_message_limit, reader_limit
 from node.config import Config
 from node.core import codec
 from node.core import messages as m
+from node.core import session as sess
 from node.core.rows import Txn
 from node.errors import PeerRefused, RemoteProtocolError
 from node.server import Node
@@ -46,8 +54,45 @@ def rows_message(txns: list, written_us: int | None = None) -> bytes:
     return m.encode_rows([codec.pack([wus, [t.to_wire() if isinstance(t, Txn) else t for t in txns]])])
 
 
+async def old_server_auth(conn: Conn, secret: bytes, uuid: str, version: int) -> None:
+    """The relay's handshake of a node from before version negotiation (protocol 2 as it shipped)."""
+    nonce = os.urandom(sess.NONCE_BYTES)
+    await conn.send(m.HELLO, version=version, nonce=nonce, uuid=uuid)
+    msg = await conn.expect(m.AUTH, timeout=limits.handshake_timeout_s)
+    their_uuid = sess.check_hello_fields(msg["nonce"], msg["uuid"], f"{conn.peer}: AUTH")
+    t = sess.transcript(version, nonce, uuid, msg["nonce"], their_uuid)
+    if not sess.proof_ok(secret, sess.CLIENT, t, msg["mac"]):
+        await conn.refuse("auth", "wrong cluster secret")
+        raise PeerRefused("auth", f"{conn.peer} failed authentication (wrong cluster secret)")
+    raise_message_limit(conn.ws, LINK_MESSAGE_BYTES_MAX)
+    await conn.send(m.AUTH_OK, mac=sess.proof(secret, sess.SERVER, t))
+    conn.session = sess.Session(secret, t, sess.SERVER, their_uuid, version)
+
+
+async def old_client_auth(conn: Conn, secret: bytes, uuid: str, version: int, auth_version: int | None = None) -> None:
+    """The applier's handshake of a node from before version negotiation: HELLO's version must be
+    its own, and its AUTH names no version (`auth_version`: announce one anyway, and skip the check)."""
+    hello = await conn.expect(m.HELLO, timeout=limits.handshake_timeout_s)
+    if auth_version is None and hello["version"] != version:
+        raise PeerRefused("version", f"{conn.peer} speaks protocol {hello['version']}, we speak {version}")
+    their_uuid = sess.check_hello_fields(hello["nonce"], hello.get("uuid"), f"{conn.peer}: HELLO")
+    nonce = os.urandom(sess.NONCE_BYTES)
+    spoken = version if auth_version is None else auth_version
+    t = sess.transcript(spoken, hello["nonce"], their_uuid, nonce, uuid)
+    extra = {} if auth_version is None else {"version": auth_version}
+    await conn.send(m.AUTH, nonce=nonce, uuid=uuid, mac=sess.proof(secret, sess.CLIENT, t), **extra)
+    ok = await conn.expect(m.AUTH_OK, timeout=limits.handshake_timeout_s)
+    if not sess.proof_ok(secret, sess.SERVER, t, ok["mac"]):
+        raise PeerRefused("auth", f"{conn.peer} does not know the cluster secret")
+    raise_message_limit(conn.ws, LINK_MESSAGE_BYTES_MAX)
+    conn.session = sess.Session(secret, t, sess.CLIENT, their_uuid, spoken)
+
+
 class FakePeer:
-    def __init__(self, secret: bytes, *, uuid: str | None = None):
+    def __init__(self, secret: bytes, *, uuid: str | None = None, protocol: int | tuple[int, int] | None = None,
+                 auth_version: int | None = None):
+        self.protocol = protocol             # module comment: None, an old single version, or a range
+        self.auth_version = auth_version
         self.secret = secret
         self.uuid = uuid or str(uuidlib.uuid4())
         self.port = free_port()
@@ -58,6 +103,7 @@ class FakePeer:
         self.id = 0                          # its own id in that table
         self.script: list[Any] = []          # Txns (one ROWS message each) or raw message bytes
         self.greeting_extra: dict = {}       # fields its greeting overrides
+        self.heartbeats = True               # False: it idles silent after its script (never "caught up")
         self.subscribes = 0                  # SUBSCRIBE requests served
         self.sent = 0                        # script items sent, over all sessions
         self._runner: web.AppRunner | None = None
@@ -114,7 +160,13 @@ class FakePeer:
         PeerRefused / RemoteProtocolError it ended with)."""
         conn = await connect(self._session, address)
         try:
-            await client_auth(conn, self.secret, self.uuid)
+            if isinstance(self.protocol, int) or self.auth_version is not None:
+                await old_client_auth(conn, self.secret, self.uuid, self.protocol or m.PROTOCOL_VERSION_MIN,
+                                      self.auth_version)
+            elif self.protocol is not None:
+                await client_auth(conn, self.secret, self.uuid, self.protocol)
+            else:
+                await client_auth(conn, self.secret, self.uuid)
             await conn.send(m.GREETING, **{**self.greeting(), **(greeting or {})})
             try:
                 theirs = (await conn.expect(m.GREETING, timeout=limits.handshake_timeout_s)).body
@@ -134,7 +186,12 @@ class FakePeer:
         conn = Conn(ws, str(request.remote))
         self._links.add(conn)
         try:
-            await server_auth(conn, self.secret, self.uuid)
+            if isinstance(self.protocol, int):
+                await old_server_auth(conn, self.secret, self.uuid, self.protocol)
+            elif self.protocol is not None:
+                await server_auth(conn, self.secret, self.uuid, self.protocol)
+            else:
+                await server_auth(conn, self.secret, self.uuid)
             await conn.expect(m.GREETING, timeout=limits.handshake_timeout_s)
             await conn.send(m.GREETING, **self.greeting())
             req = await conn.expect(m.SUBSCRIBE, m.BYE, m.JOIN, m.FETCH_SNAPSHOT, timeout=limits.handshake_timeout_s)
@@ -147,7 +204,8 @@ class FakePeer:
                 await conn.ws.send_bytes(conn.session.seal(data))    # sealed as Conn.send seals
                 self.sent += 1
             while True:                          # then idle, as a caught-up relay: heartbeats
-                await conn.send(m.HEARTBEAT, now_us=time.time_ns() // 1000)
+                if self.heartbeats:
+                    await conn.send(m.HEARTBEAT, now_us=time.time_ns() // 1000)
                 try:
                     await conn.recv(timeout=limits.heartbeat_interval_s)   # ACKs; the close ends it
                 except RemoteProtocolError as e:

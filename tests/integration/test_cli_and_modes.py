@@ -27,8 +27,10 @@ def test_put_get_delete_and_status_commands(tmp_path, procs):
     assert r.returncode == 0 and n.kv_get("kv", "plain")[1]["value"] == "not json"
     r = run("delete", n.address, "kv", "k1")
     assert r.returncode == 0
-    r = run("get", n.address, "kv", "k1")
-    assert r.returncode == 1 and json.loads(r.stdout)["error"]["code"] == "no_such_key"
+    r = run("get", n.address, "kv", "k1")                 # the node's error: one line on stderr, exit 1
+    assert r.returncode == 1 and r.stdout == "", r.stdout
+    assert r.stderr.startswith("replog: error: no_such_key: ") and "HTTP 404" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
     r = run("status", n.address)
     assert r.returncode == 0 and n.uuid()[:8] in r.stdout and "running" in r.stdout
     r = run("get", f"127.0.0.1:{free_port()}", "kv", "k1")
@@ -38,8 +40,9 @@ def test_put_get_delete_and_status_commands(tmp_path, procs):
 def test_status_shows_every_members_id_on_every_node(tmp_path, procs):
     nodes = mesh(tmp_path, 3)
     procs.extend(nodes)
+    wait_for(lambda: all(n.get("/readyz")[0] == 200 for n in nodes), 30, "every node follows both others")
     r = run("status", nodes[0].address)
-    assert r.returncode == 0
+    assert r.returncode == 0, r.stdout
     for n in nodes:
         assert n.uuid()[:8] in r.stdout
     header = r.stdout.splitlines()[0]
@@ -97,3 +100,23 @@ def test_demo_runs_masters_and_an_anonymous_replica_and_stops_cleanly(tmp_path):
     master1 = re.search(r"started master1 on (\S+)", r.stdout).group(1)
     assert first == f"dashboard: http://{master1}/ui"
     assert "no graphical browser here" in r.stdout
+    screen = r.stdout.split("workload running")[1]
+    for name in ("master1", "master2", "master3", "anon1"):       # nodes as they were started
+        assert re.search(rf"^{name}\s+127\.0\.0\.1:\d+\s", screen, re.M), (name, screen[-3000:])
+    assert re.search(r"^writes: \d+\.\d/s \(\d+ acknowledged\); (converged|lagging): ", screen, re.M), screen[-3000:]
+
+
+def test_demo_with_a_busy_port_fails_at_once_naming_the_port_and_its_node(tmp_path):
+    import socket
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    try:
+        r = subprocess.run(REPLOG + ["demo", "--dir", str(tmp_path / "demo"), "--base-port", str(port),
+                                     "--duration", "1"], capture_output=True, text=True, timeout=30)
+    finally:
+        held.close()
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"port {port} (for master1, 127.0.0.1:{port}) is already in use" in r.stderr, r.stderr
+    assert "started" not in r.stdout and not (tmp_path / "demo" / "master1").exists()
