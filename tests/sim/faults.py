@@ -26,6 +26,7 @@ class Faults:
         if n.base is not None:
             self.checker.check_node(n)        # what it did since the last tick, while it has a state
         self.stats["crashes"] += 1
+        self._count_crash_windows(n)
         for c in list(self.conns.values()):
             if c.client == n.name or c.server == n.name:
                 self.break_conn(c, f"{n.name} crashed")
@@ -40,10 +41,30 @@ class Faults:
         self.stats["lost_entries"] += lost
         n.up = False
         n.state, n.core, n.rejoiner = None, None, None
+        n.joining.clear()
         n.own_lsn_seen, n.status, n.in_effect = 0, "running", None
         n.followers.clear()
         for a in n.appliers.values():
             a.status = ""
+
+    def _count_crash_windows(self: "Cluster", n) -> None:
+        """Which windows of the asynchronous journal and the links a crash fell into (the
+        faults test asserts each is reached): rows claimed and not yet on disk; rows on disk
+        that a relay has not sent yet; a registration on disk whose snapshot or answer is not
+        sent yet (the donor's side of a JOIN); rows the node received and has on disk but has
+        not acknowledged."""
+        if n.core is None:
+            return
+        if n.queue or len(n.wal) > n.durable:
+            self.stats["crash: claimed, not on disk"] += 1
+        mine = [c for c in self.conns.values() if c.server == n.name]
+        if any(c.streaming and c.cursor < n.durable for c in mine):
+            self.stats["crash: on disk, not sent"] += 1
+        if any(c.wait_durable is not None and n.durable >= c.wait_durable for c in mine):
+            self.stats["crash: registration on disk, not answered"] += 1
+        if any(c.client == n.name and c.streaming and c.acked_sig != n.core.synced.signature
+               for c in self.conns.values()):
+            self.stats["crash: on disk, not acknowledged"] += 1
 
     def lose_disk(self: "Cluster", name: str) -> None:
         """A member's store and WAL are lost (its identity file is kept): it restarts empty and
@@ -69,12 +90,12 @@ class Faults:
         n.up = True
         if n.base is not None:
             loss = shell.loss_at_open(n) if self.rules["fence"] else None
-            if loss is not None:                # server.start: fenced before recovery replays the WAL
+            if loss is not None:                # server.start: fenced (not rebuilt) once the store is open
                 shell.set_fence(n, loss, kind="power")
                 self.stats["fenced_restarts"] += 1
             n.power_lost = False
             n.meta["running"] = True
-            n.recover(replay_own="replay_own_rows" in self.workarounds)
+            n.recover(fenced_now=loss is not None)
             n.rejoiner = shell.Rejoiner(self, n)
             self.checker.on_restart(n)
         elif n.identity_active and not n.proc:
@@ -86,24 +107,35 @@ class Faults:
                  + (" (fenced)" if n.core is not None and n.core.fence is not None else ""))
 
     def expel(self: "Cluster", name: str, via: str) -> bool:
-        """Expel `name` through `via` (server.expel: not through a fenced node)."""
+        """Expel `name` through `via` (server.expel). On a fenced node that cannot lift its fence
+        now, the expel is pending (202): the fence stops waiting for the member at once
+        (FenceKeeper.give_up) and the expel row is written once the fence lifts (after_fence)."""
         x, m = self.node(name), self.node(via)
         assert m.ready and not m.core.anon
-        if m.core.fence is not None or m.status != "running":
-            self.stats["refused_expel_fenced"] += 1
+        if m.status != "running":
+            self.stats["refused_expel_not_running"] += 1
             return False
-        _, txn = m.core.register_member(x.uuid, x.addr, m.wall_us(), state=STATE_EXPELLED)
-        if txn is not None:
-            m.submit([txn])
-            m.flush()                          # server.expel answers once its row is on disk
+        core = m.core
+        if core.table.get(x.uuid) is None and (core.fence is None or x.uuid not in core.fence.waiting_for(core.table, m.uuid)):
+            return False                       # 404 no_such_member
+        if core.fence is not None and not shell.try_lift(self, m):
+            m.meta["given_up"] = sorted(set(m.meta.get("given_up") or ()) | {x.uuid})
+            core.fence.expelled.add(x.uuid)
+            self.stats["expels_pending_fence"] += 1
+            self.log(f"{m} is fenced: it gives up waiting for {x}, its expel is written once the fence lifts")
+        else:
+            _, txn = core.register_member(x.uuid, x.addr, m.wall_us(), state=STATE_EXPELLED)
+            if txn is not None:
+                m.submit([txn])
+                m.flush()                          # server.expel answers once its row is on disk
+            self.log(f"{m} expels {x}")
+            for c in list(self.conns.values()):   # server.expel closes its relays to the member
+                if c.server == m.name and c.client == x.name:
+                    self.break_conn(c, "expelled")
         if x.uuid not in self.expelled:
             self.expelled.append(x.uuid)
             self.expelled_at[x.uuid] = self.now
             self.checker.on_expel(x)
-        self.log(f"{m} expels {x}")
-        for c in list(self.conns.values()):   # server.expel closes its relays to the member
-            if c.server == m.name and c.client == x.name:
-                self.break_conn(c, "expelled")
         return True
 
     def configure_peers(self: "Cluster", name: str, peers: list[str]) -> None:

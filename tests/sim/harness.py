@@ -25,15 +25,18 @@ Rules the harness keeps, each the same as the shell it stands in for:
   RemoteProtocolError drops the link; every broken link `drop_peer`s the map its greeting built
   and reconnects after a backoff with a fresh greeting; `need_rejoin` goes to the node's Rejoiner (shell.py); ACKs
   carry `core.ack_durable`;
-- relay (relay.py): refuses an expelled subscriber and itself; answers `need_rejoin` to a
-  subscriber behind its `gc_vclock`; creates the subscriber's WAL hold at its first SUBSCRIBE;
-  closes an older link of the same subscriber; streams WAL entries from `wal_gc` on (only
-  those on disk in wal_mode fsync), filtered by `relay_wants` with the SUBSCRIBE vclock and the
-  subscriber's own-rows cut;
-- JOIN (relay.serve_link + store.install_snapshot): refused by a fenced or non-running donor;
-  the donor registers the joiner, waits until that is durable, creates the joiner's hold,
-  snapshots its state (`_cluster`, replicated spaces and data, vclock without component 0);
-  the joiner's WAL starts empty; FETCH_SNAPSHOT is the same without registration and the
+- relay (relay.py): refuses an expelled subscriber and itself; answers `need_rejoin` (with
+  what it collected, by uuid) to a subscriber behind its `gc_vclock`; sets the subscriber's
+  WAL hold to the SUBSCRIBE's `durable` (Retention.on_subscribe); closes an older link of the
+  same subscriber; streams WAL entries from `wal_gc` on (only those on disk in wal_mode fsync,
+  and to an anonymous subscriber in wal_mode write), filtered by `relay_wants` with the
+  SUBSCRIBE vclock and the subscriber's own-rows cut (none for a fenced subscriber: `own_rows`);
+- JOIN (relay.serve_link + store.install_snapshot): refused by a non-running donor, and by a
+  fenced one unless the joiner is a member it has; the donor notes the joiner beside its
+  identity (fence.remember_registration), registers it, waits until that is durable, holds
+  all its WAL for it (Retention.hold_all), snapshots its state (`_cluster`, replicated spaces
+  and data, vclock without component 0); the joiner's WAL starts empty, its `gc_vclock` at
+  the snapshot's vclock; FETCH_SNAPSHOT is the same without registration and the
   anonymous node adds itself as STATE_ANON with the lowest free id; REGISTER: the master
   registers it, then the node re-states itself;
 - peers (Node.configure_peers / set_peers): a node's configured peers are addresses ("B", or
@@ -46,10 +49,13 @@ Rules the harness keeps, each the same as the shell it stands in for:
 catches it: "cover" (False: the old rejoin: at once, from any donor, even while an upstream
 streams), "keep_local" (False: a rejoin wipes the local spaces too), "fence" (False: never
 fenced), "holds" ("first_ack": a hold only from the first ACK, none for a member that never
-subscribed), "ack" ("applied": ACKs carry the applied vclock), "one_link" (False: no claim, no
+subscribed), "ack" ("applied" / "claimed": ACKs carry the applied / the claimed vclock), "one_link" (False: no claim, no
 older link closed). `workarounds` names the known shell bugs to step around, each with the rule
 its fix presumably brings (tests/sim/workload.py WORKAROUNDS, tests/sim/test_known_bugs.py);
 a cluster made here has none: scripted scenarios run the shell's rules as they are.
+The journal is asynchronous, as the shell's: a row is claimed (queued), then written, then on
+disk; ACKs carry what is on disk; a crash may fall between any two (tests/sim/faults.py counts
+which window each crash fell into).
 """
 from __future__ import annotations
 
@@ -151,8 +157,8 @@ class Cluster(Faults, Protocol):
         self.hlc_skips_snapshot_records = False  # the shell bug it covered is fixed
         self.checkpoint_every = 0       # mean ticks between a node's checkpoints (0: none)
         self.anon_ttl = 400             # ticks an anonymous replica's hold lasts (anon_ttl_s)
-        # known shell bugs the seeded workload steps around (each pinned by an xfail scenario
-        # in tests/sim/test_scenarios_membership.py): the rule the fix presumably brings
+        # known shell bugs the seeded workload steps around (each pinned by a strict xfail run
+        # in tests/sim/test_known_bugs.py): the rule the fix presumably brings
         self.workarounds: set[str] = set()
         self.rules = {"cover": True, "keep_local": True, "fence": True, "holds": "register", "ack": "durable", "one_link": True}
         self.stats: Counter = Counter()
@@ -211,7 +217,7 @@ class Cluster(Faults, Protocol):
 
     def register_anon(self, name: str, via: str | None = None) -> None:
         n = self.node(name)
-        assert n.anon and n.base is not None
+        assert n.anon and n.base is not None and (n.rejoiner is None or n.rejoiner.task is None)
         self._start_proc(name, "register", via)
 
     def _start_proc(self, name: str, proc: str, via: str | None) -> None:
@@ -310,6 +316,9 @@ class Cluster(Faults, Protocol):
         s, p = self.nodes[c.client], self.nodes[c.server]
         delay = backoff if backoff is not None else self.rng.randint(1, 4)
         self.stats["link_breaks"] += 1
+        if c.kind != "sub" and not why.endswith("(BYE)"):
+            # a JOIN, rejoin, FETCH or REGISTER cut short: what it carried is lost
+            self.stats[f"lost {c.kind} link"] += 1
         if c.kind == "sub":
             a = s.appliers.get(c.addr)
             if a is not None and a.conn is c:
@@ -457,8 +466,13 @@ class Cluster(Faults, Protocol):
 
     def checkpoint(self, n: SimNode) -> int:
         reading = [c.cursor for c in self.conns.values() if c.server == n.name and c.streaming]
+        registering = any(c.server == n.name and c.kind in ("join", "rejoin", "register") for c in self.conns.values())
         collected = n.checkpoint(self.now, self.anon_ttl, reading, self.rules["holds"] == "register")
         self.stats["checkpoints"] += 1
+        if registering or n.joining:
+            # a member registers here (its JOIN is served) or has joined and not yet subscribed
+            self.stats["checkpoints while a member registers"] += 1
+            self.stats["entries collected while a member registers"] += collected
         if collected:
             self.stats["wal_entries_collected"] += collected
             self.log(f"{n} checkpoints and collects {collected} WAL entries; gc_vclock {n.gc_vclock}")

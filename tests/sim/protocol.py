@@ -4,7 +4,7 @@ it names; the rules are the core's (NodeCore, node.core.membership, node.core.re
 
 Conversation on a link (one Conn; each direction FIFO):
   C: HELLO {greeting}        S: GREETING {greeting}  (SUBSCRIBE links) | refusal
-  C: SUBSCRIBE {vclock}      S: SUBSCRIBED, then ROWS ... | need_rejoin
+  C: SUBSCRIBE {vclock, durable, own_rows}   S: SUBSCRIBED, then ROWS ... | need_rejoin {collected}
   C: ACK {durable}           (the subscriber's on-disk vclock in the relay's ids)
   JOIN / rejoin / FETCH / REGISTER links: HELLO, then SNAPSHOT or REGISTERED.
 Greetings in both directions carry the sender's vclock by uuid and `_cluster`: the own-rows
@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from node.cluster_space.idmap import IdMap
-from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, ClusterTable, Member
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core import codec, rowscan
 from node.core import messages as m
 from node.core.replicaset import relay_wants
@@ -34,11 +33,6 @@ if TYPE_CHECKING:
 CLIENT, SERVER = "client", "server"
 ACK_EVERY = 40        # ticks: an ACK goes at least this often on a streaming link (heartbeat_interval_s)
 ACK_INTERVAL_MAX = 6  # ticks: a streaming applier considers an ACK every 1..this (ack_interval_s)
-
-
-class _NoLearn(IdMap):
-    def learn(self, peer_id: int, local_id: int) -> None:
-        pass
 
 
 class Protocol:
@@ -60,10 +54,12 @@ class Protocol:
             elif c.kind in ("join", "register", "rejoin"):
                 if core.anon:
                     return self._refuse(c, "anon", 5)
-                known = core.table.get(s.uuid) is not None and c.kind != "register"
-                if p.status != "running" or (core.fence is not None and not (
-                        known and "fenced_donor_for_known" in self.workarounds)):
-                    return self._refuse(c, "not_ready", 2)   # a fenced node registers nobody
+                if p.status != "running":
+                    return self._refuse(c, "not_ready", 2)
+                known = core.table.get(s.uuid)
+                if core.fence is not None and (known is None or known.state != STATE_MEMBER):
+                    return self._refuse(c, "not_ready", 2)   # a fenced node registers nobody new
+                p.registered.add(s.uuid)      # fence.remember_registration, before it is answered
                 _, txn = core.register_member(s.uuid, s.addr, p.wall_us())
                 if txn is not None:
                     p.submit([txn])
@@ -75,25 +71,20 @@ class Protocol:
         elif kind == "SUBSCRIBE":            # Relay.run
             sub = {int(k): v for k, v in body["vclock"].items()}
             missing = behind(sub, p.gc_vclock)
-            if "expelled_not_uncovered" in self.workarounds:   # rows past the bound are refused anyway
-                missing = [rid for rid in missing if (m := core.table.by_id(rid)) is None or
-                           m.state != STATE_EXPELLED or sub.get(rid, 0) < m.expelled_lsn]
             if missing:
                 self.checker.on_need_rejoin(p, s, sub, missing)
                 self.log(f"{p} tells {s} to rejoin: components {missing} below {p.gc_vclock} were collected")
-                collected = sorted(u for rid in missing if (u := core.table.uuid_of(rid)) is not None)
-                return self._refuse(c, "need_rejoin", shell.REJOIN_RETRY, collected)
-            me = core.table.get(s.uuid)      # its own rows past this cut are not echoed back
+                # the collected rows by uuid: the subscriber asks whether another upstream has them
+                return self._refuse(c, "need_rejoin", shell.REJOIN_RETRY, core.vclock_by_uuid(VClock(p.gc_vclock)))
+            me = core.table.get(s.uuid)      # its own rows past this cut are not echoed back ...
             c.own = (me.id, core.vclock.get(me.id)) if me is not None and me.state != STATE_ANON else None
-            if body.get("fenced") and "fenced_no_own_cut" in self.workarounds:
-                c.own = None                 # the workaround: a fenced subscriber wants its own rows back
-            hold = {int(k): v for k, v in body["durable"].items()} if "hold_at_durable" in self.workarounds else sub
-            if self.rules["holds"] == "register" and p.hold_from(s.uuid, hold, c.sub_anon, self.now):
-                self.log(f"{p}: {s} holds its WAL from {hold} (first SUBSCRIBE)")
-            elif "hold_at_durable" in self.workarounds:
-                p.lower_hold(s.uuid, hold)        # a JOIN whose snapshot it never took held too high
-            if not c.sub_anon:
-                self.checker.on_held(p, s)
+            if body.get("own_rows"):
+                c.own = None                 # ... unless it is fenced and wants them back
+            durable = {int(k): v for k, v in body["durable"].items()}
+            if self.rules["holds"] == "register" and p.on_subscribe(s.uuid, durable, c.sub_anon, self.now):
+                self.log(f"{p}: {s} holds its WAL from {durable} (SUBSCRIBE durable)")
+            if not c.sub_anon and not behind(durable, p.gc_vclock):
+                self.checker.on_held(p, s)      # (what was collected before it ever came cannot be held)
             if self.rules["one_link"]:
                 for old in [x for x in self.conns.values() if x.server == p.name and x.client == s.name
                             and x.streaming and x is not c]:
@@ -117,14 +108,10 @@ class Protocol:
             if c.kind == "register":
                 self.send(c, CLIENT, "REGISTERED", p.core.table.id_of(s.uuid))
                 continue
-            # relay.serve_link: the joiner's hold exists before its snapshot is read
-            hold = {k: v for k, v in p.state.vclock.items() if k}
-            if c.kind == "rejoin" and "hold_at_durable" in self.workarounds and s.core is not None:
-                # a rebuild may not complete: hold from what the member has on disk (it would say so)
-                durable = s.core.vclock_by_uuid(s.core.synced)
-                hold = {rid: durable.get(u, 0) for rid in hold if (u := p.core.table.uuid_of(rid)) is not None}
+            # relay.serve_link: the joiner holds all that is here before its snapshot is read,
+            # until it subscribes and says where it is (it may take its snapshot elsewhere)
             if self.rules["holds"] == "register":
-                p.hold_from(s.uuid, hold, c.kind == "fetch", self.now)
+                p.hold_all(s.uuid, c.kind == "fetch", self.now)
             b = p.snapshot()
             self.send(c, CLIENT, "SNAPSHOT", {"table": b.table_rows, "vclock": b.vclock,
                                               "spaces": b.spaces, "data": b.data})
@@ -134,7 +121,8 @@ class Protocol:
             if not c.streaming:
                 continue
             p = self.nodes[c.server]
-            end = p.applied_pos
+            # an anonymous subscriber of a wal_mode write node gets only rows on disk
+            end = p.durable if c.sub_anon and p.wal_mode == "write" else p.applied_pos
             if c.cursor >= end:
                 continue
             if self.relay_batch_max:
@@ -158,11 +146,15 @@ class Protocol:
             c.ack_at = now + 1 + int(self.rng.random() * ACK_INTERVAL_MAX)
             s, p = self.nodes[c.client], self.nodes[c.server]
             core = s.core
-            durable = self.rules["ack"] == "durable"
-            sig = (core.synced if durable else core.vclock).signature
+            rule = self.rules["ack"]         # "durable"; "applied", "claimed": the rules it must not be
+            acked = core.synced if rule == "durable" else core.vclock if rule == "applied" else core.claimed
+            sig = acked.signature
             if sig != c.acked_sig or now - c.acked_at >= ACK_EVERY:
                 c.acked_sig, c.acked_at = sig, now
-                d = core.ack_durable(p.uuid) if durable else core.ack_vclock(p.uuid)
+                d = core.ack_durable(p.uuid) if rule == "durable" else core.ack_vclock(p.uuid) \
+                    if rule == "applied" else core.peers[p.uuid].map.vclock_to_peer(acked)
+                if core.claimed.signature != core.synced.signature:
+                    self.stats["acks while claimed rows are not on disk"] += 1
                 self.send(c, SERVER, "ACK", d.to_dict())
 
     def _on_client(self, c: "Conn", s: "SimNode", p: "SimNode", kind: str, body: Any) -> None:
@@ -176,7 +168,8 @@ class Protocol:
                 return self.break_conn(c, f"duplicate: {p} is already followed through {owner}", 20)
             s.followers[p.uuid] = c.addr
             s.greetings += 1
-            regs = s.core.greeting(p.uuid, body["cluster"], s.wall_us())
+            a.peer_vclock = dict(body["vclock_uuid"])
+            regs = s.core.greeting(p.uuid, body["cluster"], s.wall_us(), body["own_history_lsn"])
             c.core_peer = s.core.peers[p.uuid]
             for t in regs:
                 s.submit([t])
@@ -194,11 +187,10 @@ class Protocol:
                     if s.core.table.get(row[0]) is None and row[0] != s.uuid:
                         sub[row[1]] = body["vclock_uuid"].get(row[0], 0)
                 sub = VClock(sub)
-            # (the workarounds "hold_at_durable" and "fenced_no_own_cut" read `durable` and
-            # `fenced`: the relay holds its WAL from what the subscriber has on disk, and sends a
-            # fenced subscriber its own rows that arrive after it subscribed)
+            # durable: what it has on disk (the relay holds its WAL from there); own_rows: fenced,
+            # it wants its own rows back past the relay's own-rows cut
             self.send(c, SERVER, "SUBSCRIBE", {"vclock": sub.to_dict(), "durable": s.core.ack_durable(p.uuid).to_dict(),
-                                               "fenced": c.fenced})
+                                               "own_rows": c.fenced})
         elif kind == "SUBSCRIBED":
             a = s.appliers[c.addr]
             a.status = "follow"
@@ -236,12 +228,11 @@ class Protocol:
                 return
             existed = s.identity_active or bool(base.vclock.get(me[1]))
             s.meta = {"running": True}
-            if "join_sets_gc_vclock" in self.workarounds:      # as Rejoiner._carry_over does
-                s.gc_vclock = {k: v for k, v in base.vclock.items() if k}
             if existed and self.rules["fence"]:
                 shell.set_fence(s, f"{s.uuid} rejoined with an empty store", kind="rejoin")
                 self.stats["fenced_joins"] += 1
             s.install(base)
+            s.gc_vclock = {k: v for k, v in base.vclock.items() if k}   # a subscriber behind it rejoins
             s.identity_active = True            # Lifecycle.go_active -> mark_active
             self.checker.on_held(p, s)          # joined through p (a rebuild's once swapped in)
         else:
@@ -249,8 +240,7 @@ class Protocol:
             base.table_rows.append([s.uuid, tbl.lowest_free_id(), s.addr, STATE_ANON, 0])
             s.meta = {"running": True}
             s.install(base)
-            if "join_sets_gc_vclock" in self.workarounds:
-                s.gc_vclock = {k: v for k, v in base.vclock.items() if k}
+            s.gc_vclock = {k: v for k, v in base.vclock.items() if k}
         s.rejoiner = shell.Rejoiner(self, s)
         s.proc = ""
         s.donor_uuid, s.installed_at = p.uuid, self.now
@@ -271,16 +261,7 @@ class Protocol:
             for w in frame:
                 try:
                     txn = txn_from_wire(w)
-                    if "fenced_self_expel" in self.workarounds and s.core.fence is not None and \
-                            txn.group == GROUP_CLUSTER and any(o.key == s.uuid and o.value.get("state") ==
-                                                               STATE_EXPELLED for o in txn.ops):
-                        raise RemoteProtocolError(f"row {txn.replica_id}:{txn.lsn} expels this fenced node: "
-                                                  "taken after the fence (the workaround)")
-                    if txn.group == GROUP_CLUSTER and "peer_history_ids" in self.workarounds and \
-                            txn.lsn <= shell.history_bound(p):
-                        out = self._receive_history(s, p, txn)
-                    else:
-                        out = s.core.receive(p.uuid, txn, s.wall_us())
+                    out = s.core.receive(p.uuid, txn, s.wall_us())
                 except RemoteProtocolError as e:
                     self._count_rpe(e)
                     self.log(f"{s} <- {p}: {e}" + (f"; {len(entry)} claimed txns queued first" if entry else ""))
@@ -289,8 +270,6 @@ class Protocol:
                     return self.break_conn(c, "remote protocol error")
                 if not out:
                     continue
-                if txn.group == GROUP_CLUSTER and "replay_own_rows" in self.workarounds:
-                    self._own_rows_back(s, out)
                 if self.applier_batches and len(out) == 1 and txn.group != GROUP_CLUSTER:
                     entry.append(out[0])
                     continue
@@ -303,33 +282,6 @@ class Protocol:
         if s.core.expel_epoch != c.expel_epoch:     # as applier.py's Resubscribe
             self.stats["resubscribes"] += 1
             self.break_conn(c, "expelled member's bound grew: resubscribe", 0)
-
-    def _own_rows_back(self, s: "SimNode", out: list[Txn]) -> None:
-        """The workaround "replay_own_rows": after a power loss the store is the same, so its own
-        `_cluster` rows coming back from peers are its own (not history): they state its table."""
-        core = s.core
-        if core.fence is None or s.meta.get("fence_kind") != "power" or out[0].replica_id != core.self_id:
-            return
-        for op in out[0].ops:
-            v = op.value
-            if core.table.get(op.key) is None and core.table.by_id(int(v["id"])) is None:
-                core.table.upsert(Member(op.key, int(v["id"]), str(v.get("address") or ""), str(v["state"]),
-                                         out[0].lsn, int(v.get("expelled_lsn") or 0)))
-
-    def _receive_history(self, s: "SimNode", p: "SimNode", txn: Txn) -> list[Txn]:
-        """The workaround "peer_history_ids": a `_cluster` row of the relay's earlier incarnation
-        (at or below its history bound, which the fix would have the relay tell) is received, but
-        teaches nothing about the relay's ids."""
-        peer = s.core.peers[p.uuid]
-        real = peer.map
-        if s.core.table.uuid_of(real.to_local.get(txn.replica_id, -1)) != p.uuid:
-            return s.core.receive(p.uuid, txn, s.wall_us())       # not the relay's own row
-        peer.map = _NoLearn()
-        peer.map.to_local, peer.map.to_peer = real.to_local, real.to_peer
-        try:
-            return s.core.receive(p.uuid, txn, s.wall_us())
-        finally:
-            peer.map = real
 
     def _count_rpe(self, e: RemoteProtocolError) -> None:
         self.stats["remote_protocol_errors"] += 1

@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
-from node.core.membership import uncovered
+from node import limits
+from node.core.membership import expel_bounds, uncovered
 
 if TYPE_CHECKING:
     from tests.sim.harness import Cluster, Conn
@@ -34,38 +35,28 @@ def resolve(address: str) -> str:
 
 # --- greetings ----------------------------------------------------------------------------
 def greeting(n: "SimNode") -> dict:
-    """Node.greeting, the fields the membership rules read."""
-    core = n.core
-    return {"uuid": n.uuid, "anon": n.anon, "status": n.status if core is not None else "joining",
-            "vclock_uuid": core.vclock_by_uuid() if core is not None else {},
-            "cluster": core.table.rows() if core is not None else []}
-
-
-def history_bound(n: "SimNode") -> int:
-    """Its own `_cluster` rows up to here state an earlier incarnation's ids (those received while
-    it is fenced after a rebuilt store too). Only the workaround "peer_history_ids" reads it."""
+    """Node.greeting, the fields the membership rules read. `own_history_lsn`: its own
+    `_cluster` rows up to there are an earlier incarnation's (all of them while a rebuilt store
+    is fenced: Node._own_history_lsn); peers take no ids from them (Peer.history_lsn)."""
     core = n.core
     if core is None:
-        return 0
-    fenced = core.fence is not None and n.meta.get("fence_kind") == "rejoin"
-    return max(int(n.meta.get("own_history_lsn") or 0), core.claimed.get(core.self_id) if fenced else 0)
+        return {"uuid": n.uuid, "anon": n.anon, "status": "joining", "vclock_uuid": {}, "cluster": [],
+                "own_history_lsn": 0}
+    history = limits.lsn_max if core.fence is not None and core.fence.rebuilt else core.own_history_lsn
+    return {"uuid": n.uuid, "anon": n.anon, "status": n.status, "vclock_uuid": core.vclock_by_uuid(),
+            "cluster": core.table.rows(), "own_history_lsn": history}
 
 
 def observe(n: "SimNode", theirs: dict) -> None:
-    """Node.check_peer_greeting: the fence hears the peer (FenceKeeper.on_greeting), and
-    `own_lsn_seen` remembers how many of our rows it holds."""
+    """Node.check_peer_greeting: the fence hears the peer (FenceKeeper.on_greeting: every
+    member's greeting, with the members it lists), and `own_lsn_seen` remembers how many of our
+    rows it holds."""
     core = n.core
     if core is None:
         return
     vu = theirs.get("vclock_uuid") or {}
     if core.fence is not None and not theirs.get("anon"):
         core.observe_peer(theirs["uuid"], vu, theirs.get("cluster") or [])
-        if "fence_hears_all" in n.cluster.workarounds:
-            # the workaround: a member this node's table lacks is heard too, and every member a
-            # greeting lists is waited for (its table may lack a member its earlier self registered)
-            core.fence.hear(theirs["uuid"], int(vu.get(n.uuid, 0)))
-            n.fence_members.update(r[0] for r in theirs.get("cluster") or ()
-                                   if len(r) > 3 and r[3] == STATE_MEMBER and r[0] != n.uuid)
     own = vu.get(n.uuid)
     if isinstance(own, int) and own > n.own_lsn_seen:
         n.own_lsn_seen = own
@@ -90,33 +81,38 @@ def set_fence(n: "SimNode", reason: str, kind: str = "rejoin") -> None:
     n.meta["fence_kind"] = kind
 
 
-def waiting_beyond_table(n: "SimNode") -> list[str]:
-    """The workaround "fence_hears_all": members other greetings list that have not been heard."""
-    fence = n.core.fence
-    return sorted(u for u in n.fence_members if u not in fence.heard and u not in fence.expelled
-                  and ((m := n.core.table.get(u)) is None or m.state == STATE_MEMBER))
-
-
 def try_lift(c: "Cluster", n: "SimNode") -> bool:
-    """FenceKeeper.try_lift + _lift: whether the fence is gone. A lifted fence ends the
-    own-rows-only subscriptions (the applier's Resubscribe)."""
+    """FenceKeeper.try_lift + _lift: whether the fence is gone. A rebuilt store's fence states
+    its whole table again when it lifts (NodeCore.clear_fence); the expels the operator asked for
+    while it stood are written then (Node.after_fence). A lifted fence ends the own-rows-only
+    subscriptions (the applier's Resubscribe)."""
     core = n.core
     if core is None or core.fence is None:
         return True
-    if not c.rules["fence"] or (core.fence_state()[0] and not waiting_beyond_table(n)):
-        history = core.clear_fence()
-        if n.meta.get("fence_kind") == "power" and "replay_own_rows" in c.workarounds:
-            history = int(n.meta.get("own_history_lsn") or 0)   # the store's own rows stay its own
-        n.meta["own_fence"] = n.meta["fence_kind"] = None
-        n.meta["own_history_lsn"] = history
-        n.state.own_history_lsn = history
-        c.log(f"{n} lifts its own-rows fence (own rows up to {history} are history)")
-        c.stats["fences_lifted"] += 1
-        for conn in list(c.conns.values()):
-            if conn.client == n.name and conn.kind == "sub" and conn.fenced:
-                c.break_conn(conn, "own rows confirmed: subscribing for every origin", 0)
-        return True
-    return False
+    if c.rules["fence"] and not core.fence_state()[0]:
+        return False
+    restate = core.clear_fence(n.wall_us())
+    given_up = sorted(n.meta.get("given_up") or ())
+    n.meta["own_fence"] = n.meta["fence_kind"] = n.meta["given_up"] = None
+    n.meta["own_history_lsn"] = core.own_history_lsn
+    n.state.own_history_lsn = core.own_history_lsn
+    if restate is not None:
+        n.submit([restate])
+    c.log(f"{n} lifts its own-rows fence (own rows up to {core.own_history_lsn} are history)"
+          + (f"; it states its table again at lsn {restate.lsn}" if restate is not None else ""))
+    c.stats["fences_lifted"] += 1
+    for u in given_up:
+        mem = core.table.get(u)
+        if mem is not None and mem.state != STATE_EXPELLED:
+            _, txn = core.register_member(u, mem.address, n.wall_us(), state=STATE_EXPELLED)
+            if txn is not None:
+                n.submit([txn])
+                c.stats["pending_expels_written"] += 1
+                c.log(f"{n} writes the expel of {u[:8]} it was asked for while fenced")
+    for conn in list(c.conns.values()):
+        if conn.client == n.name and conn.kind == "sub" and conn.fenced:
+            c.break_conn(conn, "own rows confirmed: subscribing for every origin", 0)
+    return True
 
 
 # --- rejoin (node/rejoin.py) -----------------------------------------------------------------------
@@ -127,7 +123,7 @@ class Rejoiner:
     def __init__(self, c: "Cluster", n: "SimNode"):
         self.c, self.n = c, n
         self.need: dict[str, str] = {}
-        self.collected: dict[str, list[str]] = {}  # address -> uuids of the components it collected
+        self.needed: dict[str, dict[str, int]] = {}  # address -> what it collected, by uuid
         self.blocked = ""
         self.attempts = 0
         self.last_try = 0
@@ -135,12 +131,13 @@ class Rejoiner:
         self.snapshot: "Base | None" = None        # what the rebuild's JOIN brought
         self.conn: "Conn | None" = None
 
-    def on_need_rejoin(self, address: str, reason: str, collected: list[str] | None = None) -> None:
+    def on_need_rejoin(self, address: str, reason: str, collected: dict[str, int] | None = None) -> None:
         self.need[address] = reason
-        self.collected[address] = list(collected or [])
+        self.needed[address] = dict(collected or {})
 
     def on_follow(self, address: str) -> None:
         self.need.pop(address, None)
+        self.needed.pop(address, None)
 
     def step(self) -> None:
         """Rejoiner.watch, once per tick."""
@@ -151,57 +148,56 @@ class Rejoiner:
                 self.task = None
             return
         n, c = self.n, self.c
+        if not self.need:
+            return
         self.need = {a: r for a, r in self.need.items() if a in n.appliers}
+        self.needed = {a: x for a, x in self.needed.items() if a in self.need}
         if not self.need or n.status != "running" or n.core is None or n.proc:
             return
+        wanted = self.wanted()
+        if c.rules["cover"] and self.caught_up():
+            return                           # caught up past what they collected: the links serve again
+        if c.rules["cover"] and self.fed(wanted):
+            return                           # the rows come from a streaming upstream
         if self.attempts and c.now - self.last_try < REJOIN_RETRY:
             return
-        if c.rules["cover"] and self.fed():
-            return                           # the rows come from a streaming upstream
         self.last_try = c.now
         self.attempts += 1
         self.task = self.attempt()
         self.step()
 
-    def fed(self) -> bool:
-        """Whether an upstream streams to this node (Rejoiner.watch). The workaround
-        "rejoin_unless_fed": only one that is ahead of this node in a component a refusing
-        upstream collected counts (one that lacks those rows too would keep it waiting for ever)."""
-        c, n = self.c, self.n
-        following = [a for a in n.appliers.values() if a.status == "follow" and a.conn is not None]
-        if "rejoin_unless_fed" not in c.workarounds:
-            return bool(following)
-        wanted = {u for a in self.need for u in self.collected.get(a, ())}
-        mine = n.core.vclock_by_uuid()
-        for a in following:
-            theirs = c.nodes[a.conn.server].core.vclock_by_uuid()
-            if any(theirs.get(u, 0) > mine.get(u, 0) for u in wanted):
-                return True
-        return False
+    def caught_up(self) -> bool:
+        """Every upstream that said need_rejoin said what it collected, and this node has it."""
+        return not self.wanted() and all(self.needed.get(a) for a in self.need)
 
-    def has_needed(self, theirs: dict[str, int], mine: dict[str, int]) -> bool:
-        """The workaround "donor_has_needed": a donor is worth a rebuild only if it has more of a
-        component a refusing upstream collected than this node has."""
-        if "donor_has_needed" not in self.c.workarounds or not self.c.rules["cover"]:
+    def wanted(self) -> dict[str, int]:
+        """Rejoiner._wanted: the collected rows this node still lacks (uuid -> lsn to reach)."""
+        have = self.n.core.vclock_by_uuid()
+        out: dict[str, int] = {}
+        for collected in self.needed.values():
+            for u, lsn in collected.items():
+                if lsn > have.get(u, 0):
+                    out[u] = max(out.get(u, 0), lsn)
+        return out
+
+    def fed(self, wanted: dict[str, int]) -> bool:
+        """Rejoiner._fed: a streaming upstream whose last greeting had what this node lacks (or
+        some need was not said)."""
+        following = [a for a in self.n.appliers.values() if a.status == "follow" and a.conn is not None]
+        if not following:
+            return False
+        if not wanted:
             return True
-        wanted = {u for a in self.need for u in self.collected.get(a, ())}
-        return not wanted or any(theirs.get(u, 0) > mine.get(u, 0) for u in wanted)
+        return any(all(a.peer_vclock.get(u, 0) >= lsn for u, lsn in wanted.items()) for a in following)
 
     def mine(self) -> dict[str, int]:
-        """What this node holds, by uuid. The workaround "expelled_not_uncovered": an expelled
-        member's rows past the bound this node accepts count as refused, so a donor without them
-        still covers it; "anon_own_not_uncovered": an anonymous replica's private component
-        (its own `_cluster` rows) is not asked of a donor."""
-        n = self.n
-        mine = n.core.vclock_by_uuid()
-        if "anon_own_not_uncovered" in self.c.workarounds and n.core.anon:
-            mine.pop(n.uuid, None)         # its private component: no member ever has it
-        if "expelled_not_uncovered" in self.c.workarounds:
-            for u in list(mine):
-                m = n.core.table.get(u)
-                if m is not None and m.state == STATE_EXPELLED:
-                    mine[u] = min(mine[u], m.expelled_lsn)
-        return mine
+        """Rejoiner._mine: what a snapshot must cover: this node's components by uuid, expelled
+        members' only up to their bound, not an anonymous replica's own."""
+        core = self.n.core
+        mine = core.vclock_by_uuid()
+        if core.anon:
+            mine.pop(core.uuid, None)
+        return {u: x for u, (x, _) in uncovered(mine, {}, expel_bounds(core.table)).items()}
 
     def probe(self, address: str) -> dict | None:
         """applier.probe: a greeting exchange with a running member (both sides observe)."""
@@ -217,16 +213,16 @@ class Rejoiner:
     def attempt(self) -> Iterator[None]:
         """Rejoiner.attempt: find a donor that covers this node and rebuild from it."""
         c, n = self.c, self.n
-        mine = self.mine()
+        mine, wanted = self.mine(), self.wanted()
         order = list(self.need) + [a for a in n.peers if a not in self.need]
         best = None
         for address in order:
             theirs = self.probe(address)
             if theirs is None:
                 continue
+            if c.rules["cover"] and uncovered(wanted, theirs["vclock_uuid"]):
+                continue                     # it lacks the collected rows too: nothing to gain
             missing = uncovered(mine, theirs["vclock_uuid"]) if c.rules["cover"] else {}
-            if not missing and not self.has_needed(theirs["vclock_uuid"], mine):
-                continue                     # the workaround "donor_has_needed": it would gain nothing
             donor = c.nodes[resolve(address)]
             if missing and any(x.client == donor.name and x.server == n.name and x.streaming
                                for x in c.conns.values()):
@@ -239,7 +235,8 @@ class Rejoiner:
                 return
             if best is None or len(missing) < len(best):
                 best = missing
-        self.blocked = "no covering donor" if best is not None else "no peer can give a snapshot now"
+        self.blocked = "no covering donor" if best is not None else \
+            "no reachable peer has the collected rows this node lacks, to give a snapshot of"
         c.stats["rejoins_blocked"] += 1
         c.log(f"{n} cannot rejoin: {self.blocked}")
 
@@ -263,6 +260,14 @@ class Rejoiner:
         """Rejoiner._rebuild: links down, journal drained, a JOIN (FETCH_SNAPSHOT for an
         anonymous replica) into a side store that must cover this node, then the swap."""
         c, n = self.c, self.n
+        if "rebuild_only_if_lacking" in c.workarounds and c.rules["cover"] and self.caught_up():
+            # the workaround: it caught up from another upstream while the attempt probed and
+            # waited for cover; the links serve it again, a rebuild would gain nothing
+            n.status = "running"
+            self.need.clear()
+            self.needed.clear()
+            c.log(f"{n} caught up past what was collected: no rebuild")
+            return
         c.log(f"{n} rebuilds its store from {address}'s snapshot")
         n.status = "rejoining"
         anon, prev_id = n.core.anon, n.core.self_id
@@ -281,10 +286,11 @@ class Rejoiner:
             why = "the link broke"
         else:
             table = ClusterTable(Member.from_row(r) for r in snap.table_rows)
-            if anon and table.get(n.uuid) is not None and "anon_rebuild_known" in c.workarounds:
-                pass                         # the workaround: a registration that went through stands
-            elif anon:
-                my_id = prev_id if table.by_id(prev_id) is None else table.lowest_free_id()
+            if anon:
+                known = table.get(n.uuid)        # a REGISTER that went through, its answer lost
+                my_id = known.id if known is not None else \
+                    prev_id if table.by_id(prev_id) is None else table.lowest_free_id()
+                snap.table_rows = [r for r in snap.table_rows if r[0] != n.uuid]
                 snap.table_rows.append([n.uuid, my_id, n.addr, STATE_ANON, 0])
             elif table.get(n.uuid) is None:
                 why = "the snapshot does not register this node"
@@ -311,9 +317,9 @@ def carry_over(n: "SimNode", snap: "Base", keep_local: bool = True) -> "Base":
     their records, its local component, its meta (not the fence, not the old gc_vclock, not the
     WAL holds), and
     `gc_vclock` = the snapshot's vclock; `own_history_lsn` covers the snapshot's own rows.
-    keep_local=False: the rejoin before issue 16, which wiped the local spaces too. The
-    workaround "rebuild_keeps_fence" carries the own-rows fence over (the donor covering this
-    node says nothing of how many of its rows the other members hold)."""
+    keep_local=False: the rejoin before issue 16, which wiped the local spaces too. A fence
+    stands, now `rebuilt` (the donor covering this node says nothing of how many of its rows
+    the other members hold; its ids are the donor's, so own rows coming back are history)."""
     st = n.state
     for name, d in st.spaces.items() if keep_local else ():
         if d[0]:
@@ -325,8 +331,8 @@ def carry_over(n: "SimNode", snap: "Base", keep_local: bool = True) -> "Base":
     table = ClusterTable(Member.from_row(r) for r in snap.table_rows)
     me = table.get(n.uuid)
     own = snap.vclock.get(me.id, 0) if me is not None else 0
-    keep_fence = "rebuild_keeps_fence" in n.cluster.workarounds
-    n.meta = {k: v for k, v in n.meta.items() if keep_fence or k not in ("own_fence", "fence_kind")}
+    if n.meta.get("own_fence"):
+        n.meta["fence_kind"] = "rejoin"
     n.holds_disk, n._holds_synced = {}, set()      # "acks" are not carried: they speak the old ids
     n.meta["own_history_lsn"] = max(int(n.meta.get("own_history_lsn") or 0), own)
     return snap

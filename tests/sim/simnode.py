@@ -21,9 +21,10 @@ node/retention.py:
   hold (`hold_positions`, `keep_vclock`, and the segment rule of node/wal/gc.collectable with
   one entry per segment; the last entry and any entry a relay is reading stay) and sets
   `gc_vclock`, the start of the oldest entry kept;
-- a hold (Retention.hold_from / on_ack, node.core.membership) is only for a member of this
-  node's `_cluster` or an anonymous replica (Retention._may_hold); it is written at once when
-  created (an anonymous one in wal_mode write only with the next sync), advanced in memory by
+- a hold (Retention.hold_all / on_subscribe / on_ack, node.core.membership) is for a member of
+  this node's `_cluster`, or (bounded) an anonymous replica or a subscriber not known yet
+  (Retention._may_hold); a joiner holds all the WAL from its JOIN until it subscribes, a
+  SUBSCRIBE sets the hold to the subscriber's `durable`; it is written at once when set (an anonymous one in wal_mode write only with the next sync), advanced in memory by
   ACKs, and written with the next checkpoint; a restart takes the holds on disk;
 - a snapshot (store.snapshot) holds the replicated spaces and data, `_cluster`, and the vclock
   without 0.
@@ -116,6 +117,7 @@ class Applier:
     retry_at: int = 0
     refused: str = ""          # the last refusal reason ("" while none)
     status: str = ""           # "follow" once SUBSCRIBED, "need_rejoin" when told so
+    peer_vclock: dict = field(default_factory=dict)   # the upstream's vclock by uuid, from its last greeting
 
 
 class SimNode:
@@ -140,6 +142,7 @@ class SimNode:
         self.gc_vclock: dict[int, int] = {}   # meta gc_vclock (without 0)
         self.wal_start: dict[int, int] = {}   # where the WAL began: its store's snapshot (the checker's)
         self.holds: dict[str, Hold] = {}      # Retention.holds, in memory
+        self.joining: set[str] = set()        # joiners held by hold_all that have not subscribed here (stats)
         self.holds_disk: dict[str, Hold] = {}  # ... as the store has them
         self._holds_synced: set[str] = set()  # ... of which these survive a power loss
         self.meta: dict = {}                  # own_fence (reason), own_history_lsn, running
@@ -161,7 +164,9 @@ class SimNode:
         self.rejoiner = None                  # tests.sim.shell.Rejoiner, once bootstrapped
         self.power_lost = False               # the next start sees a new boot id (node/fence.py)
         self.greetings = 0                    # greetings taken by the core (the checker's cue)
-        self.fence_members: set[str] = set()  # the workaround "fence_hears_all" (tests/sim/shell.py)
+        # node/fence.py registered_members: members this node registered, beside its identity
+        # (a lost store keeps them; its fence waits for them too)
+        self.registered: set[str] = set()
 
     def __repr__(self) -> str:
         return f"{self.name}({self.uuid[:8]})"
@@ -222,30 +227,39 @@ class SimNode:
         self.sync()
 
     # --- lifecycle ----------------------------------------------------------------------
-    def recover(self, replay_own: bool = False) -> None:
-        """Rebuild state and core from the base and the WAL on disk, as a restart does. A fenced
-        store replays its own `_cluster` rows as history (store.own_history_lsn = lsn_max),
-        `replay_own` (the workaround "replay_own_rows") except after a power loss (the fence's
-        kind "power"): its own rows on disk are then its own, written before the loss."""
+    def recover(self, fenced_now: bool = False) -> None:
+        """Rebuild state and core from the base and the WAL on disk, as a restart does. The store
+        opens with own_history_lsn = lsn_max if its meta holds a fence (Store.__init__: its own
+        `_cluster` rows replay as history, `rebuilt` or not: a known bug), else the meta's; `fenced_now`: the fence was set by
+        this start after the store opened (server.start: loss_at_open), so the replay keeps the
+        meta's bound. FenceKeeper.restore then takes the fence up (`rebuilt` from its kind), with
+        the members this node registered itself and those the operator gave up on; a rebuilt
+        fence holds every own row as history while it stands."""
         assert self.base is not None
         fence = self.meta.get("own_fence")
+        rebuilt = self.meta.get("fence_kind") == "rejoin"
         history = int(self.meta.get("own_history_lsn") or 0)
-        replay_own = replay_own and self.meta.get("fence_kind") == "power"
-        self.state = SimState(self.base, limits.lsn_max if fence and not replay_own else history)
+        # (the workaround "reopen_power_fence": a store fenced over its own WAL reopens with the
+        # meta's bound too, as the fence it holds is not `rebuilt`)
+        reopen = not fenced_now and "reopen_power_fence" not in self.cluster.workarounds
+        at_open = limits.lsn_max if fence and (rebuilt or reopen) else history
+        self.state = SimState(self.base, at_open)
         # as Store.install_records: the HLC starts above every record of the snapshot
         hlc = max([self.base.hlc] + [r[3] for recs in self.base.data.values() for r in recs.values()])
         for entry in self.wal[self.base_pos:self.durable]:
             for t in entry:
                 apply_txn(self.state, t, self.uuid)
                 hlc = max(hlc, t.timestamp)
-        if fence and not replay_own:
-            self.state.own_history_lsn = limits.lsn_max
         self.core = NodeCore(self.uuid, self.state.table.copy(), self.state.vclock, hlc_last=hlc,
                              spaces={n: d[0] for n, d in self.state.spaces.items()}, own_history_lsn=history)
         self.core.knowledge = dict(self.state.knowledge)
-        self.fence_members = set()
         if fence and not self.core.anon:           # FenceKeeper.restore
-            self.core.fence = OwnRowsFence(str(fence))
+            f = OwnRowsFence(str(fence), rebuilt=rebuilt)
+            f.known |= self.registered
+            f.expelled |= set(self.meta.get("given_up") or ())
+            self.core.fence = f
+            if rebuilt:
+                self.state.own_history_lsn = limits.lsn_max
         self.holds = dict(self.holds_disk)         # Retention.load
         self.status = "running"
 
@@ -284,41 +298,42 @@ class SimNode:
 
     # --- WAL retention (node/retention.py) ------------------------------------------------
     def may_hold(self, uuid: str, anon: bool) -> bool:
-        """Retention._may_hold: a member of this node's `_cluster`, or an anonymous replica (at
-        most anon_acks_max of them: the one heard from longest ago goes)."""
-        if not anon:
-            mem = self.core.table.get(uuid)
-            if mem is None and "hold_unknown_subscriber" in self.cluster.workarounds:
-                return True       # the workaround: a member registered elsewhere, unknown here yet
-            return mem is not None and mem.state == STATE_MEMBER
+        """Retention._may_hold: a member of this node's `_cluster` always; an anonymous replica
+        or a subscriber not known here yet (registered through another member), at most
+        anon_acks_max of those together (the one heard from longest ago goes)."""
+        mem = self.core.table.get(uuid)
+        if not anon and mem is not None:
+            return mem.state == STATE_MEMBER
         if uuid not in self.holds:
-            anons = [u for u, h in self.holds.items() if h.anon]
-            if len(anons) >= limits.anon_acks_max:
-                del self.holds[min(anons, key=lambda u: self.holds[u].seen_s)]
+            bounded = [u for u, h in self.holds.items() if h.anon or self.core.table.get(u) is None]
+            if len(bounded) >= limits.anon_acks_max:
+                del self.holds[min(bounded, key=lambda u: self.holds[u].seen_s)]
         return True
 
-    def hold_from(self, uuid: str, vclock: dict[int, int], anon: bool, now: int) -> bool:
-        """Retention.hold_from: a member joined through this node or a subscriber subscribed
-        for the first time; written at once (synced unless anonymous in wal_mode write)."""
-        h = self.holds.get(uuid)
-        if (h is not None and h.anon == anon) or not self.may_hold(uuid, anon):
-            return False
+    def _set_hold(self, uuid: str, vclock: dict[int, int], anon: bool, now: int) -> None:
+        """Retention._set: written at once (synced unless anonymous in wal_mode write)."""
         self.holds[uuid] = Hold(dict(vclock), now, anon)
         self.holds_disk = dict(self.holds)
         if not anon or self.wal_mode == "fsync":
             self._holds_synced = set(self.holds_disk)
-        return True
 
-    def lower_hold(self, uuid: str, durable: dict[int, int]) -> None:
-        """The workaround "hold_at_durable": a subscriber that says it has less on disk than its
-        hold (a JOIN whose snapshot went elsewhere) is held from there."""
-        h = self.holds.get(uuid)
-        if h is None or all(h.vclock.get(rid, 0) <= lsn for rid, lsn in durable.items()) and \
-                all(rid in durable for rid in h.vclock):
-            return
-        low = {rid: min(lsn, durable.get(rid, 0)) for rid, lsn in h.vclock.items()}
-        self.holds[uuid] = Hold(low, h.seen_s, h.anon)
-        self.holds_disk = dict(self.holds)
+    def hold_all(self, uuid: str, anon: bool, now: int) -> None:
+        """Retention.hold_all: a joiner about to read this node's snapshot holds all the WAL
+        still here until it subscribes and says where it is."""
+        if self.may_hold(uuid, anon):
+            self._set_hold(uuid, {k: v for k, v in self._gc_vc.items() if k}, anon, now)
+            self.joining.add(uuid)
+
+    def on_subscribe(self, uuid: str, durable: dict[int, int], anon: bool, now: int) -> bool:
+        """Retention.on_subscribe: the hold is what the subscriber has on disk, forward or back."""
+        self.joining.discard(uuid)
+        old = self.holds.get(uuid)
+        if old is not None and old.vclock == durable and old.anon == anon:
+            return False
+        if not self.may_hold(uuid, anon):
+            return False
+        self._set_hold(uuid, durable, anon, now)
+        return True
 
     def on_ack(self, uuid: str, durable: dict[int, int], anon: bool, now: int) -> None:
         """Retention.on_ack: the subscriber has `durable` on disk."""

@@ -1,0 +1,161 @@
+"""Seeded runs and scripted scenarios that showed the shell's membership bugs of the issue 16
+work (each was pinned as a strict xfail in tests/sim/test_known_bugs.py, with a workaround in
+the simulation); node/ now keeps each rule, the simulation follows it, and each run must keep
+every invariant and converge. The seeds are the ones that showed each bug alone.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.sim.harness import Cluster
+from tests.sim.liveness import check_acknowledged, check_converged
+from tests.sim.steps import flushed, form, own_lsn
+from tests.sim.workload import run_seed
+
+# (behaviour kept, seed, REPLOG_SIM_MIX=full?, the shell function that once broke it)
+SEEDED = [
+    ("a_power_fenced_node_replays_its_own_registrations", 0, False, "node/fence.py FenceKeeper.set (rebuilt)"),
+    ("a_relay_holds_its_wal_from_what_a_subscriber_has_on_disk", 359, False, "node/retention.py on_subscribe"),
+    ("a_subscriber_registered_elsewhere_is_held", 100, False, "node/retention.py _may_hold"),
+    ("a_node_that_lost_rows_waits_only_for_an_upstream_that_has_them", 62, False, "node/rejoin.py Rejoiner._fed"),
+    ("a_rebuild_takes_only_a_donor_that_has_the_collected_rows", 706, False, "node/rejoin.py Rejoiner.attempt"),
+    ("a_fenced_node_takes_the_row_expelling_it_after_its_fence", 70, True, "node/core/replicaset.py _fenced_cluster_change"),
+    ("an_anonymous_replica_rebuilds_without_its_own_component", 358, True, "node/rejoin.py Rejoiner._mine"),
+    ("a_peers_earlier_incarnation_rows_teach_no_ids", 681, True, "node/core/replicaset.py Peer.history_lsn"),
+    ("a_fence_hears_every_member_any_greeting_lists", 1180, True, "node/core/membership.py OwnRowsFence.known"),
+    ("a_member_gone_for_good_is_expelled_when_every_member_is_fenced", 450, True, "node/server.py expel (give_up)"),
+]
+
+
+@pytest.mark.parametrize("behaviour,seed,full,where", SEEDED, ids=[s[0] for s in SEEDED])
+def test_a_seeded_run_that_showed_a_membership_bug_keeps_every_invariant(behaviour, seed, full, where):
+    c = run_seed(seed, full=full)
+    if behaviour.startswith("a_member_gone_for_good"):
+        assert c.stats["expels_pending_fence"] > 0      # the expel went through a fenced node
+
+
+def finish(c: Cluster) -> None:
+    c.settle()
+    check_converged(c)
+    check_acknowledged(c)
+
+
+def rebuild_of_a_fenced_node(c: Cluster) -> None:
+    """D writes rows 4-5 that reach B and C, then row 6 that reaches only C. D loses its store
+    and joins again through A, which has only D's rows 1-3: fenced, it waits for C (down).
+    Meanwhile A takes 4-5 from B and B collects them (every hold is past them), so B tells D to
+    rejoin; D rebuilds from B (B covers D). The rebuild keeps the fence (D's row 6 is on C, and
+    the fence once dropped here, so D wrote a second row 6); D, fenced, follows only B, and its
+    row 6 reaches B from C after D subscribed: B's relay sends it on, past the own-rows cut
+    that once held it back for ever."""
+    form(c, "A", "B", "C", "D")
+    for i in range(3):
+        c.put("D", f"d{i}")
+        c.run(1)
+    c.run_until_quiet()
+    c.partition(["A"], ["B", "C", "D"])
+    for i in range(3, 5):
+        assert c.put("D", f"d{i}")
+        c.run(1)
+    flushed(c, "D")
+    c.run_until(lambda: own_lsn(c, "B", "D") == own_lsn(c, "D", "D") == own_lsn(c, "C", "D"), what="B and C hold D's rows")
+    c.run(10)                                 # D's ACKs reach B: B's hold for D is past them
+    c.heal()
+    c.partition(["A"], ["B"], ["C", "D"])
+    assert c.put("D", "d-only-on-C")
+    flushed(c, "D")
+    c.run_until(lambda: own_lsn(c, "C", "D") == own_lsn(c, "D", "D"), what="C holds D's last row")
+    c.crash("C")                              # C, the only other holder of D's last row, is down
+    c.lose_disk("D")
+    c.configure_peers("D", [])
+    c.heal()
+    c.partition(["A", "D"], ["B"])            # D joins through A before A has D's rows 4-5
+    c.restart("D")
+    c.run_until(lambda: c.nodes["D"].ready and not c.nodes["D"].proc, what="D joined through A")
+    assert c.nodes["D"].core.fence is not None
+    c.configure_peers("D", [])
+    c.heal()
+    c.run_until(lambda: own_lsn(c, "A", "D") == own_lsn(c, "B", "D"), what="A has D's rows 4-5 from B")
+    c.put("B", "later")                       # (the WAL's last entry always stays)
+    c.run(20)
+    assert c.checkpoint(c.nodes["B"]) > 0
+    c.configure_peers("D", ["B"])             # B collected D's rows 4-5: it tells D to rejoin
+    c.run_until(lambda: c.stats["rejoins"] >= 1, max_ticks=300, what="D rebuilt from B")
+    early = c.put("D", "second-row-6")        # fenced, D refuses; unfenced, it forks (D, 6)
+    c.run(10)
+    assert early is None
+    c.restart("C")
+    c.run(60)
+
+
+def test_a_rebuilt_fenced_node_keeps_its_fence_and_gets_its_own_rows_back_from_its_upstream():
+    c = Cluster(41)
+    rebuild_of_a_fenced_node(c)
+    finish(c)
+    d = c.nodes["D"]
+    assert d.core.fence is None and c.stats["fences_lifted"] >= 1
+    assert own_lsn(c, "D", "D") == own_lsn(c, "C", "D")
+
+
+def test_a_lost_store_still_waits_for_a_member_only_it_had_registered():
+    """X joins through D while D is cut off from A, B, C: only D's store knows X, and X's
+    snapshot holds D's rows. D writes two more rows (X takes them), then loses its store, and X
+    is cut off from everyone. D joins again through A: its table (A's) has no X, yet D noted
+    beside its identity that it registered X (node/fence.py registered_members): the fence
+    waits for X, D refuses writes meanwhile, and once X is heard D's rows come back and D
+    writes past them."""
+    form(c := Cluster(42), "A", "B", "C", "D")
+    c.add_node("X")
+    c.partition(["A", "B", "C"], ["D", "X"])
+    c.join("X", via="D")
+    c.run_until(lambda: c.nodes["X"].ready and not c.nodes["X"].proc, what="X joined through D")
+    for i in range(2):
+        assert c.put("D", f"d{i}")
+        c.run(1)
+    top = flushed(c, "D")
+    c.run_until(lambda: own_lsn(c, "X", "D") == top, what="X holds D's rows")
+    c.lose_disk("D")
+    c.heal()
+    c.partition(["X"], ["A", "B", "C", "D"])
+    c.restart("D")
+    c.run_until(lambda: c.nodes["D"].ready and not c.nodes["D"].proc, what="D joined again")
+    c.run(100)
+    d = c.nodes["D"]
+    assert d.core.fence is not None and c.nodes["X"].uuid in d.core.fence.waiting_for(d.core.table, d.uuid)
+    assert c.put("D", "refused") is None
+    c.heal()
+    c.run_until(lambda: c.nodes["D"].core.fence is None, what="D's fence lifted")
+    assert own_lsn(c, "D", "D") >= top
+    assert c.put("D", "past-the-lost-rows")
+    finish(c)
+
+
+def test_an_anonymous_replica_of_a_wal_mode_write_node_gets_only_rows_on_disk():
+    """D (wal_mode write) writes a row while its peers are cut off and only the anonymous
+    replica R follows it, then loses power before the row is on disk. R never gets the row
+    (Relay: anonymous subscribers in wal_mode write read only synced frames), so D, fenced
+    after the loss and hearing A, B and C (anonymous replicas are never waited for), may
+    write under that lsn again: nobody holds the first."""
+    c = Cluster(43)
+    c.add_node("D", wal_mode="write")
+    form(c, "A", "B", "C", "D")
+    c.add_node("R", anon=True)
+    c.fetch_anon("R", via="D")
+    c.run_until(lambda: c.nodes["R"].ready and not c.nodes["R"].proc, what="R fetched")
+    c.run_until_quiet()
+    c.nodes["D"].sync_p = 0.0
+    c.partition(["A", "B", "C"], ["D", "R"])
+    assert c.put("D", "only-in-D's-page-cache")
+    claimed = c.nodes["D"].core.claimed.get(c.nodes["D"].core.self_id)
+    c.run_until(lambda: c.nodes["D"].applied_pos == len(c.nodes["D"].wal) and not c.nodes["D"].queue, what="D wrote it")
+    c.run(30)
+    assert own_lsn(c, "R", "D") < claimed
+    c.crash("D", power=True)
+    c.nodes["D"].sync_p = None
+    c.heal()
+    c.partition(["R"], ["A", "B", "C", "D"])
+    c.restart("D")
+    c.run_until(lambda: c.nodes["D"].core.fence is None, what="D's fence lifted")
+    assert c.put("D", "same-lsn")
+    c.run(10)
+    finish(c)
