@@ -4,7 +4,8 @@ A run: three masters form a cluster calmly (A bootstraps, B and C join); then te
 chaos steps mix writes on random nodes (concurrent writes to a few shared keys, deletes,
 multi-row txns, a local space), joins of 2-4 new nodes (often two at once through
 different donors, often under a partition so they get the same id), crashes that lose
-what is not on disk and later restarts, partitions and heals, dropped links, sometimes one
+what is not on disk and later restarts, partitions and heals, dropped links (most often a JOIN,
+rejoin, FETCH or REGISTER in flight, its messages lost), sometimes one
 expel and an anonymous replica (which may register later). Issue 16's faults join the mix:
 nodes in wal_mode write (killed, or losing power, which fences them), checkpoints that
 collect the WAL (in some runs every few ticks, with short anonymous holds: collection
@@ -30,7 +31,8 @@ NAMES = "ABCDEFG"
 
 # Known shell bugs the seeded runs step around, each with the rule its fix presumably brings
 # (tests/sim/shell.py, protocol.py, simnode.py read them) and each pinned by a strict xfail run
-# in tests/sim/test_known_bugs.py that fails without it: drop a name here once its bug is fixed.
+# in tests/sim/test_known_bugs.py that fails without it: drop a name here once its bug is fixed
+# (the bugs of the issue 16 work that node/ fixed since: tests/sim/test_fixed_bugs.py).
 WORKAROUNDS = frozenset(("fenced_skip_unknown", "reopen_power_fence"))
 
 
