@@ -42,7 +42,8 @@ class Faults:
         n.up = False
         n.state, n.core, n.rejoiner = None, None, None
         n.joining.clear()
-        n.own_lsn_seen, n.status, n.in_effect = 0, "running", None
+        n.own_claims, n.claims_disproved = {}, set()
+        n.status, n.in_effect = "running", None
         n.followers.clear()
         for a in n.appliers.values():
             a.status = ""

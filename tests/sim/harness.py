@@ -10,7 +10,7 @@ rejoin, greetings) in tests/sim/shell.py. Time is a tick counter; one seeded
 Rules the harness keeps, each the same as the shell it stands in for:
 - local write (server.write): refused while the node is not running, while it is fenced
   (replicated ops; FenceKeeper.try_lift first) and while a peer holds more of its own rows
-  than it has claimed (`own_lsn_seen`); `core.local_txn` for the replicated ops and for the
+  than it has claimed and is one of its upstreams (`own_claims`, Node.own_rows_awaited); `core.local_txn` for the replicated ops and for the
   local ops, submitted together; anonymous nodes refuse replicated writes;
 - journal (journal.py) and store: tests/sim/simnode.py (wal_mode fsync or write, checkpoints,
   WAL holds and collection);
@@ -113,6 +113,8 @@ class Conn:
     fenced: bool = False      # client side: subscribed for its own rows only (fenced)
     sub_anon: bool = False    # relay side: the subscriber's greeting said anonymous
     acked_sig: int = -1       # client side: the last ACK sent (signature, tick)
+    hb_at: int = 0            # relay side: when it may heartbeat next (caught up)
+    claim_checked: bool = False   # client side: Applier._check_claim ran on this link
     acked_at: int = 0
     ack_at: int = 0           # client side: when it considers its next ACK
     core_peer: Any = None     # client side: the core's Peer its greeting built (Applier.core_peer)
@@ -258,7 +260,7 @@ class Cluster(Faults, Protocol):
         if repl and n.core.fence is not None and not shell.try_lift(self, n):
             self.stats["refused_fenced_writes"] += 1
             return None
-        if repl and n.core.claimed.get(n.core.self_id) < n.own_lsn_seen:
+        if repl and shell.own_rows_awaited(self, n):
             self.stats["refused_catching_up"] += 1
             return None
         txns = []
@@ -293,10 +295,14 @@ class Cluster(Faults, Protocol):
         self.send(c, SERVER, "HELLO", shell.greeting(client))
         return c
 
-    def send(self, c: Conn, to: str, kind: str, body: Any) -> None:
+    def send(self, c: Conn, to: str, kind: str, body: Any, delay: int | None = None) -> None:
+        """`delay`: ticks it takes, drawn from the seed's stream when None (a heartbeat takes a
+        fixed one, so that it leaves every run's draws as they were)."""
         if not c.open:
             return
-        at = self.now + int(self.rng.random() * (self.delay_max + 1)) + self.slow.get((c.client, c.server), 0)
+        if delay is None:
+            delay = int(self.rng.random() * (self.delay_max + 1))
+        at = self.now + delay + self.slow.get((c.client, c.server), 0)
         at = max(at, self._link_last.get((c.id, to), 0))
         self._link_last[(c.id, to)] = at
         self._seq += 1

@@ -6,6 +6,7 @@ Conversation on a link (one Conn; each direction FIFO):
   C: HELLO {greeting}        S: GREETING {greeting}  (SUBSCRIBE links) | refusal
   C: SUBSCRIBE {vclock, durable, own_rows}   S: SUBSCRIBED, then ROWS ... | need_rejoin {collected}
   C: ACK {durable}           (the subscriber's on-disk vclock in the relay's ids)
+  S: HEARTBEAT               (caught up: every row of the subscriber's its greeting claimed was sent)
   JOIN / rejoin / FETCH / REGISTER links: HELLO, then SNAPSHOT or REGISTERED.
 Greetings in both directions carry the sender's vclock by uuid and `_cluster`: the own-rows
 fence hears them (shell.observe).
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 CLIENT, SERVER = "client", "server"
 ACK_EVERY = 40        # ticks: an ACK goes at least this often on a streaming link (heartbeat_interval_s)
 ACK_INTERVAL_MAX = 6  # ticks: a streaming applier considers an ACK every 1..this (ack_interval_s)
+HEARTBEAT_TICKS = 2   # ticks between a caught-up relay's heartbeats (heartbeat_interval_s)
 
 
 class Protocol:
@@ -124,6 +126,11 @@ class Protocol:
             # an anonymous subscriber of a wal_mode write node gets only rows on disk
             end = p.durable if c.sub_anon and p.wal_mode == "write" else p.applied_pos
             if c.cursor >= end:
+                # caught up: it heartbeats (only until the subscriber has checked its peer's claim:
+                # the simulation sends no heartbeat that changes nothing)
+                if not c.claim_checked and self.now >= c.hb_at:
+                    c.hb_at = self.now + HEARTBEAT_TICKS
+                    self.send(c, CLIENT, "HEARTBEAT", None, delay=1)
                 continue
             if self.relay_batch_max:
                 end = min(end, c.cursor + 1 + int(self.rng.random() * self.relay_batch_max))
@@ -191,6 +198,10 @@ class Protocol:
             # it wants its own rows back past the relay's own-rows cut
             self.send(c, SERVER, "SUBSCRIBE", {"vclock": sub.to_dict(), "durable": s.core.ack_durable(p.uuid).to_dict(),
                                                "own_rows": c.fenced})
+        elif kind == "HEARTBEAT":            # Applier._stream: the relay sent all it held
+            if not c.claim_checked and not s.pending:
+                c.claim_checked = True
+                shell.check_claim(self, s, p)
         elif kind == "SUBSCRIBED":
             a = s.appliers[c.addr]
             a.status = "follow"

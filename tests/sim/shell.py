@@ -49,17 +49,44 @@ def greeting(n: "SimNode") -> dict:
 
 def observe(n: "SimNode", theirs: dict) -> None:
     """Node.check_peer_greeting: the fence hears the peer (FenceKeeper.on_greeting: every
-    member's greeting, with the members it lists), and `own_lsn_seen` remembers how many of our
-    rows it holds."""
+    member's greeting, with the members it lists), and `own_claims` remembers how many of our
+    rows it says it holds; a peer whose claim a stream belied is not heard again (6852e81)."""
     core = n.core
-    if core is None:
+    if core is None or theirs["uuid"] in n.claims_disproved:
         return
     vu = theirs.get("vclock_uuid") or {}
     if core.fence is not None and not theirs.get("anon"):
         core.observe_peer(theirs["uuid"], vu, theirs.get("cluster") or [])
     own = vu.get(n.uuid)
-    if isinstance(own, int) and own > n.own_lsn_seen:
-        n.own_lsn_seen = own
+    if isinstance(own, int) and own > n.own_claims.get(theirs["uuid"], 0):
+        n.own_claims[theirs["uuid"]] = own
+
+
+def own_rows_awaited(c: "Cluster", n: "SimNode") -> int:
+    """Node.own_rows_awaited: the most of our rows an upstream (only one can send them back)
+    says it holds beyond what we have claimed; 0 if none."""
+    have = n.core.claimed.get(n.core.self_id)
+    upstreams = {c.nodes[resolve(a)].uuid for a in n.appliers}
+    for u in [u for u, lsn in n.own_claims.items() if lsn <= have]:
+        del n.own_claims[u]                  # they came back
+    return max((lsn for u, lsn in n.own_claims.items() if u in upstreams), default=0)
+
+
+def check_claim(c: "Cluster", n: "SimNode", peer: "SimNode") -> None:
+    """Applier._check_claim + Node.disprove_claim: the relay heartbeats once it has sent all it
+    held, so every row of ours its greeting claimed has come by then; if some did not, its
+    claim holds neither our writes nor our fence."""
+    core = n.core
+    have = core.claimed.get(core.self_id)
+    claimed = max(n.own_claims.get(peer.uuid, 0), core.fence.heard.get(peer.uuid, 0) if core.fence is not None else 0)
+    if claimed <= have:
+        return
+    n.own_claims.pop(peer.uuid, None)
+    n.claims_disproved.add(peer.uuid)
+    if core.fence is not None:
+        core.fence.heard[peer.uuid] = min(core.fence.heard.get(peer.uuid, have), have)
+    c.stats["claims_disproved"] += 1
+    c.log(f"{n}: {peer} said it holds its rows up to {claimed} and sent them only up to {have}: not believed")
 
 
 # --- the own-rows fence (node/fence.py) ----------------------------------------------------------
@@ -81,6 +108,15 @@ def set_fence(n: "SimNode", reason: str, kind: str = "rejoin") -> None:
     n.meta["fence_kind"] = kind
 
 
+def expelled_claim(n: "SimNode") -> int:
+    """The workaround "fence_counts_expelled": the most of our rows a member said it holds
+    before some peer told us it is expelled (the operator's give-up excepted): it may still run
+    and pass them on."""
+    fence = n.core.fence
+    given = set(n.meta.get("given_up") or ())
+    return max((v for u, v in fence.heard.items() if u in fence.expelled and u not in given), default=0)
+
+
 def try_lift(c: "Cluster", n: "SimNode") -> bool:
     """FenceKeeper.try_lift + _lift: whether the fence is gone. A rebuilt store's fence states
     its whole table again when it lifts (NodeCore.clear_fence); the expels the operator asked for
@@ -90,6 +126,8 @@ def try_lift(c: "Cluster", n: "SimNode") -> bool:
     if core is None or core.fence is None:
         return True
     if c.rules["fence"] and not core.fence_state()[0]:
+        return False
+    if c.rules["fence"] and "fence_counts_expelled" in c.workarounds and expelled_claim(n) > core.vclock.get(core.self_id):
         return False
     restate = core.clear_fence(n.wall_us())
     given_up = sorted(n.meta.get("given_up") or ())

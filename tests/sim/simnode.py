@@ -151,7 +151,8 @@ class SimNode:
         self.state: SimState | None = None
         self.core: NodeCore | None = None
         self.status = "running"               # "rejoining" while a rejoin pauses or rebuilds
-        self.own_lsn_seen = 0                 # Node.own_lsn_seen: most of our rows a peer said it holds
+        self.own_claims: dict[str, int] = {}  # Node.own_claims: peer uuid -> most of our rows it said it holds
+        self.claims_disproved: set[str] = set()   # Node.claims_disproved: peers whose claim the stream belied
         self.peers: list[str] = []            # configured upstream addresses (configure_peers)
         self.in_effect: list[str] | None = None   # set_peers([]) during a rebuild; None: = peers
         self.links_applied: tuple = ()        # what Cluster.apply_links last made the appliers match

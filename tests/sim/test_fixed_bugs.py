@@ -159,3 +159,36 @@ def test_an_anonymous_replica_of_a_wal_mode_write_node_gets_only_rows_on_disk():
     assert c.put("D", "same-lsn")
     c.run(10)
     finish(c)
+
+
+def test_an_upstream_that_claimed_a_fenced_nodes_rows_and_lost_them_does_not_hold_its_fence():
+    """A and B run in wal_mode write; A writes two rows B takes, neither syncs, and A loses
+    power: fenced, it hears B say it holds them. Then B loses power too, and the rows are
+    nowhere. B's relay catches A up and heartbeats without them: the claim was false
+    (Applier._check_claim, Node.disprove_claim), so it holds neither A's fence (its heard
+    falls to what came) nor A's writes, and A writes again (6852e81; before it, for ever
+    fenced)."""
+    c = Cluster(45)
+    c.add_node("A", wal_mode="write")
+    c.add_node("B", wal_mode="write")
+    form(c, "A", "B", "C")
+    a, b = c.nodes["A"], c.nodes["B"]
+    c.partition(["C"], ["A", "B"])
+    a.sync_p = b.sync_p = 0.0
+    for i in range(2):
+        assert c.put("A", f"a{i}")
+        c.run(1)
+    top = a.core.claimed.get(a.core.self_id)
+    c.run_until(lambda: own_lsn(c, "B", "A") == top, what="B holds A's rows (written, not on disk)")
+    c.crash("A", power=True)
+    c.restart("A")
+    assert a.core.fence is not None
+    c.run_until(lambda: a.core.fence.heard.get(b.uuid, 0) == top, what="A hears B claim its rows")
+    c.crash("B", power=True)
+    a.sync_p = b.sync_p = None
+    c.restart("B")
+    c.heal()
+    c.run_until(lambda: a.core.fence is None, max_ticks=300, what="A's fence lifted")
+    assert c.stats["claims_disproved"] >= 1
+    assert c.put("A", "again")
+    finish(c)

@@ -39,9 +39,18 @@ REOPEN = ("node/storage/store.py Store.__init__: a store whose meta holds an own
           "say its id k is that member (once the fence lifts it may give id k to another). FenceKeeper.restore "
           "leaves the bound at lsn_max while it runs, so its own `_cluster` rows coming back from peers change "
           "the core's table and not the store's. The fix: lsn_max only for a fence with `rebuilt` true")
+EXPELLED_CLAIM = (
+    "node/core/membership.py OwnRowsFence.target (b33fe11): the most of a fenced node's rows any member "
+    "holds leaves out what members some peer says are expelled said, and waiting_for skips them. An expelled "
+    "member that still runs is still followed (node/applier/applier.py takes every other origin's rows from "
+    "it) and passes on the fenced node's rows it holds. Seed 259 (full mix): C loses its store and joins "
+    "again fenced; A, expelled through B, said it holds C's row 2; C hears B, D and E (row 1 each), lifts, "
+    "writes a second row 2, and B takes A's row 2. The fix: keep an expelled member's word unless the "
+    "operator gave it up on this node (the workaround), or stop following an expelled upstream")
 SEEDED = [
+    ("fence_counts_expelled", 259, True, "invariant 1", EXPELLED_CLAIM),
     ("reopen_power_fence", 31, False, "names no member", REOPEN),
-    ("reopen_power_fence", 192, False, "invariant 7", REOPEN),
+    ("reopen_power_fence", 248, False, "invariant 7", REOPEN),
 ]
 IDS = [f"{s[0]}-seed{s[1]}" for s in SEEDED]
 

@@ -33,7 +33,7 @@ NAMES = "ABCDEFG"
 # (tests/sim/shell.py, protocol.py, simnode.py read them) and each pinned by a strict xfail run
 # in tests/sim/test_known_bugs.py that fails without it: drop a name here once its bug is fixed
 # (the bugs of the issue 16 work that node/ fixed since: tests/sim/test_fixed_bugs.py).
-WORKAROUNDS = frozenset(("fenced_skip_unknown", "reopen_power_fence"))
+WORKAROUNDS = frozenset(("fenced_skip_unknown", "reopen_power_fence", "fence_counts_expelled"))
 
 
 def run_seed(seed: int, *, verbose: bool = False, repro: str = "", without: frozenset = frozenset(),
