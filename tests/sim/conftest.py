@@ -8,11 +8,6 @@ import pytest
 from tests.sim.harness import Cluster
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "sim_workaround(*names): the scenario steps around these known shell "
-                            "bugs (tests/sim/workload.py WORKAROUNDS)")
-
-
 @pytest.fixture(autouse=True)
 def _quiet_core_logs():
     # The core logs every registration; thousands of simulated runs would flood the capture.
@@ -27,11 +22,7 @@ def make_cluster(request):
     def make(seed: int) -> Cluster:
         repro = f"cd /work/main && .venv/bin/python -m pytest -q '{request.node.nodeid}'"
         request.node.sim_repro = f"seed {seed}; repro: {repro}"
-        c = Cluster(seed, repro=repro)
-        marker = request.node.get_closest_marker("sim_workaround")
-        if marker is not None:       # a known shell bug this scenario steps around (test_known_bugs.py)
-            c.workarounds = set(marker.args)
-        return c
+        return Cluster(seed, repro=repro)
     return make
 
 

@@ -96,7 +96,7 @@ class Faults:
                 self.stats["fenced_restarts"] += 1
             n.power_lost = False
             n.meta["running"] = True
-            n.recover(fenced_now=loss is not None)
+            n.recover()
             n.rejoiner = shell.Rejoiner(self, n)
             self.checker.on_restart(n)
         elif n.identity_active and not n.proc:
@@ -121,7 +121,7 @@ class Faults:
             return False                       # 404 no_such_member
         if core.fence is not None and not shell.try_lift(self, m):
             m.meta["given_up"] = sorted(set(m.meta.get("given_up") or ()) | {x.uuid})
-            core.fence.expelled.add(x.uuid)
+            core.fence.given_up.add(x.uuid)
             self.stats["expels_pending_fence"] += 1
             self.log(f"{m} is fenced: it gives up waiting for {x}, its expel is written once the fence lifts")
         else:

@@ -50,9 +50,8 @@ catches it: "cover" (False: the old rejoin: at once, from any donor, even while 
 streams), "keep_local" (False: a rejoin wipes the local spaces too), "fence" (False: never
 fenced), "holds" ("first_ack": a hold only from the first ACK, none for a member that never
 subscribed), "ack" ("applied" / "claimed": ACKs carry the applied / the claimed vclock), "one_link" (False: no claim, no
-older link closed). `workarounds` names the known shell bugs to step around, each with the rule
-its fix presumably brings (tests/sim/workload.py WORKAROUNDS, tests/sim/test_known_bugs.py);
-a cluster made here has none: scripted scenarios run the shell's rules as they are.
+older link closed). Otherwise the simulation runs the shell's rules as they are: a shell bug it
+finds is fixed in node/ and the run that showed it kept (tests/sim/test_fixed_bugs.py).
 The journal is asynchronous, as the shell's: a row is claimed (queued), then written, then on
 disk; ACKs carry what is on disk; a crash may fall between any two (tests/sim/faults.py counts
 which window each crash fell into).
@@ -159,9 +158,6 @@ class Cluster(Faults, Protocol):
         self.hlc_skips_snapshot_records = False  # the shell bug it covered is fixed
         self.checkpoint_every = 0       # mean ticks between a node's checkpoints (0: none)
         self.anon_ttl = 400             # ticks an anonymous replica's hold lasts (anon_ttl_s)
-        # known shell bugs the seeded workload steps around (each pinned by a strict xfail run
-        # in tests/sim/test_known_bugs.py): the rule the fix presumably brings
-        self.workarounds: set[str] = set()
         self.rules = {"cover": True, "keep_local": True, "fence": True, "holds": "register", "ack": "durable", "one_link": True}
         self.stats: Counter = Counter()
         self.trace: deque[str] = deque(maxlen=globals()["TRACE_LINES_MAX"])

@@ -185,15 +185,7 @@ class Protocol:
             a.refused = ""
             c.expel_epoch = s.core.expel_epoch
             c.fenced = s.core.fence is not None       # then only our own rows (subscribe_vclock)
-            sub = s.core.subscribe_vclock(p.uuid, body["vclock_uuid"] if c.fenced else None)
-            if c.fenced and "fenced_skip_unknown" in self.workarounds:
-                # the workaround: members the relay has and this node does not (it registers nobody
-                # while fenced) are asked from where the relay is, like every other origin
-                sub = sub.to_dict()
-                for row in body["cluster"]:
-                    if s.core.table.get(row[0]) is None and row[0] != s.uuid:
-                        sub[row[1]] = body["vclock_uuid"].get(row[0], 0)
-                sub = VClock(sub)
+            sub = s.core.subscribe_vclock(p.uuid, body["vclock_uuid"] if c.fenced else None, body["cluster"])
             # durable: what it has on disk (the relay holds its WAL from there); own_rows: fenced,
             # it wants its own rows back past the relay's own-rows cut
             self.send(c, SERVER, "SUBSCRIBE", {"vclock": sub.to_dict(), "durable": s.core.ack_durable(p.uuid).to_dict(),

@@ -108,15 +108,6 @@ def set_fence(n: "SimNode", reason: str, kind: str = "rejoin") -> None:
     n.meta["fence_kind"] = kind
 
 
-def expelled_claim(n: "SimNode") -> int:
-    """The workaround "fence_counts_expelled": the most of our rows a member said it holds
-    before some peer told us it is expelled (the operator's give-up excepted): it may still run
-    and pass them on."""
-    fence = n.core.fence
-    given = set(n.meta.get("given_up") or ())
-    return max((v for u, v in fence.heard.items() if u in fence.expelled and u not in given), default=0)
-
-
 def try_lift(c: "Cluster", n: "SimNode") -> bool:
     """FenceKeeper.try_lift + _lift: whether the fence is gone. A rebuilt store's fence states
     its whole table again when it lifts (NodeCore.clear_fence); the expels the operator asked for
@@ -126,8 +117,6 @@ def try_lift(c: "Cluster", n: "SimNode") -> bool:
     if core is None or core.fence is None:
         return True
     if c.rules["fence"] and not core.fence_state()[0]:
-        return False
-    if c.rules["fence"] and "fence_counts_expelled" in c.workarounds and expelled_claim(n) > core.vclock.get(core.self_id):
         return False
     restate = core.clear_fence(n.wall_us())
     given_up = sorted(n.meta.get("given_up") or ())
@@ -295,16 +284,16 @@ class Rejoiner:
                 return missing
 
     def rebuild(self, address: str) -> Iterator[None]:
-        """Rejoiner._rebuild: links down, journal drained, a JOIN (FETCH_SNAPSHOT for an
-        anonymous replica) into a side store that must cover this node, then the swap."""
+        """Rejoiner._rebuild: nothing if this node caught up meanwhile (_caught_up); else links
+        down, journal drained, a JOIN (FETCH_SNAPSHOT for an anonymous replica) into a side
+        store that must cover this node, then the swap."""
         c, n = self.c, self.n
-        if "rebuild_only_if_lacking" in c.workarounds and c.rules["cover"] and self.caught_up():
-            # the workaround: it caught up from another upstream while the attempt probed and
-            # waited for cover; the links serve it again, a rebuild would gain nothing
+        if c.rules["cover"] and self.caught_up():
+            # it caught up from another upstream while the attempt probed and waited for cover:
+            # a snapshot would gain nothing (and empty the WAL, and take the donor's ids)
             n.status = "running"
-            self.need.clear()
-            self.needed.clear()
-            c.log(f"{n} caught up past what was collected: no rebuild")
+            c.stats["rebuilds_skipped_caught_up"] += 1
+            c.log(f"{n} caught up past what was collected while looking for a donor: no rebuild")
             return
         c.log(f"{n} rebuilds its store from {address}'s snapshot")
         n.status = "rejoining"

@@ -228,22 +228,19 @@ class SimNode:
         self.sync()
 
     # --- lifecycle ----------------------------------------------------------------------
-    def recover(self, fenced_now: bool = False) -> None:
+    def recover(self) -> None:
         """Rebuild state and core from the base and the WAL on disk, as a restart does. The store
-        opens with own_history_lsn = lsn_max if its meta holds a fence (Store.__init__: its own
-        `_cluster` rows replay as history, `rebuilt` or not: a known bug), else the meta's; `fenced_now`: the fence was set by
-        this start after the store opened (server.start: loss_at_open), so the replay keeps the
-        meta's bound. FenceKeeper.restore then takes the fence up (`rebuilt` from its kind), with
-        the members this node registered itself and those the operator gave up on; a rebuilt
-        fence holds every own row as history while it stands."""
+        opens with own_history_lsn = lsn_max if its meta holds a `rebuilt` fence (Store.__init__:
+        its ids are the donor's, so all its own `_cluster` rows replay as history), else the
+        meta's: a fence over its own store, as one this start set (server.start: loss_at_open),
+        keeps the members it registered. FenceKeeper.restore then takes the fence up (`rebuilt`
+        from its kind), with the members this node registered itself and those the operator
+        gave up on; a rebuilt fence holds every own row as history while it stands."""
         assert self.base is not None
         fence = self.meta.get("own_fence")
         rebuilt = self.meta.get("fence_kind") == "rejoin"
         history = int(self.meta.get("own_history_lsn") or 0)
-        # (the workaround "reopen_power_fence": a store fenced over its own WAL reopens with the
-        # meta's bound too, as the fence it holds is not `rebuilt`)
-        reopen = not fenced_now and "reopen_power_fence" not in self.cluster.workarounds
-        at_open = limits.lsn_max if fence and (rebuilt or reopen) else history
+        at_open = limits.lsn_max if fence and rebuilt else history
         self.state = SimState(self.base, at_open)
         # as Store.install_records: the HLC starts above every record of the snapshot
         hlc = max([self.base.hlc] + [r[3] for recs in self.base.data.values() for r in recs.values()])
@@ -257,7 +254,7 @@ class SimNode:
         if fence and not self.core.anon:           # FenceKeeper.restore
             f = OwnRowsFence(str(fence), rebuilt=rebuilt)
             f.known |= self.registered
-            f.expelled |= set(self.meta.get("given_up") or ())
+            f.given_up |= set(self.meta.get("given_up") or ())
             self.core.fence = f
             if rebuilt:
                 self.state.own_history_lsn = limits.lsn_max

@@ -1,5 +1,5 @@
 """Steps the scripted simulation scenarios share (tests/sim/test_scenarios_membership.py,
-tests/sim/test_known_bugs.py): forming a cluster, waiting for a node, reading its position."""
+tests/sim/test_fixed_bugs.py): forming a cluster, waiting for a node, reading its position."""
 from __future__ import annotations
 
 from tests.sim.harness import Cluster

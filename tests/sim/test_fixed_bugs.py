@@ -1,7 +1,7 @@
 """Seeded runs and scripted scenarios that showed the shell's membership bugs of the issue 16
-work (each was pinned as a strict xfail in tests/sim/test_known_bugs.py, with a workaround in
-the simulation); node/ now keeps each rule, the simulation follows it, and each run must keep
-every invariant and converge. The seeds are the ones that showed each bug alone.
+work (each was pinned as a strict xfail, with a workaround in the simulation, until node/ was
+fixed); node/ now keeps each rule, the simulation follows it with no workaround, and each run
+must keep every invariant and converge. The seeds are the ones that showed each bug alone.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from tests.sim.harness import Cluster
 from tests.sim.liveness import check_acknowledged, check_converged
-from tests.sim.steps import flushed, form, own_lsn
+from tests.sim.steps import flushed, form, own_lsn, ready
 from tests.sim.workload import run_seed
 
 # (behaviour kept, seed, REPLOG_SIM_MIX=full?, the shell function that once broke it)
@@ -24,10 +24,16 @@ SEEDED = [
     ("a_peers_earlier_incarnation_rows_teach_no_ids", 681, True, "node/core/replicaset.py Peer.history_lsn"),
     ("a_fence_hears_every_member_any_greeting_lists", 1180, True, "node/core/membership.py OwnRowsFence.known"),
     ("a_member_gone_for_good_is_expelled_when_every_member_is_fenced", 450, True, "node/server.py expel (give_up)"),
+    ("a_store_fenced_after_a_power_loss_keeps_its_registrations_across_a_restart", 31, False,
+     "node/storage/store.py Store.__init__ (own_history_lsn)"),
+    ("a_store_fenced_after_a_power_loss_keeps_its_registrations_across_a_restart", 248, False,
+     "node/storage/store.py Store.__init__ (own_history_lsn)"),
+    ("a_fence_keeps_the_word_of_a_member_some_peer_says_is_expelled", 259, True,
+     "node/core/membership.py OwnRowsFence.target (given_up)"),
 ]
 
 
-@pytest.mark.parametrize("behaviour,seed,full,where", SEEDED, ids=[s[0] for s in SEEDED])
+@pytest.mark.parametrize("behaviour,seed,full,where", SEEDED, ids=[f"{s[0]}-seed{s[1]}" for s in SEEDED])
 def test_a_seeded_run_that_showed_a_membership_bug_keeps_every_invariant(behaviour, seed, full, where):
     c = run_seed(seed, full=full)
     if behaviour.startswith("a_member_gone_for_good"):
@@ -191,4 +197,70 @@ def test_an_upstream_that_claimed_a_fenced_nodes_rows_and_lost_them_does_not_hol
     c.run_until(lambda: a.core.fence is None, max_ticks=300, what="A's fence lifted")
     assert c.stats["claims_disproved"] >= 1
     assert c.put("A", "again")
+    finish(c)
+
+
+def fenced_node_that_does_not_know_a_member(c: Cluster) -> None:
+    """A (wal_mode write) is cut off while D joins through B and writes. Healed, A learns of D
+    from a greeting and registers it, and writes a row; B and C take both rows, A syncs
+    neither and loses power: it restarts fenced, without D in its table and without its last
+    rows, which it must get back before it writes again. Fenced, it registers nobody; its
+    own-rows-only SUBSCRIBE (NodeCore.subscribe_vclock, with the relay's `_cluster` rows) asks
+    for D, whom only the relay knows, from where the relay is, so no row of D's comes before
+    A's own (once, D's rows came first, A could not translate them, every link dropped before
+    A's rows came, and the fence never lifted: 7a6dd38)."""
+    c.add_node("A", wal_mode="write")
+    form(c, "A", "B", "C")
+    c.add_node("D")
+    c.partition(["A"], ["B", "C", "D"])
+    c.join("D", via="B")
+    c.run_until(lambda: ready(c, "D"), what="D joined through B")
+    for i in range(3):
+        assert c.put("D", f"d{i}")
+        c.run(1)
+    flushed(c, "D")
+    c.run_until(lambda: own_lsn(c, "B", "D") == own_lsn(c, "D", "D"), what="B holds D's rows")
+    a = c.nodes["A"]
+    a.sync_p = 0.0
+    c.heal()
+    c.run_until(lambda: a.core.table.get(c.nodes["D"].uuid) is not None, what="A learns of D")
+    assert c.put("A", "lost-at-A")
+    top = a.core.claimed.get(a.core.self_id)
+    c.run_until(lambda: own_lsn(c, "B", "A") == top == own_lsn(c, "C", "A"), what="B and C hold A's rows")
+    c.crash("A", power=True)
+    a.sync_p = None
+    c.restart("A")
+    assert a.core.fence is not None and a.core.table.get(c.nodes["D"].uuid) is None
+
+
+def test_a_fenced_node_gets_its_own_rows_back_though_it_does_not_know_a_member_of_its_upstream():
+    c = Cluster(44)
+    fenced_node_that_does_not_know_a_member(c)
+    top = own_lsn(c, "B", "A")
+    c.run_until(lambda: c.nodes["A"].core.fence is None, max_ticks=600, what="A's fence lifted")
+    assert c.stats["fences_lifted"] >= 1 and own_lsn(c, "A", "A") >= top
+    assert c.put("A", "past-the-lost-row")
+    finish(c)
+
+
+def test_a_node_that_catches_up_while_its_rejoin_attempt_runs_does_not_rebuild():
+    """The reference's case (a) (tests/sim/test_scenarios.py): C joins through A and D through
+    B while A and B are cut apart. Healed, B subscribes to C, whose WAL starts at its snapshot
+    (a row of A's that B lacks): C tells B to rejoin. B's link to A is still in its handshake,
+    so no upstream feeds B (Rejoiner.watch) and the attempt starts; A's link then streams and B
+    catches up past what C collected while the attempt probes and waits for cover. The attempt
+    looks again before it rebuilds (Rejoiner._rebuild, _caught_up: 89d2ce4): B keeps its store
+    (once, it rebuilt from a snapshot it no longer needed: its WAL emptied, its subscribers
+    told to rejoin, its ids now the donor's)."""
+    from tests.sim.test_scenarios import case_a
+    c = Cluster(11)
+    case_a(c)
+    for i in range(3):
+        c.put("C", f"c{i}")
+        c.put("D", f"d{i}")
+        c.run(1)
+    c.heal()
+    c.run_until_quiet()
+    assert c.stats["rejoins"] == 0, "a node rebuilt though it had caught up"
+    assert c.stats["refused_need_rejoin"] > 0 and c.stats["rebuilds_skipped_caught_up"] > 0
     finish(c)

@@ -74,7 +74,6 @@ def case_a(c: Cluster) -> None:
 
 
 # --- the reference's case (a) ---------------------------------------------------------
-@pytest.mark.sim_workaround("rebuild_only_if_lacking")   # a needless rebuild would take other ids
 def test_case_a_concurrent_joins_get_id_3_each_and_are_remapped_after_the_cut_heals(make_cluster):
     c = make_cluster(11)
     case_a(c)
@@ -143,7 +142,6 @@ def test_power_off_after_case_a_restores_maps_and_converges_with_right_origins(m
 
 
 # --- joins ------------------------------------------------------------------------------
-@pytest.mark.sim_workaround("rebuild_only_if_lacking")   # a needless rebuild would take other ids
 def test_two_joins_under_write_load_receive_every_row(make_cluster):
     c = make_cluster(13)
     form(c, "A", "B", "C")
@@ -266,7 +264,6 @@ def test_expelled_member_rows_are_refused_everywhere_and_its_id_is_never_reused(
 
 
 # --- `_cluster` rows through a third node ----------------------------------------------------
-@pytest.mark.sim_workaround("rebuild_only_if_lacking")   # a needless rebuild would take other ids
 def test_cluster_row_relayed_by_a_third_node_teaches_only_its_origin_ids(make_cluster):
     """S subscribes only to B. A's `_cluster` row "C = 4" reaches S through B, where 4 is D:
     S records what A said, maps B's ids from B's own rows, and attributes rows correctly."""

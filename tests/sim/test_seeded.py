@@ -11,8 +11,8 @@ asserting the default run reached it (counts summed over the seeded runs).
 
 Seeds: the default range below; `REPLOG_SIM_SEEDS=LO-HI` runs seeds LO..HI-1 instead (a
 soak, e.g. "0-5000"); `REPLOG_SIM_SEED=N` runs seed N alone and prints its trace (use
-`-s`); `REPLOG_SIM_MIX=full` also combines the faults whose combinations hit known bugs (see
-tests/sim/test_known_bugs.py). A failure names its seed and the one command that replays it.
+`-s`); `REPLOG_SIM_MIX=full` also combines the faults whose combinations hit known limits
+(tests/sim/workload.py says which). A failure names its seed and the one command that replays it.
 """
 from __future__ import annotations
 

@@ -29,22 +29,13 @@ KEYS = [f"k{i}" for i in range(6)]
 NAMES = "ABCDEFG"
 
 
-# Known shell bugs the seeded runs step around, each with the rule its fix presumably brings
-# (tests/sim/shell.py, protocol.py, simnode.py read them) and each pinned by a strict xfail run
-# in tests/sim/test_known_bugs.py that fails without it: drop a name here once its bug is fixed
-# (the bugs of the issue 16 work that node/ fixed since: tests/sim/test_fixed_bugs.py).
-WORKAROUNDS = frozenset(("fenced_skip_unknown", "reopen_power_fence", "fence_counts_expelled"))
-
-
-def run_seed(seed: int, *, verbose: bool = False, repro: str = "", without: frozenset = frozenset(),
-             full: bool = False, rules: dict | None = None) -> Cluster:
-    """One seeded run; `without`: workarounds left out (to show the bug each one steps around);
-    `full`: every fault combined with every other (REPLOG_SIM_MIX=full), known bugs included;
+def run_seed(seed: int, *, verbose: bool = False, repro: str = "", full: bool = False,
+             rules: dict | None = None) -> Cluster:
+    """One seeded run; `full`: every fault combined with every other (REPLOG_SIM_MIX=full);
     `rules`: Cluster.rules turned back (to show that the run catches it)."""
     c = Cluster(seed, repro=repro, verbose=verbose)
     c.rules.update(rules or {})
     c.hlc_skips_snapshot_records = True     # a known shell bug, pinned by its own scenario
-    c.workarounds = set(WORKAROUNDS - without)
     rng = c.rng
     n_joiners = rng.randint(2, 4)
     names = list(NAMES[:3 + n_joiners])
@@ -69,11 +60,12 @@ def run_seed(seed: int, *, verbose: bool = False, repro: str = "", without: froz
     restarts: dict[str, int] = {}
     events: list[tuple[int, str, str]] = []          # (tick, what, node): scheduled faults
     heal_at: int | None = None
-    # `full` mixes every fault with every other; without it, the combinations that hit known
-    # bugs without a workaround (tests/sim/test_known_bugs.py) are left out: a lost store only
-    # with mild collection and no anonymous replica, an expel of a live member only without
-    # collection, a member down for good only with mild collection and no wal_mode write (when
-    # every running member is fenced, nobody can expel it)
+    # `full` mixes every fault with every other; without it, the combinations that hit shell
+    # bugs when this schedule was written are left out (fixed since; kept so the default seeds
+    # replay as before, tests/sim/test_fixed_bugs.py): a lost store only with mild collection
+    # and no anonymous replica, an expel of a live member only without collection, a member
+    # down for good only with mild collection and no wal_mode write (when every running member
+    # was fenced, nobody could expel it)
     mild = full or c.checkpoint_every in (0, 30)
     expel_left = 1 if rng.random() < 0.3 and (full or not c.checkpoint_every) else 0
     anon_state = "none" if anon else "done"
