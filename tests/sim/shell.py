@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, ClusterTable, Member
 from node import limits
 from node.core.membership import expel_bounds, uncovered
 
