@@ -30,8 +30,8 @@ Safety (after every tick; each failure names the invariant, the node and the see
   8 origins are right: every live record's origin (resolved to a uuid) is the writer its
     value names;
   9 HLC: a local write's timestamp is above the timestamp of every record it overwrites
-    in the writer's own state (hlc.py: "ordered after every write it could have observed");
-    `Cluster.hlc_skips_snapshot_records` exempts records a joiner got in its snapshot;
+    in the writer's own state (hlc.py: "ordered after every write it could have observed"),
+    records a joiner got in its snapshot included;
   10 expelled means refused: after a node's own `_cluster` row (or snapshot) says X is
     expelled with bound L, no row of X above L follows in its WAL (X itself goes on
     writing locally);
@@ -206,9 +206,6 @@ class Checker:
             for o in t.ops:
                 if o.space in n.state.spaces:
                     rec = n.state.get(o.space, o.key)
-                    if rec is not None and self.c.hlc_skips_snapshot_records and \
-                            n.base.data.get(o.space, {}).get(o.key) == rec:
-                        continue
                     if rec is not None and rec[3] >= t.timestamp:
                         raise self.fail("9 (HLC)", n, f"local write {o.space}/{o.key} at hlc {t.timestamp} is not "
                                         f"after the record it overwrites (hlc {rec[3]}, origin id {rec[1]})")

@@ -153,9 +153,6 @@ class Cluster(Faults, Protocol):
         # chance that a ROWS message goes as applier.py sends a scannable one: through the row
         # scanner (node.core.rowscan) and `receive_scan`; the rest take `receive` txn by txn
         self.scan_rows_p = 0.5
-        # Checker 9 (HLC) skips records a joiner got in its snapshot while this is set: the
-        # known shell bug (the HLC is not seeded from a snapshot), see test_scenarios.py.
-        self.hlc_skips_snapshot_records = False  # the shell bug it covered is fixed
         self.checkpoint_every = 0       # mean ticks between a node's checkpoints (0: none)
         self.anon_ttl = 400             # ticks an anonymous replica's hold lasts (anon_ttl_s)
         self.rules = {"cover": True, "keep_local": True, "fence": True, "holds": "register", "ack": "durable", "one_link": True}

@@ -35,7 +35,6 @@ def run_seed(seed: int, *, verbose: bool = False, repro: str = "", full: bool = 
     `rules`: Cluster.rules turned back (to show that the run catches it)."""
     c = Cluster(seed, repro=repro, verbose=verbose)
     c.rules.update(rules or {})
-    c.hlc_skips_snapshot_records = True     # a known shell bug, pinned by its own scenario
     rng = c.rng
     n_joiners = rng.randint(2, 4)
     names = list(NAMES[:3 + n_joiners])
