@@ -1,17 +1,28 @@
-"""Invariants of a simulated replog cluster, checked after every tick, and the convergence
-demanded once the network is healed and the cluster is quiet.
+"""Invariants of a simulated replog cluster, checked after every tick (the end-of-run checks,
+convergence and acknowledged writes, are in tests/sim/liveness.py).
+
+A node "holds" a row once it is on disk there (wal_mode fsync) or written (wal_mode write:
+applied, and relayed from there); a power loss may take a wal_mode write node's written tail.
 
 Safety (after every tick; each failure names the invariant, the node and the seed):
-  1 rows agree: no two nodes ever hold different content for one (origin uuid, lsn) in
-    their WALs (a txn's replica_id is resolved through the holder's own `_cluster`);
-  2 vclocks only grow: each node's durable vclock, by uuid, never goes back (crashes
-    included), the core's durable vclock equals the state's, and it covers exactly the
-    rows the node holds;
+  1 one history: no (origin uuid, lsn) ever maps to two different rows, across all nodes
+    and all time. The history remembers every row any node held, whatever happened to it
+    since (crashes, lost stores, rebuilds, WAL collection), and a snapshot's records must be
+    those rows' ops. A row leaves the history only when the last node holding it lost it
+    to a fault that may lose it (a lost store, a power loss of its written tail in wal_mode
+    write, the expel of the last member holding it): then nothing anywhere holds it, and
+    its lsn may be written again. Unwritten WAL entries must not contradict it either;
+  2 vclocks only grow: each node's vclock, by uuid, never goes back (crashes and rebuilds
+    from a snapshot included, except a rebuild's for an expelled member's rows past the bound;
+    a lost store and a power loss in wal_mode write start again),
+    the core's applied vclock equals the state's, and it covers exactly the rows the node
+    holds;
   3 ids are stable: in each node's `_cluster` a uuid has one id, an id one uuid, for ever
-    (no reuse after an expel); the core's table extends the durable one without changing it;
+    (no reuse after an expel); the core's table extends the durable one without changing it
+    (a rebuilt or re-joined store has the donor's ids: it starts again);
   4 no gaps: each origin's rows on a node are contiguous from where the node started
-    having them (its snapshot's vclock, or 1);
-  5 claimed >= durable, component-wise;
+    having them (its base's vclock, or 1);
+  5 claimed >= applied, and synced (what ACKs report) <= what is on disk;
   6 own `_cluster` row first: a node holds a row of member X only after its own `_cluster`
     row for X (or a snapshot that listed X);
   7 maps are true: every entry "peer id k -> local id m" of a connected peer's map names
@@ -19,20 +30,18 @@ Safety (after every tick; each failure names the invariant, the node and the see
   8 origins are right: every live record's origin (resolved to a uuid) is the writer its
     value names;
   9 HLC: a local write's timestamp is above the timestamp of every record it overwrites
-    in the writer's own state (hlc.py: "ordered after every write it could have observed");
-    `Cluster.hlc_skips_snapshot_records` exempts records a joiner got in its snapshot (a
-    known shell bug, pinned by its own xfail scenario);
+    in the writer's own state (hlc.py: "ordered after every write it could have observed"),
+    records a joiner got in its snapshot included;
   10 expelled means refused: after a node's own `_cluster` row (or snapshot) says X is
     expelled with bound L, no row of X above L follows in its WAL (X itself goes on
-    writing locally).
-Liveness (`check_converged`): vclocks by uuid equal (an expelled member's component too:
-every node ends with the same accepted bound for it), the same set of (origin uuid, lsn)
-everywhere with each row held once, the same `_cluster` membership, and every replicated
-key with the same record on every node. An anonymous replica may keep an expelled member's
-rows it applied before it heard of the expel (no member follows it to learn its bound), so
-those are left out for it. An anonymous replica is compared too, without its own
-component: it signs the `_cluster` rows it writes on learning members with its private id,
-so it has a component that no master has until it registers.
+    writing locally);
+  11 one link per member: a node has at most one streaming link to each member, none to
+    itself, and none through an address that is not in effect (PUT /v1/admin/peers);
+  12 WAL holds: a member that joined through a node, or subscribed to it, is never told
+    `need_rejoin` by it for rows the node collected: its hold keeps every row it has not on
+    disk. Exempt: rows the node's WAL never had (its store began at a snapshot past them),
+    the member lost its store (the hold stays where its old store was), the node's store was
+    replaced (a rebuild or a lost store), or the member was expelled.
 """
 from __future__ import annotations
 
@@ -41,8 +50,8 @@ from typing import TYPE_CHECKING
 
 import msgpack
 
-from node.cluster_space.table import STATE_ANON, STATE_EXPELLED
-from node.core.rows import GROUP_CLUSTER, GROUP_LOCAL, OP_CLUSTER, Txn
+from node.cluster_space.table import STATE_EXPELLED, ClusterTable, Member
+from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_CLUSTER, OP_DELETE, OP_PUT, Txn
 from node.core.vclock import Order
 
 if TYPE_CHECKING:
@@ -59,51 +68,144 @@ def content(t: Txn) -> bytes:
 @dataclass
 class Track:
     """What the checker remembers of one node since it got its base."""
-    checked: int = 0                                   # durable WAL entries checked
+    checked: int = 0                                   # WAL entries checked (held)
     last: dict[str, int] = field(default_factory=dict)  # origin uuid -> last lsn held
-    first: dict[str, int] = field(default_factory=dict)  # origin uuid -> lsn held from a snapshot
+    first: dict[str, int] = field(default_factory=dict)  # origin uuid -> lsn held from the base
     declared: set = field(default_factory=set)         # uuids this node may hold rows of
     expelled: dict = field(default_factory=dict)       # uuid -> accepted bound, durably expelled here
-    seen: dict[str, int] = field(default_factory=dict)  # highest durable vclock by uuid
+    seen: dict[str, int] = field(default_factory=dict)  # highest vclock by uuid
     ids: dict[str, int] = field(default_factory=dict)   # uuid -> id, ever
     owner: dict[int, str] = field(default_factory=dict)  # id -> uuid, ever
     wal_count: dict[tuple[str, int], int] = field(default_factory=dict)  # rows held in the WAL
+    retrack: bool = False                               # rebuild from the base at the next start
+    # what the per-tick checks last saw: they run again only when it changed (vclocks only grow,
+    # a table's ids never change in place: see the fingerprints in check_node)
+    seen_state: tuple = ()
 
 
 class Checker:
     def __init__(self, cluster: "Cluster"):
         self.c = cluster
-        self.rows: dict[tuple[str, int], tuple[bytes, str]] = {}   # (uuid, lsn) -> (content, first holder)
+        # the history: (uuid, lsn) -> (content of its txn, first holder, its op)
+        self.rows: dict[tuple[str, int], tuple[bytes, str, list]] = {}
         self.tracks: dict[str, Track] = {}
+        self.acked: set[tuple[str, int]] = set()             # acknowledged replicated writes
+        self.local_acked: dict[str, dict[int, list]] = {}    # node -> local lsn -> ops acknowledged
+        self.lost_ok: dict[tuple[str, int], str] = {}        # acknowledged, lost to a fault that may
+        self.held: set[tuple[str, str]] = set()              # (relay name, member uuid): invariant 12
+        self.stale: set[tuple[str, str]] = set()             # ... whose hold predates the member's lost store
 
     def fail(self, inv: str, n: "SimNode", detail: str):
         return self.c.fail(f"invariant {inv} broken on {n}: {detail}")
 
     # --- hooks --------------------------------------------------------------------------
-    def on_install(self, n: "SimNode") -> None:
-        t = Track()
-        st = n.state
-        for rid, lsn in st.vclock.items():
-            u = st.table.uuid_of(rid) if rid else LOCAL
+    def on_install(self, n: "SimNode", seen: dict[str, int] | None = None) -> None:
+        """A node's base was set (bootstrap, snapshot, rebuild), or must be read again."""
+        t = Track(checked=n.base_pos, seen=dict(seen or {}))
+        base = n.base
+        table = ClusterTable(Member.from_row(r) for r in base.table_rows)
+        for rid, lsn in base.vclock.items():
+            u = table.uuid_of(rid) if rid else LOCAL
             if u is None:
-                raise self.fail("2", n, f"snapshot vclock component {rid} names no member")
+                raise self.fail("2", n, f"base vclock component {rid} names no member")
             t.last[u] = t.first[u] = lsn
-        t.declared = {m.uuid for m in st.table.members()}
-        t.expelled = {m.uuid: m.expelled_lsn for m in st.table.members() if m.state == STATE_EXPELLED}
+        t.declared = {m.uuid for m in table.members()}
+        t.expelled = {m.uuid: m.expelled_lsn for m in table.members() if m.state == STATE_EXPELLED}
         self.tracks[n.name] = t
-        self._check_table(n, t)
+        self._check_records(n, base, table)
+        self.check_node(n)
+
+    def on_rebuild(self, n: "SimNode", was_anon: bool = False) -> None:
+        """A rejoin swapped in a new store: nothing may go back (invariant 2), and its WAL
+        starts again, so nobody's earlier hold on it stands."""
+        old = self.tracks[n.name]
+        seen = dict(old.seen)
+        if was_anon and n.uuid in seen:      # an anonymous replica's private rows: nobody else has them
+            del seen[n.uuid]
+            self.tracks[n.name] = Track()
+            self._vanish(n, n.uuid, 1, old.last.get(n.uuid, 0), f"rebuild of anonymous {n.name}")
+        for m in n.core.table.members():     # an expelled member's rows past the bound may go
+            if m.state == STATE_EXPELLED and m.uuid in seen:
+                seen[m.uuid] = min(seen[m.uuid], m.expelled_lsn)
+        self.on_install(n, seen=seen)
+        self.held = {h for h in self.held if h[0] != n.name}
+        self.stale = {h for h in self.stale if h[0] != n.name}
 
     def on_restart(self, n: "SimNode") -> None:
-        self.check_node(n)
+        if self.tracks[n.name].retrack:
+            self.on_install(n)
+        else:
+            self.check_node(n)
+
+    def on_power_loss(self, n: "SimNode") -> None:
+        """Before a power loss: the written tail it held (wal_mode write) goes."""
+        t = self.tracks.get(n.name)
+        if t is None or t.checked <= n.durable:
+            return
+        lost: dict[str, tuple[int, int]] = {}
+        for entry in n.wal[n.durable:t.checked]:
+            for txn in entry:
+                u = LOCAL if txn.group == GROUP_LOCAL else n.state.table.uuid_of(txn.replica_id)
+                lo, hi = lost.get(u, (txn.lsn, txn.last_lsn))
+                lost[u] = (min(lo, txn.lsn), max(hi, txn.last_lsn))
+                for lsn in range(txn.lsn, txn.last_lsn + 1) if u != LOCAL else ():
+                    t.wal_count[(u, lsn)] -= 1
+        t.checked, t.retrack = n.durable, True
+        for u, (lo, hi) in lost.items():
+            t.last[u] = lo - 1
+            self._vanish(n, u, lo, hi, f"power loss of {n.name} (wal_mode write)")
+
+    def on_disk_loss(self, n: "SimNode") -> None:
+        t = self.tracks.pop(n.name)
+        for u, last in t.last.items():
+            self._vanish(n, u, 1, last, f"lost store of {n.name}")
+        # the relays it subscribed to keep their holds at its old position, which may be past
+        # its new one: they may tell it to rejoin (it is fenced, and others stream to it)
+        self.stale |= {h for h in self.held if h[1] == n.uuid}
+        self.stale |= {(r.name, n.uuid) for r in self.c.nodes.values() if n.uuid in r.holds or n.uuid in r.holds_disk}
+        self.held = {h for h in self.held if n.name != h[0] and n.uuid != h[1]}
+        self.stale = {h for h in self.stale if n.name != h[0]}
+
+    def on_expel(self, x: "SimNode") -> None:
+        t = self.tracks.get(x.name)
+        for u, last in (t.last.items() if t else ()):
+            if u != LOCAL:
+                self._vanish(x, u, 1, last, f"expel of {x.name}")
+        self.held = {h for h in self.held if h[1] != x.uuid}
+
+    def _vanish(self, n: "SimNode", u: str, lo: int, hi: int, reason: str) -> None:
+        """Rows (u, lo..hi) that `n` no longer holds: those nobody else holds leave the history."""
+        if u == LOCAL:
+            local = self.local_acked.get(n.name, {})
+            for lsn in [x for x in local if lo <= x <= hi]:
+                del local[lsn]
+            return
+        others = [self.tracks[o.name] for o in self.c.nodes.values() if o is not n and o.name in self.tracks
+                  and o.uuid not in self.c.expelled]
+        lo = max(lo, max((o.last.get(u, 0) for o in others), default=0) + 1)
+        for lsn in range(lo, hi + 1):
+            if self.rows.pop((u, lsn), None) is not None:
+                self.c.stats["rows_gone_everywhere"] += 1
+            if (u, lsn) in self.acked:
+                self.lost_ok.setdefault((u, lsn), reason)
+
+    def on_held(self, relay: "SimNode", member: "SimNode") -> None:
+        if (relay.name, member.uuid) not in self.stale and member.uuid not in self.c.expelled:
+            self.held.add((relay.name, member.uuid))
+
+    def on_need_rejoin(self, relay: "SimNode", member: "SimNode", sub: dict, missing: list[int]) -> None:
+        # rows its WAL never had (its store began at a snapshot past them) were not collected
+        collected = [rid for rid in missing if sub.get(rid, 0) >= relay.wal_start.get(rid, 0)]
+        if collected and (relay.name, member.uuid) in self.held:
+            raise self.fail("12 (WAL holds)", relay, f"tells {member}, which joined through it or subscribed to "
+                            f"it, to rejoin: its SUBSCRIBE {sub} is behind gc_vclock {relay.gc_vclock} in "
+                            f"components {missing}, which its hold should have kept")
 
     def on_local_txns(self, n: "SimNode", txns: list[Txn]) -> None:
         for t in txns:
             for o in t.ops:
                 if o.space in n.state.spaces:
                     rec = n.state.get(o.space, o.key)
-                    if rec is not None and self.c.hlc_skips_snapshot_records and \
-                            n.base.data.get(o.space, {}).get(o.key) == rec:
-                        continue
                     if rec is not None and rec[3] >= t.timestamp:
                         raise self.fail("9 (HLC)", n, f"local write {o.space}/{o.key} at hlc {t.timestamp} is not "
                                         f"after the record it overwrites (hlc {rec[3]}, origin id {rec[1]})")
@@ -113,25 +215,40 @@ class Checker:
         for n in self.c.nodes.values():
             if n.base is not None:
                 self.check_node(n)
+        self._check_links()
 
     def check_node(self, n: "SimNode") -> None:
         t = self.tracks[n.name]
-        if n.up and n.core is not None:
-            self._check_table(n, t)
         self._check_new_rows(n, t)
-        if n.up and n.core is not None:
+        if not n.up or n.core is None:
+            return
+        st, core = n.state, n.core
+        # Each check runs again only when what it reads changed: vclocks only grow (a change
+        # changes a signature), a table's ids never change in place (ClusterTable.upsert), a map
+        # changes only at a greeting or with a claim, and a new core or state is a new object.
+        old_tables, old_clocks, old_greetings = t.seen_state or (None, None, None)
+        tables = (id(core), id(st), len(st.table), len(core.table))
+        clocks = (st.vclock.signature, core.vclock.signature, core.claimed.signature, core.synced.signature, t.checked)
+        if tables != old_tables:
+            self._check_table(n, t)
+        if tables != old_tables or clocks != old_clocks:
             self._check_vclock(n, t)
-            self._check_maps(n)
             self._check_origins(n)
+            self._check_maps(n)
+        elif n.greetings != old_greetings:
+            self._check_maps(n)
+        t.seen_state = (tables, clocks, n.greetings)
 
     def _check_new_rows(self, n: "SimNode", t: Track) -> None:
-        if t.checked > n.durable:
-            raise self.fail("2", n, f"durable WAL shrank from {t.checked} to {n.durable} entries")
+        held = n.applied_pos
+        if t.checked > held:
+            raise self.fail("2", n, f"WAL held shrank from {t.checked} to {held} entries")
         table = n.state.table if n.state is not None else None
-        for entry in n.wal[t.checked:n.durable]:
+        for entry in n.wal[t.checked:held]:
             for txn in entry:
                 if txn.group == GROUP_LOCAL:
-                    u = LOCAL
+                    u = LOCAL     # a local write (only this node writes its local rows): acknowledged now
+                    self.local_acked.setdefault(n.name, {})[txn.lsn] = [o.to_wire() for o in txn.ops]
                 else:
                     u = table.uuid_of(txn.replica_id)
                     if u is None:
@@ -144,28 +261,31 @@ class Checker:
                         raise self.fail("6", n, f"holds row {txn.replica_id}:{txn.lsn} of {u[:8]} before its "
                                         f"own _cluster row for that member")
                     body = content(txn)
-                    for lsn in range(txn.lsn, txn.last_lsn + 1):
+                    for i, lsn in enumerate(range(txn.lsn, txn.last_lsn + 1)):
                         k = (u, lsn)
                         t.wal_count[k] = t.wal_count.get(k, 0) + 1
                         have = self.rows.get(k)
                         if have is None:
-                            self.rows[k] = (body, n.name)
+                            self.rows[k] = (body, n.name, txn.ops[i].to_wire())
                         elif have[0] != body:
                             raise self.fail("1", n, f"row ({u[:8]}, {lsn}) differs from {have[1]}'s: "
                                             f"{msgpack.unpackb(body)} vs {msgpack.unpackb(have[0])}")
+                        if u == n.uuid and txn.group == GROUP_DEFAULT:
+                            self.acked.add(k)      # a client's write, acknowledged now
                 expected = t.last.get(u, 0) + 1
                 if txn.lsn != expected:
                     raise self.fail("4", n, f"origin {u[:8] or 'local'} jumps to lsn {txn.lsn} after "
                                     f"{expected - 1} (txn {txn.replica_id}:{txn.lsn})")
                 t.last[u] = txn.last_lsn
-                if u == n.uuid and txn.group == GROUP_CLUSTER:
+                history = n.state.own_history_lsn if n.state is not None else 0
+                if u == n.uuid and txn.group == GROUP_CLUSTER and txn.lsn > history:   # (history: not applied)
                     t.declared.update(o.key for o in txn.ops if o.kind == OP_CLUSTER)
                     for o in txn.ops:
                         if o.kind == OP_CLUSTER and o.value.get("state") == STATE_EXPELLED:
                             t.expelled[o.key] = max(t.expelled.get(o.key, 0), o.value.get("expelled_lsn", 0))
-        t.checked = n.durable
-        # Unsynced entries must not contradict anything durable anywhere either.
-        for entry in n.wal[n.durable:]:
+        t.checked = held
+        # Entries not held yet must not contradict the history either.
+        for entry in n.wal[held:]:
             for txn in entry:
                 if txn.group == GROUP_LOCAL or table is None:
                     continue
@@ -174,12 +294,34 @@ class Checker:
                 if u is not None and have is not None and have[0] != content(txn):
                     raise self.fail("1", n, f"unsynced row ({u[:8]}, {txn.lsn}) differs from {have[1]}'s")
 
+    def _check_records(self, n: "SimNode", base, table: ClusterTable) -> None:
+        """Invariant 1 for a snapshot: each replicated record is the op of the row it names."""
+        for space, recs in base.data.items():
+            if base.spaces[space][0]:
+                continue                     # a local space: its lsns are component 0's
+            for key, rec in recs.items():
+                if not rec[1]:
+                    continue
+                u = table.uuid_of(rec[1])
+                have = self.rows.get((u, rec[2]))
+                if have is None:
+                    continue
+                kind, op_space, op_key, value = have[2]
+                same = op_space == space and op_key == key and (
+                    (kind == OP_PUT and not rec[4] and value == rec[0]) or (kind == OP_DELETE and rec[4]))
+                if not same:
+                    raise self.fail("1", n, f"record {space}/{key} = {rec} names row ({(u or '?')[:8]}, {rec[2]}), "
+                                    f"which is {have[2]} (held first by {have[1]})")
+
     def _check_vclock(self, n: "SimNode", t: Track) -> None:
         st, core = n.state, n.core
         if core.vclock != st.vclock:
             raise self.fail("2", n, f"core vclock {core.vclock} != state vclock {st.vclock}")
         if core.claimed.compare(core.vclock) not in (Order.AFTER, Order.EQUAL):
-            raise self.fail("5", n, f"claimed {core.claimed} is not >= durable {core.vclock}")
+            raise self.fail("5", n, f"claimed {core.claimed} is not >= applied {core.vclock}")
+        on_disk = st.vclock if n.wal_mode == "fsync" else self._on_disk(n)
+        if core.synced.compare(on_disk) not in (Order.BEFORE, Order.EQUAL):
+            raise self.fail("5", n, f"synced {core.synced} (what ACKs report) is not <= on disk {on_disk}")
         by_uuid = {}
         for rid, lsn in st.vclock.items():
             u = st.table.uuid_of(rid) if rid else LOCAL
@@ -193,6 +335,16 @@ class Checker:
         held = {u: l for u, l in t.last.items() if l}
         if held != by_uuid:
             raise self.fail("2", n, f"vclock by uuid {by_uuid} does not match the rows held {held}")
+
+    @staticmethod
+    def _on_disk(n: "SimNode"):
+        from node.core.vclock import VClock
+        v = dict(n.base.vclock)
+        for entry in n.wal[n.base_pos:n.durable]:
+            for t in entry:
+                c = 0 if t.group == GROUP_LOCAL else t.replica_id
+                v[c] = max(v.get(c, 0), t.last_lsn)
+        return VClock(v)
 
     def _check_table(self, n: "SimNode", t: Track) -> None:
         for m in n.state.table.members():
@@ -230,102 +382,18 @@ class Checker:
                     raise self.fail("8", n, f"{space}/{key} = {rec[0]} is attributed to "
                                     f"{(origin or '?')[:8]} (id {rec[1]})")
 
-
-# --- liveness --------------------------------------------------------------------------------
-def record_of(n: "SimNode", rec: list) -> tuple:
-    origin = n.state.table.uuid_of(rec[1]) if rec[1] else n.uuid
-    return (msgpack.packb(rec[0]), rec[4], origin, rec[2], rec[3])
-
-
-def check_converged(c: "Cluster") -> None:
-    """After settle(): every member and anonymous replica holds the same history and data."""
-    expelled = set(c.expelled)
-    nodes = [n for n in c.nodes.values() if n.core is not None and n.uuid not in expelled]
-    if len(nodes) < 2:
-        raise c.fail("fewer than two live nodes to compare")
-    ref = nodes[0]
-    ck = c.checker
-
-    def own(n: "SimNode") -> set[str]:
-        # An anonymous replica's own component is private (module docstring). An expelled
-        # member's rows are compared too: members end with the same accepted bound. Only an
-        # anonymous replica may keep rows it applied before it heard of the expel, since no
-        # member follows it to learn its larger bound.
-        # Known limitation, the same for a node that joined (or fetched its snapshot) through a
-        # member expelled meanwhile: that member's rows above the final bound reached it inside
-        # the snapshot, which no relay can serve to the others.
-        if n.core.anon:
-            return {n.uuid} | expelled
-        return set(expelled) if via_expelled(n) else set()
-
-    by_uuid = {x.uuid: x for x in c.nodes.values()}
-
-    def via_expelled(n: "SimNode") -> bool:
-        """Its snapshot came, directly or through other joiners, from a member already
-        expelled (by some node) when the snapshot was taken."""
-        seen = set()
-        while getattr(n, "donor_uuid", None) and n.uuid not in seen:
-            seen.add(n.uuid)
-            at = c.expelled_at.get(n.donor_uuid)
-            if at is not None and at <= n.installed_at:
-                return True
-            n = by_uuid[n.donor_uuid]
-        return False
-
-    def vc(n: "SimNode", skip: set[str]) -> dict[str, int]:
-        return {u: l for u, l in n.core.vclock_by_uuid().items() if u not in skip}
-
-    def rows(n: "SimNode", skip: set[str]) -> set[tuple[str, int]]:
-        t = ck.tracks[n.name]
-        out = set()
-        for u, last in t.last.items():
-            if u != LOCAL and u not in skip:
-                out.update((u, l) for l in range(1, last + 1))
-        return out
-
-    def members(n: "SimNode") -> dict[str, str]:
-        return {m.uuid: m.state for m in n.core.table.members() if m.state != STATE_ANON}
-
-    for n in nodes:
-        t = ck.tracks[n.name]
-        dup = [k for k, cnt in t.wal_count.items() if cnt > 1]
-        if dup:
-            raise c.fail(f"{n} holds rows more than once: {dup[:5]}")
-        for (u, lsn) in t.wal_count:
-            if lsn <= t.first.get(u, 0):
-                raise c.fail(f"{n} holds row ({u[:8]}, {lsn}) in its WAL and in its snapshot")
-        skip = own(n) | own(ref)
-        if vc(n, skip) != vc(ref, skip):
-            raise c.fail(f"vclocks differ: {ref} {_short(vc(ref, skip))} vs {n} {_short(vc(n, skip))}\n{c.describe()}")
-        if rows(n, skip) != rows(ref, skip):
-            diff = sorted(rows(n, skip) ^ rows(ref, skip))[:8]
-            raise c.fail(f"row sets differ between {ref} and {n}: {diff}")
-        if members(n) != members(ref):
-            raise c.fail(f"_cluster membership differs: {ref} {_short(members(ref))} vs {n} {_short(members(n))}")
-    spaces = [s for s, d in ref.state.spaces.items() if not d[0]]
-    for n in nodes:
-        if sorted(s for s, d in n.state.spaces.items() if not d[0]) != sorted(spaces):
-            raise c.fail(f"replicated spaces differ: {ref} {spaces} vs {n} {list(n.state.spaces)}")
-    for s in spaces:
-        keys = sorted(set().union(*(n.state.data.get(s, {}).keys() for n in nodes)))
-        for k in keys:
-            recs = [(n, n.state.data.get(s, {}).get(k)) for n in nodes]
-            if any(r is not None and own(n) & expelled and record_of(n, r)[2] in expelled for n, r in recs):
-                recs = [(n, r) for n, r in recs if not own(n) & expelled]   # see own() above
-                if not recs:
-                    continue
-            first = record_of(recs[0][0], recs[0][1]) if recs[0][1] is not None else None
-            for n, r in recs[1:]:
-                got = record_of(n, r) if r is not None else None
-                if got != first:
-                    raise c.fail(f"{s}/{k} differs: {recs[0][0]} {_rec(first)} vs {n} {_rec(got)}")
-
-
-def _short(d: dict) -> dict:
-    return {(k[:8] if isinstance(k, str) else k): v for k, v in d.items()}
-
-
-def _rec(r: tuple | None) -> str:
-    if r is None:
-        return "(absent)"
-    return f"value={msgpack.unpackb(r[0])} deleted={r[1]} origin={r[2][:8]} lsn={r[3]} hlc={r[4]}"
+    def _check_links(self) -> None:
+        seen: set[tuple[str, str]] = set()
+        for conn in self.c.conns.values():
+            if conn.kind != "sub":
+                continue
+            s = self.c.nodes[conn.client]
+            if conn.addr not in s.links():
+                raise self.fail("11", s, f"a link through {conn.addr!r} is open, which is not in effect {s.links()}")
+            if not conn.streaming:
+                continue
+            if conn.client == conn.server:
+                raise self.fail("11", s, "streams from itself")
+            if (conn.client, conn.server) in seen:
+                raise self.fail("11", s, f"streams from {conn.server} over two links")
+            seen.add((conn.client, conn.server))

@@ -1,40 +1,60 @@
 """A deterministic in-process replog cluster that runs the real replication core.
 
-Every node (tests/sim/simnode.py) is a `NodeCore` plus an in-memory journal and state; the
-state changes only through `node.core.apply.apply_txn`, the one definition the LMDB store
-uses too. This module is the cluster around them: the network, the replication protocol
-the shell speaks (applier, relay, JOIN), faults, and the tick loop. Nodes talk
-over a simulated network; time is a tick counter; one seeded `random.Random` makes every
-choice, so a seed replays the same run exactly.
+Every node (tests/sim/simnode.py) is a `NodeCore` plus an in-memory journal, state and store
+meta; the state changes only through `node.core.apply.apply_txn`, the one definition the LMDB
+store uses too. This module is the cluster around them: nodes, faults, the network and the
+tick loop; the protocol handlers are in tests/sim/protocol.py, the membership shell (fence,
+rejoin, greetings) in tests/sim/shell.py. Time is a tick counter; one seeded
+`random.Random` makes every choice, so a seed replays the same run exactly.
 
 Rules the harness keeps, each the same as the shell it stands in for:
-- local write (server.write): `core.local_txn` for the replicated ops and for the local ops,
-  submitted as one journal entry; anonymous nodes refuse replicated writes;
-- journal (journal.py, fsync mode): entries are written to the WAL in submission order,
-  become durable on sync, then are applied with apply_txn, then `core.commit`; `crash()`
-  loses the queue and the written-but-unsynced WAL tail;
-- restart (server._open_bootstrapped + wal.recovery): a fresh state from the node's base
-  (its bootstrap `_cluster` entry, or its join snapshot) plus every durable WAL txn replayed
-  through apply_txn, then `NodeCore(uuid, table.copy(), vclock)`;
-- applier (applier.py): connect -> peer's GREETING (its whole core `_cluster`) ->
-  `core.greeting` -> persist the registrations -> `core.subscribe_vclock` -> SUBSCRIBE;
-  then `core.receive` for each relayed txn and submit its output as one entry with nothing
-  in between (`applier_batches` switches to applier.py's batching of plain txns), or, for
-  half the messages the row scanner takes, `core.receive_scan` and one entry of what it
-  claimed (applier.py's `_receive_scan`); a
-  RemoteProtocolError drops the link; every broken link `drop_peer`s and
-  reconnects after a backoff with a fresh greeting;
-- relay (relay.py): refuses an expelled subscriber, streams only durable WAL entries, in
-  WAL order, filtered by `relay_wants` with the SUBSCRIBE vclock and the subscriber's own-rows
-  cut (its own rows go back only up to what the relay held of them when it subscribed);
-- JOIN (relay.handle_replication + store.install_snapshot): the donor registers the joiner,
-  waits until that is durable, snapshots its state (`_cluster`, replicated spaces and
-  data, vclock without component 0); the joiner's WAL starts empty; FETCH_SNAPSHOT is the
-  same without registration and the anonymous node adds itself as STATE_ANON with the
-  lowest free id; REGISTER: the master registers it, then the node re-states itself;
+- local write (server.write): refused while the node is not running, while it is fenced
+  (replicated ops; FenceKeeper.try_lift first) and while a peer holds more of its own rows
+  than it has claimed and is one of its upstreams (`own_claims`, Node.own_rows_awaited); `core.local_txn` for the replicated ops and for the
+  local ops, submitted together; anonymous nodes refuse replicated writes;
+- journal (journal.py) and store: tests/sim/simnode.py (wal_mode fsync or write, checkpoints,
+  WAL holds and collection);
+- restart (server._open_bootstrapped + wal.recovery): state from the base plus the WAL on
+  disk; a power loss in wal_mode write fences the node (FenceKeeper.loss_at_open); a node
+  whose store was lost but whose identity file says it went active joins again with its
+  uuid and is fenced (Node._fetch_snapshot, `existed`);
+- applier (applier.py): connect -> peer's GREETING (its `_cluster` and vclock by uuid; the
+  fence hears it) -> one link per member (Applier.claim: a second address of a member already
+  followed is refused) -> `core.greeting` -> `core.subscribe_vclock` (own rows only while
+  fenced) -> SUBSCRIBE; `core.receive` / `receive_scan` for each relayed message; a
+  RemoteProtocolError drops the link; every broken link `drop_peer`s the map its greeting built
+  and reconnects after a backoff with a fresh greeting; `need_rejoin` goes to the node's Rejoiner (shell.py); ACKs
+  carry `core.ack_durable`;
+- relay (relay.py): refuses an expelled subscriber and itself; answers `need_rejoin` (with
+  what it collected, by uuid) to a subscriber behind its `gc_vclock`; sets the subscriber's
+  WAL hold to the SUBSCRIBE's `durable` (Retention.on_subscribe); closes an older link of the
+  same subscriber; streams WAL entries from `wal_gc` on (only those on disk in wal_mode fsync,
+  and to an anonymous subscriber in wal_mode write), filtered by `relay_wants` with the
+  SUBSCRIBE vclock and the subscriber's own-rows cut (none for a fenced subscriber: `own_rows`);
+- JOIN (relay.serve_link + store.install_snapshot): refused by a non-running donor, and by a
+  fenced one unless the joiner is a member it has; the donor notes the joiner beside its
+  identity (fence.remember_registration), registers it, waits until that is durable, holds
+  all its WAL for it (Retention.hold_all), snapshots its state (`_cluster`, replicated spaces
+  and data, vclock without component 0); the joiner's WAL starts empty, its `gc_vclock` at
+  the snapshot's vclock; FETCH_SNAPSHOT is the same without registration and the
+  anonymous node adds itself as STATE_ANON with the lowest free id; REGISTER: the master
+  registers it, then the node re-states itself;
+- peers (Node.configure_peers / set_peers): a node's configured peers are addresses ("B", or
+  "B'", another spelling of B, or the node itself); duplicates collapse; the appliers in
+  effect are exactly the configured ones (none during a rebuild);
 - network: one connection per applier/request; each direction is FIFO (a WebSocket);
   messages of different connections interleave in any order; a partition or a drop breaks
   the connection and loses what it carried.
+`rules` turns one fixed rule back to its behaviour before issue 16, to show that a scenario
+catches it: "cover" (False: the old rejoin: at once, from any donor, even while an upstream
+streams), "keep_local" (False: a rejoin wipes the local spaces too), "fence" (False: never
+fenced), "holds" ("first_ack": a hold only from the first ACK, none for a member that never
+subscribed), "ack" ("applied" / "claimed": ACKs carry the applied / the claimed vclock), "one_link" (False: no claim, no
+older link closed). Otherwise the simulation runs the shell's rules as they are: a shell bug it
+finds is fixed in node/ and the run that showed it kept (tests/sim/test_fixed_bugs.py).
+The journal is asynchronous, as the shell's: a row is claimed (queued), then written, then on
+disk; ACKs carry what is on disk; a crash may fall between any two (tests/sim/faults.py counts
+which window each crash fell into).
 """
 from __future__ import annotations
 
@@ -47,15 +67,13 @@ from typing import Any, Callable
 
 import msgpack
 
-from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
-from node.core import codec, rowscan
-from node.core import messages as m
-from node.core.replicaset import cluster_op, relay_wants
-from node.core.entry import PackedEntry
-from node.core.rows import (GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_DELETE, OP_PUT, OP_SPACE, Op,
-                            Txn, txn_from_wire)
-from node.errors import RemoteProtocolError
+from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER
+from node.core.replicaset import cluster_op
+from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_DELETE, OP_PUT, OP_SPACE, Op, Txn
+from tests.sim import shell
 from tests.sim.checkers import Checker
+from tests.sim.faults import Faults
+from tests.sim.protocol import CLIENT, SERVER, Protocol
 from tests.sim.simnode import TICK_US, Applier, Base, SimNode
 
 KV = "kv"                      # the replicated space (last-writer-wins)
@@ -74,15 +92,16 @@ def _roundtrip(obj: Any) -> Any:
 
 
 # --- network ------------------------------------------------------------------------
-CLIENT, SERVER = "client", "server"
+_COPIED = frozenset(("ROWS", "SNAPSHOT", "SUBSCRIBE"))
 
 
 @dataclass(eq=False)
 class Conn:
     id: int
-    kind: str                 # "sub" | "join" | "fetch" | "register"
+    kind: str                 # "sub" | "join" | "fetch" | "register" | "rejoin"
     client: str               # the subscriber / joiner
     server: str               # the upstream / donor
+    addr: str = ""            # "sub": the applier's address (a key of client.appliers)
     open: bool = True
     streaming: bool = False   # relay side: SUBSCRIBE received
     cursor: int = 0           # relay side: next WAL entry to read
@@ -90,9 +109,17 @@ class Conn:
     own: tuple[int, int] | None = None       # relay side: the subscriber's own rows cut (relay_wants)
     wait_durable: int | None = None   # JOIN/REGISTER: donor entries that must be durable first
     expel_epoch: int = 0      # client side: core.expel_epoch when it subscribed
+    fenced: bool = False      # client side: subscribed for its own rows only (fenced)
+    sub_anon: bool = False    # relay side: the subscriber's greeting said anonymous
+    acked_sig: int = -1       # client side: the last ACK sent (signature, tick)
+    hb_at: int = 0            # relay side: when it may heartbeat next (caught up)
+    claim_checked: bool = False   # client side: Applier._check_claim ran on this link
+    acked_at: int = 0
+    ack_at: int = 0           # client side: when it considers its next ACK
+    core_peer: Any = None     # client side: the core's Peer its greeting built (Applier.core_peer)
 
 
-class Cluster:
+class Cluster(Faults, Protocol):
     def __init__(self, seed: int, *, repro: str = "", verbose: bool = False):
         self.seed = seed
         self.repro = repro
@@ -126,11 +153,11 @@ class Cluster:
         # chance that a ROWS message goes as applier.py sends a scannable one: through the row
         # scanner (node.core.rowscan) and `receive_scan`; the rest take `receive` txn by txn
         self.scan_rows_p = 0.5
-        # Checker 9 (HLC) skips records a joiner got in its snapshot while this is set: the
-        # known shell bug (the HLC is not seeded from a snapshot), see test_scenarios.py.
-        self.hlc_skips_snapshot_records = False  # the shell bug it covered is fixed
+        self.checkpoint_every = 0       # mean ticks between a node's checkpoints (0: none)
+        self.anon_ttl = 400             # ticks an anonymous replica's hold lasts (anon_ttl_s)
+        self.rules = {"cover": True, "keep_local": True, "fence": True, "holds": "register", "ack": "durable", "one_link": True}
         self.stats: Counter = Counter()
-        self.trace: deque[str] = deque(maxlen=TRACE_LINES_MAX)
+        self.trace: deque[str] = deque(maxlen=globals()["TRACE_LINES_MAX"])
         self.checker = Checker(self)
 
     # --- reporting ------------------------------------------------------------------------
@@ -146,9 +173,10 @@ class Cluster:
                           f"--- last trace lines ---\n{trace}")
 
     # --- nodes ------------------------------------------------------------------------------
-    def add_node(self, name: str, *, anon: bool = False) -> SimNode:
+    def add_node(self, name: str, *, anon: bool = False, wal_mode: str = "fsync") -> SimNode:
         u = str(uuidlib.UUID(int=self.rng.getrandbits(128), version=4))
         n = SimNode(self, name, u, self.rng.randint(-SKEW_US_MAX, SKEW_US_MAX), anon)
+        n.wal_mode = wal_mode
         self.nodes[name] = n
         self.by_uuid[u] = n
         return n
@@ -163,7 +191,10 @@ class Cluster:
 
     def bootstrap(self, name: str) -> SimNode:
         n = self.node(name)
+        n.meta = {"running": True}
         n.install(Base([[n.uuid, 1, n.addr, STATE_MEMBER, 0]], {}, {}, {}))
+        n.rejoiner = shell.Rejoiner(self, n)
+        n.identity_active = True
         me = n.core.table.get(n.uuid)
         n.submit([n.core.local_txn([cluster_op(me)], GROUP_CLUSTER, n.wall_us())])
         n.submit([n.core.local_txn([Op(OP_SPACE, KV, "", {"local": False, "conflict": "lww"})],
@@ -181,56 +212,13 @@ class Cluster:
 
     def register_anon(self, name: str, via: str | None = None) -> None:
         n = self.node(name)
-        assert n.anon and n.base is not None
+        assert n.anon and n.base is not None and (n.rejoiner is None or n.rejoiner.task is None)
         self._start_proc(name, "register", via)
 
     def _start_proc(self, name: str, proc: str, via: str | None) -> None:
         n = self.node(name)
         n.proc, n.proc_via, n.proc_retry_at = proc, via, self.now
         self.log(f"{n} starts {proc}" + (f" via {via}" if via else ""))
-
-    def crash(self, name: str) -> None:
-        n = self.node(name)
-        if not n.up:
-            return
-        lost = len(n.queue) + len(n.wal) - n.durable
-        self.log(f"{n} crashes, losing {lost} unsynced entries")
-        self.stats["crashes"] += 1
-        self.stats["lost_entries"] += lost
-        n.up = False
-        for c in list(self.conns.values()):
-            if c.client == n.name or c.server == n.name:
-                self.break_conn(c, f"{n.name} crashed")
-        n.queue.clear()
-        del n.wal[n.durable:]
-        n.state, n.core = None, None
-
-    def restart(self, name: str) -> None:
-        n = self.node(name)
-        if n.up:
-            return
-        n.up = True
-        if n.base is not None:
-            n.recover()
-            self.checker.on_restart(n)
-        for a in n.appliers.values():
-            a.retry_at = self.now
-        n.proc_retry_at = self.now
-        self.log(f"{n} restarts at vclock {n.core.vclock if n.core else '-'}")
-
-    def expel(self, name: str, via: str) -> None:
-        x, m = self.node(name), self.node(via)
-        assert m.ready and not m.core.anon
-        _, txn = m.core.register_member(x.uuid, x.addr, m.wall_us(), state=STATE_EXPELLED)
-        if txn is not None:
-            m.submit([txn])
-        if x.uuid not in self.expelled:
-            self.expelled.append(x.uuid)
-            self.expelled_at[x.uuid] = self.now
-        self.log(f"{m} expels {x}")
-        for c in list(self.conns.values()):   # server.expel closes its relays to the member
-            if c.server == m.name and c.client == x.name:
-                self.break_conn(c, "expelled")
 
     # --- writes --------------------------------------------------------------------------------
     def value(self, n: SimNode) -> dict:
@@ -242,7 +230,7 @@ class Cluster:
         with kind "put" | "delete"; a put without value writes a fresh value that names its
         writer. Returns the txns submitted, or None if refused (node down or anonymous)."""
         n = self.node(name)
-        if not n.ready or n.proc:
+        if not n.ready or n.proc or n.status != "running":
             return None
         repl, local = [], []
         for o in ops:
@@ -262,6 +250,12 @@ class Cluster:
         if repl and n.core.anon:
             self.stats["refused_anon_writes"] += 1
             return None
+        if repl and n.core.fence is not None and not shell.try_lift(self, n):
+            self.stats["refused_fenced_writes"] += 1
+            return None
+        if repl and shell.own_rows_awaited(self, n):
+            self.stats["refused_catching_up"] += 1
+            return None
         txns = []
         if repl:
             txns.append(n.core.local_txn(repl, GROUP_DEFAULT, n.wall_us()))
@@ -279,41 +273,37 @@ class Cluster:
         return self.txn(name, [("put", space, key) + (() if value is None else (value,))])
 
     # --- network ------------------------------------------------------------------------------
-    def cut(self, a: str, b: str) -> None:
-        self.partition([a], [b])
-
-    def partition(self, *groups: list[str]) -> None:
-        for i, g in enumerate(groups):
-            for h in groups[i + 1:]:
-                for a in g:
-                    for b in h:
-                        self.blocked.add(frozenset((a, b)))
-        for c in list(self.conns.values()):
-            if not self.reachable(c.client, c.server):
-                self.break_conn(c, "partitioned")
-        self.log(f"partition {' | '.join(','.join(g) for g in groups)}")
-
-    def heal(self) -> None:
-        self.blocked.clear()
-        self.log("network healed")
-
     def reachable(self, a: str, b: str) -> bool:
         return frozenset((a, b)) not in self.blocked
 
-    def _open(self, kind: str, client: SimNode, server: SimNode) -> Conn:
+    def _open(self, kind: str, client: SimNode, server: SimNode, addr: str = "") -> Conn:
         self._conn_ids += 1
-        c = Conn(self._conn_ids, kind, client.name, server.name)
+        c = Conn(self._conn_ids, kind, client.name, server.name, addr)
         self.conns[c.id] = c
         return c
 
-    def send(self, c: Conn, to: str, kind: str, body: Any) -> None:
+    def open_request(self, kind: str, client: SimNode, server: SimNode, addr: str = "") -> Conn:
+        """A new link from client to server, its HELLO (the client's greeting) sent."""
+        c = self._open(kind, client, server, addr)
+        self.send(c, SERVER, "HELLO", shell.greeting(client))
+        return c
+
+    def send(self, c: Conn, to: str, kind: str, body: Any, delay: int | None = None) -> None:
+        """`delay`: ticks it takes, drawn from the seed's stream when None (a heartbeat takes a
+        fixed one, so that it leaves every run's draws as they were)."""
         if not c.open:
             return
-        at = self.now + self.rng.randint(0, self.delay_max) + self.slow.get((c.client, c.server), 0)
+        if delay is None:
+            delay = int(self.rng.random() * (self.delay_max + 1))
+        at = self.now + delay + self.slow.get((c.client, c.server), 0)
         at = max(at, self._link_last.get((c.id, to), 0))
         self._link_last[(c.id, to)] = at
         self._seq += 1
-        heapq.heappush(self._heap, (at, self._seq, c.id, to, kind, _roundtrip(body)))
+        # rows and snapshots go through msgpack as on the wire (tuples become lists, nothing is
+        # shared with the sender); the handshake and ACK bodies are built fresh for each message
+        if kind in _COPIED:
+            body = _roundtrip(body)
+        heapq.heappush(self._heap, (at, self._seq, c.id, to, kind, body))
 
     def break_conn(self, c: Conn, why: str, backoff: int | None = None) -> None:
         if not c.open:
@@ -325,12 +315,19 @@ class Cluster:
         s, p = self.nodes[c.client], self.nodes[c.server]
         delay = backoff if backoff is not None else self.rng.randint(1, 4)
         self.stats["link_breaks"] += 1
+        if c.kind != "sub" and not why.endswith("(BYE)"):
+            # a JOIN, rejoin, FETCH or REGISTER cut short: what it carried is lost
+            self.stats[f"lost {c.kind} link"] += 1
         if c.kind == "sub":
-            a = s.appliers.get(p.name)
+            a = s.appliers.get(c.addr)
             if a is not None and a.conn is c:
                 a.conn, a.retry_at = None, self.now + delay
-            if s.ready:
-                s.core.drop_peer(p.uuid)
+                if a.status == "follow":
+                    a.status = ""
+            if s.followers.get(p.uuid) == c.addr:           # Applier.release
+                del s.followers[p.uuid]
+            if s.ready and c.core_peer is not None:         # Applier._drop_peer
+                s.core.drop_peer(p.uuid, c.core_peer)
         elif s.proc_conn is c:
             s.proc_conn, s.proc_retry_at = None, self.now + delay
         self.log(f"link {s.name}<-{p.name} ({c.kind}) breaks: {why}")
@@ -346,144 +343,16 @@ class Cluster:
         else:
             self._on_client(c, s, p, kind, body)
 
-    def _refuse(self, c: Conn, why: str, backoff: int) -> None:
+    def _refuse(self, c: Conn, why: str, backoff: int, detail: Any = None) -> None:
         s = self.nodes[c.client]
         if c.kind == "sub":
-            s.appliers[c.server].refused = why
+            a = s.appliers[c.addr]
+            a.refused = why
+            if why == "need_rejoin":
+                a.status = why
+                s.rejoiner.on_need_rejoin(c.addr, f"{c.server} collected rows of {detail} this node needs", detail)
         self.stats[f"refused_{why}"] += 1
         self.break_conn(c, f"refused: {why}", backoff)
-
-    def _on_server(self, c: Conn, s: SimNode, p: SimNode, kind: str, body: Any) -> None:
-        core = p.core
-        if kind == "HELLO":
-            if core is None:
-                return self._refuse(c, "not_ready", 2)
-            me = core.table.get(s.uuid)
-            if me is not None and me.state == STATE_EXPELLED:
-                return self._refuse(c, "expelled", 20)
-            if c.kind == "sub":
-                self.send(c, CLIENT, "GREETING", core.table.rows())
-            elif c.kind in ("join", "register"):
-                if core.anon:
-                    return self._refuse(c, "anon", 5)
-                _, txn = core.register_member(s.uuid, s.addr, p.wall_us())
-                if txn is not None:
-                    p.submit([txn])
-                    self.log(f"{p} registers {s} as id {txn.ops[0].value['id']} (lsn {txn.lsn})")
-                # the relay awaits the registration's durability, or nothing if it had none
-                c.wait_durable = p.submitted if txn is not None else 0
-            else:
-                c.wait_durable = 0
-        elif kind == "SUBSCRIBE":
-            c.streaming, c.cursor, c.sub_vclock = True, 0, {int(k): v for k, v in body.items()}
-            me = core.table.get(s.uuid)      # as relay.py: its own rows past this cut are not echoed
-            c.own = (me.id, core.vclock.get(me.id)) if me is not None and me.state != STATE_ANON else None
-        else:
-            raise AssertionError(kind)
-
-    def _on_client(self, c: Conn, s: SimNode, p: SimNode, kind: str, body: Any) -> None:
-        if kind == "GREETING":
-            regs = s.core.greeting(p.uuid, body, s.wall_us())
-            for t in regs:
-                s.submit([t])
-                self.log(f"{s} registers from {p}'s greeting: " + ", ".join(
-                    f"{o.key[:8]}={o.value['id']}" for o in t.ops))
-            s.appliers[p.name].refused = ""
-            c.expel_epoch = s.core.expel_epoch
-            self.send(c, SERVER, "SUBSCRIBE", s.core.subscribe_vclock(p.uuid).to_dict())
-        elif kind == "ROWS":
-            entry: list[Txn] = []       # only with applier_batches: plain txns waiting to share a frame
-            if (s.name, p.name) in self.garble_next_rows:
-                self.garble_next_rows.discard((s.name, p.name))
-                body = list(body) + [[["not", "a", "txn"]]]
-            if self.scan_rows_p and self.rng.random() < self.scan_rows_p and self._receive_scanned(c, s, p, body):
-                return
-            for frame in body:
-                for w in frame:
-                    try:
-                        txn = txn_from_wire(w)
-                        out = s.core.receive(p.uuid, txn, s.wall_us())
-                    except RemoteProtocolError as e:
-                        self.stats["remote_protocol_errors"] += 1
-                        self.stats["rpe: " + str(e).split(": ", 1)[-1].split(" is ")[-1][:60]] += 1
-                        self.log(f"{s} <- {p}: {e}" + (f"; {len(entry)} claimed txns queued first" if entry else ""))
-                        if entry:                # as applier.py: claimed rows always reach the WAL
-                            s.submit(entry)
-                        return self.break_conn(c, "remote protocol error")
-                    if not out:
-                        continue
-                    if self.applier_batches and len(out) == 1 and txn.group != GROUP_CLUSTER:
-                        entry.append(out[0])
-                        continue
-                    if entry:
-                        s.submit(entry)
-                        entry = []
-                    s.submit(out)
-            if entry:
-                s.submit(entry)
-            if s.core.expel_epoch != c.expel_epoch:     # as applier.py's Resubscribe
-                self.stats["resubscribes"] += 1
-                self.break_conn(c, "expelled member's bound grew: resubscribe", 0)
-        elif kind == "SNAPSHOT":
-            self.break_conn(c, "snapshot received (BYE)", 0)
-            base = Base(body["table"], {int(k): v for k, v in body["vclock"].items()},
-                        {k: tuple(v) for k, v in body["spaces"].items()}, body["data"])
-            if c.kind == "join":
-                if not any(r[0] == s.uuid for r in base.table_rows):
-                    self.stats["join_unregistered_snapshot"] += 1
-                    self.log(f"{s}: {p}'s snapshot does not register it; retrying")
-                    return
-                s.install(base)
-            else:
-                tbl = ClusterTable(Member.from_row(r) for r in base.table_rows)
-                base.table_rows.append([s.uuid, tbl.lowest_free_id(), s.addr, STATE_ANON, 0])
-                s.install(base)
-            s.proc = ""
-            s.donor_uuid, s.installed_at = p.uuid, self.now
-            self.stats["joins" if c.kind == "join" else "anon_fetches"] += 1
-            self.log(f"{s} {'joined' if c.kind == 'join' else 'fetched a snapshot'} via {p}: "
-                     f"id {s.core.self_id}, vclock {s.core.vclock}")
-            self.checker.on_install(s)
-            self._on_member(s)
-        elif kind == "REGISTERED":
-            self.break_conn(c, "registered (BYE)", 0)
-            _, txn = s.core.register_member(s.uuid, s.addr, s.wall_us())
-            if txn is not None:
-                s.submit([txn])
-            s.anon, s.proc = False, ""
-            self.stats["anon_registrations"] += 1
-            self.log(f"{s} registered via {p}; its own id stays {s.core.self_id}")
-            self._on_member(s)
-        else:
-            raise AssertionError(kind)
-
-    def _receive_scanned(self, c: Conn, s: SimNode, p: SimNode, body: Any) -> bool:
-        """As applier.py's `_receive_scan`: the message as it goes on the wire; if the row
-        scanner takes it, the core claims whole runs (`receive_scan`) and what it took is one
-        entry. False when the scanner refuses the message (the exact path then runs)."""
-        data = m.encode_rows([codec.pack([0, frame]) for frame in body])
-        scan = rowscan.scan_rows(data) if rowscan.native is not None else rowscan.scan_rows_py(data)
-        if scan is None:
-            return False
-        self.stats["rows messages scanned"] += 1
-        ranges: list[tuple[int, int, int]] = []
-        try:
-            if s.core.receive_scan(p.uuid, scan, ranges, s.wall_us()) is None:
-                return False            # a row the core refuses exactly: the exact path runs
-        except RemoteProtocolError as e:
-            self.stats["remote_protocol_errors"] += 1
-            self.stats["rpe: " + str(e).split(": ", 1)[-1].split(" is ")[-1][:60]] += 1
-            self.log(f"{s} <- {p}: {e} (scanned)" + (f"; {len(ranges)} claimed ranges queued first" if ranges else ""))
-            if ranges:                  # as applier.py: claimed rows always reach the WAL
-                s.submit(PackedEntry(scan, ranges).txns)
-            self.break_conn(c, "remote protocol error")
-            return True
-        if ranges:
-            s.submit(PackedEntry(scan, ranges).txns)
-        if s.core.expel_epoch != c.expel_epoch:     # as applier.py's Resubscribe
-            self.stats["resubscribes"] += 1
-            self.break_conn(c, "expelled member's bound grew: resubscribe", 0)
-        return True
 
     def _on_member(self, n: SimNode) -> None:
         """The operator lists a new node in everyone's peers (full mesh; anonymous replicas
@@ -518,44 +387,26 @@ class Cluster:
         self._pump_relays()
         self._connect()
         self._journals()
+        self._acks()
+        self._membership()
         if self.drop_p:
             for c in list(self.conns.values()):
                 if self.rng.random() < self.drop_p:
                     self.break_conn(c, "dropped")
         self.checker.check()
 
-    def _serve_snapshots(self) -> None:
-        for c in list(self.conns.values()):
-            if c.wait_durable is None:
-                continue
-            p, s = self.nodes[c.server], self.nodes[c.client]
-            if p.durable < c.wait_durable:
-                continue
-            c.wait_durable = None
-            if c.kind == "register":
-                self.send(c, CLIENT, "REGISTERED", p.core.table.id_of(s.uuid))
-            else:
-                b = p.snapshot()
-                self.send(c, CLIENT, "SNAPSHOT", {"table": b.table_rows, "vclock": b.vclock,
-                                                  "spaces": b.spaces, "data": b.data})
-
-    def _pump_relays(self) -> None:
-        for c in list(self.conns.values()):
-            if not c.streaming:
-                continue
-            p = self.nodes[c.server]
-            if c.cursor >= p.durable:
-                continue
-            end = p.durable if not self.relay_batch_max else \
-                min(p.durable, c.cursor + self.rng.randint(1, self.relay_batch_max))
-            frames = []
-            for entry in p.wal[c.cursor:end]:
-                keep = [w for w in (t.to_wire() for t in entry) if relay_wants(w, c.sub_vclock, c.own)]
-                if keep:
-                    frames.append(keep)
-            c.cursor = end
-            if frames:
-                self.send(c, CLIENT, "ROWS", frames)
+    def apply_links(self, s: SimNode) -> None:
+        """Node.set_peers: the appliers are exactly the addresses in effect."""
+        links = s.links()
+        key = (tuple(links), len(s.appliers))
+        if key == s.links_applied:
+            return
+        s.links_applied = key
+        for addr in list(s.appliers):
+            if addr not in links:
+                a = s.appliers.pop(addr)
+                if a.conn is not None:
+                    self.break_conn(a.conn, "removed from peers")
 
     def _connect(self) -> None:
         for s in self.nodes.values():
@@ -563,26 +414,25 @@ class Cluster:
                 continue
             if s.proc and s.proc_conn is None and self.now >= s.proc_retry_at:
                 self._start_request(s)
+            if s.ready:
+                self.apply_links(s)
             if not s.ready or s.proc:
                 continue
-            for name in list(s.appliers):
-                if name not in s.peers:
-                    a = s.appliers.pop(name)
-                    if a.conn is not None:
-                        self.break_conn(a.conn, "removed from peers")
-            for name in s.peers:
-                a = s.appliers.setdefault(name, Applier())
+            for addr in s.links():
+                a = s.appliers.get(addr)
+                if a is None:
+                    a = s.appliers[addr] = Applier()
+                    s.links_applied = ()
                 if a.conn is not None or self.now < a.retry_at:
                     continue
-                p = self.nodes[name]
+                p = self.nodes[shell.resolve(addr)]
                 if not p.up or not self.reachable(s.name, p.name):
-                    a.retry_at = self.now + self.rng.randint(1, 4)
+                    a.retry_at = self.now + 1 + int(self.rng.random() * 4)
                     continue
-                a.conn = self._open("sub", s, p)
-                self.send(a.conn, SERVER, "HELLO", s.uuid)
+                a.conn = self.open_request("sub", s, p, addr)
 
     def _start_request(self, s: SimNode) -> None:
-        if s.proc_via is not None:
+        if s.proc_via is not None and not self.nodes[s.proc_via].retired:
             donors = [self.nodes[s.proc_via]]
         else:
             donors = [m for m in self.members() if m is not s and m.ready]
@@ -590,18 +440,55 @@ class Cluster:
         if not donors:
             s.proc_retry_at = self.now + self.rng.randint(1, 4)
             return
-        d = self.rng.choice(donors)
-        s.proc_conn = self._open(s.proc, s, d)
-        self.send(s.proc_conn, SERVER, "HELLO", s.uuid)
+        s.proc_conn = self.open_request(s.proc, s, self.rng.choice(donors))
 
     def _journals(self) -> None:
         for n in self.nodes.values():
             if not n.ready:
                 continue
             if n.queue and self.rng.random() < self.write_p:
-                n.write_some(self.rng.randint(1, len(n.queue)))
-            if len(n.wal) > n.durable and self.rng.random() < self.sync_p:
+                n.write_some(1 + int(self.rng.random() * len(n.queue)))
+            if len(n.wal) > n.durable and self.rng.random() < (self.sync_p if n.sync_p is None else n.sync_p):
                 n.sync()
+
+    def _membership(self) -> None:
+        """Per node, what its shell's background tasks do: checkpoints (Node._checkpoint_loop),
+        the fence's watch (FenceKeeper.watch) and the rejoin's (Rejoiner.watch)."""
+        for n in self.nodes.values():
+            if not n.ready:
+                continue
+            if self.checkpoint_every and n.rejoiner.task is None and self.rng.random() * self.checkpoint_every < 1:
+                self.checkpoint(n)
+            if n.core.fence is not None:
+                shell.try_lift(self, n)
+            n.rejoiner.step()
+
+    def checkpoint(self, n: SimNode) -> int:
+        reading = [c.cursor for c in self.conns.values() if c.server == n.name and c.streaming]
+        registering = any(c.server == n.name and c.kind in ("join", "rejoin", "register") for c in self.conns.values())
+        collected = n.checkpoint(self.now, self.anon_ttl, reading, self.rules["holds"] == "register")
+        self.stats["checkpoints"] += 1
+        if registering or n.joining:
+            # a member registers here (its JOIN is served) or has joined and not yet subscribed
+            self.stats["checkpoints while a member registers"] += 1
+            self.stats["entries collected while a member registers"] += collected
+        if collected:
+            self.stats["wal_entries_collected"] += collected
+            self.log(f"{n} checkpoints and collects {collected} WAL entries; gc_vclock {n.gc_vclock}")
+        return collected
+
+    def swap_after_rejoin(self, n: SimNode, base: Base, was_anon: bool = False) -> None:
+        """Node.reopen_after_rejoin: every link closed, the new store swapped in, reopened."""
+        for c in list(self.conns.values()):
+            if c.client == n.name or c.server == n.name:
+                self.break_conn(c, f"{n.name} swaps in a rebuilt store")
+        n.base, n.wal, n.durable, n.base_pos, n.wal_gc = None, [], 0, 0, 0
+        n.install(base)
+        n.gc_vclock = {k: v for k, v in base.vclock.items() if k}
+        n.in_effect = None
+        self.stats["rejoins"] += 1
+        self.log(f"{n} rebuilt: id {n.core.self_id}, vclock {n.core.vclock}")
+        self.checker.on_rebuild(n, was_anon)
 
     # --- running ---------------------------------------------------------------------------------
     def run(self, ticks: int) -> None:
@@ -617,23 +504,34 @@ class Cluster:
             raise self.fail(f"{what} not reached within {max_ticks} ticks\n{self.describe()}")
 
     def quiet(self) -> bool:
-        """Nothing in flight, nothing to persist, every link streaming and caught up."""
+        """Nothing in flight, nothing to persist, no fence, no rejoin under way, every link in
+        effect streaming and caught up (a second address of a member followed through another,
+        the node itself, an expelled member's refusal and a member down for good excepted)."""
         if self.in_flight():
             return False
         for n in self.nodes.values():
-            if not n.up or n.proc or n.queue or len(n.wal) != n.durable:
+            if n.retired:
+                continue
+            if not n.up or n.proc or n.queue or len(n.wal) != n.durable or n.status != "running":
                 return False
             if n.core is None:
                 continue
-            for name in n.peers:
-                a = n.appliers.get(name)
-                p = self.nodes[name]
+            if (n.core.fence is not None and n.uuid not in self.expelled) or n.rejoiner.task is not None:
+                return False                # (an expelled member hears nobody: it may stay fenced)
+            for addr in n.links():
+                a = n.appliers.get(addr)
+                p = self.nodes[shell.resolve(addr)]
+                if p.retired or (p is n and a is not None and a.refused == "self"):
+                    continue
+                if a is not None and a.refused == "duplicate" and any(
+                        b.conn is not None and b.conn.streaming and b.conn.server == p.name for b in n.appliers.values()):
+                    continue
                 if a is None or a.conn is None or not a.conn.streaming:
                     me = p.core.table.get(n.uuid) if p.core else None
                     if a is not None and a.refused == "expelled" and me is not None and me.state == STATE_EXPELLED:
                         continue
                     return False
-                if a.conn.cursor < p.durable:
+                if a.conn.cursor < p.applied_pos:
                     return False
         return True
 
@@ -655,11 +553,15 @@ class Cluster:
                 lines.append(f"  {n}: up={n.up} proc={n.proc or '-'} (no core)")
                 continue
             links = []
-            for name in n.peers:
-                a = n.appliers.get(name)
+            for addr in n.links():
+                a = n.appliers.get(addr)
                 st = "none" if a is None or a.conn is None else ("streaming" if a.conn.streaming else "handshake")
-                links.append(f"{name}:{st}{'/' + a.refused if a and a.refused else ''}")
-            lines.append(f"  {n}: up={n.up} proc={n.proc or '-'} id={n.core.self_id} vclock={n.core.vclock} "
+                links.append(f"{addr}:{st}{'/' + a.refused if a and a.refused else ''}")
+            fence = n.core.fence_state()[1] if n.core.fence is not None else ""
+            lines.append(f"  {n}: up={n.up} proc={n.proc or '-'} status={n.status} mode={n.wal_mode} "
+                         f"id={n.core.self_id} vclock={n.core.vclock} gc={n.gc_vclock} "
                          f"claimed={n.core.claimed} queue={len(n.queue)} wal={len(n.wal)}/{n.durable} "
-                         f"table={ {m.uuid[:8]: m.id for m in n.core.table.members()} } links[{', '.join(links)}]")
+                         f"table={ {m.uuid[:8]: m.id for m in n.core.table.members()} } links[{', '.join(links)}]"
+                         + (f" fenced: {fence}" if fence else "")
+                         + (f" rejoin: {n.rejoiner.need} {n.rejoiner.blocked}" if n.rejoiner.need else ""))
         return "\n".join(lines)

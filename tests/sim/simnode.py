@@ -1,23 +1,50 @@
 """One simulated node: its state (the StateView of node.core.apply over dicts), its
-journal (queue -> WAL -> durable) and its lifecycle (bootstrap/snapshot base, recovery).
+journal (queue -> WAL written -> on disk), its store's recovery base and meta, and the WAL
+holds and collection of node/retention.py.
 
-Rules kept here, as in journal.py, storage/store.py and server._open_bootstrapped:
-- entries are written in submission order; sync makes the written tail durable, then
-  applies it with apply_txn, then advances the core's durable vclock;
-- a restart rebuilds state from the base plus the durable WAL only, and builds a new
-  NodeCore from that state (its knowledge from the state's, its HLC from the WAL);
-- a snapshot holds the replicated spaces and data, `_cluster`, and the vclock without 0.
+Rules kept here, as in journal.py, storage/store.py, server._open_bootstrapped and
+node/retention.py:
+- entries are written in submission order. wal_mode fsync: a batch is applied (apply_txn,
+  then `core.commit_tops(..., on_disk=True)`) only once it is on disk, and relays send only
+  what is on disk; wal_mode write: a batch is applied (`on_disk=False`) and may be relayed
+  once written, and `core.synced` moves when the journal fsyncs the written tail (every
+  wal_sync_interval_s: `sync` here) or at a checkpoint (`core.mark_synced`). So claimed
+  (queued) >= applied >= on disk, and ACKs carry `core.ack_durable`;
+- a power loss (`crash`) loses the queue and whatever is not on disk; a process kill in wal_mode
+  write keeps what was written (the page cache survives it);
+- a restart rebuilds state from the base plus the WAL on disk after it (`base_pos`), and builds
+  a new NodeCore from that state (its knowledge from the state's, its HLC from the base and the
+  WAL, `own_history_lsn` and the own-rows fence from the meta: node/fence.py `restore`);
+- a checkpoint (Retention.checkpoint) makes the state the new base (local spaces included),
+  marks it synced in the core, gives every registered member without a hold one from the start
+  of the WAL (_hold_for_new_members), writes the holds, then collects the WAL entries below every
+  hold (`hold_positions`, `keep_vclock`, and the segment rule of node/wal/gc.collectable with
+  one entry per segment; the last entry and any entry a relay is reading stay) and sets
+  `gc_vclock`, the start of the oldest entry kept;
+- a hold (Retention.hold_all / on_subscribe / on_ack, node.core.membership) is for a member of
+  this node's `_cluster`, or (bounded) an anonymous replica or a subscriber not known yet
+  (Retention._may_hold); a joiner holds all the WAL from its JOIN until it subscribes, a
+  SUBSCRIBE sets the hold to the subscriber's `durable`; it is written at once when set (an anonymous one in wal_mode write only with the next sync), advanced in memory by
+  ACKs, and written with the next checkpoint; a restart takes the holds on disk;
+- a snapshot (store.snapshot) holds the replicated spaces and data, `_cluster`, and the vclock
+  without 0.
+Differences from the shell, kept small on purpose: one WAL entry per segment; a checkpoint in
+wal_mode write makes the WAL up to the base durable too (the shell's WAL may keep a hole there
+after a power loss, which only costs a subscriber a gap it refills from another upstream).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from node.cluster_space.table import ClusterTable, Member
+from node import limits
+from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
 from node.core.apply import apply_txn
+from node.core.membership import Hold, OwnRowsFence, advance_hold, hold_positions
 from node.core.replicaset import NodeCore
-from node.core.rows import Txn
+from node.core.rows import GROUP_LOCAL, Txn
 from node.core.vclock import VClock
+from node.wal.gc import keep_vclock
 
 if TYPE_CHECKING:
     from tests.sim.harness import Cluster, Conn
@@ -29,22 +56,25 @@ TICK_US = 1000                 # one tick of wall time
 # --- state --------------------------------------------------------------------------
 @dataclass
 class Base:
-    """What a node's state starts from before its own WAL: bootstrap or a snapshot."""
+    """What a node's state starts from before its WAL: bootstrap, a snapshot, a checkpoint."""
     table_rows: list[list]
     vclock: dict[int, int]
     spaces: dict[str, tuple[bool, str]]
     data: dict[str, dict[str, list]]
+    knowledge: dict = field(default_factory=dict)   # a checkpoint's (origin, member) -> id
+    hlc: int = 0                                      # a checkpoint's hybrid clock
 
 
 class SimState:
     """The StateView of node.core.apply over dicts (the LMDB store's in-memory twin)."""
 
-    def __init__(self, base: Base):
+    def __init__(self, base: Base, own_history_lsn: int = 0):
         self.table = ClusterTable(Member.from_row(r) for r in base.table_rows)
         self.vclock = VClock(base.vclock)
         self.spaces: dict[str, tuple[bool, str]] = dict(base.spaces)
         self.data: dict[str, dict[str, list]] = {s: {k: list(r) for k, r in d.items()} for s, d in base.data.items()}
-        self.knowledge: dict[tuple[str, str], int] = {}
+        self.knowledge: dict[tuple[str, str], int] = dict(base.knowledge)
+        self.own_history_lsn = own_history_lsn    # Store.own_history_lsn (node.core.apply)
 
     def space(self, name: str) -> tuple[bool, str] | None:
         return self.spaces.get(name)
@@ -70,12 +100,24 @@ class SimState:
         self.knowledge[(origin_uuid, member_uuid)] = their_id
 
 
+def txn_tops(txns: list[Txn]) -> dict[int, int]:
+    """component -> highest last lsn (what the store's apply hands to core.commit_tops)."""
+    top: dict[int, int] = {}
+    for t in txns:
+        c = 0 if t.group == GROUP_LOCAL else t.replica_id
+        if t.last_lsn > top.get(c, 0):
+            top[c] = t.last_lsn
+    return top
+
+
 # --- nodes ---------------------------------------------------------------------------
 @dataclass
 class Applier:
     conn: "Conn | None" = None
     retry_at: int = 0
     refused: str = ""          # the last refusal reason ("" while none)
+    status: str = ""           # "follow" once SUBSCRIBED, "need_rejoin" when told so
+    peer_vclock: dict = field(default_factory=dict)   # the upstream's vclock by uuid, from its last greeting
 
 
 class SimNode:
@@ -86,19 +128,46 @@ class SimNode:
         self.addr = f"{name.lower()}.sim:7301"
         self.skew_us = skew_us
         self.anon = anon                      # configured anonymous (until it registers)
+        self.wal_mode = "fsync"               # "fsync" | "write" (cfg.wal_mode)
+        self.sync_p: float | None = None      # this node's chance per tick of an fsync (None: the cluster's)
         self.up = True
-        self.base: Base | None = None         # None: fresh, never bootstrapped or joined
+        self.retired = False                  # down for good: never restarted again
+        self.base: Base | None = None         # None: fresh (or its disk was lost)
         self.wal: list[list[Txn]] = []        # entries (frames) in WAL order
-        self.durable = 0                      # entries wal[:durable] survive a crash
+        self.durable = 0                      # entries wal[:durable] are on disk
+        self.base_pos = 0                     # wal[:base_pos] are in the base (a checkpoint)
+        self.wal_gc = 0                       # wal[:wal_gc] were collected
+        self.wal_vc0: dict[int, int] = {}     # the vclock (local ids, with 0) at WAL entry 0
+        self._gc_vc: dict[int, int] = {}      # the vclock at WAL entry wal_gc
+        self.gc_vclock: dict[int, int] = {}   # meta gc_vclock (without 0)
+        self.wal_start: dict[int, int] = {}   # where the WAL began: its store's snapshot (the checker's)
+        self.holds: dict[str, Hold] = {}      # Retention.holds, in memory
+        self.joining: set[str] = set()        # joiners held by hold_all that have not subscribed here (stats)
+        self.holds_disk: dict[str, Hold] = {}  # ... as the store has them
+        self._holds_synced: set[str] = set()  # ... of which these survive a power loss
+        self.meta: dict = {}                  # own_fence (reason), own_history_lsn, running
+        self.identity_active = False          # identity file: this uuid went active (kept on a lost store)
         self.queue: list[list[Txn]] = []      # submitted, not yet written
         self.state: SimState | None = None
         self.core: NodeCore | None = None
-        self.peers: list[str] = []            # names of the upstreams this node subscribes to
+        self.status = "running"               # "rejoining" while a rejoin pauses or rebuilds
+        self.own_claims: dict[str, int] = {}  # Node.own_claims: peer uuid -> most of our rows it said it holds
+        self.claims_disproved: set[str] = set()   # Node.claims_disproved: peers whose claim the stream belied
+        self.peers: list[str] = []            # configured upstream addresses (configure_peers)
+        self.in_effect: list[str] | None = None   # set_peers([]) during a rebuild; None: = peers
+        self.links_applied: tuple = ()        # what Cluster.apply_links last made the appliers match
         self.appliers: dict[str, Applier] = {}
+        self.followers: dict[str, str] = {}   # member uuid -> the address of its one link (Applier.claim)
         self.proc: str = ""                   # "join" | "fetch" | "register" while one is wanted
         self.proc_via: str | None = None      # the donor the operator named, if any
         self.proc_conn: Conn | None = None
         self.proc_retry_at = 0
+        self.rejoiner = None                  # tests.sim.shell.Rejoiner, once bootstrapped
+        self.power_lost = False               # the next start sees a new boot id (node/fence.py)
+        self.greetings = 0                    # greetings taken by the core (the checker's cue)
+        # node/fence.py registered_members: members this node registered, beside its identity
+        # (a lost store keeps them; its fence waits for them too)
+        self.registered: set[str] = set()
 
     def __repr__(self) -> str:
         return f"{self.name}({self.uuid[:8]})"
@@ -111,6 +180,19 @@ class SimNode:
     def submitted(self) -> int:
         return len(self.wal) + len(self.queue)
 
+    @property
+    def applied_pos(self) -> int:
+        """WAL entries applied to the state (and that relays may send)."""
+        return self.durable if self.wal_mode == "fsync" else len(self.wal)
+
+    @property
+    def pending(self) -> bool:
+        """Journal.pending: entries submitted and not yet applied."""
+        return bool(self.queue) or self.applied_pos < len(self.wal)
+
+    def links(self) -> list[str]:
+        return self.peers if self.in_effect is None else self.in_effect
+
     def wall_us(self) -> int:
         return WALL_BASE_US + self.cluster.now * TICK_US + self.skew_us
 
@@ -120,17 +202,26 @@ class SimNode:
         self.queue.append(entry)
 
     def write_some(self, n: int) -> None:
-        self.wal.extend(self.queue[:n])
+        new = self.queue[:n]
+        self.wal.extend(new)
         del self.queue[:n]
+        if self.wal_mode == "write":
+            self._apply([t for e in new for t in e], on_disk=False)
 
     def sync(self) -> None:
-        """fsync: the written tail becomes durable, then state, then the core's vclock."""
+        """fsync. wal_mode fsync: then apply and commit as synced; wal_mode write: the journal's
+        periodic fsync of the written tail (Journal._sync_written), then `core.mark_synced`."""
         new = self.wal[self.durable:]
         self.durable = len(self.wal)
-        txns = [t for e in new for t in e]
+        if self.wal_mode == "fsync":
+            self._apply([t for e in new for t in e], on_disk=True)
+        else:
+            self.core.mark_synced(self.core.vclock.copy())
+
+    def _apply(self, txns: list[Txn], on_disk: bool) -> None:
         for t in txns:
             apply_txn(self.state, t, self.uuid)
-        self.core.commit(txns)
+        self.core.commit_tops(txn_tops(txns), on_disk=on_disk)
 
     def flush(self) -> None:
         self.write_some(len(self.queue))
@@ -138,23 +229,63 @@ class SimNode:
 
     # --- lifecycle ----------------------------------------------------------------------
     def recover(self) -> None:
-        """Rebuild state and core from the base and the durable WAL, as a restart does."""
+        """Rebuild state and core from the base and the WAL on disk, as a restart does. The store
+        opens with own_history_lsn = lsn_max if its meta holds a `rebuilt` fence (Store.__init__:
+        its ids are the donor's, so all its own `_cluster` rows replay as history), else the
+        meta's: a fence over its own store, as one this start set (server.start: loss_at_open),
+        keeps the members it registered. FenceKeeper.restore then takes the fence up (`rebuilt`
+        from its kind), with the members this node registered itself and those the operator
+        gave up on; a rebuilt fence holds every own row as history while it stands."""
         assert self.base is not None
-        self.state = SimState(self.base)
+        fence = self.meta.get("own_fence")
+        rebuilt = self.meta.get("fence_kind") == "rejoin"
+        history = int(self.meta.get("own_history_lsn") or 0)
+        at_open = limits.lsn_max if fence and rebuilt else history
+        self.state = SimState(self.base, at_open)
         # as Store.install_records: the HLC starts above every record of the snapshot
-        hlc = max((r[3] for recs in self.base.data.values() for r in recs.values()), default=0)
-        for entry in self.wal[:self.durable]:
+        hlc = max([self.base.hlc] + [r[3] for recs in self.base.data.values() for r in recs.values()])
+        for entry in self.wal[self.base_pos:self.durable]:
             for t in entry:
                 apply_txn(self.state, t, self.uuid)
                 hlc = max(hlc, t.timestamp)
         self.core = NodeCore(self.uuid, self.state.table.copy(), self.state.vclock, hlc_last=hlc,
-                             spaces={n: d[0] for n, d in self.state.spaces.items()})
+                             spaces={n: d[0] for n, d in self.state.spaces.items()}, own_history_lsn=history)
         self.core.knowledge = dict(self.state.knowledge)
+        if fence and not self.core.anon:           # FenceKeeper.restore
+            f = OwnRowsFence(str(fence), rebuilt=rebuilt)
+            f.known |= self.registered
+            f.given_up |= set(self.meta.get("given_up") or ())
+            self.core.fence = f
+            if rebuilt:
+                self.state.own_history_lsn = limits.lsn_max
+        self.holds = dict(self.holds_disk)         # Retention.load
+        self.status = "running"
 
     def install(self, base: Base) -> None:
         assert self.base is None and not self.wal
         self.base = base
+        self.wal_vc0 = dict(base.vclock)
+        self._gc_vc = dict(base.vclock)
+        self.wal_start = {k: v for k, v in base.vclock.items() if k}
         self.recover()
+
+    def lose_power(self) -> int:
+        """The queue and whatever is not on disk are gone; returns how many entries."""
+        lost = len(self.queue) + len(self.wal) - self.durable
+        self.queue.clear()
+        del self.wal[self.durable:]
+        self.holds_disk = {u: h for u, h in self.holds_disk.items() if u in self._holds_synced}
+        self.power_lost = True
+        return lost
+
+    def lose_disk(self) -> None:
+        """The store and the WAL are gone; the uuid and the identity file stay."""
+        self.queue.clear()
+        self.wal, self.durable, self.base_pos, self.wal_gc = [], 0, 0, 0
+        self.base, self.state, self.core = None, None, None
+        self.wal_vc0, self._gc_vc, self.gc_vclock = {}, {}, {}
+        self.holds, self.holds_disk, self._holds_synced = {}, {}, set()
+        self.meta = {}
 
     def snapshot(self) -> Base:
         """store.snapshot(): replicated spaces and data, `_cluster`, vclock without 0."""
@@ -162,3 +293,90 @@ class SimNode:
         spaces = {n: d for n, d in st.spaces.items() if not d[0]}
         return Base(st.table.rows(), {k: v for k, v in st.vclock.items() if k != 0}, spaces,
                     {n: {k: list(r) for k, r in st.data.get(n, {}).items()} for n in spaces})
+
+    # --- WAL retention (node/retention.py) ------------------------------------------------
+    def may_hold(self, uuid: str, anon: bool) -> bool:
+        """Retention._may_hold: a member of this node's `_cluster` always; an anonymous replica
+        or a subscriber not known here yet (registered through another member), at most
+        anon_acks_max of those together (the one heard from longest ago goes)."""
+        mem = self.core.table.get(uuid)
+        if not anon and mem is not None:
+            return mem.state == STATE_MEMBER
+        if uuid not in self.holds:
+            bounded = [u for u, h in self.holds.items() if h.anon or self.core.table.get(u) is None]
+            if len(bounded) >= limits.anon_acks_max:
+                del self.holds[min(bounded, key=lambda u: self.holds[u].seen_s)]
+        return True
+
+    def _set_hold(self, uuid: str, vclock: dict[int, int], anon: bool, now: int) -> None:
+        """Retention._set: written at once (synced unless anonymous in wal_mode write)."""
+        self.holds[uuid] = Hold(dict(vclock), now, anon)
+        self.holds_disk = dict(self.holds)
+        if not anon or self.wal_mode == "fsync":
+            self._holds_synced = set(self.holds_disk)
+
+    def hold_all(self, uuid: str, anon: bool, now: int) -> None:
+        """Retention.hold_all: a joiner about to read this node's snapshot holds all the WAL
+        still here until it subscribes and says where it is."""
+        if self.may_hold(uuid, anon):
+            self._set_hold(uuid, {k: v for k, v in self._gc_vc.items() if k}, anon, now)
+            self.joining.add(uuid)
+
+    def on_subscribe(self, uuid: str, durable: dict[int, int], anon: bool, now: int) -> bool:
+        """Retention.on_subscribe: the hold is what the subscriber has on disk, forward or back."""
+        self.joining.discard(uuid)
+        old = self.holds.get(uuid)
+        if old is not None and old.vclock == durable and old.anon == anon:
+            return False
+        if not self.may_hold(uuid, anon):
+            return False
+        self._set_hold(uuid, durable, anon, now)
+        return True
+
+    def on_ack(self, uuid: str, durable: dict[int, int], anon: bool, now: int) -> None:
+        """Retention.on_ack: the subscriber has `durable` on disk."""
+        if uuid in self.holds or self.may_hold(uuid, anon):
+            self.holds[uuid] = advance_hold(self.holds.get(uuid), durable, now, anon)
+
+    def hold_for_new_members(self, now: int) -> None:
+        """Retention._hold_for_new_members: every registered member without a hold holds all
+        that is still in the WAL (from the start of its oldest entry)."""
+        start = {k: v for k, v in self._gc_vc.items() if k}
+        for mem in self.core.table.members():
+            if mem.state == STATE_MEMBER and mem.uuid != self.uuid and mem.uuid not in self.holds:
+                self.holds[mem.uuid] = Hold(dict(start), now, False)
+
+    def checkpoint(self, now: int, anon_ttl: int, reading: list[int], new_members: bool = True) -> int:
+        """Retention.checkpoint: the state becomes the base (synced), the holds are written,
+        and the WAL entries below every hold are collected. `reading`: the cursors of the
+        relays streaming from this node; `new_members` False: the rule before issue 16 (no hold
+        for a member that never subscribed). Returns how many entries were collected."""
+        st, core = self.state, self.core
+        synced = dict(st.vclock.items())
+        self.base = Base(st.table.rows(), dict(synced), dict(st.spaces),
+                         {n: {k: list(r) for k, r in d.items()} for n, d in st.data.items()},
+                         dict(st.knowledge), core.hlc.last)
+        self.base_pos = self.applied_pos
+        self.durable = max(self.durable, self.base_pos)
+        core.mark_synced(VClock(synced))
+        if new_members:
+            self.hold_for_new_members(now)
+        keep = keep_vclock(synced, hold_positions(self.holds, core.table, now, anon_ttl))
+        limit = min([len(self.wal) - 1] + reading)     # the current segment, segments being read
+        i, vc = self.wal_gc, dict(self._gc_vc)
+        while i < limit:
+            nxt = dict(vc)
+            for t in self.wal[i]:
+                c = 0 if t.group == GROUP_LOCAL else t.replica_id
+                if t.last_lsn > nxt.get(c, 0):
+                    nxt[c] = t.last_lsn
+            if not all(lsn <= keep.get(rid, 0) for rid, lsn in nxt.items()):
+                break
+            i, vc = i + 1, nxt
+        self.holds_disk = dict(self.holds)
+        self._holds_synced = set(self.holds_disk)
+        collected = i - self.wal_gc
+        if collected:
+            self.wal_gc, self._gc_vc = i, vc
+            self.gc_vclock = {rid: lsn for rid, lsn in vc.items() if rid}
+        return collected

@@ -3,8 +3,9 @@
 Each test drives the real NodeCore through the harness (tests/sim/harness.py) with a
 fixed seed, under the checkers that run after every tick (tests/sim/checkers.py), and
 then asserts the behaviour its name states: which id each node gives each member, whose
-rows arrive where and exactly once, and that the cluster converges. Tests marked xfail
-(strict) pin a bug found by the simulation; each says where it is and what breaks.
+rows arrive where and exactly once, and that the cluster converges. A bug the simulation
+finds is pinned as a strict xfail saying where it is and what breaks, until node/ fixes it
+(none is open now).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED
 from node.core.rows import GROUP_LOCAL
-from tests.sim.checkers import check_converged
+from tests.sim.liveness import check_converged
 from tests.sim.harness import KV, LOC, Cluster
 
 

@@ -1,0 +1,104 @@
+"""The rejoin's last look before it rebuilds (node/rejoin.py Rejoiner._rebuild): an attempt may
+probe donors and wait for cover a long while, and meanwhile another upstream may stream the
+collected rows this node lacked. A node that caught up past every upstream's `needed` keeps its
+store (a rebuild would empty its WAL and take the donor's ids); one still lacking them goes on.
+
+The node is a stand-in holding the real parts the rebuild reads first: a NodeCore over a real
+table and vclock, a real Store (LMDB) in a temporary directory; its links and the donor's JOIN
+are recorded (the stand-in donor answers nothing, so a rebuild that goes on stops cleanly at the
+JOIN, keeping the store, as when a real donor refuses)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
+from node.core.replicaset import NodeCore
+from node.core.vclock import VClock
+from node.rejoin import REJOIN_DIR, Rejoiner
+from node.storage.store import Store
+from tests.unit.helpers import STORE_MAP_BYTES, UUID_A, UUID_B, UUID_C
+
+ADDR_B, ADDR_C = "127.0.0.1:7302", "127.0.0.1:7303"
+COLLECTED = {UUID_B: 8}          # what C said it collected: B's rows up to lsn 8
+WAITING = "waiting for 127.0.0.1:7303 to receive this node's rows"
+
+
+class _Life:
+    uses_identity_files = False
+
+    def __init__(self) -> None:
+        self.joins: list[str] = []
+
+    async def apply_once(self, address: str, kind, code, extra):
+        self.joins.append(address)
+        return None, "the stand-in donor answers nothing"
+
+
+class _Journal:
+    pending = 0
+
+
+class _Node:
+    """What Rejoiner._rebuild touches before the JOIN, A's view: B is id 2 here."""
+
+    def __init__(self, tmp_path, b_lsn: int) -> None:
+        table = ClusterTable([Member(UUID_A, 1, "127.0.0.1:7301", STATE_MEMBER),
+                              Member(UUID_B, 2, ADDR_B, STATE_MEMBER), Member(UUID_C, 3, ADDR_C, STATE_MEMBER)])
+        self.core = NodeCore(UUID_A, table, VClock({1: 4, 2: b_lsn, 3: 2}), spaces={"kv": False})
+        self.life = _Life()
+        self.journal = _Journal()
+        self.data_dir = str(tmp_path)
+        self.store = Store(str(tmp_path / "store"), map_size=STORE_MAP_BYTES)
+        self.peers = [ADDR_B, ADDR_C]
+        self.links: list[list[str]] = []              # each set_peers call
+        # as Rejoiner.attempt leaves it when the donor received this node's rows
+        self.status, self.status_reason = "rejoining", WAITING
+
+    def set_peers(self, peers: list[str]) -> list:
+        self.links.append(list(peers))
+        return []                                     # no link tasks to wait for
+
+
+@pytest.fixture
+def make_node(tmp_path):
+    made: list[_Node] = []
+
+    def make(b_lsn: int) -> _Node:
+        made.append(_Node(tmp_path, b_lsn))
+        return made[-1]
+    yield make
+    for n in made:
+        n.store.close()
+
+
+def _told_to_rejoin(node: _Node, collected: dict[str, int]) -> Rejoiner:
+    rj = Rejoiner(node)
+    rj.on_need_rejoin(ADDR_C, "C collected rows this node needs", collected)
+    return rj
+
+
+@pytest.mark.parametrize("b_lsn", [8, 11])
+async def test_a_node_that_caught_up_past_what_was_collected_while_its_attempt_ran_keeps_its_store(make_node, b_lsn):
+    node = make_node(b_lsn)
+    rj = _told_to_rejoin(node, COLLECTED)
+    await rj._rebuild(ADDR_C)
+    assert node.links == []                           # its links were never taken down
+    assert node.life.joins == []                      # no JOIN: no snapshot asked for
+    assert (node.status, node.status_reason) == ("running", "")
+    assert not os.path.exists(os.path.join(node.data_dir, REJOIN_DIR))
+    assert node.core.vclock.get(2) == b_lsn and rj.blocked == ""
+
+
+@pytest.mark.parametrize("b_lsn,collected", [(7, COLLECTED), (11, {})],
+                         ids=["it still lacks the collected rows", "the upstream did not say what it collected"])
+async def test_a_node_still_lacking_what_was_collected_goes_on_to_rebuild(make_node, b_lsn, collected):
+    node = make_node(b_lsn)
+    rj = _told_to_rejoin(node, collected)
+    await rj._rebuild(ADDR_C)
+    assert node.links[0] == []                        # links down for the rebuild
+    assert node.life.joins == [ADDR_C]                # it asked the donor for a snapshot
+    # the stand-in donor answered nothing: the store is kept and the links come back
+    assert node.links[-1] == node.peers and (node.status, node.status_reason) == ("running", "")
+    assert rj.blocked.startswith(f"rebuilding from {ADDR_C} failed")
