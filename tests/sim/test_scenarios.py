@@ -9,8 +9,6 @@ finds is pinned as a strict xfail saying where it is and what breaks, until node
 """
 from __future__ import annotations
 
-import pytest
-
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED
 from node.core.rows import GROUP_LOCAL
 from tests.sim.liveness import check_converged
