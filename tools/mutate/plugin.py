@@ -128,6 +128,13 @@ def _code_by_qualname(code: types.CodeType, out: dict) -> dict:
     return out
 
 
+def _shallow(code: types.CodeType) -> types.CodeType:
+    """The code with its nested code objects replaced by their names: a class body or function
+    is not itself changed when only a method or lambda inside it is."""
+    return code.replace(co_consts=tuple(f"<code {c.co_qualname}>" if isinstance(c, types.CodeType) else c
+                                        for c in code.co_consts))
+
+
 def _live_functions(module: types.ModuleType) -> dict[str, types.FunctionType]:
     found: dict[str, types.FunctionType] = {}
 
@@ -162,7 +169,7 @@ def patch_in_place(path: str, index: int) -> int:
         source = f.read()
     new = _code_by_qualname(mutated_code(path, source, index, os.path.abspath(path)), {})
     old = _code_by_qualname(compile(source, os.path.abspath(path), "exec", dont_inherit=True), {})
-    changed = [q for q, c in new.items() if old.get(q) != c]
+    changed = [q for q, c in new.items() if q not in old or _shallow(old[q]) != _shallow(c)]
     if not changed or set(new) != set(old):
         raise LookupError("the mutant changes code outside functions")
     live = _live_functions(module)
