@@ -13,6 +13,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from node import limits
+
 
 @functools.lru_cache(maxsize=8)
 def tls_context(ca_file: str | None) -> ssl.SSLContext:
@@ -23,7 +25,7 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
 
 
 def request(method: str, url: str, body: Any = None, *, raw: bytes | None = None, token: str | None = None,
-            headers: dict | None = None, timeout: float = 10.0, ca_file: str | None = None) -> tuple[int, Any]:
+            headers: dict | None = None, timeout: float = limits.client_request_timeout_s, ca_file: str | None = None) -> tuple[int, Any]:
     """(status, decoded JSON answer). An error answer that is not JSON comes back as its raw bytes."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     req = urllib.request.Request(url, data=data, method=method)

@@ -27,6 +27,7 @@ from node.core.membership import OwnRowsFence
 log = logging.getLogger("replog.fence")
 
 FENCE_META = "own_fence"
+REGISTERED_FILE = "registered_members"   # beside the identity file: members this node registered
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 BOOT_ID_ENV = "REPLOG_BOOT_ID_FILE"     # tests stand a machine restart in with another file
 
@@ -66,27 +67,49 @@ class FenceKeeper:
         """`running` in the store while the node runs (an orderly stop clears it), with the boot id."""
         self.node.store.set_meta(running=running, boot_id=boot_id())
 
-    def set(self, reason: str) -> None:
-        """Fence now (persisted first, so a crash keeps it)."""
+    def set(self, reason: str, rebuilt: bool) -> None:
+        """Fence now (persisted first, so a crash keeps it). `rebuilt`: the store was rebuilt from
+        a donor's snapshot (OwnRowsFence.rebuilt: this node's earlier own `_cluster` rows are
+        history from now on)."""
         store = self.node.store
-        store.set_meta(**{FENCE_META: {"reason": reason}})
+        store.set_meta(**{FENCE_META: {"reason": reason, "rebuilt": rebuilt}})
         store.sync()
-        store.own_history_lsn = limits.lsn_max
+        if rebuilt:
+            store.own_history_lsn = limits.lsn_max
         log.warning("fence: %s; this node writes under its own id again once every member has said how many of "
                     "its rows it holds and they are back", reason)
 
     def restore(self) -> None:
-        """The core was just built: take up a fence the store holds."""
+        """The core was just built: take up a fence the store holds, with the members this node
+        registered itself (they may hold its rows though the donor never heard of them) and
+        those the operator gave up on."""
         node = self.node
         f = node.store.get_meta(FENCE_META)
-        if f and node.core is not None and not node.core.anon:
-            node.core.fence = OwnRowsFence(str((f or {}).get("reason") or "an earlier loss"))
+        if not f or node.core is None or node.core.anon:
+            return
+        fence = OwnRowsFence(str(f.get("reason") or "an earlier loss"), rebuilt=bool(f.get("rebuilt")))
+        fence.known |= registered_members(node.data_dir)
+        fence.expelled |= set(f.get("given_up") or ())
+        node.core.fence = fence
+        if fence.rebuilt:
             node.store.own_history_lsn = limits.lsn_max
+
+    def give_up(self, uuid: str) -> None:
+        """The operator expels a member while this node is fenced: the fence stops waiting for it
+        now, and the expel row (a row under our own id) is written once the fence is lifted."""
+        store, fence = self.node.store, self.node.core.fence
+        meta = dict(store.get_meta(FENCE_META) or {})
+        meta["given_up"] = sorted(set(meta.get("given_up") or ()) | {uuid})
+        store.set_meta(**{FENCE_META: meta})
+        store.sync()
+        fence.expelled.add(uuid)
+        log.warning("fence: the operator expels %s; this node stops waiting for it and writes the expel once its "
+                    "fence is lifted", uuid)
 
     # --- running ------------------------------------------------------------------------------
     def on_greeting(self, theirs: dict) -> None:
         core = self.node.core
-        if core is None or core.fence is None or theirs.get("anon"):
+        if core is None or core.fence is None or theirs.get("anon") or theirs["uuid"] in self.node.claims_disproved:
             return
         vu = theirs.get("vclock_uuid")
         core.observe_peer(theirs["uuid"], vu if isinstance(vu, dict) else {}, theirs.get("cluster") or [])
@@ -108,15 +131,18 @@ class FenceKeeper:
             await asyncio.sleep(limits.fence_poll_s)
 
     def _lift(self) -> None:
-        node, store = self.node, self.node.store
-        target = node.core.fence.target()
-        history = node.core.clear_fence()
-        store.set_meta(**{FENCE_META: None}, own_history_lsn=history)
-        store.own_history_lsn = history
+        node, store, core = self.node, self.node.store, self.node.core
+        target = core.fence.target()
+        given_up = sorted(set((store.get_meta(FENCE_META) or {}).get("given_up") or ()))
+        restate = core.clear_fence(node.wall_us())
+        store.set_meta(**{FENCE_META: None}, own_history_lsn=core.own_history_lsn)
+        store.own_history_lsn = core.own_history_lsn
         store.sync()
+        if restate is not None:       # claimed: queued before anything else can await
+            node.journal.submit_nowait([restate], want_future=False)
         log.info("fence: every member was heard and this node's own rows are back (up to lsn %d): it writes "
                  "under its own id again", target)
-        node.after_fence()
+        node.after_fence(given_up)
 
     def info(self) -> dict | None:
         core = self.node.core
@@ -129,3 +155,26 @@ class FenceKeeper:
 
 def wal_present(wal_dir: str) -> bool:
     return os.path.isdir(wal_dir) and any(n.endswith(".wal") for n in os.listdir(wal_dir))
+
+
+def remember_registration(data_dir: str, uuid: str) -> None:
+    """A member registered through this node: noted beside the identity (outside the store), so
+    that a store lost later still knows this member may hold its rows. Durable before the
+    registration is answered."""
+    path = os.path.join(data_dir, REGISTERED_FILE)
+    if uuid in registered_members(data_dir):
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, (uuid + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def registered_members(data_dir: str) -> set[str]:
+    try:
+        with open(os.path.join(data_dir, REGISTERED_FILE)) as f:
+            return {line.strip() for line in f if line.strip()}
+    except OSError:
+        return set()

@@ -89,6 +89,10 @@ class Journal:
         # ... and of whole frames the store has applied too: every row before it is in the store
         # (a backup replays its copy of the store from here: node/ops/backup.py)
         self.applied: Position = self.position
+        # (segment, end offset) of whole frames on disk: relays to anonymous replicas read no further
+        # in wal_mode write (a member that lost its unsynced tail hears from every member before it
+        # writes again, node/fence.py; an anonymous replica is never asked, so it gets no such row)
+        self.synced_position: Position = self.position
         # the tail (module comment): kept only while somebody listens
         self.tail: deque[TailChunk] = deque()
         self.tail_bytes = 0
@@ -311,15 +315,21 @@ class Journal:
 
     async def _sync_written(self) -> None:
         applied = self.core.vclock.copy()       # every row in it was written before the fsync below
+        position = self.position
         await self._loop.run_in_executor(None, self.wal.sync)
         self._synced_at = time.monotonic()
         self.core.mark_synced(applied)
+        self.synced_position = position
+        for wake in self._listeners:            # anonymous replicas' relays may send it now
+            wake.set()
 
     def _advance(self, written: tuple | None) -> None:
         """The batch is durable (as wal_mode promises): move the position relays may read up
         to, and hand its frames to the tail."""
         if written is not None:
             prev, self.position = self.position, (written[0], written[2])
+            if self.wal is not None and self.wal.mode == "fsync":
+                self.synced_position = self.position
             if self._listeners:
                 self._publish(prev, *written)
 

@@ -43,6 +43,7 @@ from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
 from node.core.membership import greeting_vclock
 from node.errors import ConfigError, PeerRefused, RemoteProtocolError, StorageError
+from node.fence import remember_registration
 from node.identity import identity_file as idf
 from node.identity.signature import (
     Decision, InitialSignature, MemberStatus, Outcome, StoreStatus, decide_initialization, decide_join,
@@ -505,6 +506,7 @@ class Lifecycle:
         async with self._register_lock:
             core, store = node.core, node.store
             if code is None:          # a joiner without identity files (lease identity)
+                remember_registration(node.data_dir, uuid)
                 return ApplyResult(True, await node.register_member(uuid, address))
             codes: dict = store.get_meta("registrations") or {}
             registry = {mem.uuid: (mem.id, str((codes.get(mem.uuid) or [0, ""])[1])) for mem in core.table.members()}
@@ -518,6 +520,9 @@ class Lifecycle:
                 log.warning("register: refused %s: %s (next id %d)", uuid, result[1], nxt)
                 return ApplyResult(False, reason=str(result[1]), next_id=nxt)
             granted = int(result[1])
+            # noted beside the identity first: if this store is lost, its fence still knows this
+            # member may hold its rows (node/fence.py)
+            remember_registration(node.data_dir, uuid)
             local_id, txn = core.register_member(uuid, address, node.wall_us(), proposed_id=granted)
             assert local_id == granted, (local_id, granted)
             if txn is not None:

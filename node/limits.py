@@ -85,6 +85,10 @@ http_connections_max = 1024          # open client connections; past it new ones
                                      # also lowered below the process's fd limit: node/http/listener.py)
 http_fds_reserved = 128              # fds kept for everything but client connections
 accept_error_log_interval_s = 60.0   # "out of fds" on accept is logged at most this often
+client_request_timeout_s = 10.0      # one call of node/client.py (CLI, demo, benches, tests) waits this
+peers_stop_wait_s = 5.0              # PUT /v1/admin/peers waits this for removed appliers to stop (a
+                                     # link closes within link_close_timeout_s), then answers with those
+                                     # still stopping: always within a client's request timeout
 wait_timeout_ms_default = 5_000      # a read with after_vclock (or a wait) without a timeout waits this long
 wait_timeout_ms_max = 60_000         # ... and at most this: a client that needs longer asks again, so no
                                      # request holds a connection (and a task) for ever
@@ -131,6 +135,8 @@ link_close_timeout_s = 2.0           # closing a link waits this long for the pe
 reconnect_backoff_min_s = 0.1        # first retry after a broken link
 reconnect_backoff_max_s = 5.0        # retries back off to at most this
 refused_backoff_s = 10.0             # a peer that refused us (wrong secret, cluster) is retried this slowly
+peer_error_chars_max = 1000          # a peer's ERROR code and message are cut to this before they reach
+                                     # the log, an applier's status, /v1/info and the dashboard
 wal_sync_interval_s = 1.0            # wal_mode write: the written WAL tail is fsync'd this often (so a
                                      # power cut loses at most about this much, and ACKs report what is
                                      # on disk without waiting for a checkpoint)
@@ -204,3 +210,5 @@ assert members_max * cluster_row_bytes_max + message_margin_bytes <= message_byt
 assert txn_bytes_max * 2 <= frame_bytes_max
 assert lsn_max + txn_ops_max < (1 << 63) and timestamp_us_max + (1 << 40) < (1 << 63)
 assert hlc_offset_max_s * 1e6 < timestamp_us_max
+assert link_close_timeout_s < peers_stop_wait_s < client_request_timeout_s, \
+    "removing a peer answers after its link closed, and before a client gives up"

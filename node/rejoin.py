@@ -33,7 +33,7 @@ from node import limits
 from node.applier.applier import PROBE_ERRORS, open_link, probe
 from node.cluster_space.table import STATE_ANON, Member
 from node.core import messages as m
-from node.core.membership import describe_uncovered, greeting_vclock, uncovered
+from node.core.membership import describe_uncovered, expel_bounds, greeting_vclock, uncovered
 from node.core.validate import timestamp_ahead_error
 from node.errors import PeerRefused, RemoteProtocolError
 from node.identity import identity_file as idf
@@ -108,22 +108,56 @@ def _swap(data_dir: str) -> None:
 class Rejoiner:
     def __init__(self, node):
         self.node = node
-        self.need: dict[str, str] = {}       # upstream address -> why it told us to rejoin
-        self.blocked = ""                    # why the last attempt could not rebuild
+        self.need: dict[str, str] = {}                 # upstream address -> why it told us to rejoin
+        self.needed: dict[str, dict[str, int]] = {}    # upstream address -> what it collected, by uuid
+        self.blocked = ""                              # why the last attempt could not rebuild
         self.attempts = 0
         self._last_try = 0.0
         self.running = False
 
     # --- what the appliers say ------------------------------------------------------------------
-    def on_need_rejoin(self, address: str, reason: str) -> None:
+    def on_need_rejoin(self, address: str, reason: str, collected: dict[str, int]) -> None:
         self.need[address] = reason
+        self.needed[address] = dict(collected)
 
     def on_follow(self, address: str) -> None:
         self.need.pop(address, None)
+        self.needed.pop(address, None)
 
     def status_of(self, address: str) -> str:
         why = self.need.get(address, "")
         return f"{why}; {self.blocked}" if self.blocked and why else why
+
+    # --- what this node has and needs ------------------------------------------------------------
+    def _mine(self) -> dict[str, int]:
+        """What a snapshot must cover: this node's replicated components by uuid, expelled
+        members' only up to their bound, and not an anonymous replica's own (its private
+        component: `_cluster` rows nobody else has or needs)."""
+        core = self.node.core
+        mine = core.vclock_by_uuid()
+        if core.anon:
+            mine.pop(core.uuid, None)
+        return {u: n for u, (n, _) in uncovered(mine, {}, expel_bounds(core.table)).items()}
+
+    def _wanted(self) -> dict[str, int]:
+        """The collected rows this node still lacks: uuid -> the lsn it needs to reach."""
+        have = self.node.core.vclock_by_uuid()
+        out: dict[str, int] = {}
+        for collected in self.needed.values():
+            for u, lsn in collected.items():
+                if lsn > have.get(u, 0):
+                    out[u] = max(out.get(u, 0), lsn)
+        return out
+
+    def _fed(self, wanted: dict[str, int]) -> bool:
+        """A streaming upstream has what this node lacks (or some need was not said): wait for it."""
+        node = self.node
+        following = [a for a in node.appliers.values() if a.status == "follow"]
+        if not following:
+            return False
+        if not wanted:
+            return True          # an older relay said nothing of what it collected: give the stream time
+        return any(all(a.peer_vclock.get(u, 0) >= lsn for u, lsn in wanted.items()) for a in following)
 
     # --- deciding -----------------------------------------------------------------------------------
     async def watch(self) -> None:
@@ -131,9 +165,13 @@ class Rejoiner:
         while True:
             await asyncio.sleep(0.2)
             self.need = {a: r for a, r in self.need.items() if a in node.appliers}
+            self.needed = {a: n for a, n in self.needed.items() if a in self.need}
             if not self.need or self.running or node.status != "running" or node.core is None:
                 continue
-            if any(a.status == "follow" for a in node.appliers.values()):
+            wanted = self._wanted()
+            if not wanted and all(self.needed.get(a) for a in self.need):
+                continue                         # caught up past what they collected: the links serve again
+            if self._fed(wanted):
                 continue                         # the rows come from a streaming upstream
             if time.monotonic() - self._last_try < limits.rejoin_retry_s and self.attempts:
                 continue
@@ -146,9 +184,10 @@ class Rejoiner:
                 self.running = False
 
     async def attempt(self) -> None:
-        """Find a donor that covers this node and rebuild from it; or leave everything as it is."""
+        """Find a donor that covers this node and has what it lacks, and rebuild from it; or
+        leave everything as it is."""
         node = self.node
-        mine = node.core.vclock_by_uuid()
+        mine, wanted = self._mine(), self._wanted()
         order = list(self.need) + [a for a in node.peers if a not in self.need]
         best: dict[str, tuple[int, int]] | None = None
         for address in order:
@@ -159,6 +198,8 @@ class Rejoiner:
                 continue
             if not theirs.get("cluster_uuid") or theirs.get("status") != "running":
                 continue
+            if uncovered(wanted, greeting_vclock(theirs)):
+                continue                         # it lacks the collected rows too: nothing to gain
             missing = uncovered(mine, greeting_vclock(theirs))
             if missing and any(r.uuid == theirs["uuid"] for r in node.relays):
                 # It is receiving our rows: pause writes so that it can have all of them.
@@ -175,7 +216,7 @@ class Rejoiner:
             self.blocked = (f"a snapshot would discard rows no reachable peer has ({describe_uncovered(best)}): "
                             f"this node keeps its store and asks again every {limits.rejoin_retry_s:.0f} s")
         else:
-            self.blocked = "no peer can give a snapshot now"
+            self.blocked = "no reachable peer has the collected rows this node lacks, to give a snapshot of"
         log.error("rejoin: %s", self.blocked)
         for a in node.appliers.values():
             if a.address in self.need:
@@ -188,7 +229,7 @@ class Rejoiner:
         while True:
             while node.journal.pending:
                 await node.journal.changed(timeout=1.0)
-            missing = uncovered(node.core.vclock_by_uuid(), greeting_vclock(theirs))
+            missing = uncovered(self._mine(), greeting_vclock(theirs))
             if not missing or time.monotonic() > deadline:
                 return missing
             await asyncio.sleep(0.2)
@@ -210,7 +251,7 @@ class Rejoiner:
         while node.journal.pending:
             await node.journal.changed(timeout=1.0)
         node.store.sync()
-        mine = node.core.vclock_by_uuid()
+        mine = self._mine()
         side = os.path.join(node.data_dir, REJOIN_DIR)
         shutil.rmtree(side, ignore_errors=True)
         new: Store | None = None
@@ -230,7 +271,9 @@ class Rejoiner:
             finally:
                 await conn.close()
             if anon:
-                my_id = prev_id if new.table.by_id(prev_id) is None else new.table.lowest_free_id()
+                known = new.table.get(node.uuid)      # a REGISTER that went through, its answer lost
+                my_id = known.id if known is not None else \
+                    prev_id if new.table.by_id(prev_id) is None else new.table.lowest_free_id()
                 new.put_cluster_member(Member(node.uuid, my_id, node.cfg.address, STATE_ANON))
             elif new.table.get(node.uuid) is None:
                 raise RemoteProtocolError(f"{address}'s snapshot does not register this node")
@@ -274,6 +317,11 @@ class Rejoiner:
             for chunk in old.records(name):
                 new.install_records(name, chunk)
         meta = {k: v for k, v in old.meta_items().items() if k not in _NOT_CARRIED}
+        fence = old.get_meta("own_fence")
+        if fence:
+            # A fence stands until every member is heard: the donor covering this node says nothing
+            # of what the others hold. The ids are the donor's now: own rows coming back are history.
+            meta["own_fence"] = {**fence, "rebuilt": True}
         me = new.table.get(meta.get("uuid", ""))
         own = new.vclock.get(me.id) if me is not None else 0
         meta["own_history_lsn"] = max(int(meta.get("own_history_lsn") or 0), own)

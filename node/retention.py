@@ -1,12 +1,13 @@
 """WAL retention of one node: who holds its WAL, checkpoints, and collection.
 
-A subscriber's hold is its durable position in this node's ids (node.core.membership):
-created when a member joins through this node (at its snapshot's vclock) or first subscribes
-(at its SUBSCRIBE vclock), written to the store and synced at once, so neither side's restart
-loses it; every other registered member holds everything still here from the first checkpoint
-after this node learned of it (a member that never subscribed here may after a restart or a
-peer change); advanced by the `durable` vclock of its ACKs (what it has on disk, never what it
-has only applied); released when the member is expelled. An anonymous replica holds the WAL
+A subscriber's hold is its durable position in this node's ids (node.core.membership): a
+joiner holds all that is here from its JOIN until it subscribes; a SUBSCRIBE sets the hold to
+what the subscriber says it has on disk (its `durable` vclock); both are written to the store and
+synced at once, so neither side's restart loses them; every other registered member holds
+everything still here from the first checkpoint after this node learned of it (a member that
+never subscribed here may after a restart or a peer change); ACKs advance a hold by their
+`durable` vclock (what the subscriber has on disk, never what it has only applied); released
+when the member is expelled. An anonymous replica holds the WAL
 only while it was seen within `anon_ttl_s`.
 
 A checkpoint syncs the store (everything applied so far is on disk: the core's `synced`
@@ -64,27 +65,48 @@ class Retention:
     # --- holds -------------------------------------------------------------------------------
     def _may_hold(self, uuid: str, anon: bool) -> bool:
         """Only what can hold the WAL leaves a hold behind, so subscriptions under made-up uuids
-        (anyone with the secret can) cannot grow the holds: a member of this node's `_cluster`
-        (one not known yet gets its hold at the first checkpoint after it is), or an anonymous
-        replica, at most anon_acks_max of them (the one heard from longest ago goes)."""
-        if not anon:
-            mem = self.node.core.table.get(uuid)
-            return mem is not None and mem.state == STATE_MEMBER
+        (anyone with the secret can) cannot grow the holds without bound: a member of this node's
+        `_cluster` always; an anonymous replica, or a subscriber this node does not know yet (a
+        member registered through another node), at most anon_acks_max of those together (the
+        one heard from longest ago goes)."""
+        mem = self.node.core.table.get(uuid)
+        if not anon and mem is not None:
+            return mem.state == STATE_MEMBER
         if uuid not in self.holds:
-            anons = [u for u, h in self.holds.items() if h.anon]
-            if len(anons) >= limits.anon_acks_max:
-                del self.holds[min(anons, key=lambda u: self.holds[u].seen_s)]
+            table = self.node.core.table
+            bounded = [u for u, h in self.holds.items() if h.anon or table.get(u) is None]
+            if len(bounded) >= limits.anon_acks_max:
+                del self.holds[min(bounded, key=lambda u: self.holds[u].seen_s)]
         return True
 
-    def hold_from(self, uuid: str, vclock: dict[int, int], anon: bool) -> None:
-        """A member joined through this node, or a subscriber subscribed for the first time:
-        its hold exists from now on, on disk before anything may be collected under it."""
-        if (uuid in self.holds and self.holds[uuid].anon == anon) or not self._may_hold(uuid, anon):
-            return
+    def _oldest(self) -> dict[int, int]:
+        """Where the WAL still here starts (all of it is what a new hold may need)."""
+        node = self.node
+        segs = list_segments(node.wal_dir)
+        return read_header(os.path.join(node.wal_dir, segs[0])).vclock if segs else \
+            {k: v for k, v in node.store.vclock.items() if k}
+
+    def _set(self, uuid: str, vclock: dict[int, int], anon: bool, why: str) -> None:
         self.holds[uuid] = Hold(dict(vclock), time.time(), anon)
         self._persist(sync=not anon)
-        log.info("retention: %s %s holds this node's WAL from %s", "anonymous replica" if anon else "member",
-                 uuid, VClock(vclock))
+        log.info("retention: %s %s holds this node's WAL from %s (%s)", "anonymous replica" if anon else "member",
+                 uuid, VClock(vclock), why)
+
+    def hold_all(self, uuid: str, anon: bool) -> None:
+        """A joiner is about to read this node's snapshot: it holds all that is here until it
+        subscribes somewhere and says where it is; on disk before anything may be collected."""
+        if self._may_hold(uuid, anon):
+            self._set(uuid, self._oldest(), anon, "it joins")
+
+    def on_subscribe(self, uuid: str, durable: dict[int, int], anon: bool) -> None:
+        """A subscriber says what it has on disk: its hold is that from now on, forward or back
+        (back: it lost an unsynced tail, or took its snapshot elsewhere; what it needs that is
+        still here stays)."""
+        old = self.holds.get(uuid)
+        if old is not None and old.vclock == durable and old.anon == anon:
+            return
+        if self._may_hold(uuid, anon):
+            self._set(uuid, durable, anon, "it subscribed")
 
     def on_ack(self, uuid: str, durable: dict[int, int], anon: bool) -> None:
         """A subscriber has `durable` on disk (persisted with the next checkpoint: a hold lost in
@@ -102,9 +124,7 @@ class Retention:
         for mem in node.core.table.members():
             if mem.state == STATE_MEMBER and mem.uuid != node.uuid and mem.uuid not in self.holds:
                 if start is None:
-                    segs = list_segments(node.wal_dir)
-                    start = read_header(os.path.join(node.wal_dir, segs[0])).vclock if segs else \
-                        {k: v for k, v in node.store.vclock.items() if k}
+                    start = self._oldest()
                 self.holds[mem.uuid] = Hold(dict(start), now, False)
                 log.info("retention: member %s holds this node's WAL from %s until it acknowledges rows here",
                          mem.uuid, VClock(start))

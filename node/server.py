@@ -88,7 +88,12 @@ class Node:
         self.fence = FenceKeeper(self)     # own-rows fence after a loss (node/fence.py)
         self.rejoiner = Rejoiner(self)     # need_rejoin answers and safe rebuilds (node/rejoin.py)
         self.peers: list[str] = list(cfg.peers)   # the replication sources in effect (PUT /v1/admin/peers)
-        self.own_lsn_seen = 0   # highest lsn of our own component any peer said it holds
+        # peer uuid -> (lsn of our own component it says it holds, its address): writes wait for
+        # those rows while that peer is one of our upstreams (own_rows_awaited)
+        self.own_claims: dict[str, tuple[int, str]] = {}
+        # peers that claimed to hold our own rows and, streaming to us, did not send them
+        # (Applier.check_claim): their claims are not believed again while this node runs
+        self.claims_disproved: set[str] = set()
         self.task_failures: dict[str, dict] = {}   # task name -> {"failures", "error"} (note_failure)
         # the NOSPACE alarm: writes refused with 507 while the disk or the map is full (node/storage/space.py)
         self.space = SpaceWatch([], cfg.disk_reserve_bytes, lambda: self.store)
@@ -123,8 +128,17 @@ class Node:
             "cluster": table.rows() if table else [],
             "status": self.status,
             "lease": self.lease.greeting_field() if self.lease else None,
+            # our own `_cluster` rows up to here are an earlier incarnation's (all of them while a
+            # rebuilt store is fenced): peers take no ids from them (Peer.history_lsn)
+            "own_history_lsn": self._own_history_lsn(),
             **self.life.greeting_fields(),   # store status, signatures, vclock by uuid (join protocol)
         }
+
+    def _own_history_lsn(self) -> int:
+        core = self.core
+        if core is None:
+            return 0
+        return limits.lsn_max if core.fence is not None and core.fence.rebuilt else core.own_history_lsn
 
     def check_peer_greeting(self, theirs: dict) -> None:
         """Checks beyond check_greeting: lease fencing (raises PeerRefused)."""
@@ -134,11 +148,42 @@ class Node:
         self.fence.on_greeting(theirs)
         vu = theirs.get("vclock_uuid")
         own = vu.get(self.uuid) if isinstance(vu, dict) else None
-        if isinstance(own, int) and own > self.own_lsn_seen:
-            # A peer holds more of this node's own rows than this node does (a replacement
-            # container, a rejoin, or a lost unsynced tail): they come back by SUBSCRIBE,
-            # and writes wait for them so no lsn of ours is ever used twice.
-            self.own_lsn_seen = own
+        uuid = theirs["uuid"]
+        if uuid in self.claims_disproved:
+            return
+        if isinstance(own, int) and own > self.own_claims.get(uuid, (0, ""))[0] \
+                and (uuid in self.own_claims or len(self.own_claims) < limits.members_max):
+            # A peer says it holds more of this node's own rows than this node does (a
+            # replacement container, a rejoin, or a lost unsynced tail): they come back by
+            # SUBSCRIBE, and writes wait for them so no lsn of ours is ever used twice.
+            self.own_claims[uuid] = (own, theirs["address"])
+
+    def disprove_claim(self, uuid: str, have: int) -> None:
+        """An upstream caught us up without the rows of ours it said it holds: it lied (or its
+        store lost them since), so its word neither holds writes nor raises a fence's target."""
+        claim = max(self.own_claims.pop(uuid, (0, ""))[0],
+                    self.core.fence.heard.get(uuid, 0) if self.core.fence is not None else 0)
+        if len(self.claims_disproved) < limits.members_max:
+            self.claims_disproved.add(uuid)
+        if self.core.fence is not None:
+            self.core.fence.heard[uuid] = min(self.core.fence.heard.get(uuid, have), have)
+        log.warning("node: %s said it holds this node's rows up to lsn %d and sent them only up to %d: its claim "
+                    "is not believed", uuid, claim, have)
+
+    def own_rows_awaited(self) -> tuple[int, str] | None:
+        """(lsn, peer) of this node's own rows that one of its upstreams says it holds and this
+        node has not claimed yet. Only an upstream can send them back, so only an upstream's
+        claim is believed, and only while it is one: a peer that is not (a client greeting
+        this node's relay) cannot hold its writes, and removing a peer ends its claim."""
+        have = self.core.claimed.get(self.core.self_id)
+        upstreams = {a.peer_uuid for a in self.appliers.values()} | set(self.appliers)
+        best: tuple[int, str] | None = None
+        for uuid, (lsn, address) in list(self.own_claims.items()):
+            if lsn <= have:
+                del self.own_claims[uuid]            # they came back
+            elif (uuid in upstreams or address in upstreams) and (best is None or lsn > best[0]):
+                best = (lsn, f"{address} ({uuid[:8]})")
+        return best
 
     def spawn(self, coro, name: str) -> asyncio.Task:
         t = asyncio.create_task(coro, name=name)
@@ -216,7 +261,7 @@ class Node:
             self._check_store_matches()
             loss = None if self.store.get_meta("anon") else self.fence.loss_at_open(wal_present(self.wal_dir))
             if loss is not None:
-                self.fence.set(loss)
+                self.fence.set(loss, rebuilt=False)
             self._open_bootstrapped()
             self.life.after_open()
         self.http_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5))
@@ -286,6 +331,8 @@ class Node:
         if self.cfg.wal_mode != "none":
             wal = WalWriter(self.wal_dir, self.cfg.wal_mode, self.uuid, segment_bytes_max=self.cfg.segment_bytes_max)
             wal.open_last(res.last_valid_end)
+            wal.sync()       # what recovery read may be in the page cache only: the core counts it as on disk
+        store.sync()
         self.core = NodeCore(self.uuid, store.table.copy(), store.vclock, hlc_last=res.hlc_last,
                              spaces=store.space_flags(), own_history_lsn=int(store.get_meta("own_history_lsn") or 0))
         self.fence.restore()
@@ -385,10 +432,13 @@ class Node:
         if initial is not None:   # the cluster's initial signature, set once at its creation
             self.store.set_meta(created_s=initial.created_s, founders=list(initial.founders),
                                 initial_signature=initial_to_wire(initial))
-        self.store.set_meta(anon=not join, store_status="dirty")
+        # A subscriber behind the snapshot is told to rejoin here, never given a gap (this WAL
+        # starts at the snapshot).
+        self.store.set_meta(anon=not join, store_status="dirty",
+                            gc_vclock={k: v for k, v in self.store.vclock.items() if k})
         if join and existed:
             self.fence.set(f"this node ({self.uuid}) rejoined with an empty store: its peers may hold rows it wrote "
-                           "before")
+                           "before", rebuilt=True)
         self.store.set_meta(cluster_uuid=theirs["cluster_uuid"])   # last: a store is non-empty from here on
         self._open_bootstrapped()
         self.life.after_open()
@@ -459,11 +509,16 @@ class Node:
         self.status, self.status_reason = "running", ""
         self.set_peers(list(self.peers))
 
-    def after_fence(self) -> None:
-        """The fence was lifted: what waited for a row under our own id (our new address)."""
+    def after_fence(self, given_up: list[str]) -> None:
+        """The fence was lifted: what waited for a row under our own id (our new address, the
+        expels the operator asked for while it stood)."""
         me = self.core.table.get(self.uuid)
         if me is not None and me.state == STATE_MEMBER and me.address != self.cfg.address and self.status == "running":
             self.spawn(self.register_member(self.uuid, self.cfg.address), "own-address")
+        for uuid in given_up:
+            mem = self.core.table.get(uuid)
+            if mem is not None and mem.state != STATE_EXPELLED:
+                self.spawn(self.register_member(uuid, mem.address, state=STATE_EXPELLED), f"expel-{uuid[:8]}")
 
     # --- client writes ---------------------------------------------------------------------
     def write_check(self) -> None:
@@ -483,10 +538,11 @@ class Node:
             raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
         if self.core.fence is not None and not self.fence.try_lift():
             raise ClientError(503, "own_rows_unconfirmed", self.core.fence_state()[1])
-        have = self.core.claimed.get(self.core.self_id)
-        if have < self.own_lsn_seen:
-            raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}.."
-                              f"{self.own_lsn_seen}) are still coming back from its peers; retry shortly")
+        awaited = self.own_rows_awaited() if self.own_claims else None
+        if awaited is not None:
+            have = self.core.claimed.get(self.core.self_id)
+            raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}..{awaited[0]}) "
+                              f"are still coming back from {awaited[1]}, which holds them; retry shortly")
 
     async def write(self, ops: list[Op]) -> dict:
         self.write_check()
@@ -567,14 +623,16 @@ class Node:
         self.refuse_without_room()
         if core.anon or self.cfg.read_only:
             raise ClientError(409, "read_only", "expel needs a writable member")
-        if core.fence is not None:
-            raise ClientError(503, "own_rows_unconfirmed", "this node does not write under its own id yet (" +
-                              core.fence_state()[1] + "); expel through another member")
         mem = core.table.get(uuid)
-        if mem is None:
+        if mem is None and (core.fence is None or uuid not in core.fence.waiting_for(core.table, core.uuid)):
             raise ClientError(404, "no_such_member", f"{uuid} is not in _cluster")
         if uuid == self.uuid:
             raise ClientError(400, "expel_self", "a node cannot expel itself; expel it from another member")
+        if core.fence is not None and not self.fence.try_lift():
+            # The expel row is a row under our own id: it waits for the fence, which stops waiting
+            # for this member now (so a cluster whose every member is fenced can let one go).
+            self.fence.give_up(uuid)
+            return {"uuid": uuid, "id": mem.id if mem else None, "state": "expel_pending"}
         local_id = await self.register_member(uuid, mem.address, state=STATE_EXPELLED)
         for r in list(self.relays):
             if r.uuid == uuid:

@@ -88,6 +88,7 @@ class Applier:
         self.stopping = False       # stop() was called: every loop ends at its next turn
         self.conn: Conn | None = None
         self.core_peer = None       # the core's Peer this link built (NodeCore.greeting)
+        self.peer_vclock: dict[str, int] = {}   # the upstream's vclock by uuid, from its last greeting
         self._rng = random.Random()
 
     def info(self) -> dict:
@@ -132,7 +133,7 @@ class Applier:
                     # we rebuild from a snapshot that loses nothing (node/rejoin.py decides); this
                     # link is tried again, and serves once we are past what it collected.
                     self.status = "need_rejoin"
-                    self.node.rejoiner.on_need_rejoin(self.address, e.message)
+                    self.node.rejoiner.on_need_rejoin(self.address, e.message, getattr(e, "needed", {}))
                     self.error = self.node.rejoiner.status_of(self.address)
                     log.warning("applier %s: %s", self.address, e)
                     delay = limits.rejoin_retry_s
@@ -205,17 +206,21 @@ class Applier:
             # Who is at this address, known even if it cannot serve us yet: a peer that moves
             # before it ever did is followed by its uuid (Lifecycle.follow_addresses).
             self.peer_uuid = theirs["uuid"]
+            self.peer_vclock = greeting_vclock(theirs)
             self.claim()
             if not theirs["cluster_uuid"]:
                 raise RemoteProtocolError(f"{self.address} has not joined a cluster yet")
             core = node.core
-            regs = core.greeting(self.peer_uuid, theirs["cluster"], node.wall_us())
+            history = theirs.get("own_history_lsn")
+            history = history if type(history) is int and 0 <= history <= limits.lsn_max else 0
+            regs = core.greeting(self.peer_uuid, theirs["cluster"], node.wall_us(), history)
             self.core_peer = core.peers[self.peer_uuid]
             for txn in regs:
                 node.journal.submit_nowait([txn], want_future=False)
             fenced = core.fence is not None      # then only our own rows (NodeCore.subscribe_vclock)
             vclock = core.subscribe_vclock(self.peer_uuid, greeting_vclock(theirs) if fenced else None)
-            await conn.send(m.SUBSCRIBE, vclock=vclock.to_dict())
+            await conn.send(m.SUBSCRIBE, vclock=vclock.to_dict(), durable=core.ack_durable(self.peer_uuid).to_dict(),
+                            own_rows=fenced)
             try:
                 await conn.expect(m.SUBSCRIBED, timeout=limits.handshake_timeout_s)
             except PeerRefused as e:
@@ -223,6 +228,7 @@ class Applier:
                     missing = uncovered(core.vclock_by_uuid(), greeting_vclock(theirs))
                     if missing:
                         e.message += f"; this node holds rows it lacks ({describe_uncovered(missing)})"
+                    e.needed = greeting_vclock({"vclock_uuid": (getattr(e, "body", None) or {}).get("gc_vclock_uuid")})
                 raise
             self.status, self.error = "follow", ""
             node.rejoiner.on_follow(self.address)
@@ -239,6 +245,7 @@ class Applier:
         peer = self.peer_uuid
         last_ack = 0.0
         acked_sig: tuple[int, int] = (-1, -1)
+        claim_checked = False
         expel_epoch = core.expel_epoch
         conn.scan_rows = rowscan.scan_rows if rowscan.native is not None else None
         while not self.stopping:
@@ -280,6 +287,9 @@ class Applier:
             elif msg.type == m.HEARTBEAT:
                 if journal.pending == 0:
                     self.lag_s = max(0.0, now - msg["now_us"] / 1e6)
+                if not claim_checked and journal.pending == 0:
+                    claim_checked = True
+                    self._check_claim()
                 if fenced and core.fence is None:
                     raise Resubscribe("this node's own rows are confirmed: subscribing for every origin")
             else:
@@ -289,6 +299,17 @@ class Applier:
                 if (v.signature, d.signature) != acked_sig or now - last_ack >= limits.heartbeat_interval_s:
                     await conn.send(m.ACK, vclock=v.to_dict(), durable=d.to_dict(), lag_us=int(self.lag_s * 1e6))
                     acked_sig, last_ack = (v.signature, d.signature), now
+
+    def _check_claim(self) -> None:
+        """The relay heartbeats once it has sent all it held: by now every row of ours its
+        greeting claimed to hold has come (its own-rows cut is at that claim). If some did not,
+        the claim was false: it must not hold our writes or our fence for ever."""
+        node, core = self.node, self.node.core
+        have = core.claimed.get(core.self_id)
+        claimed = max(node.own_claims.get(self.peer_uuid, (0, ""))[0],
+                      core.fence.heard.get(self.peer_uuid, 0) if core.fence is not None else 0)
+        if claimed > have:
+            node.disprove_claim(self.peer_uuid, have)
 
     def _receive_scan(self, scan, now: float) -> int | None:
         """A message the row scanner took (plain txns only): the core claims whole runs of

@@ -15,7 +15,10 @@ Rules kept here:
 - A sealed message is sealed and written in one synchronous step (aiohttp writes an
   uncompressed frame before its first await), so message numbers follow the wire order.
 - `connect`, `client_auth` and `server_auth` are the production handshake: tests that play a
-  peer use them rather than a copy."""
+  peer use them rather than a copy.
+- A receive is bounded with `asyncio.timeout`, never `asyncio.wait_for`: on Python 3.11 wait_for
+  loses a cancel that arrives together with a message, and the applier it was meant to stop
+  runs on (tests/unit/test_cancellation.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -84,8 +87,9 @@ class Conn:
             elif len(data) > limits.preauth_message_bytes_max:   # the reader's own limit, also checked here
                 raise RemoteProtocolError(f"{self.peer}: message of {len(data)} bytes before authentication")
             out = m.decode(data, self.scan_rows)
-            if out.type == m.ERROR:
-                refused = PeerRefused(out["code"], out["message"])
+            if out.type == m.ERROR:       # the peer's words: cut before they reach logs and status
+                n = limits.peer_error_chars_max
+                refused = PeerRefused(out["code"][:64], out["message"][:n] + ("…" if len(out["message"]) > n else ""))
                 refused.body = out.body     # extra fields, e.g. next_id of a register_rejected
                 raise refused
             return out

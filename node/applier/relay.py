@@ -20,7 +20,6 @@ import time
 from typing import TYPE_CHECKING
 
 import msgpack
-from aiohttp import web
 
 from node import limits
 from node.applier.conn import Conn, check_greeting
@@ -28,6 +27,7 @@ from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER
 from node.core import messages as m
 from node.core import rowscan
 from node.core.replicaset import relay_wants
+from node.core.vclock import VClock
 from node.core.rowscan import PackedEntry
 from node.errors import ClientError, PeerRefused, RemoteProtocolError
 from node.faults import fault
@@ -278,8 +278,10 @@ async def serve_link(node: "Node", conn: Conn) -> None:
             if node.status != "running":
                 await conn.refuse("not_ready", f"this node is {node.status}: {node.status_reason}")
                 return
-            if node.core.fence is not None:
-                await conn.refuse("not_ready", "this node's own rows are not confirmed yet: it registers nobody")
+            known = node.core.table.get(theirs["uuid"])
+            if node.core.fence is not None and (known is None or known.state != STATE_MEMBER):
+                # registering writes a row under our own id; a member we have needs none
+                await conn.refuse("not_ready", "this node's own rows are not confirmed yet: it registers nobody new")
                 return
             applied = await node.life.apply_registration(theirs, req.body)
             if not applied.ok:
@@ -292,14 +294,17 @@ async def serve_link(node: "Node", conn: Conn) -> None:
             if req.type == m.REGISTER:
                 req = await conn.expect(m.SUBSCRIBE, m.BYE, timeout=limits.handshake_timeout_s)
         if req.type in (m.JOIN, m.FETCH_SNAPSHOT):
-            # The joiner's hold exists before its snapshot is read: no segment past the snapshot
-            # can be collected before it subscribes, whoever restarts meanwhile (node/retention.py).
-            node.retention.hold_from(theirs["uuid"], {k: v for k, v in node.store.vclock.items() if k},
-                                     anon=req.type == m.FETCH_SNAPSHOT)
+            # The joiner's hold exists before its snapshot is read and holds all that is here
+            # until it subscribes and says where it is (it may take its snapshot elsewhere in the
+            # end), whoever restarts meanwhile (node/retention.py).
+            node.retention.hold_all(theirs["uuid"], anon=req.type == m.FETCH_SNAPSHOT)
             await send_snapshot(node, conn)
             req = await conn.expect(m.SUBSCRIBE, m.BYE, timeout=limits.handshake_timeout_s)
         if req.type == m.SUBSCRIBE:
-            await Relay(node, conn, theirs, m.vclock_from_wire(req["vclock"])).run()
+            durable = req.get("durable")
+            await Relay(node, conn, theirs, m.vclock_from_wire(req["vclock"]),
+                        m.vclock_from_wire(durable) if durable is not None else None,
+                        own_rows=req.get("own_rows") is True).run()
     except PeerRefused as e:
         log.warning("relay: refused %s: %s", conn.peer, e)
         await conn.refuse(e.code, e.message)        # (a second ERROR after the greeting's is harmless)
@@ -344,7 +349,8 @@ async def send_snapshot(node: "Node", conn: Conn) -> None:
 
 
 class Relay:
-    def __init__(self, node: "Node", conn: Conn, greeting: dict, sub_vclock: dict[int, int]):
+    def __init__(self, node: "Node", conn: Conn, greeting: dict, sub_vclock: dict[int, int],
+                 durable: dict[int, int] | None = None, own_rows: bool = False):
         self.node = node
         self.conn = conn
         self.uuid = greeting["uuid"]
@@ -357,6 +363,11 @@ class Relay:
         self.lag_s = 0.0
         self.error = ""
         self.cursor = WalCursor(node.wal_dir, sub_vclock)
+        # what the subscriber has on disk (its hold; an older peer says nothing: its vclock), and
+        # whether it wants its own rows back whatever this node held of them when it subscribed
+        # (a fenced subscriber catching them up: node/fence.py)
+        self.durable = dict(durable) if durable is not None else dict(sub_vclock)
+        self.own_rows = own_rows
         self._wake = asyncio.Event()     # set by the journal after each durable batch
 
     def info(self) -> dict:
@@ -374,15 +385,17 @@ class Relay:
         gc_vclock = node.store.get_meta("gc_vclock") or {}
         missing = behind(self.acked, gc_vclock)
         if missing:
+            # the collected rows by uuid: the subscriber asks whether another upstream can give them
             await self.conn.refuse("need_rejoin", f"rows of components {missing} below {gc_vclock} were "
-                                   "collected from this node's WAL; rejoin from a snapshot")
+                                   "collected from this node's WAL; rejoin from a snapshot",
+                                   gc_vclock_uuid=node.core.vclock_by_uuid(VClock(gc_vclock)))
             log.warning("relay: %s is behind collected WAL %s: told to rejoin", self.uuid, gc_vclock)
             return
         member = node.core.table.get(self.uuid)
-        if member is not None and member.state != STATE_ANON:
+        if member is not None and member.state != STATE_ANON and not self.own_rows:
             # its own rows past what this node holds of them now come from it: not echoed back
             self.cursor.own = (member.id, node.core.vclock.get(member.id))
-        node.retention.hold_from(self.uuid, self.acked, self.anon)
+        node.retention.on_subscribe(self.uuid, self.durable, self.anon)
         for old in [r for r in node.relays if r.uuid == self.uuid]:
             # One link per subscriber: the newest is the one it is reading (an older one may be a
             # half-open connection the subscriber gave up on).
@@ -431,10 +444,15 @@ class Relay:
             last_send = loop.time()
             while True:
                 wake.clear()         # before looking: a batch made durable from here on wakes us
-                frames = cursor.read_tail(journal, limits.relay_batch_bytes_max)
-                if frames is None:
-                    frames = await loop.run_in_executor(None, cursor.read, journal.position,
+                if self.anon and journal.wal.mode == "write":
+                    # only rows on disk: the journal's memory tail runs ahead of that (Journal.synced_position)
+                    frames = await loop.run_in_executor(None, cursor.read, journal.synced_position,
                                                         limits.relay_batch_bytes_max)
+                else:
+                    frames = cursor.read_tail(journal, limits.relay_batch_bytes_max)
+                    if frames is None:
+                        frames = await loop.run_in_executor(None, cursor.read, journal.position,
+                                                            limits.relay_batch_bytes_max)
                 if frames:
                     for batch in rows_batches(frames):
                         await self.conn.send_rows(batch)

@@ -9,7 +9,7 @@ built from them (PackedEntry): no Txn or Op object per row, and no second encodi
 
 Rules kept here:
 - the node's checks come first, for the whole batch: `Node.write_check` (running, room to write)
-  and `Node.replicated_write_check` (read_only, anon, the own-rows fence, own_lsn_seen);
+  and `Node.replicated_write_check` (read_only, anon, the own-rows fence, own_rows_awaited);
 - every op was checked by node.clientrules before it got here (the caller's job), and the
   scanner checks the encoded rows again (a pair of checks: before and after encoding); a batch
   the scanner does not take goes through the exact path (`Node.write`), never unchecked;

@@ -32,10 +32,23 @@ def greeting_vclock(greeting: dict) -> dict[str, int]:
     return {str(u): n for u, n in v.items() if isinstance(n, int) and not isinstance(n, bool) and n > 0}
 
 
-def uncovered(mine: dict[str, int], donor: dict[str, int]) -> dict[str, tuple[int, int]]:
+def uncovered(mine: dict[str, int], donor: dict[str, int],
+              bounds: dict[str, int] | None = None) -> dict[str, tuple[int, int]]:
     """uuid -> (this node's lsn, the donor's) for every component in which this node holds
-    rows the donor lacks. Empty: a snapshot of the donor loses nothing this node has."""
-    return {u: (lsn, donor.get(u, 0)) for u, lsn in mine.items() if lsn > donor.get(u, 0)}
+    rows the donor lacks. Empty: a snapshot of the donor loses nothing this node has. `bounds`:
+    expelled members' accepted bounds; rows past one (applied before the expel was heard) are
+    refused everywhere, so losing them loses nothing."""
+    out = {}
+    for u, lsn in mine.items():
+        if bounds and u in bounds:
+            lsn = min(lsn, bounds[u])
+        if lsn > donor.get(u, 0):
+            out[u] = (lsn, donor.get(u, 0))
+    return out
+
+
+def expel_bounds(table: ClusterTable) -> dict[str, int]:
+    return {m.uuid: m.expelled_lsn for m in table.members() if m.state == STATE_EXPELLED}
 
 
 def describe_uncovered(missing: dict[str, tuple[int, int]], limit: int = 4) -> str:
@@ -46,24 +59,38 @@ def describe_uncovered(missing: dict[str, tuple[int, int]], limit: int = 4) -> s
 
 @dataclass
 class OwnRowsFence:
-    """This node may hold fewer of its own origin's rows than some member does. `heard`:
-    member uuid -> how many of this node's rows that member said (in a greeting since the
-    loss) it holds. Cleared when every live member was heard and this node holds the most."""
+    """This node may hold fewer of its own origin's rows than some member does.
+
+    `rebuilt`: the store was rebuilt from a donor's snapshot (its ids are the donor's now), so
+    this node's own `_cluster` rows from before the loss are history when they come back; a
+    fence over the node's own store (a lost WAL tail) takes them as they are.
+    `heard`: member uuid -> how many of this node's rows that member said (in a greeting since
+    the loss) it holds. `known`: members this node must hear from beyond its table: those any
+    heard member's greeting lists, and those it registered itself before the loss (kept beside
+    its identity, node/fence.py). `expelled`: members some peer says are expelled, or the
+    operator gave up on (their expel is written once the fence is lifted). Cleared when every
+    live member was heard and this node holds the most."""
     reason: str
+    rebuilt: bool = False
     heard: dict[str, int] = field(default_factory=dict)
-    expelled: set[str] = field(default_factory=set)    # members some peer says are expelled
+    known: set[str] = field(default_factory=set)
+    expelled: set[str] = field(default_factory=set)
 
     def hear(self, member_uuid: str, own_lsn: int) -> None:
         if own_lsn > self.heard.get(member_uuid, -1):
             self.heard[member_uuid] = own_lsn
 
     def target(self) -> int:
-        return max(self.heard.values(), default=0)
+        """The most of this node's rows any member holds (expelled ones' word no longer counts)."""
+        return max((n for u, n in self.heard.items() if u not in self.expelled), default=0)
 
     def waiting_for(self, table: ClusterTable, self_uuid: str) -> list[str]:
         """Members not yet heard from (expelled ones and anonymous replicas never hold us up)."""
-        return sorted(m.uuid for m in table.members() if m.state == STATE_MEMBER and m.uuid != self_uuid
-                      and m.uuid not in self.heard and m.uuid not in self.expelled)
+        members = {m.uuid for m in table.members() if m.state == STATE_MEMBER} | self.known
+        for m in table.members():
+            if m.state == STATE_EXPELLED:
+                members.discard(m.uuid)
+        return sorted(members - self.heard.keys() - self.expelled - {self_uuid})
 
     def can_clear(self, table: ClusterTable, self_uuid: str, own_lsn: int) -> bool:
         return not self.waiting_for(table, self_uuid) and own_lsn >= self.target()

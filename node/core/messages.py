@@ -11,7 +11,9 @@ Conversation (client = the subscribing node, server = the relay; node/core/sessi
                                                     sealed: its bytes + a tag under the session key
   C: GREETING {...}     S: GREETING {...} | ERROR   uuid (= the authenticated one), cluster,
                                                     options digest, whole _cluster
-  C: JOIN {code, id} | FETCH_SNAPSHOT | REGISTER {code, id} | SUBSCRIBE {vclock} | SHUTDOWN | BYE
+  C: JOIN {code, id} | FETCH_SNAPSHOT | REGISTER {code, id} | SHUTDOWN | BYE
+     | SUBSCRIBE {vclock, durable, own_rows}       (durable: on disk, holds the WAL; own_rows: a
+                                                    fenced subscriber wants its own rows back too)
   S: REGISTERED {id} | ERROR register_rejected      (JOIN, REGISTER; node/lifecycle.py)
   S: SNAPSHOT {meta} SNAPSHOT_ROWS* SNAPSHOT_END   (JOIN, FETCH_SNAPSHOT)
   S: SUBSCRIBED {vclock}  then ROWS {frames} / HEARTBEAT   (SUBSCRIBE)
@@ -211,10 +213,13 @@ def decode(data: bytes, scan_rows: Callable[[bytes], Any] | None = None) -> Mess
 # what a message's fields may hold past their types (node.core.validate), by type
 _CHECKS: dict[int, Callable[[dict], str | None]] = {
     GREETING: validate.greeting_error,
-    SUBSCRIBE: lambda b: validate.vclock_error(b["vclock"]),
+    SUBSCRIBE: lambda b: validate.vclock_error(b["vclock"]) or (
+        validate.vclock_error(b["durable"]) if "durable" in b else None) or (
+        None if type(b.get("own_rows", False)) is bool else "own_rows is not a boolean"),
     SUBSCRIBED: lambda b: validate.vclock_error(b["vclock"]),
     ACK: lambda b: validate.vclock_error(b["vclock"]) or (
         validate.vclock_error(b["durable"]) if "durable" in b else None),
+    SHUTDOWN: validate.shutdown_error,
     SNAPSHOT: validate.snapshot_error,
     SNAPSHOT_ROWS: validate.snapshot_rows_error,
     REGISTERED: lambda b: None if 1 <= b["id"] <= limits.replica_id_max else "id out of range",

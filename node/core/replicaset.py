@@ -56,6 +56,9 @@ class Peer:
     uuid: str
     map: IdMap = field(default_factory=IdMap)
     stats: ReceiveStats = field(default_factory=ReceiveStats)
+    # the peer's own `_cluster` rows up to this lsn are its earlier incarnation's (its greeting
+    # says so: NodeCore.own_history_lsn there): they state ids it no longer uses
+    history_lsn: int = 0
 
 
 def cluster_op(m: Member) -> Op:
@@ -149,12 +152,13 @@ class NodeCore:
         return res.local_id, txn
 
     # --- handshake ---------------------------------------------------------------
-    def greeting(self, peer_uuid: str, peer_rows: list[list], wall_us: int) -> list[Txn]:
+    def greeting(self, peer_uuid: str, peer_rows: list[list], wall_us: int, history_lsn: int = 0) -> list[Txn]:
         """An upstream's greeting carried its whole `_cluster`; build its id map before
         SUBSCRIBE is sent (the answer to the reference's open question) and register
         every member it knows that we do not, before any of its rows is applied."""
         old = self.peers.get(peer_uuid)   # a map lives as long as one session: rebuilt from each greeting
         peer = Peer(peer_uuid, stats=old.stats) if old is not None else Peer(peer_uuid)
+        peer.history_lsn = history_lsn
         out: list[Txn] = []
         own_ops: list[Op] = []
         new = 0 if self.fence is not None else \
@@ -220,25 +224,35 @@ class NodeCore:
 
     # --- the own-rows fence (node.core.membership) -------------------------------------
     def observe_peer(self, peer_uuid: str, vclock_by_uuid: dict[str, int], cluster_rows: list[list]) -> None:
-        """A member's greeting (either direction): while fenced, how many of our rows it holds,
-        and which members it knows to be expelled (those are not waited for)."""
+        """A member's greeting (either direction; the shell passes members' only): while fenced,
+        how many of our rows it holds, which members it knows (each must be heard from too) and
+        which it knows to be expelled (those are not waited for)."""
         fence = self.fence
         if fence is None:
             return
-        mem = self.table.get(peer_uuid)
-        if mem is not None and mem.state == STATE_MEMBER:
-            fence.hear(peer_uuid, int(vclock_by_uuid.get(self.uuid, 0)))
+        fence.hear(peer_uuid, int(vclock_by_uuid.get(self.uuid, 0)))
         for row in cluster_rows:
             if len(row) > 3 and row[3] == STATE_EXPELLED:
                 fence.expelled.add(str(row[0]))
+            elif len(row) > 3 and row[3] == STATE_MEMBER:
+                fence.known.add(str(row[0]))     # a member we must hear from too, if we do not know it
 
-    def clear_fence(self) -> int:
+    def clear_fence(self, wall_us: int) -> Txn | None:
         """Every member has been heard and our own rows are back: we may write under our own id
-        again. Own rows received while fenced stay history; returns that bound (to persist)."""
-        assert self.fence is not None
-        self.own_history_lsn = max(self.own_history_lsn, self.claimed.get(self.self_id))
+        again. After a rebuild, own rows received while fenced stay history (own_history_lsn
+        rises to them), and this node states its whole table again in its own ids (returned, to
+        persist): peers that took its earlier incarnation's rows learn its ids now."""
+        fence = self.fence
+        assert fence is not None
         self.fence = None
-        return self.own_history_lsn
+        if not fence.rebuilt:
+            return None
+        self.own_history_lsn = max(self.own_history_lsn, self.claimed.get(self.self_id))
+        ops = [cluster_op(m) for m in self.table.members() if m.state != STATE_ANON]
+        txn = self.local_txn(ops, GROUP_CLUSTER, wall_us)
+        for op in ops:
+            self.table.get(op.key).lsn = txn.lsn  # type: ignore[union-attr]
+        return txn
 
     def fence_state(self) -> tuple[bool, str]:
         """(may clear now, why not / what it waited for)."""
@@ -271,7 +285,7 @@ class NodeCore:
         have = self.claimed.get(origin)
         if raw.last_lsn <= have:
             peer.stats.duplicates += 1
-            if raw.group == GROUP_CLUSTER and member.uuid == peer_uuid:
+            if raw.group == GROUP_CLUSTER and member.uuid == peer_uuid and raw.last_lsn > peer.history_lsn:
                 # The peer's own `_cluster` row came first through a third node: it is
                 # not applied again, but it still states this peer's ids.
                 self._learn_peer_ids(peer, raw.ops)
@@ -284,10 +298,12 @@ class NodeCore:
         if member.state == STATE_EXPELLED and raw.last_lsn > member.expelled_lsn:
             peer.stats.expelled += 1
             return []
-        history = member.uuid == self.uuid and (self.fence is not None or raw.last_lsn <= self.own_history_lsn)
+        history = member.uuid == self.uuid and (
+            (self.fence is not None and self.fence.rebuilt) or raw.last_lsn <= self.own_history_lsn)
+        peer_history = member.uuid == peer_uuid and raw.last_lsn <= peer.history_lsn
         why = timestamp_ahead_error(raw.timestamp, wall_us)
         if why is None and raw.group == GROUP_CLUSTER and not history:
-            why = self._cluster_rows_refusal(peer, member, raw.ops)
+            why = self._cluster_rows_refusal(peer, member, raw.ops, peer_history)
         if why is None and raw.group == GROUP_CLUSTER and self.fence is not None and member.uuid != self.uuid:
             why = self._fenced_cluster_change(member, raw.ops)
         if why is not None:
@@ -298,7 +314,7 @@ class NodeCore:
         txn = raw if origin == raw.replica_id else raw.with_replica_id(origin)
         out = [txn]
         if raw.group == GROUP_CLUSTER and not history:
-            own = self._follow_cluster_rows(peer, member, txn, wall_us)
+            own = self._follow_cluster_rows(peer, member, txn, wall_us, learn=not peer_history)
             if own is not None:
                 out.append(own)
         return out
@@ -436,7 +452,7 @@ class NodeCore:
             spaces.update(new)
         return None
 
-    def _cluster_rows_refusal(self, peer: Peer, origin: Member, ops) -> str | None:
+    def _cluster_rows_refusal(self, peer: Peer, origin: Member, ops, peer_history: bool = False) -> str | None:
         """Why `_cluster` rows of `origin` (arriving from `peer`) cannot be followed, checked
         before anything changes: they would give one uuid two ids or one id two uuids in this
         node's table (its own rows, coming back) or in the peer's map, or grow `_cluster` past
@@ -457,7 +473,7 @@ class NodeCore:
                 if (known is not None and known.id != their_id) or (known is None and holder is not None):
                     return (f"a row of this node's own says {uuid} is id {their_id}, but this node's _cluster "
                             f"has {'it as id ' + str(known.id) if known else 'that id for ' + holder.uuid}")
-            if origin.uuid == peer.uuid:
+            if origin.uuid == peer.uuid and not peer_history:
                 mapped = peer.map.to_local.get(their_id)
                 if mapped is not None and (known is None or mapped != known.id):
                     return (f"{peer.uuid} says its id {their_id} is {uuid}, but it said before that it is "
@@ -475,8 +491,8 @@ class NodeCore:
         for op in ops:
             v = op.value
             known = self.table.get(op.key)
-            if op.key == self.uuid:
-                continue
+            if op.key == self.uuid and v.get("state") != STATE_EXPELLED:
+                continue             # another member's row about this node changes nothing here but an expel
             res = resolve_cluster_replace(self.table, op.key, int(v["id"]), str(v.get("address") or ""),
                                           str(v.get("state") or STATE_MEMBER), from_self=(op.key == origin.uuid),
                                           expelled_lsn=int(v.get("expelled_lsn") or 0),
@@ -516,19 +532,23 @@ class NodeCore:
                     return local_id
         return None
 
-    def _follow_cluster_rows(self, peer: Peer, origin: Member, txn: Txn, wall_us: int) -> Txn | None:
+    def _follow_cluster_rows(self, peer: Peer, origin: Member, txn: Txn, wall_us: int,
+                             learn: bool = True) -> Txn | None:
+        """`learn`: the row states its origin's ids now (not a row of the connected peer's earlier
+        incarnation, Peer.history_lsn): maps and knowledge take them."""
         own_ops: list[Op] = []
         for op in txn.ops:
             if op.kind != OP_CLUSTER:
                 continue
             v = op.value
             their_id, address, state = int(v["id"]), str(v.get("address") or ""), str(v.get("state") or STATE_MEMBER)
-            self.knowledge[(origin.uuid, op.key)] = their_id
+            if learn:
+                self.knowledge[(origin.uuid, op.key)] = their_id
             if op.key == self.uuid and origin.uuid != self.uuid:
                 # Another member's row about this node changes nothing here but an expel (an
                 # administrator's act, done on any member): this node's entry is its own rows'.
                 if state != STATE_EXPELLED:
-                    if origin.uuid == peer.uuid:
+                    if origin.uuid == peer.uuid and learn:
                         peer.map.learn(their_id, self.self_id)
                     continue
                 log.error("_cluster: %s says this node is expelled", origin.uuid)
@@ -544,7 +564,7 @@ class NodeCore:
                 if origin.uuid != self.uuid:      # a row of our own coming back is our row already
                     own_ops.append(cluster_op(res.member))
                 log.info("_cluster: %s %s as id %d (row of %s)", res.reason, op.key, res.local_id, origin.uuid)
-            if origin.uuid == peer.uuid:
+            if origin.uuid == peer.uuid and learn:
                 peer.map.learn(their_id, res.local_id)
         if not own_ops:
             return None

@@ -333,8 +333,39 @@ def vclock_uuid_error(d: Any) -> str | None:
     return None
 
 
+def _finite_number(x: Any) -> bool:
+    return (type(x) is float and math.isfinite(x)) or type(x) is int
+
+
+def store_field_error(st: Any) -> str | None:
+    """A greeting's `store` (the join protocol's status exchange, node/lifecycle.py): null, or
+    {"status", "initial": null | {cluster_uuid, created_s, founders}, "final": null |
+    {vclock_by_uuid, shutdown_id}, "proposal": null | [cluster uuid, created_s]}."""
+    if st is None:
+        return None
+    if type(st) is not dict:
+        return "store is an object"
+    if st.get("status") is not None and (type(st["status"]) is not str or len(st["status"]) > 64):
+        return "store.status is a short string"
+    ini = st.get("initial")
+    if ini is not None and (type(ini) is not dict or not is_uuid(ini.get("cluster_uuid"))
+                            or not _finite_number(ini.get("created_s")) or type(ini.get("founders")) is not list
+                            or len(ini["founders"]) > limits.members_max or not all(map(is_uuid, ini["founders"]))):
+        return "store.initial is {cluster_uuid, created_s, founders: [uuid, ...]}"
+    fin = st.get("final")
+    if fin is not None and (type(fin) is not dict or not is_uuid(fin.get("shutdown_id"))
+                            or vclock_uuid_error(fin.get("vclock_by_uuid")) is not None):
+        return "store.final is {vclock_by_uuid, shutdown_id}"
+    prop = st.get("proposal")
+    if prop is not None and (type(prop) is not list or len(prop) != 2 or not is_uuid(prop[0])
+                             or not _finite_number(prop[1])):
+        return "store.proposal is [cluster uuid, created_s]"
+    return None
+
+
 def greeting_error(g: dict) -> str | None:
-    """The fields of a GREETING that this node acts on, past their types (node.core.messages)."""
+    """The fields of a GREETING that this node acts on, past their types (node.core.messages);
+    the optional ones are null or of the shape this node reads."""
     if not is_uuid(g["uuid"]):
         return f"uuid {g['uuid'][:80]!r} is not a canonical uuid"
     if g["cluster_uuid"] is not None and not is_uuid(g["cluster_uuid"]):
@@ -344,7 +375,22 @@ def greeting_error(g: dict) -> str | None:
     err = address_error(g["address"]) or cluster_rows_error(g["cluster"])
     if err is None and g.get("vclock_uuid") is not None:
         err = vclock_uuid_error(g["vclock_uuid"])
-    return err
+    for name, types in (("options", (dict,)), ("lease", (dict,)), ("wait_for", (int,))):
+        if err is None and g.get(name) is not None and type(g[name]) not in types:
+            err = f"{name} is {' or '.join(t.__name__ for t in types)} or null"
+    return err or store_field_error(g.get("store"))
+
+
+def shutdown_error(body: dict) -> str | None:
+    """SHUTDOWN {phase, shutdown_id, final?}: one step of an orderly cluster shutdown
+    (node/cluster_shutdown.py), whose id and vclock end up in status and in the store."""
+    if body["phase"] not in ("quiesce", "final", "resume") or not is_uuid(body["shutdown_id"]):
+        return "phase is quiesce, final or resume, and shutdown_id a canonical uuid"
+    final = body.get("final")
+    if final is not None and (type(final) is not dict or final.get("shutdown_id") != body["shutdown_id"]
+                              or vclock_uuid_error(final.get("vclock_by_uuid")) is not None):
+        return "final is null or {vclock_by_uuid, shutdown_id} of this shutdown"
+    return None
 
 
 def snapshot_error(body: dict) -> str | None:

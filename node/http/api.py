@@ -63,6 +63,10 @@ def _no_constant(name: str) -> Any:
 
 _json_decode = json.JSONDecoder(parse_constant=_no_constant).decode
 async def read_body(request: web.Request) -> Any:
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):    # never inflated (node/http/listener.py): refused as sent
+        raise ClientError(415, "unsupported_encoding", f"request bodies are sent without a Content-Encoding "
+                          f"(got {encoding[:40]!r})")
     if request.content_length is not None and request.content_length > limits.body_bytes_max:
         raise ClientError(413, "body_too_large", f"body exceeds {limits.body_bytes_max} bytes")
     try:
@@ -226,7 +230,8 @@ async def get_cluster(request: web.Request) -> web.Response:
 
 
 async def delete_member(request: web.Request) -> web.Response:
-    return reply(request, await _node(request).expel(request.match_info["uuid"]))
+    doc = await _node(request).expel(request.match_info["uuid"])
+    return reply(request, doc, 202 if doc["state"] == "expel_pending" else 200)   # pending: node/fence.py give_up
 
 
 async def put_peers(request: web.Request) -> web.Response:
@@ -244,10 +249,16 @@ async def put_peers(request: web.Request) -> web.Response:
     for p in body["peers"]:
         if p in (node.cfg.address, node.cfg.listen):
             raise ClientError(400, "bad_peers", f"peers: {p} is this node itself")
-    stopping = node.configure_peers(body["peers"])
+    removed = [a for a in node.appliers if a not in body["peers"]]
+    stopping = dict(zip(node.configure_peers(body["peers"]), removed))   # stopped in this order (set_peers)
+    late = []
     if stopping:
-        await asyncio.wait(stopping, timeout=limits.shutdown_deadline_s)
-    return reply(request, {"peers": list(node.appliers)})
+        _, pending = await asyncio.wait(stopping, timeout=limits.peers_stop_wait_s)
+        late = sorted(stopping[t] for t in pending)
+        if late:
+            log.warning("admin: appliers of removed peers %s did not stop within %.0f s", late,
+                        limits.peers_stop_wait_s)
+    return reply(request, {"peers": list(node.appliers), "stopping": late})
 
 
 async def post_shutdown(request: web.Request) -> web.Response:

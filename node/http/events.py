@@ -186,8 +186,9 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
         await resp.prepare(request)
         while (frame := await lst.queue.get()) is not None:
             try:
-                await asyncio.wait_for(resp.write(frame), limits.events_write_timeout_s)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(limits.events_write_timeout_s):   # not wait_for: keeps a cancel
+                    await resp.write(frame)
+            except TimeoutError:
                 log.info("events: a listener took over %.0f s to take a snapshot; cut", limits.events_write_timeout_s)
                 if request.transport is not None:
                     request.transport.abort()

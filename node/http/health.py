@@ -110,10 +110,11 @@ def readiness(node: "Node") -> list[str]:
         reasons.append(node.core.fence_state()[1])
     if node.space.alarm is not None:
         reasons.append(f"no space: {node.space.alarm}")
-    have = node.core.claimed.get(node.core.self_id)
-    if have < node.own_lsn_seen:
-        reasons.append(f"this node's own earlier rows (lsn {have + 1}..{node.own_lsn_seen}) are still coming "
-                       "back from its peers")
+    awaited = node.own_rows_awaited() if node.own_claims else None
+    if awaited is not None:
+        have = node.core.claimed.get(node.core.self_id)
+        reasons.append(f"this node's own earlier rows (lsn {have + 1}..{awaited[0]}) are still coming "
+                       f"back from {awaited[1]}")
     down, slow = _upstreams(node)
     allowed = node.cfg.ready_upstreams_down_max
     if len(down) > allowed:

@@ -10,7 +10,12 @@ Rules kept here:
 - the soft fd limit is raised to the hard one at start (as Go's runtime does);
 - an accept that fails for want of fds or memory is logged once per
   `accept_error_log_interval_s` with a count, not once per attempt with a traceback (asyncio
-  retries the accept every second and logged a traceback for each failure: tens of MB a minute).
+  retries the accept every second and logged a traceback for each failure: tens of MB a minute);
+- a request HTTP itself refuses (a line or header too long or malformed) is answered 400 by
+  aiohttp and logged the same way, once an interval with a count and without a traceback:
+  aiohttp logged an ERROR with a traceback for each, at whatever rate a client sent them;
+- request bodies are never inflated (no `Content-Encoding` is decoded: node/http/api.py refuses
+  one with 415), so a small compressed body cannot cost a gigabyte of work and memory.
 This is the one module that reaches inside aiohttp (AppRunner._make_server)."""
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import time
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from node import limits
 
@@ -75,9 +81,34 @@ class _CappedServer:
         return getattr(self._server, name)
 
 
+class RequestErrors(logging.LoggerAdapter):
+    """The logger aiohttp's request handler writes to: a request the HTTP parser refused (the
+    client's fault, already answered 400) is counted and logged once an interval, in one line;
+    everything else (our handlers' bugs) goes through with its traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self.count = 0
+        self._logged_at = -limits.accept_error_log_interval_s
+
+    def exception(self, msg: Any, *args: Any, exc_info: Any = True, **kw: Any) -> None:
+        e = exc_info if isinstance(exc_info, BaseException) else None
+        if isinstance(e, HttpProcessingError) and 400 <= (e.code or 400) < 500:
+            self.count += 1
+            now = time.monotonic()
+            if now - self._logged_at >= limits.accept_error_log_interval_s:
+                self._logged_at = now
+                why = " ".join(str(e.message).split())[:200]
+                log.warning("http: refused a malformed request (%s: %s); %d so far, logged once a minute",
+                            type(e).__name__, why, self.count)
+            return
+        self.logger.exception(msg, *args, exc_info=exc_info, **kw)
+
+
 class Runner(web.AppRunner):
     def __init__(self, app: web.Application, cap: int, **kw: Any):
-        super().__init__(app, keepalive_timeout=limits.http_header_timeout_s, **kw)
+        super().__init__(app, keepalive_timeout=limits.http_header_timeout_s, auto_decompress=False,
+                         logger=RequestErrors(), **kw)
         self._cap = cap
 
     async def _make_server(self) -> web.Server:

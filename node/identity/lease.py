@@ -28,8 +28,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Mapping, Union
 
+from node.core.validate import is_uuid
 from node.errors import ReplogError
-from node.limits import members_max
+from node.limits import lsn_max, members_max
 
 # --- limits (unit last; why on each line) --------------------------------------
 lease_duration_ms_min = 100          # below this, duration/3 is shorter than a store round trip
@@ -41,6 +42,9 @@ lease_body_bytes_max = 1024 * 1024   # known_versions for members_max slots fits
 task_id_chars_max = 256              # an ECS task ARN or host:pid fits
 cluster_size_max = members_max       # one slot per member
 lease_format = 1                     # bumped when the body's meaning changes
+lease_int_max = lsn_max              # versions, serials, expiries: a body is read back from a file or S3,
+                                     # and what it holds goes into greetings (msgpack int64) and arithmetic
+nonce_chars_max = 256                # ours are 32 hex digits
 
 
 class LeaseCorrupt(ReplogError):
@@ -89,15 +93,17 @@ class Lease:
             raise ValueError(f"slot {self.slot} out of range")
         if self.task_id is not None and not (0 < len(self.task_id) <= task_id_chars_max):
             raise ValueError(f"task_id must be 1..{task_id_chars_max} chars")
-        if self.version < 0 or self.expires_ms < 0 or self.serial < 0:
-            raise ValueError("version, expires_ms and serial must be >= 0")
-        if not self.member_uuid:
-            raise ValueError("member_uuid is empty")
+        if not all(0 <= n <= lease_int_max for n in (self.version, self.expires_ms, self.serial)):
+            raise ValueError(f"version, expires_ms and serial must be 0..{lease_int_max}")
+        if not is_uuid(self.member_uuid):
+            raise ValueError(f"member_uuid {self.member_uuid[:80]!r} is not a canonical uuid")
+        if len(self.nonce) > nonce_chars_max:
+            raise ValueError(f"nonce is longer than {nonce_chars_max} characters")
         if len(self.known_versions) > cluster_size_max:
             raise ValueError("known_versions has more entries than slots")
         kv = {int(k): int(v) for k, v in self.known_versions.items()}
-        if any(k < 0 or v < 0 for k, v in kv.items()):
-            raise ValueError("known_versions holds a negative slot or version")
+        if any(k < 0 or not 0 <= v <= lease_int_max for k, v in kv.items()):
+            raise ValueError(f"known_versions holds a negative slot or a version outside 0..{lease_int_max}")
         object.__setattr__(self, "known_versions", kv)  # own copy: the caller's dict may change
 
 

@@ -239,7 +239,8 @@ class LeaseIdentity:
     async def _stopped_within(self, timeout_s: float) -> bool:
         """Wait up to timeout_s for the node to be told to stop; True if it was."""
         try:
-            await asyncio.wait_for(self.node.stopped.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):   # wait_for would lose a cancel arriving with the stop
+                await self.node.stopped.wait()
         except TimeoutError:
             pass
         return self.node.stopped.is_set()
@@ -284,7 +285,8 @@ class LeaseIdentity:
             remaining_s = (self.peer_wait_until_ms - self.manager.now_ms()) / 1000
             self._peers_changed.clear()
             try:
-                await asyncio.wait_for(self._peers_changed.wait(), max(0.0, min(delay, remaining_s)))
+                async with asyncio.timeout(max(0.0, min(delay, remaining_s))):   # not wait_for (cancels)
+                    await self._peers_changed.wait()
             except TimeoutError:
                 pass
         if self.lost_reason is not None:

@@ -90,7 +90,8 @@ async def _stopped(stop: asyncio.Event, timeout_s: float) -> bool:
     """Wait up to timeout_s for `stop`; True if it was set."""
     if timeout_s > 0:
         try:
-            await asyncio.wait_for(stop.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):   # wait_for would lose a cancel arriving with `stop`
+                await stop.wait()
         except TimeoutError:
             pass
     return stop.is_set()

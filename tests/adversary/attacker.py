@@ -10,7 +10,8 @@
   can register any address); it records every byte a node sends it.
 - `register_member` / `greeting`: a peer that holds the secret, on the production handshake
   (node.applier.conn), telling a node whatever it likes in its greeting.
-- `rss_kib` / `health_latencies_s`: what an attack costs the node, read from outside it.
+- `rss_kib` / `HealthSampler`: what an attack costs the node, read from outside it (the health
+  latencies from a process of their own, so the attacker's CPU and GIL never count as the node's).
 
 Everything here talks to 127.0.0.1 only and is stopped by the test that started it."""
 from __future__ import annotations
@@ -21,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import multiprocessing
 import struct
 import time
 import urllib.request
@@ -302,8 +304,9 @@ def rss_kib(pid: int) -> int:
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
-async def health_latencies_s(url: str, until: asyncio.Event, ca_file: str | None = None) -> list[float]:
-    """GET /v1/health one after another until `until` is set: each answer's latency."""
+async def health_latencies_s(url: str, until, ready=None) -> list[float]:
+    """GET /v1/health one after another until `until` is set: each answer's latency; `ready` is
+    set once the first has come back."""
     out = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         while not until.is_set():
@@ -312,5 +315,41 @@ async def health_latencies_s(url: str, until: asyncio.Event, ca_file: str | None
                 await r.read()
                 assert r.status == 200, r.status
             out.append(time.perf_counter() - t0)
+            if ready is not None:
+                ready.set()
             await asyncio.sleep(0.01)
     return out
+
+
+def _sample_health(url: str, until, ready, out) -> None:
+    out.put(asyncio.run(health_latencies_s(url, until, ready)))
+
+
+class HealthSampler:
+    """`health_latencies_s` in a process of its own: an attacker building and masking 16 MiB
+    frames in the test process holds its GIL and CPU for tenths of a second, which a sampler
+    on a thread there would count as the node's slowness (it did, on a busy machine).
+
+        with HealthSampler(url) as s:
+            ...                                  # the attack
+        latencies = s.latencies"""
+
+    def __init__(self, url: str):
+        ctx = multiprocessing.get_context("spawn")
+        self._until, self._ready, self._out = ctx.Event(), ctx.Event(), ctx.Queue()
+        self._proc = ctx.Process(target=_sample_health, args=(url, self._until, self._ready, self._out), daemon=True)
+        self.latencies: list[float] = []
+
+    def __enter__(self) -> "HealthSampler":
+        self._proc.start()
+        assert self._ready.wait(60), "the health sampler never got an answer"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._until.set()
+        try:
+            self.latencies = self._out.get(timeout=60)
+        finally:
+            self._proc.join(10)
+            if self._proc.is_alive():
+                self._proc.kill()

@@ -19,7 +19,7 @@ import pytest
 from node import limits
 from node.applier.conn import client_auth, connect
 from node.errors import PeerRefused
-from tests.adversary.attacker import RawLink, health_latencies_s, inflating_message, metric, rss_kib
+from tests.adversary.attacker import HealthSampler, RawLink, inflating_message, metric, rss_kib
 from tests.integration.harness import ReplogProcess, wait_for
 
 RSS_GROWTH_KIB_MAX = 64 * 1024       # what two attack streams may add to the node's resident set
@@ -36,9 +36,9 @@ def node_with_secret(tmp_path, procs, name: str = "n") -> ReplogProcess:
     return n
 
 
-async def bomb_stream(port: int, rounds: int) -> list[int]:
-    """Compressed bombs (RSV1 frames, offered deflate or not) and raw 16 MiB messages."""
-    raw, packed = inflating_message(limits.message_bytes_max)
+async def bomb_stream(port: int, rounds: int, raw: bytes, packed: bytes) -> list[int]:
+    """Compressed bombs (RSV1 frames, offered deflate or not) and raw 16 MiB messages
+    (`inflating_message`, built before the clock starts: building it takes the attacker ~0.2 s)."""
     statuses = []
     for i in range(rounds):
         link = await RawLink.open("127.0.0.1", port, deflate=True)
@@ -57,26 +57,20 @@ def test_pre_auth_bombs_and_oversized_messages_cost_the_node_a_bounded_amount(tm
     n = node_with_secret(tmp_path, procs)
     pid = n.proc.pid
 
-    async def run() -> tuple[int, int, list[float], list[float], list[int]]:
-        stop = asyncio.Event()
-        baseline_task = asyncio.create_task(health_latencies_s(n.url, stop))
-        await asyncio.sleep(1.0)                  # the baseline's sampling period
-        stop.set()
-        baseline = await baseline_task
-        rss0 = rss_kib(pid)
-        stop = asyncio.Event()
-        health = asyncio.create_task(health_latencies_s(n.url, stop))
-        peak = rss0
-        attack = asyncio.gather(bomb_stream(n.port, ROUNDS), bomb_stream(n.port, ROUNDS))
+    async def attack(raw: bytes, packed: bytes) -> tuple[int, int, list[int]]:
+        rss0 = peak = rss_kib(pid)
+        attack = asyncio.gather(bomb_stream(n.port, ROUNDS, raw, packed), bomb_stream(n.port, ROUNDS, raw, packed))
         while not attack.done():
             peak = max(peak, rss_kib(pid))
             await asyncio.wait([attack], timeout=0.02)
-        statuses = [s for part in attack.result() for s in part]
-        peak = max(peak, rss_kib(pid))
-        stop.set()
-        return rss0, peak, baseline, await health, statuses
+        return rss0, max(peak, rss_kib(pid)), [s for part in attack.result() for s in part]
 
-    rss0, peak, baseline, during, statuses = asyncio.run(run())
+    raw, packed = inflating_message(limits.message_bytes_max)
+    with HealthSampler(n.url) as base:
+        time.sleep(1.0)                                     # the baseline's sampling period
+    with HealthSampler(n.url) as under:
+        rss0, peak, statuses = asyncio.run(attack(raw, packed))
+    baseline, during = base.latencies, under.latencies
     assert statuses == [101] * (2 * ROUNDS), statuses
     assert peak - rss0 < RSS_GROWTH_KIB_MAX, f"RSS grew by {(peak - rss0) / 1024:.0f} MiB under pre-auth bombs"
     bound = max(HEALTH_FLOOR_S, HEALTH_SLOWDOWN_MAX * max(baseline))

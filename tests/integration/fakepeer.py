@@ -103,6 +103,7 @@ class FakePeer:
         self.id = 0                          # its own id in that table
         self.script: list[Any] = []          # Txns (one ROWS message each) or raw message bytes
         self.greeting_extra: dict = {}       # fields its greeting overrides
+        self.heartbeats = True               # False: it idles silent after its script (never "caught up")
         self.subscribes = 0                  # SUBSCRIBE requests served
         self.sent = 0                        # script items sent, over all sessions
         self._runner: web.AppRunner | None = None
@@ -203,7 +204,8 @@ class FakePeer:
                 await conn.ws.send_bytes(conn.session.seal(data))    # sealed as Conn.send seals
                 self.sent += 1
             while True:                          # then idle, as a caught-up relay: heartbeats
-                await conn.send(m.HEARTBEAT, now_us=time.time_ns() // 1000)
+                if self.heartbeats:
+                    await conn.send(m.HEARTBEAT, now_us=time.time_ns() // 1000)
                 try:
                     await conn.recv(timeout=limits.heartbeat_interval_s)   # ACKs; the close ends it
                 except RemoteProtocolError as e:

@@ -6,6 +6,8 @@ before the lie are there, replication from an honest peer goes on, and a kill -9
 recovers the WAL."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from node import limits
@@ -227,4 +229,96 @@ def test_an_upstream_greeting_with_junk_cluster_rows_stops_the_link_not_the_node
             wait_for(lambda: "_cluster" in _upstream(a, peer.address).get("error", ""), 30, "A refuses the greeting")
         finally:
             a.set_peers([b])
+    assert a.get("/v1/health")[0] == 200
+
+
+# --- claims about this node's own rows (defect 6: "a greeting vclock of 2^62") -------------------
+def _writes(node: ReplogProcess, key: str) -> tuple[int, str]:
+    s, d = node.put(f"/v1/spaces/kv/keys/{key}", 1)
+    return s, (d.get("error", {}).get("message", "") if s != 200 else "")
+
+
+def test_a_claim_to_hold_this_nodes_rows_from_a_peer_it_cannot_fetch_them_from_changes_nothing(cluster):
+    """A liar greets A as a client only, saying it holds A's own rows up to lsn_max: A cannot
+    fetch them from it (it is none of A's upstreams), so the claim cannot hold A's writes (every
+    write answered 503 `catching_up` until a restart)."""
+    a, b = cluster
+    with running(FakePeer(SECRET), a.address) as (peer, thread):
+        answer = thread.call(peer.request(a.address, m.BYE, greeting={"vclock_uuid": {a.uuid(): limits.lsn_max}}))
+        assert answer["uuid"] == a.uuid()
+        assert _writes(a, f"{peer.uuid[:8]}-after-claim") == (200, "")
+    assert a.get("/v1/health")[0] == 200
+
+
+def test_a_claim_to_hold_this_nodes_rows_holds_writes_only_while_its_peer_is_an_upstream(cluster):
+    """Rows of A's own that an upstream says it holds come back by SUBSCRIBE, and A's writes wait
+    for them (so no lsn of A's is used twice: test_replication's rejoin). A liar's claim holds
+    them only while the liar is A's upstream, says whom A waits for, and ends with the link.
+    (This liar never heartbeats, so it never looks caught up: the next test is one that does.)"""
+    a, b = cluster
+    with running(FakePeer(SECRET), a.address) as (peer, _):
+        peer.greeting_extra = {"vclock_uuid": {a.uuid(): limits.lsn_max}}
+        peer.heartbeats = False
+        a.set_peers([b, peer])
+        try:
+            wait_for(lambda: _upstream(a, peer.address).get("status") == "follow", 30, "A subscribed to the liar")
+            s, why = _writes(a, f"{peer.uuid[:8]}-held")
+            assert s == 503 and peer.address in why, (s, why)
+        finally:
+            a.set_peers([b])
+        assert _writes(a, f"{peer.uuid[:8]}-free") == (200, "")
+
+
+def test_an_upstream_that_catches_this_node_up_without_the_rows_it_claimed_is_not_believed(cluster):
+    """A relay heartbeats once it has sent all it held: a claim of A's rows that its stream did
+    not bear out is dropped (Applier._check_claim), and A writes again with the link still up."""
+    a, b = cluster
+    with running(FakePeer(SECRET), a.address) as (peer, _):
+        peer.greeting_extra = {"vclock_uuid": {a.uuid(): limits.lsn_max}}
+        a.set_peers([b, peer])
+        try:
+            wait_for(lambda: _upstream(a, peer.address).get("status") == "follow", 30,
+                     "A subscribed to the liar")
+            wait_for(lambda: _writes(a, f"{peer.uuid[:8]}-caught-up")[0] == 200, 5,      # its heartbeats: every 1 s
+                     "A writes once the liar's stream caught it up without the rows")
+            assert _upstream(a, peer.address).get("status") == "follow"
+            assert "its claim is not believed" in a.log_text()
+        finally:
+            a.set_peers([b])
+
+
+@pytest.mark.parametrize("store", ["junk", ["dirty"], {"status": "dirty", "initial": "junk"}])
+def test_a_restart_among_peers_one_of_which_greets_with_a_junk_store_field_goes_on(cluster, store):
+    """A restarting member with a store polls its peers (the join protocol's status exchange):
+    a greeting whose `store` field is not an object made start-up die on an AttributeError (and a
+    joining node, whose donor greets the same way, after installing the snapshot)."""
+    a, b = cluster
+    with running(FakePeer(SECRET), a.address) as (peer, _):
+        peer.greeting_extra = {"store": store}
+        a.kill9()
+        a.peers = [peer.address, b.address]      # the liar is polled too, and listed first
+        try:
+            a.start()
+            assert a.get("/v1/health")[0] == 200
+        finally:
+            a.peers = [b.address]
+            a.kill9()
+            a.start()
+
+
+def test_a_peers_error_message_is_cut_to_a_bound_before_it_reaches_logs_and_status(cluster):
+    """An ERROR is the peer's text: 8 MB of it went whole into the applier's status (so into
+    /v1/info and every dashboard snapshot, each second) and into the log at every retry."""
+    a, b = cluster
+    size = os.path.getsize(a.log_path)
+    with running(FakePeer(SECRET), a.address) as (peer, _):
+        peer.script = [m.encode(m.ERROR, code="c" * 100_000, message="m" * (8 << 20))]
+        a.set_peers([b, peer])
+        try:
+            up = wait_for(lambda: (u := _upstream(a, peer.address)).get("status") == "refused" and u, 30,
+                          "A refused by the liar's ERROR")
+        finally:
+            a.set_peers([b])
+    assert len(up["error"]) <= 2 * limits.peer_error_chars_max, len(up["error"])
+    assert os.path.getsize(a.log_path) - size < 100_000
     assert a.get("/v1/health")[0] == 200

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -211,6 +212,51 @@ def test_a_token_file_that_is_not_utf8_exits_2_with_one_line(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "token_file" in r.stderr and "Traceback" not in r.stderr
+
+
+def _raw(node: ReplogProcess, request_bytes: bytes) -> bytes:
+    """Send one raw request, read the whole answer (the node closes the connection)."""
+    with socket.create_connection(("127.0.0.1", node.port), timeout=30) as s:
+        s.sendall(request_bytes)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_malformed_requests_are_a_400_each_and_logged_once_an_interval_without_a_traceback(pair):
+    """A request line or header that HTTP itself refuses: aiohttp logged an ERROR with a whole
+    traceback for each, so any client could write the node's log at the rate it sends."""
+    a, _ = pair
+    size = os.path.getsize(a.log_path)
+    junk = [b"GET /v1/info?" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"GET /v1/info HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 10_000 + b"\r\n\r\n",
+            b"GET /v1/info HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+            b"GET /v1/info HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"]
+    for i in range(50):
+        answer = _raw(a, junk[i % len(junk)])
+        assert re.match(rb"HTTP/1\.[01] 400 ", answer), answer[:200]
+    logged = a.log_text()[-(os.path.getsize(a.log_path) - size):]
+    assert "Traceback" not in logged and len(logged) < 5_000, logged[-2000:]
+    assert a.get("/v1/health")[0] == 200
+
+
+@pytest.mark.parametrize("encoding, body", [("gzip", b"not gzip at all"), ("gzip", None), ("deflate", b"x"),
+                                            ("br", b"x")])
+def test_a_compressed_request_body_is_refused_before_anything_is_inflated(pair, encoding, body):
+    """A body in a Content-Encoding was inflated before the handler saw it: junk was a 500, and
+    1 MB of gzip became a gigabyte of work and memory for one 413. The API takes plain bodies."""
+    import gzip
+    a, _ = pair
+    if body is None:
+        body = gzip.compress(b"0" * (1 << 30), 9)            # ~1 MB that inflates to 1 GiB
+    started = time.monotonic()
+    answer = _raw(a, b"PUT /v1/spaces/kv/keys/z HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Encoding: "
+                  + encoding.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    assert answer.startswith(b"HTTP/1.1 415"), answer[:300]
+    assert b'"unsupported_encoding"' in answer
+    assert time.monotonic() - started < 2.0
+    assert a.kv_get("kv", "z")[0] == 404
 
 
 def test_a_request_whose_headers_never_finish_is_closed(pair):

@@ -201,6 +201,7 @@ def test_node_rejoining_with_its_uuid_never_reuses_its_own_lsns(tmp_path, procs)
 
     d = wait_for(write_now, 30, "B accepts a write", interval=0.02)
     assert all(a_ in ((503, "catching_up"), (503, "own_rows_unconfirmed")) for a_ in answers[:-1]), answers
-    assert d["lsn"] == b_lsn + 1, f"B reused its own lsn: {answers}"
+    # (its next lsns go to the table it states again once its fence lifts: node/core clear_fence)
+    assert d["lsn"] > b_lsn, f"B reused its own lsn: {answers}"
     wait_for(lambda: c.kv_get("kv", "after")[0] == 200, 20, "B's new write reaches C")
     assert c.kv_get("kv", "after")[1]["origin"] == bu

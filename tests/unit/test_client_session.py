@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from bench.common import free_port
+from node.applier.applier import Applier
 from node.clientproto import wire
 from node.clientproto.session import Session
 from node.config import load
@@ -50,12 +51,15 @@ async def test_the_fast_path_keeps_every_write_check_of_node_write(tmp_path):
         s.on_payload(wire.encode_requests([[1, wire.PUT, "kv", "a", 1], [2, wire.DELETE, "kv", "b"]])[4:])
         assert sorted(a[1] for a in await answered(out, 2)) == [200, 200]
         claimed = node.core.claimed.get(node.core.self_id)
-        node.own_lsn_seen = claimed + 5              # a peer said it holds more of our own rows
+        upstream = "127.0.0.1:9"                     # an upstream (never started) says it holds more of our rows
+        node.appliers[upstream] = Applier(node, upstream)
+        node.own_claims["0badc0de-0000-4000-8000-000000000001"] = (claimed + 5, upstream)
         out.clear()
         s.on_payload(wire.encode_requests([[3, wire.PUT, "kv", "c", 1], [4, wire.TXN, [[2, "kv", "d", 1]]]])[4:])
         assert [(a[1], a[2]["code"]) for a in await answered(out, 2)] == [(503, "catching_up")] * 2
         assert node.core.claimed.get(node.core.self_id) == claimed       # nothing claimed
-        node.own_lsn_seen = 0
+        node.own_claims.clear()
+        del node.appliers[upstream]
         node.status = "joining"
         out.clear()
         s.on_payload(wire.encode_requests([[5, wire.PUT, "kv", "e", 1]])[4:])

@@ -236,3 +236,26 @@ def test_recover_version_uses_the_highest_version_on_record():
               held(slot=2, version=1, known_versions={1: 9})]
     assert core.recover_version(leases, 1) == 9
     assert core.recover_version([None, Corrupt(1, "x")], 1) == 0
+
+
+@pytest.mark.parametrize("field, value", [
+    ("member_uuid", "not-a-uuid"), ("member_uuid", UUID.upper()), ("version", 2**70), ("serial", 2**64),
+    ("expires_ms", 2**63), ("known_versions", {"0": 2**70}), ("nonce", "n" * 100_000),
+])
+def test_decode_refuses_a_body_whose_fields_no_node_could_have_written(field, value):
+    """What is read back from a file or an S3 object is input: a member uuid that is not one
+    became the node's uuid (every peer then refused its greetings), and a version past int64
+    made every greeting fail to encode (each link died as a bug)."""
+    import json
+    doc = json.loads(core.encode(held(known_versions={0: 1})))
+    doc[field] = value
+    with pytest.raises(LeaseCorrupt):
+        core.decode(json.dumps(doc).encode(), 0)
+
+
+def test_the_largest_valid_fields_still_encode_in_a_greeting():
+    import msgpack
+    lease = held(version=core.lease_int_max - 1, serial=core.lease_int_max, expires_ms=core.lease_int_max,
+                 known_versions={0: core.lease_int_max})
+    assert core.decode(core.encode(lease), 0) == lease
+    msgpack.packb({"slot": 0, "version": lease.version + 1, "seen": lease.known_versions})

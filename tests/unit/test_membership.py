@@ -25,10 +25,10 @@ def _table(*extra: Member) -> ClusterTable:
                          Member(OTHER, 3, "c:1", STATE_MEMBER), *extra])
 
 
-def _core(vclock: dict[int, int] | None = None, fenced: bool = False) -> NodeCore:
+def _core(vclock: dict[int, int] | None = None, fenced: bool = False, rebuilt: bool = False) -> NodeCore:
     core = NodeCore(SELF, _table(), VClock(vclock or {1: 10, 2: 5, 3: 7}), spaces={"kv": False, "loc": True})
     if fenced:
-        core.fence = OwnRowsFence("a test loss")
+        core.fence = OwnRowsFence("a test loss", rebuilt=rebuilt)
     return core
 
 
@@ -66,6 +66,11 @@ def test_a_fence_waits_for_every_live_member_and_for_the_most_any_of_them_holds(
     assert not f.can_clear(table, SELF, 11)
     assert "up to lsn 12" in f.explain(table, SELF, 11)
     assert f.can_clear(table, SELF, 12)
+
+
+def test_rows_past_an_expelled_members_bound_are_nothing_a_snapshot_must_cover():
+    assert uncovered({NEW: 9, PEER: 3}, {NEW: 4, PEER: 3}, {NEW: 4}) == {}
+    assert uncovered({NEW: 9}, {NEW: 3}, {NEW: 4}) == {NEW: (4, 3)}
 
 
 def test_a_member_some_peer_says_is_expelled_is_not_waited_for():
@@ -129,7 +134,7 @@ def test_a_fenced_core_refuses_a_cluster_change_that_would_need_a_row_of_its_own
 def test_own_cluster_rows_of_an_earlier_incarnation_come_back_as_history_and_change_nothing():
     """After a rebuild this node's ids are its donor's; its own rows from before the loss state
     other ids (here it called PEER 3, and OTHER 2) and must not touch its table."""
-    core = _core({1: 10, 2: 5, 3: 7}, fenced=True)
+    core = _core({1: 10, 2: 5, 3: 7}, fenced=True, rebuilt=True)
     _greet(core)
     old = Txn(1, 11, GROUP_CLUSTER, WALL - 1000, (
         Op(OP_CLUSTER, CLUSTER_SPACE, PEER, {"id": 3, "address": "", "state": STATE_MEMBER}),
@@ -162,13 +167,53 @@ def test_own_cluster_rows_of_an_earlier_incarnation_come_back_as_history_and_cha
         apply_txn(View(core.table.copy(), 0), old, SELF)                # without the bound it would
 
 
-def test_clearing_the_fence_makes_every_own_row_received_so_far_history():
+def test_clearing_a_rebuilt_fence_makes_own_rows_received_so_far_history_and_restates_the_table():
+    core = _core({1: 10}, fenced=True, rebuilt=True)
+    core.claimed.follow(1, 14)
+    restate = core.clear_fence(WALL)
+    assert core.fence is None and core.own_history_lsn == 14
+    assert (restate.replica_id, restate.lsn, restate.group) == (1, 15, GROUP_CLUSTER)
+    assert {o.key: o.value["id"] for o in restate.ops} == {SELF: 1, PEER: 2, OTHER: 3}
+    t = core.local_txn([Op(OP_PUT, "kv", "k", 1)], GROUP_DEFAULT, WALL)
+    assert t.lsn == restate.last_lsn + 1 == 18
+
+
+def test_clearing_a_fence_over_the_nodes_own_store_changes_no_history_and_writes_nothing():
     core = _core({1: 10}, fenced=True)
     core.claimed.follow(1, 14)
-    assert core.clear_fence() == 14
-    assert core.fence is None and core.own_history_lsn == 14
-    t = core.local_txn([Op(OP_PUT, "kv", "k", 1)], GROUP_DEFAULT, WALL)
-    assert t.lsn == 15
+    assert core.clear_fence(WALL) is None
+    assert core.fence is None and core.own_history_lsn == 0
+
+
+def test_a_fence_over_the_nodes_own_store_takes_its_own_cluster_rows_back_as_they_are():
+    """A lost WAL tail (same store, same ids): the node's own registration coming back from a
+    peer is its own statement, applied to its table, with no second own row."""
+    core = _core({1: 10, 2: 5}, fenced=True)
+    _greet(core)
+    out = core.receive(PEER, _cluster_row(1, 11, NEW, 4), WALL)
+    assert len(out) == 1 and core.table.id_of(NEW) == 4 and core.claimed.get(1) == 11
+
+
+def test_a_peers_earlier_incarnation_rows_teach_neither_its_map_nor_the_knowledge():
+    """PEER lost its store and joined again: its greeting says its own rows up to 6 are history;
+    one of them (it called NEW 9 then) must not enter the map (the greeting's ids stand) nor be
+    refused for contradicting it."""
+    core = _core({1: 10, 2: 5})
+    rows = [m.to_row() for m in _table().members()] + [[NEW, 4, "d:1", STATE_MEMBER, 0, 0]]
+    core.greeting(PEER, rows, WALL, history_lsn=6)
+    core.receive(PEER, _cluster_row(2, 6, NEW, 9), WALL)
+    assert core.peers[PEER].map.to_local.get(9) is None and core.peers[PEER].map.to_local[4] == 4
+    assert core.knowledge[(PEER, NEW)] == 4                              # as its greeting says
+    with pytest.raises(RemoteProtocolError, match="said before"):        # past the history: it counts
+        core.receive(PEER, _cluster_row(2, 7, NEW, 9), WALL)
+
+
+def test_a_fenced_node_refuses_the_row_that_expels_it_and_claims_nothing():
+    core = _core(fenced=True)
+    _greet(core)
+    with pytest.raises(RemoteProtocolError, match="after the fence"):
+        core.receive(PEER, _cluster_row(2, 6, SELF, 1, STATE_EXPELLED), WALL)
+    assert core.claimed.get(2) == 5
 
 
 def test_a_cluster_row_of_our_own_coming_back_unfenced_writes_no_second_own_row():
@@ -178,11 +223,14 @@ def test_a_cluster_row_of_our_own_coming_back_unfenced_writes_no_second_own_row(
     assert len(out) == 1 and core.table.id_of(NEW) == 4
 
 
-def test_observe_peer_hears_members_only_and_learns_expels_from_their_tables():
+def test_observe_peer_hears_a_member_and_learns_from_its_table_whom_else_to_wait_for():
     core = _core({1: 5}, fenced=True)
-    core.observe_peer(PEER, {SELF: 9}, [[OTHER, 3, "", STATE_EXPELLED, 0, 1]])
-    core.observe_peer(NEW, {SELF: 99}, [])                 # not a member here: says nothing
-    assert core.fence.heard == {PEER: 9} and core.fence.expelled == {OTHER}
+    core.observe_peer(PEER, {SELF: 9}, [[OTHER, 3, "", STATE_EXPELLED, 0, 1], [NEW, 4, "", STATE_MEMBER, 0, 0]])
+    assert core.fence.heard == {PEER: 9} and core.fence.expelled == {OTHER} and NEW in core.fence.known
+    assert core.fence.waiting_for(core.table, SELF) == [NEW]      # unknown here, but PEER knows it
+    core.observe_peer(NEW, {SELF: 99}, [])
+    assert core.fence.target() == 99
+    core.fence.expelled.add(NEW)                                  # the operator gave up on it: its word too
     ok, why = core.fence_state()
     assert not ok and "up to lsn 9" in why
     core.claimed.follow(1, 9)

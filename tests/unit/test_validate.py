@@ -133,3 +133,49 @@ def test_a_remote_timestamp_ahead_by_more_than_the_offset_bound_is_named():
     ok = wall + int(limits.hlc_offset_max_s * 1e6)
     assert validate.timestamp_ahead_error(ok, wall) is None
     assert "ahead of this node's clock" in validate.timestamp_ahead_error(ok + 1, wall)
+
+
+_STORE = {"status": "dirty", "initial": {"cluster_uuid": UUID, "created_s": 1.5, "founders": [UUID]},
+          "final": {"vclock_by_uuid": {UUID: 3}, "shutdown_id": UUID}, "proposal": [UUID, 2.0]}
+
+
+@pytest.mark.parametrize("store, ok", [
+    (None, True), ({}, True), (_STORE, True), ({**_STORE, "final": None, "proposal": None}, True),
+    ("junk", False), (["dirty"], False), ({"status": 7}, False), ({"initial": "junk"}, False),
+    ({"initial": {**_STORE["initial"], "created_s": float("nan")}}, False),
+    ({"initial": {**_STORE["initial"], "founders": ["x"]}}, False),
+    ({"final": {"vclock_by_uuid": {UUID: limits.lsn_max + 1}, "shutdown_id": UUID}}, False),
+    ({"proposal": ["not a uuid", 1.0]}, False), ({"proposal": [UUID]}, False),
+])
+def test_a_greetings_store_field_is_null_or_of_the_shape_the_join_protocol_reads(store, ok):
+    """A junk `store` made a restarting member's start-up (and a joiner, after the donor's
+    snapshot) die on an AttributeError (tests/integration/test_malicious_peer.py)."""
+    assert (validate.store_field_error(store) is None) == ok
+
+
+def test_a_real_nodes_greeting_passes_and_optional_fields_of_another_type_are_refused():
+    from tests.integration.fakepeer import FakePeer
+    g = {**FakePeer(b"s").greeting(), "store": _STORE, "vclock_uuid": {UUID: 1}, "wait_for": 0}
+    assert validate.greeting_error(g) is None
+    for name, junk in (("options", "x"), ("lease", [1]), ("wait_for", "3"), ("store", 5)):
+        assert validate.greeting_error({**g, name: junk}), name
+
+
+@pytest.mark.parametrize("body, ok", [
+    ({"phase": "quiesce", "shutdown_id": UUID}, True),
+    ({"phase": "final", "shutdown_id": UUID, "final": {"vclock_by_uuid": {UUID: 4}, "shutdown_id": UUID}}, True),
+    ({"phase": "final", "shutdown_id": UUID, "final": None}, True),
+    ({"phase": "quiesce", "shutdown_id": "s" * 100_000}, False), ({"phase": "explode", "shutdown_id": UUID}, False),
+    ({"phase": "final", "shutdown_id": UUID, "final": {"vclock_by_uuid": {"x": 1}, "shutdown_id": UUID}}, False),
+    ({"phase": "final", "shutdown_id": UUID, "final": "junk"}, False),
+])
+def test_a_shutdown_step_names_a_known_phase_and_a_uuid(body, ok):
+    """A member's SHUTDOWN: its id went into this node's status reason whatever its size."""
+    from node.core import messages as m
+    from node.errors import RemoteProtocolError
+    data = m.encode(m.SHUTDOWN, **body)
+    if ok:
+        assert m.decode(data).body == body
+    else:
+        with pytest.raises(RemoteProtocolError, match="SHUTDOWN"):
+            m.decode(data)

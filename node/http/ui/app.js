@@ -9,11 +9,16 @@
 // - The token comes from the URL fragment (#token=..., which browsers never send to a server)
 //   or from the form the page shows on a 401, and is kept in sessionStorage for this tab only.
 //   It is removed from the address bar at once.
+// - The token goes to the node that served this page, and to another node only once the user
+//   has asked for it on that node's card, which names its address: member addresses are learned
+//   from the cluster, and anyone holding the cluster secret can register a member at an address
+//   it listens on (the client token never travels to a learned address, docs/operations.md).
 
 import { EventStream } from "./stream.js";
 import { render, tick } from "./views.js";
 
 const TOKEN_KEY = "replog.token";
+const SHARED_KEY = "replog.token.shared";   // other nodes (base URLs) the user sent the token to, this tab only
 const HISTORY_SAMPLES = 61;     // one a second: a minute of rates in the sparklines
 
 export const state = {
@@ -33,6 +38,33 @@ function takeTokenFromFragment() {
 export function token() {
   return sessionStorage.getItem(TOKEN_KEY) || "";
 }
+
+function shared() {
+  try {
+    const list = JSON.parse(sessionStorage.getItem(SHARED_KEY) || "[]");
+    return Array.isArray(list) ? list : [];
+  } catch (_) {
+    return [];
+  }
+}
+
+// The token for one node's stream: its own page's node, or a node the user chose.
+function tokenFor(base) {
+  return base === state.served || shared().includes(base) ? token() : "";
+}
+
+// The user asked for the token to go to this node (a button on its card names its address).
+function shareToken(base) {
+  const list = shared();
+  if (!list.includes(base)) {
+    list.push(base);
+    sessionStorage.setItem(SHARED_KEY, JSON.stringify(list));
+  }
+  if (!token()) showTokenForm(true);
+  const rec = state.nodes.get(base);
+  if (rec) rec.stream.retry();
+}
+state.shareToken = shareToken;
 
 function nodeRecord(base, hint) {
   return {
@@ -66,7 +98,7 @@ function ensureNode(base, hint = {}) {
   }
   rec = nodeRecord(base, hint);
   state.nodes.set(base, rec);
-  rec.stream = new EventStream(base, token, {
+  rec.stream = new EventStream(base, () => tokenFor(base), {
     snapshot: (snap) => onSnapshot(rec, snap),
     state: (st) => onStreamState(rec, st),
   });
@@ -94,7 +126,9 @@ function onStreamState(rec, st) {
   rec.up = false;
   rec.error = st.error;
   rec.status = st.status || null;
-  state.needToken = [...state.nodes.values()].some((n) => n.status === 401);
+  // The form asks for the token when a node that would be sent it says 401.
+  state.needToken = [...state.nodes.values()].some((n) => n.status === 401 && (n.base === state.served ||
+    (!token() && shared().includes(n.base))));
   showTokenForm(state.needToken);
   schedule();
 }

@@ -45,7 +45,8 @@ export function buildModel(state) {
     e.label = self ? self.label : labelOf(e.address, sameHost);
   }
   const rows = [...members.values()].sort((a, b) => byRole({ ...a, address: a.address || "" }, { ...b, address: b.address || "" }));
-  return { nodes, members: rows, byUuid: members, sameHost, links: links(nodes), clusterName: clusterName(nodes) };
+  return { nodes, members: rows, byUuid: members, sameHost, links: links(nodes), clusterName: clusterName(nodes),
+    served: state.served, shareToken: state.shareToken };
 }
 
 // The id node `n` gives member `m`: {id, how: "seen"|"stale"|"learned"} or null.

@@ -72,7 +72,11 @@ function card(n, model) {
       h("span", { class: "mono" }, short(n.uuid)),
       !info ? "" : n.up ? ` · ${info.status}${info.status_reason ? ` (${info.status_reason})` : ""} · up ${duration(info.uptime_s)}`
         : ` · last seen ${new Date(n.snap.t * 1000).toLocaleTimeString()}`),
-    n.up ? null : h("div", { class: "down-banner" }, downLabel(n), h("span", { class: "why" }, n.error || "")),
+    n.up ? null : h("div", { class: "down-banner" }, downLabel(n), h("span", { class: "why" }, n.error || ""),
+      n.status === 401 && n.base !== model.served
+        ? h("button", { type: "button", class: "share-token", onclick: () => model.shareToken(n.base) },
+          "send the token to ", h("span", { class: "mono" }, n.address))
+        : null),
     h("div", { class: "metrics" },
       metric("writes/s", written, "w"),
       metric("applied/s", applied, "a")),
