@@ -128,6 +128,22 @@ def test_a_member_first_learned_as_expelled_is_stored_expelled_with_its_bound():
     assert r.member.state == STATE_MEMBER and r.member.expelled_lsn == 0
 
 
+def test_an_unknown_uuid_proposing_id_1_takes_id_1_when_it_is_free():
+    t = ClusterTable([Member(A, 2, "", STATE_MEMBER)])
+    r = resolve_cluster_replace(t, C, 1, "c:1", STATE_MEMBER, from_self=False)
+    assert (r.local_id, r.reason) == (1, "insert")
+
+
+def test_a_live_members_row_that_carries_an_expelled_bound_changes_nothing():
+    """Only an expel row's bound counts: a member or anonymous row with an `expelled_lsn` field
+    (a peer's bug, or a crafted row) neither gives a live member a bound nor stops a registration."""
+    t = ClusterTable([Member(A, 1, "", STATE_MEMBER), Member(B, 2, "b:1", STATE_ANON)])
+    r = resolve_cluster_replace(t, A, 1, "", STATE_MEMBER, from_self=False, expelled_lsn=9)
+    assert (r.member.state, r.member.expelled_lsn, r.changed, r.reason) == (STATE_MEMBER, 0, False, "known")
+    r = resolve_cluster_replace(t, B, 2, "", STATE_MEMBER, from_self=True, expelled_lsn=9)
+    assert (r.member.state, r.member.expelled_lsn, r.reason) == (STATE_MEMBER, 0, "register")
+
+
 def test_another_nodes_anonymous_entry_is_stored_as_a_member():
     r = resolve_cluster_replace(table((A, 1, STATE_MEMBER)), C, 2, "", STATE_ANON, from_self=False)
     assert r.member.state == STATE_MEMBER

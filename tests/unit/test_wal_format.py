@@ -138,3 +138,66 @@ def test_frames_past_the_bound_are_never_written():
 def test_a_frame_payload_that_is_not_written_us_and_a_txn_list_is_refused(payload):
     e = _fails(fmt.unpack_frame, msgpack.packb(payload))
     assert e.torn is False
+
+
+# --- what mutation testing found unpinned (issue 18) -----------------------------------------
+def test_segments_are_written_and_read_as_format_version_1_so_existing_wals_stay_readable():
+    """The version number is on disk: a change of it is a format change (docs/upgrade.md), never a
+    side effect. A header of version 1, packed by hand, reads; what this code writes says 1."""
+    body = {"version": 1, "uuid": "u", "vclock": {3: 9}, "cluster": [["u", 1, "", "member"]], "created_s": 2.0}
+    hdr, _ = fmt.decode_header(_header_with(body))
+    assert hdr.version == 1 and hdr.vclock == {3: 9}
+    written = HEADER.to_bytes()
+    assert msgpack.unpackb(written[PREFIX:], strict_map_key=False)["version"] == 1
+
+
+def test_every_damaged_header_is_reported_at_offset_zero_with_its_message():
+    raw = HEADER.to_bytes()
+    cases = {
+        "bad magic": b"X" + raw[1:],
+        "too large": fmt.SEGMENT_MAGIC + struct.pack("<II", limits.segment_header_bytes_max + 1, 0),
+        "checksum mismatch": raw[:-1] + bytes([raw[-1] ^ 1]),
+    }
+    for words, buf in cases.items():
+        e = _fails(fmt.decode_header, buf)
+        assert (e.offset, e.torn) == (0, False) and words in str(e) and e.args == (str(e),), words
+
+
+def test_a_header_of_exactly_the_bound_is_written_and_one_byte_more_is_not():
+    def header_of(size: int) -> fmt.SegmentHeader:
+        pad = 0
+        while True:
+            h = fmt.SegmentHeader(1, "u", {}, [["u", 1, "x" * pad, "member"]], 0.0)
+            n = len(msgpack.packb({"version": 1, "uuid": "u", "vclock": {}, "cluster": h.cluster,
+                                   "created_s": 0.0}, use_bin_type=True))
+            if n >= size:
+                assert n == size, "the padding steps by one byte here"
+                return h
+            pad += max(1, (size - n) // 2)
+    at = header_of(limits.segment_header_bytes_max)
+    raw = at.to_bytes()
+    assert len(raw) == PREFIX + limits.segment_header_bytes_max and fmt.decode_header(raw)[0] == at
+    with pytest.raises(AssertionError):
+        header_of(limits.segment_header_bytes_max + 1).to_bytes()
+
+
+def test_a_frame_body_of_exactly_the_bound_is_framed_by_either_encoder():
+    body = codec.pack([1, ["x" * (limits.frame_bytes_max - 16)]])
+    body = codec.pack([1, ["x" * (limits.frame_bytes_max - 16 + limits.frame_bytes_max - len(body))]])
+    assert len(body) == limits.frame_bytes_max
+    framed = fmt.encode_frame_body(body)
+    assert fmt.decode_frame(framed, 0) == (body, len(framed))
+    assert fmt.encode_frame(msgpack.unpackb(body)[1], 1) == framed
+
+
+def test_a_frame_holding_a_value_with_integer_map_keys_reads_back():
+    """Clients may store maps keyed by integers (msgpack allows it, the client protocol accepts
+    it): such a row must read back from the WAL, not make its frame unreadable."""
+    txns = [[1, 1, 0, 5, [[1, "s", "k", {1: "one", 2: [3]}]]]]
+    body, _ = fmt.decode_frame(_frame(txns), 0)
+    assert fmt.unpack_frame(body) == (1234, txns)
+
+
+def test_a_frame_payload_of_the_wrong_shape_says_so_at_offset_zero():
+    e = _fails(fmt.unpack_frame, msgpack.packb([1]))
+    assert e.offset == 0 and "written_us" in str(e)

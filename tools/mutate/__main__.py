@@ -77,9 +77,16 @@ def _test_files() -> list[Path]:
     return sorted(p for d in TEST_DIRS for p in (ROOT / d).rglob("*.py") if str(p.relative_to(ROOT)) != SELF_TEST)
 
 
-def _fingerprint(targets: list[str], seeds: str, examples: str) -> str:
+def _digest(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _targets_key(targets: list[str], seeds: str, examples: str) -> str:
+    """What every test's record depends on: the targets' text, the seeds, the examples, and the
+    test tree's helpers (conftest, harnesses): a change there maps every test again."""
     h = hashlib.sha256(f"{seeds}|{examples}|{','.join(targets)}".encode())
-    for p in _test_files() + [ROOT / t for t in targets]:
+    helpers = [p for p in _test_files() if not p.name.startswith("test_")]
+    for p in helpers + [ROOT / t for t in targets]:
         h.update(str(p).encode())
         h.update(p.read_bytes())
     return h.hexdigest()
@@ -98,30 +105,46 @@ def _pytest(*args: str) -> list[str]:
             "-p", "tools.mutate.plugin", *args]
 
 
-def load_map(targets: list[str], seeds: str, examples: str, remap: bool) -> dict:
-    STATE.mkdir(exist_ok=True)
-    key = _fingerprint(targets, seeds, examples)
-    path = STATE / "map.json"
-    if not remap and path.exists():
-        cached = json.loads(path.read_text())
-        if cached.get("key") == key:
-            return cached["tests"]
-    _say(f"mapping which tests run which lines of {len(targets)} files (one unmutated run, traced) ...")
-    start = time.monotonic()
+def _trace(test_paths: list[str], targets: list[str], seeds: str, examples: str) -> tuple[dict, int]:
     with tempfile.NamedTemporaryFile(dir=STATE, suffix=".json", delete=False) as tmp:
         out = tmp.name
-    cmd = _pytest(*TEST_DIRS, "--ignore", SELF_TEST)
+    cmd = _pytest(*test_paths, "--ignore", SELF_TEST)
     with open(STATE / "map.log", "w") as log:
         rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                              env=_env(MUTATE_MODE="map", MUTATE_TARGETS=",".join(targets), MUTATE_OUT=out,
                                       REPLOG_SIM_SEEDS=seeds, MUTATE_HYPOTHESIS_EXAMPLES=examples))
-    tests = json.loads(Path(out).read_text())
+    text = Path(out).read_text()
     os.unlink(out)
-    failing = [n for n, t in tests.items() if not t.get("passed")]
-    _say(f"mapped {len(tests)} tests in {time.monotonic() - start:.0f} s (pytest exit {rc}; "
+    return (json.loads(text) if text else {}), rc
+
+
+def load_map(targets: list[str], seeds: str, examples: str, remap: bool) -> dict:
+    """The map of which tests run which lines. A change to one test file maps only that file
+    again; a change to a target or a test helper maps everything."""
+    STATE.mkdir(exist_ok=True)
+    key = _targets_key(targets, seeds, examples)
+    path = STATE / "map.json"
+    files = {str(p.relative_to(ROOT)): _digest(p) for p in _test_files() if p.name.startswith("test_")}
+    cached = json.loads(path.read_text()) if path.exists() and not remap else {}
+    if cached.get("key") == key and "files" in cached:
+        stale = sorted(f for f, d in files.items() if cached["files"].get(f) != d)
+        tests = {n: t for n, t in cached["tests"].items() if n.split("::", 1)[0] in files
+                 and n.split("::", 1)[0] not in stale}
+        if not stale:
+            return tests
+        run = stale
+    else:
+        tests, run = {}, list(TEST_DIRS)
+    _say(f"mapping which tests of {len(run)} paths run which lines of {len(targets)} files "
+         "(one unmutated run, traced) ...")
+    start = time.monotonic()
+    new, rc = _trace(run, targets, seeds, examples)
+    tests.update(new)
+    failing = [n for n, t in new.items() if not t.get("passed")]
+    _say(f"mapped {len(new)} tests in {time.monotonic() - start:.0f} s (pytest exit {rc}; "
          f"{len(failing)} failing or skipped, left out; "
-         f"{sum(1 for t in tests.values() if t.get('spawns'))} start a process, left out)")
-    path.write_text(json.dumps({"key": key, "tests": tests}))
+         f"{sum(1 for t in new.values() if t.get('spawns'))} start a process, left out)")
+    path.write_text(json.dumps({"key": key, "files": files, "tests": tests}))
     return tests
 
 
@@ -172,11 +195,12 @@ def run_served(outcomes: list[Outcome], tests: dict, workers: int, progress) -> 
             continue
         jobs = [{"id": i, "path": o.mutant.path, "index": o.mutant.index, "tests": o.tests,
                  "timeout_s": _timeout_s(o.tests, tests)} for i, o in share]
-        jobs_path, out_path = STATE / f"jobs-{w}.json", STATE / f"out-{w}.jsonl"
+        # named by this run's pid too: two runs (two modules) may share the state folder
+        jobs_path, out_path = STATE / f"jobs-{os.getpid()}-{w}.json", STATE / f"out-{os.getpid()}-{w}.jsonl"
         jobs_path.write_text(json.dumps(jobs))
         out_path.write_text("")
         files = _files_of([n for _, o in share for n in o.tests])
-        log = open(STATE / f"worker-{w}.log", "w")
+        log = open(STATE / f"worker-{os.getpid()}-{w}.log", "w")
         procs.append((subprocess.Popen(_pytest(*files), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                        env=_env(MUTATE_MODE="serve", MUTATE_JOBS=str(jobs_path),
                                                 MUTATE_OUT=str(out_path))), out_path))

@@ -264,6 +264,20 @@ def _serve(session) -> None:
         out.flush()
 
 
+def _install_fresh() -> _MutantFinder | None:
+    """In fresh mode the import hook goes in when this plugin is imported (`-p`), before any
+    conftest (the simulation's imports the whole core) can import the target unmutated."""
+    path, index = os.environ["MUTATE_PATH"], int(os.environ["MUTATE_INDEX"])
+    if _module_name(path) in sys.modules:
+        return None
+    finder = _MutantFinder(path, index)
+    sys.meta_path.insert(0, finder)
+    return finder
+
+
+_FRESH = _install_fresh() if MODE == "fresh" else None
+
+
 def pytest_configure(config):
     _hypothesis_profile()
     if MODE == "map":
@@ -272,12 +286,9 @@ def pytest_configure(config):
         config.pluginmanager.register(mapper, "mutate-mapper")
         mapper.cov.start()
     elif MODE == "fresh":
-        path, index = os.environ["MUTATE_PATH"], int(os.environ["MUTATE_INDEX"])
-        if _module_name(path) in sys.modules:
-            raise pytest.UsageError(f"{path} was imported before the mutant could be put in place")
-        finder = _MutantFinder(path, index)
-        sys.meta_path.insert(0, finder)
-        config._mutate_finder = finder
+        if _FRESH is None:
+            raise pytest.UsageError(f"{os.environ['MUTATE_PATH']} was imported before the mutant could be put in place")
+        config._mutate_finder = _FRESH
 
 
 def pytest_collection_modifyitems(session, config, items):
