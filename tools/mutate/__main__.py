@@ -57,9 +57,9 @@ def _say(msg: str) -> None:
 
 
 # --- the equivalent-mutant list -----------------------------------------------------------
-def load_equivalents(path: Path) -> dict[tuple[str, str, str], str]:
-    """Lines `path:line: label  | snippet  # reason`; the line number is for the reader only."""
-    out = {}
+def load_equivalents(path: Path) -> dict[tuple[str, str, str], dict[int, str]]:
+    """Lines `path:line: label  | snippet  # reason` -> {key: {line: reason}}."""
+    out: dict[tuple[str, str, str], dict[int, str]] = {}
     if not path.exists():
         return out
     for raw in path.read_text().splitlines():
@@ -68,8 +68,20 @@ def load_equivalents(path: Path) -> dict[tuple[str, str, str], str]:
         head, _, reason = raw.partition("  # ")
         where, _, snippet = head.partition("  | ")
         file_line, _, label = where.partition(": ")
-        out[(file_line.rsplit(":", 1)[0], snippet.strip(), label.strip())] = reason.strip()
+        file, _, line = file_line.rpartition(":")
+        out.setdefault((file, snippet.strip(), label.strip()), {})[int(line)] = reason.strip()
     return out
+
+
+def equivalent_reason(m: Mutant, equivalents: dict, same_key: int) -> str | None:
+    """The key (file, mutation, text) names the mutant wherever its line moves; when the file
+    has several mutants with that key (`same_key`), only the listed lines are meant."""
+    listed = equivalents.get(m.key)
+    if not listed:
+        return None
+    if m.line in listed:
+        return listed[m.line]
+    return next(iter(listed.values())) if same_key == 1 else None
 
 
 # --- the map: which tests run which lines -------------------------------------------------------
@@ -291,6 +303,17 @@ def report(outcomes: list[Outcome], groups: dict[str, list[str]], elapsed: float
     return "\n".join(lines)
 
 
+def _earlier_kills(path: Path) -> dict[tuple, str]:
+    """The killed mutants of an earlier run's --json, keyed as main() numbers them."""
+    out, nth = {}, {}
+    for r in json.loads(path.read_text()):
+        where = (r["path"], r["line"], r["label"], r["snippet"])
+        nth[where] = nth.get(where, 0) + 1
+        if r["status"] == KILLED:
+            out[(*where, nth[where])] = r["how"] + " (earlier run)"
+    return out
+
+
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tools.mutate", description=__doc__.split("\n\n")[0])
     p.add_argument("targets", nargs="*", help="files (node/core/vclock.py) or groups: " + ", ".join(GROUPS)
@@ -304,6 +327,9 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
     p.add_argument("--remap", action="store_true", help="record the test map again even if nothing changed")
     p.add_argument("--json", help="also write every outcome to this file")
+    p.add_argument("--again", metavar="JSON",
+                   help="take the killed mutants of an earlier --json run of the same source as killed and run only "
+                        "the rest (after adding tests; a mutant is matched by file, line, mutation and text)")
     p.add_argument("--root", help="the tree to work in (default: this repository)")
     p.add_argument("--tests", nargs="+", help="test folders under the root (default: tests/unit tests/sim)")
     p.add_argument("--equivalents", help="the equivalent-mutant list (default: tools/mutate/equivalent.txt)")
@@ -330,6 +356,9 @@ def main() -> int:
             return 2
     files = [f for fs in groups.values() for f in fs]
     mutants = [m for f in files for m in mutants_of(f, (ROOT / f).read_text())]
+    keys: dict[tuple, int] = {}       # per key, how many mutants of the whole file have it
+    for m in mutants:
+        keys[m.key] = keys.get(m.key, 0) + 1
     if a.line is not None:
         mutants = [m for m in mutants if m.line <= a.line <= m.end_line]
     if a.list:
@@ -341,10 +370,19 @@ def main() -> int:
     tests = _usable(load_map(map_targets, a.sim_seeds, a.examples, a.remap))
     equivalents = load_equivalents(Path(a.equivalents) if a.equivalents else HERE / "equivalent.txt")
     outcomes = [Outcome(m) for m in mutants]
+    earlier = _earlier_kills(Path(a.again)) if a.again else {}
     todo = []
+    nth: dict[tuple, int] = {}
     for o in outcomes:
-        if o.mutant.key in equivalents:
-            o.status, o.how = EQUIVALENT, equivalents[o.mutant.key]
+        m = o.mutant
+        where = (m.path, m.line, m.label, m.snippet)
+        nth[where] = nth.get(where, 0) + 1
+        if (*where, nth[where]) in earlier:
+            o.status, o.how = KILLED, earlier[(*where, nth[where])]
+            continue
+        why = equivalent_reason(o.mutant, equivalents, keys[o.mutant.key])
+        if why is not None:
+            o.status, o.how = EQUIVALENT, why
             continue
         o.tests = _select(o.mutant, tests, a.sim_variants)
         if not o.tests:

@@ -171,6 +171,12 @@ def _sites(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[str, Ed
             yield ("delete statement", lambda n, p: _delete_stmt(n, p))
 
 
+def _is_log_call(node: ast.AST) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
+        and isinstance(node.value.func, ast.Attribute) and isinstance(node.value.func.value, ast.Name) \
+        and node.value.func.value.id in _LOGGERS
+
+
 def _is_docstring(node: ast.AST) -> bool:
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
@@ -239,6 +245,8 @@ def mutants_of(path: str, source: str) -> list[Mutant]:
     inside = _functions(tree)
     out = []
     for index, (_, label, _, node) in enumerate(_plan(tree)):
+        if label == "delete statement" and _is_log_call(node):
+            continue        # a log line is not behaviour; the index stays the plan's (mutated_code)
         out.append(Mutant(path, index, node.lineno, getattr(node, "end_lineno", node.lineno) or node.lineno,
                           label, lines[node.lineno - 1].strip(), id(node) in inside))
     return out
