@@ -99,12 +99,11 @@ def check_hello_fields(nonce: bytes, uuid: object, who: str) -> str:
 class Session:
     """One side's keys and message numbers after a successful handshake."""
 
-    __slots__ = ("role", "peer_uuid", "version", "_send", "_recv", "sent", "received")
+    __slots__ = ("peer_uuid", "version", "_send", "_recv", "sent", "received")
 
     def __init__(self, secret: bytes, t: bytes, role: str, peer_uuid: str, version: int = 0):
         assert role in (CLIENT, SERVER), role
         other = SERVER if role == CLIENT else CLIENT
-        self.role = role
         self.version = version              # the protocol version the handshake settled on
         self.peer_uuid = peer_uuid          # authenticated: the greeting must carry this uuid
         self._send = hmac.new(_key(secret, role, t), digestmod=hashlib.sha256)

@@ -9,7 +9,7 @@ import pytest
 from node import limits
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core.replicaset import NodeCore, cluster_op
-from node.core.rows import GROUP_DEFAULT, OP_PUT, Op, Txn
+from node.core.rows import GROUP_DEFAULT, OP_PUT, OP_SPACE, Op, Txn
 from node.core.vclock import VClock
 from node.errors import RemoteProtocolError
 from tests.unit.test_replicaset import OTHER, PEER, PEER_ROWS, SELF, THIRD, WALL, _core, cluster, put
@@ -105,3 +105,19 @@ def test_a_peers_cluster_row_that_would_grow_the_table_past_members_max_is_refus
     with pytest.raises(RemoteProtocolError, match="members_max"):
         core.receive(PEER, cluster(1, 6, (THIRD, 6, "t:1")), WALL)
     assert core.claimed.get(2) == 5 and THIRD not in core.table
+
+
+def test_a_member_learned_from_a_peers_row_records_the_lsn_of_this_nodes_row_for_it():
+    core = _core()
+    got = core.receive(PEER, cluster(1, 6, (THIRD, 6, "t:1")), WALL)
+    assert core.table.get(THIRD).lsn == got[1].lsn == 5
+
+
+def test_a_space_a_peers_txn_creates_takes_the_rows_of_its_next_txn():
+    core = _core()
+    out: list[Txn] = []
+    core.receive_run(PEER, [Txn(1, 6, GROUP_DEFAULT, WALL, (Op(OP_SPACE, "fresh", "", {"local": False}),))],
+                     0, out, WALL)
+    assert core.spaces["fresh"] is False
+    got = core.receive(PEER, Txn(1, 7, GROUP_DEFAULT, WALL, (Op(OP_PUT, "fresh", "k", 1),)), WALL)
+    assert [t.lsn for t in got] == [7]
