@@ -121,3 +121,22 @@ def test_a_space_a_peers_txn_creates_takes_the_rows_of_its_next_txn():
     assert core.spaces["fresh"] is False
     got = core.receive(PEER, Txn(1, 7, GROUP_DEFAULT, WALL, (Op(OP_PUT, "fresh", "k", 1),)), WALL)
     assert [t.lsn for t in got] == [7]
+
+
+def test_the_exact_path_counts_duplicates_and_gaps_in_the_peers_stats():
+    core = _core()
+    assert core.receive(PEER, cluster(1, 5, (OTHER, 5, "c:1")), WALL) == []          # have 5 of the peer's
+    assert core.receive(PEER, cluster(1, 8, (THIRD, 6, "t:1")), WALL) == []          # 6 and 7 missing
+    stats = core.peers[PEER].stats
+    assert (stats.duplicates, stats.gaps, stats.applied) == (1, 1, 0)
+
+
+def test_another_members_row_below_this_nodes_own_history_lsn_is_still_followed():
+    """own_history_lsn is about this node's own rows only: a peer's `_cluster` row with a
+    smaller lsn registers its member as any other."""
+    table = ClusterTable([Member(SELF, 1, "a:1", STATE_MEMBER), Member(PEER, 2, "b:1", STATE_MEMBER),
+                          Member(OTHER, 3, "c:1", STATE_MEMBER)])
+    core = NodeCore(SELF, table, VClock({1: 40, 2: 5, 3: 7}), spaces={"kv": False}, own_history_lsn=40)
+    core.greeting(PEER, PEER_ROWS, WALL)
+    got = core.receive(PEER, cluster(1, 6, (THIRD, 6, "t:1")), WALL)
+    assert THIRD in core.table and len(got) == 2

@@ -14,6 +14,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,7 @@ KILLED = "killed"
 SURVIVED = "survived"
 UNCOVERED = "no test runs it"
 EQUIVALENT = "equivalent"
+SOURCES: Path | None = None   # this run's copy of the targets, as they were when it began
 ERROR = "error"
 
 
@@ -107,6 +109,8 @@ def _targets_key(targets: list[str], seeds: str, examples: str) -> str:
 def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
+    if SOURCES is not None:
+        env["MUTATE_SOURCES"] = str(SOURCES)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     return env
@@ -337,7 +341,7 @@ def _parse() -> argparse.Namespace:
 
 
 def main() -> int:
-    global ROOT, STATE, TEST_DIRS
+    global ROOT, STATE, TEST_DIRS, SOURCES
     a = _parse()
     if a.root:
         ROOT = Path(a.root).resolve()
@@ -355,7 +359,8 @@ def main() -> int:
             print(f"mutate: {t!r} is neither a .py file nor a group ({', '.join(GROUPS)})", file=sys.stderr)
             return 2
     files = [f for fs in groups.values() for f in fs]
-    mutants = [m for f in files for m in mutants_of(f, (ROOT / f).read_text())]
+    texts = {f: (ROOT / f).read_text() for f in files}
+    mutants = [m for f in files for m in mutants_of(f, texts[f])]
     keys: dict[tuple, int] = {}       # per key, how many mutants of the whole file have it
     for m in mutants:
         keys[m.key] = keys.get(m.key, 0) + 1
@@ -366,6 +371,11 @@ def main() -> int:
         return 0
     os.nice(10)
     start = time.monotonic()
+    STATE.mkdir(exist_ok=True)
+    SOURCES = Path(tempfile.mkdtemp(prefix="src-", dir=STATE))
+    for f, text in texts.items():
+        (SOURCES / f).parent.mkdir(parents=True, exist_ok=True)
+        (SOURCES / f).write_text(text)
     map_targets = sorted(set(files) | ({f for fs in GROUPS.values() for f in fs} if ROOT == REPO else set()))
     tests = _usable(load_map(map_targets, a.sim_seeds, a.examples, a.remap))
     equivalents = load_equivalents(Path(a.equivalents) if a.equivalents else HERE / "equivalent.txt")
@@ -403,6 +413,7 @@ def main() -> int:
     for o in fresh:
         run_fresh(o, tests)
         progress(o)
+    shutil.rmtree(SOURCES, ignore_errors=True)
     text = report(outcomes, groups, time.monotonic() - start)
     print(text)
     if a.json:

@@ -159,14 +159,21 @@ def _live_functions(module: types.ModuleType) -> dict[str, types.FunctionType]:
     return found
 
 
+def _source(path: str) -> str:
+    """The target's text as it was when the run began (the runner's copy): a file edited during
+    a run must not shift which mutant an index names."""
+    snapshot = os.environ.get("MUTATE_SOURCES")
+    with open(os.path.join(snapshot, path) if snapshot else path) as f:
+        return f.read()
+
+
 def patch_in_place(path: str, index: int) -> int:
     """Swap the mutated functions' code into the imported module; returns how many changed.
     Raises LookupError when the mutant cannot be applied this way."""
     module = sys.modules.get(_module_name(path))
     if module is None:
         raise LookupError("module not imported")
-    with open(path) as f:
-        source = f.read()
+    source = _source(path)
     new = _code_by_qualname(mutated_code(path, source, index, os.path.abspath(path)), {})
     old = _code_by_qualname(compile(source, os.path.abspath(path), "exec", dont_inherit=True), {})
     changed = [q for q, c in new.items() if q not in old or _shallow(old[q]) != _shallow(c)]
@@ -208,8 +215,7 @@ class _MutantFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def exec_module(self, module):
-        with open(self.path) as f:
-            code = mutated_code(self.path, f.read(), self.index, os.path.abspath(self.path))
+        code = mutated_code(self.path, _source(self.path), self.index, os.path.abspath(self.path))
         exec(code, module.__dict__)
         self.loaded = True
 
