@@ -49,3 +49,13 @@ def test_addresses_beyond_the_bound_share_one_line():
     assert log.note("10.0.0.100", 2.0) == (False, 1)
     assert OTHERS in log._windows and len(log._windows) == 4
     assert log.note("10.0.0.101", 61.0) == (True, 0), "expired windows make room again"
+
+
+def test_a_gate_or_a_failure_log_with_a_bound_of_zero_is_a_callers_bug():
+    """Issue 18 (mutation testing): the constructors' checks are pinned; a bound of 0 would
+    refuse every handshake, or log nothing, without a word."""
+    for args in ((0, 1), (1, 0)):
+        with pytest.raises(AssertionError):
+            HandshakeGate(*args)
+        with pytest.raises(AssertionError):
+            FailureLog(*args)
