@@ -144,6 +144,16 @@ def test_a_live_members_row_that_carries_an_expelled_bound_changes_nothing():
     assert (r.member.state, r.member.expelled_lsn, r.reason) == (STATE_MEMBER, 0, "register")
 
 
+def test_an_expel_that_states_no_bound_takes_the_rows_held_and_nothing_more():
+    t = table((A, 1, STATE_MEMBER), (B, 2, STATE_MEMBER))
+    r = resolve_cluster_replace(t, B, 2, "", STATE_EXPELLED, from_self=True)
+    assert (r.member.state, r.member.expelled_lsn) == (STATE_EXPELLED, 0)
+    r = resolve_cluster_replace(t, B, 2, "", STATE_EXPELLED, from_self=True, expelled_lsn=0)
+    assert r.member.expelled_lsn == 0
+    r = resolve_cluster_replace(t, C, 3, "", STATE_EXPELLED, from_self=False)
+    assert (r.member.state, r.member.expelled_lsn) == (STATE_EXPELLED, 0)
+
+
 def test_another_nodes_anonymous_entry_is_stored_as_a_member():
     r = resolve_cluster_replace(table((A, 1, STATE_MEMBER)), C, 2, "", STATE_ANON, from_self=False)
     assert r.member.state == STATE_MEMBER
