@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from node import limits
-from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
+from node.core.membership import OwnRowsFence
 from node.core.replicaset import NodeCore, cluster_op
 from node.core.rows import GROUP_DEFAULT, OP_PUT, OP_SPACE, Op, Txn
 from node.core.vclock import VClock
@@ -140,3 +141,47 @@ def test_another_members_row_below_this_nodes_own_history_lsn_is_still_followed(
     core.greeting(PEER, PEER_ROWS, WALL)
     got = core.receive(PEER, cluster(1, 6, (THIRD, 6, "t:1")), WALL)
     assert THIRD in core.table and len(got) == 2
+
+
+# --- _cluster rows: what is counted, checked and followed -------------------------------------------
+def test_a_peers_cluster_row_that_fills_the_table_to_exactly_members_max_is_taken(monkeypatch):
+    core = _core()
+    monkeypatch.setattr(limits, "members_max", 4)
+    core.receive(PEER, cluster(1, 6, (THIRD, 6, "t:1"), (OTHER, 5, "c:1")), WALL)   # one new, one known
+    assert THIRD in core.table and len(core.table) == 4
+    core.receive(PEER, cluster(1, 8, (OTHER, 5, "c:1"), (THIRD, 6, "t:1")), WALL)   # a full table re-stated
+    assert core.claimed.get(2) == 9
+
+
+def test_an_own_row_coming_back_that_gives_a_member_another_id_than_this_nodes_table_is_refused():
+    """This node's own `_cluster` rows state its own ids: one that comes back (a WAL tail it lost,
+    held by a peer) and disagrees with its table is not followed."""
+    core = _core({1: 4, 2: 5, 3: 7})
+    with pytest.raises(RemoteProtocolError, match="a row of this node's own says"):
+        core.receive(PEER, cluster(2, 5, (OTHER, 7, "c:1")), WALL)
+    with pytest.raises(RemoteProtocolError, match="a row of this node's own says"):
+        core.receive(PEER, cluster(2, 5, (THIRD, 3, "t:1")), WALL)
+    assert core.claimed.get(1) == 4
+    assert len(core.receive(PEER, cluster(2, 5, (OTHER, 3, "c:1")), WALL)) == 1     # agreeing: taken, no row of ours
+
+
+def test_a_peers_row_calling_this_anonymous_node_a_member_changes_nothing_here():
+    """This node's entry is its own rows' (an expel aside): a peer cannot register it, fenced or not."""
+    table = ClusterTable([Member(SELF, 1, "", STATE_ANON), Member(PEER, 2, "b:1", STATE_MEMBER),
+                          Member(OTHER, 3, "c:1", STATE_MEMBER)])
+    for fenced in (False, True):
+        core = NodeCore(SELF, table.copy(), VClock({2: 5}), spaces={"kv": False})
+        core.greeting(PEER, PEER_ROWS, WALL)
+        if fenced:
+            core.fence = OwnRowsFence("a test loss")
+        got = core.receive(PEER, cluster(1, 6, (SELF, 2, "a:9", STATE_MEMBER)), WALL)
+        assert len(got) == 1 and core.table.get(SELF).state == STATE_ANON, fenced
+
+
+def test_only_a_grown_expel_bound_moves_the_expel_epoch():
+    core = _core()
+    core.receive(PEER, cluster(1, 6, (THIRD, 6, "t:1")), WALL)
+    core.receive(PEER, cluster(1, 7, (OTHER, 5, "c:1", STATE_EXPELLED, 3)), WALL)
+    assert core.expel_epoch == 0, "a registration and a first expel resubscribe nobody"
+    core.receive(PEER, cluster(1, 8, (OTHER, 5, "c:1", STATE_EXPELLED, 9)), WALL)
+    assert core.expel_epoch == 1
