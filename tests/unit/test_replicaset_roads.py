@@ -1,0 +1,91 @@
+"""More of NodeCore's rules that mutation testing found unpinned (issue 18): what a greeting
+registers and maps (another node's anonymous entry, a fenced greeting that names a stranger
+first, a full table while fenced), what the exact path refuses (an overlap, a row from the
+clock's future, fenced or not), whose history a peer's history lsn is, and that a `_cluster`
+row of this node's claims no data space. Same table and peer map as tests/unit/test_replicaset.py."""
+from __future__ import annotations
+
+import pytest
+
+from node import limits
+from node.cluster_space.table import STATE_ANON, STATE_MEMBER, ClusterTable, Member
+from node.core.membership import OwnRowsFence
+from node.core.replicaset import NodeCore
+from node.core.rows import CLUSTER_SPACE, GROUP_DEFAULT, OP_PUT, Op, Txn
+from node.core.vclock import VClock
+from node.errors import RemoteProtocolError
+from tests.unit.test_replicaset import GONE, OTHER, PEER, PEER_ROWS, SELF, THIRD, WALL, _core, cluster, put
+
+HOUR_US = 3600 * 1_000_000
+
+
+def test_a_core_made_without_spaces_knows_none_and_refuses_rows_for_any():
+    core = NodeCore(SELF, ClusterTable([Member(SELF, 1, "", STATE_MEMBER), Member(PEER, 2, "", STATE_MEMBER)]),
+                    VClock({}))
+    assert core.spaces == {}
+    core.greeting(PEER, [[PEER, 1, "", STATE_MEMBER]], WALL)
+    with pytest.raises(RemoteProtocolError, match="does not exist"):
+        core.receive(PEER, put(1, 1), WALL)
+
+
+def test_registering_a_member_claims_no_data_space_so_peers_cannot_write_into_cluster_as_data():
+    core = _core()
+    core.register_member(THIRD, "t:1", WALL)
+    assert CLUSTER_SPACE not in core.spaces
+    with pytest.raises(RemoteProtocolError, match="does not exist"):
+        core.receive(PEER, Txn(1, 6, GROUP_DEFAULT, WALL, (Op(OP_PUT, CLUSTER_SPACE, "k", 1),)), WALL)
+
+
+# --- greetings -----------------------------------------------------------------------------------
+def test_another_nodes_anonymous_entry_in_a_greeting_registers_nobody():
+    core = _core()
+    assert core.greeting(PEER, PEER_ROWS + [[THIRD, 6, "", STATE_ANON]], WALL) == []
+    assert THIRD not in core.table and 6 not in core.peers[PEER].map.to_local
+
+
+def test_a_fenced_greeting_that_names_a_stranger_first_still_maps_the_members_after_it():
+    core = _core()
+    core.fence = OwnRowsFence("a test loss")
+    core.greeting(PEER, [[THIRD, 6, "t:1", STATE_MEMBER]] + PEER_ROWS, WALL)
+    assert THIRD not in core.table
+    assert core.peers[PEER].map.as_dict() == {1: 2, 2: 1, 5: 3}
+
+
+def test_a_fenced_core_with_a_full_table_still_greets(monkeypatch):
+    core = _core()
+    core.fence = OwnRowsFence("a test loss")
+    monkeypatch.setattr(limits, "members_max", 3)
+    assert core.greeting(PEER, PEER_ROWS + [[THIRD, 6, "t:1", STATE_MEMBER]], WALL) == []
+    assert core.peers[PEER].map.as_dict() == {1: 2, 2: 1, 5: 3}
+
+
+# --- the exact path's refusals -------------------------------------------------------------------
+def test_a_cluster_txn_that_overlaps_what_is_claimed_is_a_protocol_error():
+    core = _core()
+    with pytest.raises(RemoteProtocolError, match="overlaps claimed 5"):
+        core.receive(PEER, cluster(1, 5, (THIRD, 6, "t:1"), (GONE, 7, "g:1")), WALL)   # lsns 5..6, have 5
+    assert THIRD not in core.table
+
+
+@pytest.mark.parametrize("fenced", [False, True])
+def test_a_cluster_row_an_hour_old_is_taken_and_one_from_past_the_clock_offset_is_refused(fenced):
+    core = _core()
+    if fenced:
+        core.fence = OwnRowsFence("a test loss")
+    assert core.receive(PEER, cluster(1, 6, (OTHER, 5, "c:1"), ts=WALL - HOUR_US), WALL)
+    ahead = WALL + int(limits.hlc_offset_max_s * 1e6) + 1_000_000
+    with pytest.raises(RemoteProtocolError, match="ahead of this node's clock"):
+        core.receive(PEER, cluster(1, 7, (OTHER, 5, "c:1"), ts=ahead), WALL)
+    assert core.claimed.get(2) == 6
+
+
+def test_a_peers_history_lsn_is_about_its_own_rows_and_not_those_it_relays():
+    """The peer's greeting says its own `_cluster` rows up to lsn 10 are an earlier incarnation's.
+    OTHER's row (lsn 8) relayed by it is not history: it teaches what OTHER calls THIRD, so
+    THIRD's rows from OTHER translate later."""
+    core = _core({1: 4, 2: 5, 3: 7})
+    core.greeting(PEER, PEER_ROWS, WALL, history_lsn=10)
+    core.receive(PEER, cluster(5, 8, (THIRD, 4, "t:1")), WALL)
+    core.greeting(OTHER, [[OTHER, 1, "c:1", STATE_MEMBER], [SELF, 3, "a:1", STATE_MEMBER]], WALL)
+    got = core.receive(OTHER, put(4, 1), WALL)
+    assert [t.replica_id for t in got] == [core.table.id_of(THIRD)]
