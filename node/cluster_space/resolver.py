@@ -22,8 +22,7 @@ class Resolution:
 
 def resolve_cluster_replace(
     table: ClusterTable, uuid: str, proposed_id: int, address: str, state: str, *, from_self: bool,
-    expelled_lsn: int = 0,
-    have_lsn: int = 0,
+    expelled_lsn: int = 0, have_lsn: int = 0,
 ) -> Resolution:
     """Decide what an incoming `_cluster` tuple {uuid, id, address, state} does here.
 
