@@ -11,7 +11,7 @@ from node import limits
 from node.cluster_space.table import STATE_ANON, STATE_MEMBER, ClusterTable, Member
 from node.core.membership import OwnRowsFence
 from node.core.replicaset import NodeCore
-from node.core.rows import CLUSTER_SPACE, GROUP_DEFAULT, OP_PUT, Op, Txn
+from node.core.rows import CLUSTER_SPACE, GROUP_DEFAULT, OP_DELETE, OP_PUT, OP_SPACE, Op, Txn
 from node.core.vclock import VClock
 from node.errors import RemoteProtocolError
 from tests.unit.test_replicaset import GONE, OTHER, PEER, PEER_ROWS, SELF, THIRD, WALL, _core, cluster, put
@@ -89,3 +89,34 @@ def test_a_peers_history_lsn_is_about_its_own_rows_and_not_those_it_relays():
     core.greeting(OTHER, [[OTHER, 1, "c:1", STATE_MEMBER], [SELF, 3, "a:1", STATE_MEMBER]], WALL)
     got = core.receive(OTHER, put(4, 1), WALL)
     assert [t.replica_id for t in got] == [core.table.id_of(THIRD)]
+
+
+# --- plain rows' spaces, own rows back, commits ----------------------------------------------------
+def test_a_peers_delete_in_a_local_or_unknown_space_is_refused_like_a_put():
+    core = _core()
+    for space, why in (("loc", "is local here"), ("nope", "does not exist")):
+        with pytest.raises(RemoteProtocolError, match=why):
+            core.receive(PEER, Txn(1, 6, GROUP_DEFAULT, WALL, (Op(OP_DELETE, space, "k", None),)), WALL)
+    assert core.claimed.get(2) == 5
+
+
+def test_a_peers_space_row_for_a_space_this_node_has_changes_nothing_here():
+    core = _core()
+    core.receive(PEER, Txn(1, 6, GROUP_DEFAULT, WALL, (Op(OP_SPACE, "kv", "", {"local": True}),)), WALL)
+    assert core.spaces["kv"] is False
+
+
+def test_an_own_row_coming_back_restores_this_nodes_address_it_states():
+    """A row of this node's own that it lost (a peer held it) and gets back says what this node
+    said of itself: its address is taken again (it is the node's own row, not another's word)."""
+    core = _core({1: 4, 2: 5, 3: 7})
+    assert len(core.receive(PEER, cluster(2, 5, (SELF, 1, "a:2")), WALL)) == 1
+    assert core.table.get(SELF).address == "a:2"
+
+
+def test_committing_the_same_batch_twice_moves_nothing_the_second_time():
+    core = _core()
+    core.receive(PEER, put(1, 6), WALL)
+    for _ in range(2):
+        core.commit_tops({2: 6}, on_disk=True)
+    assert core.vclock.get(2) == core.synced.get(2) == 6
