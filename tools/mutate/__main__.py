@@ -67,7 +67,7 @@ def load_equivalents(path: Path) -> dict[tuple[str, str, str], dict[int, str]]:
     for raw in path.read_text().splitlines():
         if not raw.strip() or raw.startswith("#"):
             continue
-        head, _, reason = raw.partition("  # ")
+        head, _, reason = raw.rpartition("  # ")   # the line itself may carry a comment
         where, _, snippet = head.partition("  | ")
         file_line, _, label = where.partition(": ")
         file, _, line = file_line.rpartition(":")
