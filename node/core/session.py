@@ -35,7 +35,6 @@ from node.errors import RemoteProtocolError
 
 NONCE_BYTES = 32                     # per side and handshake: never repeats in practice
 TAG_BYTES = 16                       # truncated HMAC-SHA256 on every message after auth
-PROOF_BYTES = 32                     # the handshake proofs are whole HMAC-SHA256 values
 UUID_CHARS_MAX = 64                  # a uuid in HELLO/AUTH (canonical ones have 36 characters)
 
 CLIENT, SERVER = "client", "server"
