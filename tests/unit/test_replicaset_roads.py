@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from node import limits
-from node.cluster_space.table import STATE_ANON, STATE_MEMBER, ClusterTable, Member
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core.membership import OwnRowsFence
 from node.core.replicaset import NodeCore
 from node.core.rows import CLUSTER_SPACE, GROUP_DEFAULT, OP_DELETE, OP_PUT, OP_SPACE, Op, Txn
@@ -120,3 +120,72 @@ def test_committing_the_same_batch_twice_moves_nothing_the_second_time():
     for _ in range(2):
         core.commit_tops({2: 6}, on_disk=True)
     assert core.vclock.get(2) == core.synced.get(2) == 6
+
+
+# --- runs: every txn of a run is decided, and counted ------------------------------------------------
+def test_a_run_goes_on_past_its_duplicates_and_counts_every_txn_past_a_gap():
+    core = _core()
+    out: list[Txn] = []
+    assert core.receive_run(PEER, [put(1, 5), put(1, 6)], 0, out, WALL) == (2, 1)
+    assert [t.lsn for t in out] == [6]
+    out = []
+    assert core.receive_run(PEER, [put(1, 9), put(1, 10)], 0, out, WALL) == (2, 0)
+    assert core.peers[PEER].stats.gaps == 2 and core.peers[PEER].stats.duplicates == 1
+
+
+def test_a_run_decides_every_txn_past_an_expelled_members_bound():
+    core = _core()
+    core.receive(PEER, cluster(1, 6, (OTHER, 5, "c:1", STATE_EXPELLED, 8)), WALL)
+    out: list[Txn] = []
+    assert core.receive_run(PEER, [put(5, 8), put(5, 9), put(5, 10)], 0, out, WALL) == (3, 1)
+    assert (core.peers[PEER].stats.expelled, core.peers[PEER].stats.gaps) == (1, 1)   # 10 follows the refused 9
+
+
+def test_a_peers_txn_may_create_spaces_up_to_store_spaces_max_and_not_one_more(monkeypatch):
+    core = _core()
+    monkeypatch.setattr(limits, "store_spaces_max", 4)       # kv and loc exist
+    two = Txn(1, 6, GROUP_DEFAULT, WALL, (Op(OP_SPACE, "s3", "", {}), Op(OP_SPACE, "s4", "", {})))
+    assert core.receive(PEER, two, WALL) and set(core.spaces) == {"kv", "loc", "s3", "s4"}
+    with pytest.raises(RemoteProtocolError, match="store_spaces_max"):
+        core.receive(PEER, Txn(1, 8, GROUP_DEFAULT, WALL, (Op(OP_SPACE, "s5", "", {}),)), WALL)
+
+
+# --- _cluster rows that contradict -------------------------------------------------------------------
+def test_a_cluster_txn_giving_one_uuid_two_ids_is_refused():
+    core = _core()
+    with pytest.raises(RemoteProtocolError, match="two meanings"):
+        core.receive(PEER, cluster(1, 6, (THIRD, 8, "t:1"), (THIRD, 9, "t:1")), WALL)
+
+
+def test_a_peer_naming_a_member_it_never_mapped_by_an_id_it_gave_another_is_refused():
+    core = _core()
+    core.register_member(GONE, "g:1", WALL)              # known here, not in the peer's map
+    with pytest.raises(RemoteProtocolError, match="said before"):
+        core.receive(PEER, cluster(1, 6, (GONE, 5, "g:1")), WALL)     # 5 is OTHER on the peer
+    assert core.claimed.get(2) == 5
+
+
+def test_a_fenced_core_checks_every_row_of_a_txn_after_one_about_itself():
+    core = _core()
+    core.fence = OwnRowsFence("a test loss")
+    with pytest.raises(RemoteProtocolError, match="after the fence"):
+        core.receive(PEER, cluster(1, 6, (SELF, 2, "a:1"), (THIRD, 6, "t:1")), WALL)
+    assert THIRD not in core.table and THIRD not in core.fence.expelled, "a registration is no expel"
+
+
+def test_an_own_row_at_exactly_the_history_lsn_is_history():
+    table = ClusterTable([Member(SELF, 1, "a:1", STATE_MEMBER), Member(PEER, 2, "b:1", STATE_MEMBER),
+                          Member(OTHER, 3, "c:1", STATE_MEMBER)])
+    core = NodeCore(SELF, table, VClock({1: 4, 2: 5, 3: 7}), spaces={"kv": False}, own_history_lsn=5)
+    core.greeting(PEER, PEER_ROWS, WALL)
+    assert len(core.receive(PEER, cluster(2, 5, (THIRD, 3, "t:1")), WALL)) == 1      # says id 3: not followed
+    assert THIRD not in core.table
+
+
+# --- what a member's greeting tells a fence ------------------------------------------------------------
+def test_a_fence_reads_four_field_rows_and_waits_for_no_anonymous_replica():
+    core = _core()
+    core.fence = OwnRowsFence("a test loss")
+    core.observe_peer(PEER, {}, [[GONE, 4, "", STATE_EXPELLED], [THIRD, 6, "", STATE_MEMBER], ["anon-1", 7, "", STATE_ANON]])
+    assert core.fence.expelled == {GONE} and core.fence.known == {THIRD}
+    assert core.fence.heard == {PEER: 0}
