@@ -263,13 +263,18 @@ def run_fresh(o: Outcome, tests: dict) -> None:
     with tempfile.NamedTemporaryFile("w", dir=STATE, suffix=".json", delete=False) as f:
         json.dump(o.tests, f)
     start = time.monotonic()
+    failed_import = Path(f.name + ".import-failed")
     try:
         rc = subprocess.call(_pytest("-x", *_files_of(o.tests)), cwd=ROOT, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, timeout=_timeout_s(o.tests, tests) + 10,
                              env=_env(MUTATE_MODE="fresh", MUTATE_PATH=o.mutant.path,
-                                      MUTATE_INDEX=str(o.mutant.index), MUTATE_TESTS=f.name))
+                                      MUTATE_INDEX=str(o.mutant.index), MUTATE_TESTS=f.name,
+                                      MUTATE_IMPORT_FAILED=str(failed_import)))
     except subprocess.TimeoutExpired:
         rc = "timeout"
+    if failed_import.exists():
+        rc = 2                   # the mutated module no longer imports
+        failed_import.unlink()
     os.unlink(f.name)
     o.seconds = time.monotonic() - start
     o.status, o.how = _judge(rc)

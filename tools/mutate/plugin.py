@@ -216,7 +216,13 @@ class _MutantFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         code = mutated_code(self.path, _source(self.path), self.index, os.path.abspath(self.path))
-        exec(code, module.__dict__)
+        try:
+            exec(code, module.__dict__)
+        except BaseException:
+            # the mutant breaks the module's import (a conftest may be the importer, and pytest
+            # then exits with a usage error): the runner counts it killed by this mark
+            open(os.environ["MUTATE_IMPORT_FAILED"], "w").close()
+            raise
         self.loaded = True
 
 
