@@ -218,7 +218,8 @@ class Applier:
             for txn in regs:
                 node.journal.submit_nowait([txn], want_future=False)
             fenced = core.fence is not None      # then only our own rows (NodeCore.subscribe_vclock)
-            vclock = core.subscribe_vclock(self.peer_uuid, greeting_vclock(theirs) if fenced else None)
+            vclock = core.subscribe_vclock(self.peer_uuid, greeting_vclock(theirs) if fenced else None,
+                                           theirs["cluster"])
             await conn.send(m.SUBSCRIBE, vclock=vclock.to_dict(), durable=core.ack_durable(self.peer_uuid).to_dict(),
                             own_rows=fenced)
             try:
