@@ -3,7 +3,9 @@
 A map is built from the peer's whole `_cluster` in its greeting (before SUBSCRIBE is
 sent) and extended by `_cluster` rows whose origin is that peer. Ids are stable on every
 node (a uuid never changes id, ids are never reused), so an entry, once learned, is
-true for ever: a map can be learned early and never needs to be unlearned."""
+true for ever: a map can be learned early and never needs to be unlearned. Both directions
+are one-to-one: learning a second meaning for either id is a bug (asserted), since callers
+refuse contradicting `_cluster` rows before they reach the map."""
 from __future__ import annotations
 
 from node.cluster_space.table import ClusterTable
@@ -20,6 +22,8 @@ class IdMap:
     def learn(self, peer_id: int, local_id: int) -> None:
         old = self.to_local.get(peer_id)
         assert old is None or old == local_id, f"peer id {peer_id} maps to {old}, not {local_id}"
+        back = self.to_peer.get(local_id)
+        assert back is None or back == peer_id, f"local id {local_id} is the peer's {back}, not {peer_id}"
         self.to_local[peer_id] = local_id
         self.to_peer[local_id] = peer_id
 

@@ -36,7 +36,6 @@ from node.errors import RemoteProtocolError
 
 NONCE_BYTES = 32                     # per side and handshake: never repeats in practice
 TAG_BYTES = 16                       # truncated HMAC-SHA256 on every message after auth
-PROOF_BYTES = 32                     # the handshake proofs are whole HMAC-SHA256 values
 
 CLIENT, SERVER = "client", "server"
 _PROOF = {CLIENT: b"replog auth client proof", SERVER: b"replog auth server proof"}
@@ -99,12 +98,11 @@ def check_hello_fields(nonce: bytes, uuid: object, who: str) -> str:
 class Session:
     """One side's keys and message numbers after a successful handshake."""
 
-    __slots__ = ("role", "peer_uuid", "version", "_send", "_recv", "sent", "received")
+    __slots__ = ("peer_uuid", "version", "_send", "_recv", "sent", "received")
 
     def __init__(self, secret: bytes, t: bytes, role: str, peer_uuid: str, version: int = 0):
         assert role in (CLIENT, SERVER), role
         other = SERVER if role == CLIENT else CLIENT
-        self.role = role
         self.version = version              # the protocol version the handshake settled on
         self.peer_uuid = peer_uuid          # authenticated: the greeting must carry this uuid
         self._send = hmac.new(_key(secret, role, t), digestmod=hashlib.sha256)

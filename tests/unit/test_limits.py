@@ -15,7 +15,6 @@ NOT_BOUNDS = {
     "GROUP_DEFAULT": "a group number (node/core/kinds.py)",
     "PROTOCOL_VERSION_MIN": "a protocol version",
     "NONCE_BYTES": "a field of the link handshake", "TAG_BYTES": "the link's per-message tag",
-    "PROOF_BYTES": "a field of the link handshake",
     "register_code_bytes": "the length of a register code in the identity file and on the wire",
     "TXN_HEAD_BYTES_MAX": "the largest msgpack header of a txn: a fact of the encoding",
     "BUCKETS_S": "the latency histograms' buckets: what is measured, not a bound",

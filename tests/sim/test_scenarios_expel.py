@@ -1,0 +1,99 @@
+"""Scripted simulation scenarios: members that first hear of a member after it was expelled,
+from a greeting or only through a third node's `_cluster` row, while the member itself stays
+out of their reach. Whichever road brings the news, every node ends with the expelled member
+under the same bound, holding exactly its rows up to that bound.
+
+At this level a bound first learned too low is raised again by the next `_cluster` row that
+states it (the bound converges on the maximum), so the rule for a member first seen expelled
+is pinned where it lives, in tests/unit/test_replicaset.py and test_cluster_space.py."""
+from __future__ import annotations
+
+from node.cluster_space.table import STATE_EXPELLED
+from tests.sim.checkers import check_converged
+from tests.sim.harness import Cluster
+from tests.sim.test_scenarios import form, id_of, rows_of
+
+
+def _expelled_everywhere(c: Cluster, name: str, holders: str) -> bool:
+    u = c.nodes[name].uuid
+    for h in holders:
+        m = c.nodes[h].core.table.get(u) if c.nodes[h].core else None
+        if m is None or m.state != STATE_EXPELLED:
+            return False
+    return True
+
+
+def _c_joins_behind_a_partition_writes_and_is_expelled(c: Cluster) -> None:
+    """A, B, S form; with A cut off from B and S, C joins through A and writes; A expels C,
+    and C writes on (rows past the bound, refused everywhere). Only A knows C at all."""
+    form(c, "A", "B", "S")
+    c.add_node("C")
+    c.partition(["A", "C"], ["B", "S"])
+    c.join("C", via="A")
+    c.run_until(lambda: c.nodes["C"].ready and not c.nodes["C"].proc, what="C joined")
+    for i in range(4):
+        assert c.put("C", f"c{i}")
+        c.run(1)
+    c.run_until(lambda: len(rows_of(c, "A", "C")) >= 4, what="A has C's rows")
+    c.expel("C", via="A")
+    c.run(20)                   # (no "quiet" behind a partition: the cut links never catch up)
+    for i in range(4, 7):
+        assert c.put("C", f"c{i}")
+        c.run(1)
+    c.run(20)
+
+
+def _bound(c: Cluster, holder: str, name: str) -> int:
+    return c.nodes[holder].core.table.get(c.nodes[name].uuid).expelled_lsn
+
+
+def test_members_that_learn_of_an_expelled_member_after_the_fact_keep_its_bound_and_its_rows(make_cluster):
+    c = make_cluster(31)
+    _c_joins_behind_a_partition_writes_and_is_expelled(c)
+    assert id_of(c, "B", "C") is None and id_of(c, "S", "C") is None
+    bound = _bound(c, "A", "C")
+    assert bound >= 4
+    # C stays cut off from B and S: they can learn of C only from A, already expelled
+    c.heal()
+    c.partition(["A", "B", "S"], ["C"])
+    c.run_until(lambda: _expelled_everywhere(c, "C", "ABS") and all(
+        len(rows_of(c, h, "C")) >= bound for h in "BS"), what="B and S learn C and its rows")
+    c.run(50)
+    for h in "BS":
+        assert _bound(c, h, "C") == bound, h
+        assert rows_of(c, h, "C") == list(range(1, bound + 1)), h
+    assert len(rows_of(c, "C", "C")) > bound                  # C wrote past it: nobody took those
+    check_converged(c)
+
+
+def test_a_member_that_learns_of_an_expel_only_through_a_third_node_keeps_the_bound(make_cluster):
+    """S follows only B: it first hears of C in B's own `_cluster` row, already expelled."""
+    c = make_cluster(32)
+    form(c, "A", "B", "S")
+    c.mesh = False
+    for n in "ABS":
+        c.nodes[n].peers = {"A": ["B"], "B": ["A", "S"], "S": ["B"]}[n]
+    c.run_until_quiet()
+    c.add_node("C")
+    c.nodes["C"].peers = ["A"]
+    c.nodes["A"].peers = ["B", "C"]
+    c.partition(["A", "C"], ["B", "S"])
+    c.join("C", via="A")
+    c.run_until(lambda: c.nodes["C"].ready and not c.nodes["C"].proc, what="C joined")
+    for i in range(3):
+        assert c.put("C", f"c{i}")
+        c.run(1)
+    c.run_until(lambda: len(rows_of(c, "A", "C")) >= 3, what="A has C's rows")
+    c.expel("C", via="A")
+    c.run(20)
+    assert c.put("C", "late")
+    c.run(20)
+    bound = _bound(c, "A", "C")
+    c.heal()
+    c.partition(["A", "B", "S"], ["C"])
+    c.run_until(lambda: _expelled_everywhere(c, "C", "ABS") and len(rows_of(c, "S", "C")) >= bound,
+                what="B and S learn C and its rows")
+    c.run(50)
+    assert _bound(c, "S", "C") == _bound(c, "B", "C") == bound
+    assert rows_of(c, "S", "C") == rows_of(c, "A", "C") == list(range(1, bound + 1))
+    check_converged(c)

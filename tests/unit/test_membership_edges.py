@@ -1,0 +1,117 @@
+"""Edges of the membership rules (node/core/membership.py) and of the fence in NodeCore that
+mutation testing found unpinned (issue 18): bounds at exactly their value, the "and N more" of
+long lists, an expelled member the fence was told to wait for, holds that change kind, and a
+history row that would register a member if it were followed."""
+from __future__ import annotations
+
+import pytest
+
+from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
+from node.core.membership import (Hold, OwnRowsFence, advance_hold, describe_uncovered, greeting_vclock,
+                                  hold_positions, uncovered)
+from node.core.replicaset import NodeCore
+from node.core.rows import CLUSTER_SPACE, GROUP_CLUSTER, OP_CLUSTER, Op, Txn
+from node.core.vclock import VClock
+from tests.unit.test_membership import NEW, OTHER, PEER, SELF, WALL, _core, _greet, _table
+
+
+def test_a_greetings_component_of_one_row_is_kept():
+    assert greeting_vclock({"vclock_uuid": {PEER: 1, OTHER: 0}}) == {PEER: 1}
+
+
+def test_rows_of_an_expelled_member_with_bound_zero_are_nothing_a_donor_must_cover():
+    assert uncovered({PEER: 5, OTHER: 2}, {OTHER: 2}, bounds={PEER: 0}) == {}
+
+
+@pytest.mark.parametrize("n, tail", [(4, ""), (5, " and 1 more"), (6, " and 2 more")])
+def test_a_long_list_of_uncovered_members_names_four_and_counts_the_rest(n, tail):
+    missing = {f"u{i}": (9, 1) for i in range(n)}
+    text = describe_uncovered(missing)
+    assert text.count("up to lsn 9") == 4 and text.endswith("(it has 1)" + tail)
+
+
+@pytest.mark.parametrize("n, tail", [(4, ""), (5, " and 1 more"), (6, " and 2 more")])
+def test_a_fence_waiting_for_many_members_names_four_and_counts_the_rest(n, tail):
+    table = ClusterTable([Member(SELF, 1, "", STATE_MEMBER)] +
+                         [Member(f"m{i}", i + 2, "", STATE_MEMBER) for i in range(n)])
+    text = OwnRowsFence("lost").explain(table, SELF, 0)
+    shown = ", ".join(f"m{i}" for i in range(4))
+    assert f"not heard from {shown}{tail} (start it" in text
+
+
+def test_a_fence_with_nobody_to_hear_and_no_own_rows_clears_at_lsn_zero():
+    table = ClusterTable([Member(SELF, 1, "", STATE_MEMBER)])
+    fence = OwnRowsFence("lost")
+    assert fence.target() == 0 and fence.can_clear(table, SELF, 0)
+    assert fence.explain(table, SELF, 0).endswith("rows up to lsn 0 are coming back from its peers (it has 0)")
+
+
+def test_a_member_a_greeting_named_is_not_waited_for_once_this_node_knows_it_is_expelled():
+    table = _table(Member(NEW, 4, "", STATE_EXPELLED, 0, 3))
+    fence = OwnRowsFence("lost", known={NEW})
+    for u in (PEER, OTHER):
+        fence.hear(u, 0)
+    assert fence.waiting_for(table, SELF) == [] and fence.can_clear(table, SELF, 0)
+
+
+def test_an_anonymous_hold_lasts_exactly_its_ttl():
+    holds = {"anon": Hold({1: 4}, 100.0, True)}
+    assert hold_positions(holds, ClusterTable(), 130.0, 30.0) == [{1: 4}]
+    assert hold_positions(holds, ClusterTable(), 130.5, 30.0) == []
+
+
+def test_a_hold_that_changes_kind_starts_again_from_what_was_said():
+    old = Hold({1: 9, 2: 4}, 1.0, True)
+    h = advance_hold(old, {1: 3}, 2.0, False)
+    assert (h.vclock, h.anon) == ({1: 3}, False)
+
+
+def test_a_hold_keeps_a_zero_component_the_subscriber_reports_for_the_first_time():
+    h = advance_hold(Hold({2: 4}, 1.0, False), {1: 0, 2: 5}, 2.0, False)
+    assert h.vclock == {1: 0, 2: 5}
+
+
+def test_an_own_history_row_is_not_followed_even_when_it_would_register_a_member():
+    """After a rebuild, an own `_cluster` row of the earlier incarnation that names a member this
+    node does not know must not register it (the ids it states are not this node's now)."""
+    core = _core({1: 10, 2: 5, 3: 7}, fenced=True, rebuilt=True)
+    _greet(core)
+    old = Txn(1, 11, GROUP_CLUSTER, WALL - 1000, (
+        Op(OP_CLUSTER, CLUSTER_SPACE, NEW, {"id": 2, "address": "", "state": STATE_MEMBER}),))
+    assert core.receive(PEER, old, WALL) == [old]
+    assert NEW not in core.table and core.claimed.get(1) == 11
+
+
+def test_clearing_a_rebuilt_fence_records_the_lsn_of_the_restated_rows():
+    core = _core({1: 10, 2: 5, 3: 7}, fenced=True, rebuilt=True)
+    txn = core.clear_fence(WALL)
+    assert txn is not None and all(m.lsn == txn.lsn == 11 for m in core.table.members())
+
+
+def test_asking_about_or_clearing_a_fence_that_is_not_there_is_a_callers_bug():
+    core = _core()
+    with pytest.raises(AssertionError):
+        core.clear_fence(WALL)
+    with pytest.raises(AssertionError):
+        core.fence_state()
+
+
+def test_a_links_end_forgets_the_peers_map_only_if_no_newer_link_greeted_since():
+    core = _core()
+    _greet(core)
+    old = core.peers[PEER]
+    _greet(core)
+    newer = core.peers[PEER]
+    core.drop_peer(PEER, old)
+    assert core.peers[PEER] is newer
+    core.drop_peer(PEER, newer)
+    assert PEER not in core.peers
+
+
+def test_a_cluster_txns_timestamp_moves_this_nodes_clock():
+    core = NodeCore(SELF, _table(), VClock({1: 1, 2: 5}), spaces={"kv": False})
+    _greet(core)
+    ahead = WALL + 500_000
+    core.receive(PEER, Txn(2, 6, GROUP_CLUSTER, ahead, (
+        Op(OP_CLUSTER, CLUSTER_SPACE, PEER, {"id": 2, "address": "b:1", "state": STATE_MEMBER}),)), WALL)
+    assert core.hlc.now(WALL) > ahead

@@ -1,0 +1,98 @@
+"""The mutation runner (tools/mutate) on a tiny tree whose mutants' fates are known: it must
+call a mutant killed only when a test fails, list a survivor by file:line, leave out a listed
+equivalent, put a mutant of import-time code in place before import, and leave out a test
+that starts a process."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tools.mutate.operators import mutants_of, mutated_code
+
+REPO = Path(__file__).resolve().parents[2]
+
+TINY = '''\
+"""A tiny module with known mutants."""
+LIMIT = 10
+
+
+def clamp(x, lo):
+    if x < lo:
+        return lo
+    return min(x, LIMIT)
+
+
+def spawned(a):
+    return -a
+'''
+
+TESTS = '''\
+import subprocess
+import sys
+
+from pkg.tiny import clamp, spawned
+
+
+def test_clamp_raises_to_the_floor_and_caps_at_the_limit():
+    assert clamp(-3, 0) == 0
+    assert clamp(4, 0) == 4
+    assert clamp(12, 0) == 10
+
+
+def test_a_test_that_starts_a_process_is_left_out():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    assert spawned(3) == -3
+'''
+
+
+def _tree(tmp_path: Path) -> Path:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "tiny.py").write_text(TINY)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_tiny.py").write_text(TESTS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\npythonpath = .\n"
+                                           # the tiny tree has no property or asyncio tests: start fast
+                                           "addopts = -p no:hypothesispytest -p no:asyncio\n")
+    (tmp_path / "equivalent.txt").write_text(
+        "pkg/tiny.py:6: < -> <=  | if x < lo:  # at x == lo both branches return lo\n")
+    return tmp_path
+
+
+def test_mutants_are_made_deterministically_and_compile_under_the_real_file_name():
+    a, b = mutants_of("pkg/tiny.py", TINY), mutants_of("pkg/tiny.py", TINY)
+    assert a == b
+    labels = {(m.line, m.label) for m in a}
+    assert {(6, "< -> >="), (6, "< -> <="), (8, "min -> max"), (7, "delete statement"), (2, "10 -> 11"),
+            (12, "remove unary usub")} <= labels
+    assert (8, "swap arguments 1 and 2") not in labels, "min and max are symmetric: no swap"
+    assert not any(m.line == 1 for m in a), "the docstring is not mutated"
+    code = mutated_code("pkg/tiny.py", TINY, next(m.index for m in a if m.label == "min -> max"), "/x/pkg/tiny.py")
+    namespace: dict = {}
+    exec(code, namespace)
+    assert namespace["clamp"](4, 0) == 10 and code.co_filename == "/x/pkg/tiny.py"
+
+
+def test_the_runner_scores_a_tiny_module_and_names_its_survivors(tmp_path):
+    root = _tree(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "tools.mutate", "--root", str(root), "--tests", "tests",
+                        "--equivalents", str(root / "equivalent.txt"), "--json", str(root / "out.json"),
+                        "pkg/tiny.py"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    import json
+    by = {(o["line"], o["label"]): o["status"] for o in json.loads((root / "out.json").read_text())}
+    assert by[(6, "< -> >=")] == "killed"
+    assert by[(8, "min -> max")] == "killed"
+    assert by[(6, "< -> <=")] == "equivalent"
+    # import-time code: the limit moved by one is seen by the cap test
+    assert by[(2, "10 -> 11")] == "killed"
+    assert by[(2, "10 -> 9")] == "killed"
+    assert by[(7, "delete statement")] == "killed"
+    # only a test that starts a process runs spawned(): it is left out, so nothing covers it
+    assert by[(12, "remove unary usub")] == "no test runs it"
+    assert "pkg/tiny.py:12: remove unary usub  | return -a" in r.stdout
+    killed = sum(1 for s in by.values() if s == "killed")
+    counted = sum(1 for s in by.values() if s != "equivalent")
+    assert f"{killed:7d} {counted:5d}" in r.stdout, r.stdout

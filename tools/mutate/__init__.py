@@ -1,0 +1,1 @@
+"""Mutation testing of the core; see README.md here."""

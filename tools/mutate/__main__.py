@@ -1,0 +1,432 @@
+"""Mutation testing of replog's core: `python -m tools.mutate [TARGET ...]` (see README.md here).
+
+Makes the mutants of each target (tools/mutate/operators.py), runs for each only the tests
+that execute its lines (a map recorded once per change of the tests or targets, kept in
+.mutate/), fastest first, stopping at the first failure, and prints the score per module
+and per group with every survivor as file:line. Mutants listed in equivalent.txt (they
+change no behaviour) are left out of the score and listed apart.
+
+Rules kept here: only tests/unit and tests/sim run, and of those none that starts a
+process; the work runs niced, on at most two workers (the machine is shared)."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools.mutate.operators import Mutant, mutants_of
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+ROOT = REPO                   # the tree mutated and tested (--root: the runner's own test uses a tiny one)
+STATE = ROOT / ".mutate"
+TEST_DIRS: tuple[str, ...] = ("tests/unit", "tests/sim")
+SELF_TEST = "tests/unit/test_mutation_runner.py"     # runs the runner: never part of a mutation run
+GROUPS = {
+    "core": sorted(str(p.relative_to(REPO)) for p in (REPO / "node/core").glob("*.py")
+                   if p.name != "__init__.py"),
+    "cluster_space": ["node/cluster_space/idmap.py", "node/cluster_space/resolver.py",
+                      "node/cluster_space/table.py"],
+    "wal_format": ["node/wal/format.py"],
+}
+KILLED = "killed"
+SURVIVED = "survived"
+UNCOVERED = "no test runs it"
+EQUIVALENT = "equivalent"
+SOURCES: Path | None = None   # this run's copy of the targets, as they were when it began
+ERROR = "error"
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant
+    status: str = ""
+    how: str = ""
+    tests: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --- the equivalent-mutant list -----------------------------------------------------------
+def load_equivalents(path: Path) -> dict[tuple[str, str, str], dict[int, str]]:
+    """Lines `path:line: label  | snippet  # reason` -> {key: {line: reason}}."""
+    out: dict[tuple[str, str, str], dict[int, str]] = {}
+    if not path.exists():
+        return out
+    for raw in path.read_text().splitlines():
+        if not raw.strip() or raw.startswith("#"):
+            continue
+        head, _, reason = raw.rpartition("  # ")   # the line itself may carry a comment
+        where, _, snippet = head.partition("  | ")
+        file_line, _, label = where.partition(": ")
+        file, _, line = file_line.rpartition(":")
+        out.setdefault((file, snippet.strip(), label.strip()), {})[int(line)] = reason.strip()
+    return out
+
+
+def equivalent_reason(m: Mutant, equivalents: dict, same_key: int) -> str | None:
+    """The key (file, mutation, text) names the mutant wherever its line moves; when the file
+    has several mutants with that key (`same_key`), only the listed lines are meant."""
+    listed = equivalents.get(m.key)
+    if not listed:
+        return None
+    if m.line in listed:
+        return listed[m.line]
+    return next(iter(listed.values())) if same_key == 1 else None
+
+
+# --- the map: which tests run which lines -------------------------------------------------------
+def _test_files() -> list[Path]:
+    return sorted(p for d in TEST_DIRS for p in (ROOT / d).rglob("*.py") if str(p.relative_to(ROOT)) != SELF_TEST)
+
+
+def _digest(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _targets_key(targets: list[str], seeds: str, examples: str) -> str:
+    """What every test's record depends on: the targets' text, the seeds, the examples, and the
+    test tree's helpers (conftest, harnesses): a change there maps every test again."""
+    h = hashlib.sha256(f"{seeds}|{examples}|{','.join(targets)}".encode())
+    helpers = [p for p in _test_files() if not p.name.startswith("test_")]
+    for p in helpers + [ROOT / t for t in targets]:
+        h.update(str(p).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    if SOURCES is not None:
+        env["MUTATE_SOURCES"] = str(SOURCES)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _pytest(*args: str) -> list[str]:
+    return ["nice", "-n", "10", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            "-p", "tools.mutate.plugin", *args]
+
+
+def _trace(test_paths: list[str], targets: list[str], seeds: str, examples: str) -> tuple[dict, int]:
+    with tempfile.NamedTemporaryFile(dir=STATE, suffix=".json", delete=False) as tmp:
+        out = tmp.name
+    cmd = _pytest(*test_paths, "--ignore", SELF_TEST)
+    with open(STATE / "map.log", "w") as log:
+        rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                             env=_env(MUTATE_MODE="map", MUTATE_TARGETS=",".join(targets), MUTATE_OUT=out,
+                                      REPLOG_SIM_SEEDS=seeds, MUTATE_HYPOTHESIS_EXAMPLES=examples))
+    text = Path(out).read_text()
+    os.unlink(out)
+    return (json.loads(text) if text else {}), rc
+
+
+def load_map(targets: list[str], seeds: str, examples: str, remap: bool) -> dict:
+    """The map of which tests run which lines. A change to one test file maps only that file
+    again; a change to a target or a test helper maps everything."""
+    STATE.mkdir(exist_ok=True)
+    key = _targets_key(targets, seeds, examples)
+    path = STATE / "map.json"
+    files = {str(p.relative_to(ROOT)): _digest(p) for p in _test_files() if p.name.startswith("test_")}
+    cached = json.loads(path.read_text()) if path.exists() and not remap else {}
+    if cached.get("key") == key and "files" in cached:
+        stale = sorted(f for f, d in files.items() if cached["files"].get(f) != d)
+        tests = {n: t for n, t in cached["tests"].items() if n.split("::", 1)[0] in files
+                 and n.split("::", 1)[0] not in stale}
+        if not stale:
+            return tests
+        run = stale
+    else:
+        tests, run = {}, list(TEST_DIRS)
+    _say(f"mapping which tests of {len(run)} paths run which lines of {len(targets)} files "
+         "(one unmutated run, traced) ...")
+    start = time.monotonic()
+    new, rc = _trace(run, targets, seeds, examples)
+    tests.update(new)
+    failing = [n for n, t in new.items() if not t.get("passed")]
+    _say(f"mapped {len(new)} tests in {time.monotonic() - start:.0f} s (pytest exit {rc}; "
+         f"{len(failing)} failing or skipped, left out; "
+         f"{sum(1 for t in new.values() if t.get('spawns'))} start a process, left out)")
+    path.write_text(json.dumps({"key": key, "files": files, "tests": tests}))
+    return tests
+
+
+def _usable(tests: dict) -> dict:
+    return {n: t for n, t in tests.items() if t.get("passed") and not t.get("spawns")}
+
+
+def _select(m: Mutant, tests: dict, variants_max: int) -> list[str]:
+    lines = set(range(m.line, m.end_line + 1))
+    if m.in_function:
+        hit = [n for n, t in tests.items() if lines & set(t.get("lines", {}).get(m.path, ()))]
+    else:   # runs at import: every test that uses the module at all
+        hit = [n for n, t in tests.items() if t.get("lines", {}).get(m.path)]
+    hit.sort(key=lambda n: (tests[n]["seconds"], n))
+    # A seeded simulation test runs the whole core on every seed: a mutant its first few seeds
+    # miss, the next ones almost never catch, and a survivor would run them all.
+    seen: dict[str, int] = {}
+    out = []
+    for n in hit:
+        fn = n.split("[", 1)[0]
+        if n.startswith("tests/sim/") and "[" in n:
+            seen[fn] = seen.get(fn, 0) + 1
+            if seen[fn] > variants_max:
+                continue
+        out.append(n)
+    return out
+
+
+def _timeout_s(selected: list[str], tests: dict) -> float:
+    # map-run times are traced, so already slower than a mutant run; x3 for a loaded machine
+    return 20 + 3 * sum(tests[n]["seconds"] for n in selected)
+
+
+# --- running ----------------------------------------------------------------------------------
+def _files_of(nodeids: list[str]) -> list[str]:
+    return sorted({n.split("::", 1)[0] for n in nodeids})
+
+
+def run_served(outcomes: list[Outcome], tests: dict, workers: int, progress) -> list[Outcome]:
+    """Runs in forked children of long-lived pytest processes; returns those that need a fresh one."""
+    if not outcomes:
+        return []
+    by_id = {str(i): o for i, o in enumerate(outcomes)}
+    shares = [list(by_id.items())[w::workers] for w in range(workers)]
+    procs = []
+    for w, share in enumerate(shares):
+        if not share:
+            continue
+        jobs = [{"id": i, "path": o.mutant.path, "index": o.mutant.index, "tests": o.tests,
+                 "timeout_s": _timeout_s(o.tests, tests)} for i, o in share]
+        # named by this run's pid too: two runs (two modules) may share the state folder
+        jobs_path, out_path = STATE / f"jobs-{os.getpid()}-{w}.json", STATE / f"out-{os.getpid()}-{w}.jsonl"
+        jobs_path.write_text(json.dumps(jobs))
+        out_path.write_text("")
+        files = _files_of([n for _, o in share for n in o.tests])
+        log = open(STATE / f"worker-{os.getpid()}-{w}.log", "w")
+        procs.append((subprocess.Popen(_pytest(*files), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                       env=_env(MUTATE_MODE="serve", MUTATE_JOBS=str(jobs_path),
+                                                MUTATE_OUT=str(out_path))), out_path))
+    seen: set[str] = set()
+    retry = []
+    while True:
+        alive = [p for p, _ in procs if p.poll() is None]
+        for _, out_path in procs:
+            for line in out_path.read_text().splitlines():
+                r = json.loads(line)
+                if r["id"] in seen:
+                    continue
+                seen.add(r["id"])
+                o = by_id[r["id"]]
+                o.seconds = r["seconds"]
+                if r["status"] == 77:
+                    retry.append(o)
+                    continue
+                o.status, o.how = _judge(r["status"])
+                progress(o)
+        if not alive:
+            break
+        time.sleep(0.5)
+    for o in by_id.values():
+        if not o.status and o not in retry:
+            o.status, o.how = ERROR, "its worker stopped before reporting it (see .mutate/worker-*.log)"
+            progress(o)
+    return retry
+
+
+def _judge(status) -> tuple[str, str]:
+    if status == 0:
+        return SURVIVED, ""
+    if status == 1:
+        return KILLED, "a test failed"
+    if status == "timeout":
+        return KILLED, "timeout"
+    if status == 2:
+        return KILLED, "the module no longer imports or collects"
+    return ERROR, f"exit status {status}"
+
+
+def run_fresh(o: Outcome, tests: dict) -> None:
+    with tempfile.NamedTemporaryFile("w", dir=STATE, suffix=".json", delete=False) as f:
+        json.dump(o.tests, f)
+    start = time.monotonic()
+    failed_import = Path(f.name + ".import-failed")
+    try:
+        rc = subprocess.call(_pytest("-x", *_files_of(o.tests)), cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, timeout=_timeout_s(o.tests, tests) + 10,
+                             env=_env(MUTATE_MODE="fresh", MUTATE_PATH=o.mutant.path,
+                                      MUTATE_INDEX=str(o.mutant.index), MUTATE_TESTS=f.name,
+                                      MUTATE_IMPORT_FAILED=str(failed_import)))
+    except subprocess.TimeoutExpired:
+        rc = "timeout"
+    if failed_import.exists():
+        rc = 2                   # the mutated module no longer imports
+        failed_import.unlink()
+    os.unlink(f.name)
+    o.seconds = time.monotonic() - start
+    o.status, o.how = _judge(rc)
+
+
+# --- report -----------------------------------------------------------------------------------
+def _score(os_: list[Outcome]) -> tuple[int, int, float]:
+    counted = [o for o in os_ if o.status != EQUIVALENT]
+    killed = sum(1 for o in counted if o.status == KILLED)
+    return killed, len(counted), (100.0 * killed / len(counted)) if counted else 100.0
+
+
+def report(outcomes: list[Outcome], groups: dict[str, list[str]], elapsed: float) -> str:
+    lines = []
+    by_file: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        by_file.setdefault(o.mutant.path, []).append(o)
+    lines.append(f"{'module':44} {'killed':>7} {'of':>5} {'score':>7} {'surv.':>6} {'no test':>8} {'equiv.':>7}")
+    for group, files in groups.items():
+        for path in files:
+            os_ = by_file.get(path, [])
+            k, n, s = _score(os_)
+            lines.append(f"{path:44} {k:7d} {n:5d} {s:6.1f}% {sum(o.status == SURVIVED for o in os_):6d} "
+                         f"{sum(o.status == UNCOVERED for o in os_):8d} {sum(o.status == EQUIVALENT for o in os_):7d}")
+        if len(files) > 1:
+            k, n, s = _score([o for p in files for o in by_file.get(p, [])])
+            lines.append(f"{'= group ' + group:44} {k:7d} {n:5d} {s:6.1f}%")
+    errors = [o for o in outcomes if o.status == ERROR]
+    for title, status in (("survivors", SURVIVED), ("no test runs these lines", UNCOVERED), ("errors", ERROR)):
+        bad = sorted((o for o in outcomes if o.status == status), key=lambda o: (o.mutant.path, o.mutant.line))
+        if bad:
+            lines.append(f"\n{title} ({len(bad)}):")
+            lines += [o.mutant.describe() + (f"   [{o.how}]" if status == ERROR else "") for o in bad]
+    lines.append(f"\n{len(outcomes)} mutants in {elapsed:.0f} s; {len(errors)} errors")
+    return "\n".join(lines)
+
+
+def _earlier_kills(path: Path) -> dict[tuple, str]:
+    """The killed mutants of an earlier run's --json, keyed as main() numbers them."""
+    out, nth = {}, {}
+    for r in json.loads(path.read_text()):
+        where = (r["path"], r["line"], r["label"], r["snippet"])
+        nth[where] = nth.get(where, 0) + 1
+        if r["status"] == KILLED:
+            out[(*where, nth[where])] = r["how"] + " (earlier run)"
+    return out
+
+
+def _parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tools.mutate", description=__doc__.split("\n\n")[0])
+    p.add_argument("targets", nargs="*", help="files (node/core/vclock.py) or groups: " + ", ".join(GROUPS)
+                   + " (default: all groups)")
+    p.add_argument("--jobs", type=int, default=1, choices=(1, 2), help="workers (the machine is shared; default 1)")
+    p.add_argument("--sim-seeds", default="0-60", help="seeded simulation runs used (REPLOG_SIM_SEEDS; default 0-60)")
+    p.add_argument("--sim-variants", type=int, default=12,
+                   help="at most this many seeds of one seeded simulation test per mutant, the fastest (default 12)")
+    p.add_argument("--examples", default="50", help="hypothesis examples per property test (default 50)")
+    p.add_argument("--line", type=int, help="only mutants on this line (with one file)")
+    p.add_argument("--list", action="store_true", help="list the mutants and exit")
+    p.add_argument("--remap", action="store_true", help="record the test map again even if nothing changed")
+    p.add_argument("--json", help="also write every outcome to this file")
+    p.add_argument("--again", metavar="JSON",
+                   help="take the killed mutants of an earlier --json run of the same source as killed and run only "
+                        "the rest (after adding tests; a mutant is matched by file, line, mutation and text)")
+    p.add_argument("--root", help="the tree to work in (default: this repository)")
+    p.add_argument("--tests", nargs="+", help="test folders under the root (default: tests/unit tests/sim)")
+    p.add_argument("--equivalents", help="the equivalent-mutant list (default: tools/mutate/equivalent.txt)")
+    return p.parse_args()
+
+
+def main() -> int:
+    global ROOT, STATE, TEST_DIRS, SOURCES
+    a = _parse()
+    if a.root:
+        ROOT = Path(a.root).resolve()
+        STATE = ROOT / ".mutate"
+    if a.tests:
+        TEST_DIRS = tuple(a.tests)
+    os.chdir(ROOT)
+    groups: dict[str, list[str]] = {}
+    for t in a.targets or list(GROUPS):
+        if t in GROUPS and ROOT == REPO:
+            groups[t] = GROUPS[t]
+        elif (ROOT / t).is_file() and t.endswith(".py"):
+            groups.setdefault(t, []).append(t)
+        else:
+            print(f"mutate: {t!r} is neither a .py file nor a group ({', '.join(GROUPS)})", file=sys.stderr)
+            return 2
+    files = [f for fs in groups.values() for f in fs]
+    texts = {f: (ROOT / f).read_text() for f in files}
+    mutants = [m for f in files for m in mutants_of(f, texts[f])]
+    keys: dict[tuple, int] = {}       # per key, how many mutants of the whole file have it
+    for m in mutants:
+        keys[m.key] = keys.get(m.key, 0) + 1
+    if a.line is not None:
+        mutants = [m for m in mutants if m.line <= a.line <= m.end_line]
+    if a.list:
+        print("\n".join(m.describe() for m in mutants))
+        return 0
+    os.nice(10)
+    start = time.monotonic()
+    STATE.mkdir(exist_ok=True)
+    SOURCES = Path(tempfile.mkdtemp(prefix="src-", dir=STATE))
+    for f, text in texts.items():
+        (SOURCES / f).parent.mkdir(parents=True, exist_ok=True)
+        (SOURCES / f).write_text(text)
+    map_targets = sorted(set(files) | ({f for fs in GROUPS.values() for f in fs} if ROOT == REPO else set()))
+    tests = _usable(load_map(map_targets, a.sim_seeds, a.examples, a.remap))
+    equivalents = load_equivalents(Path(a.equivalents) if a.equivalents else HERE / "equivalent.txt")
+    outcomes = [Outcome(m) for m in mutants]
+    earlier = _earlier_kills(Path(a.again)) if a.again else {}
+    todo = []
+    nth: dict[tuple, int] = {}
+    for o in outcomes:
+        m = o.mutant
+        where = (m.path, m.line, m.label, m.snippet)
+        nth[where] = nth.get(where, 0) + 1
+        if (*where, nth[where]) in earlier:
+            o.status, o.how = KILLED, earlier[(*where, nth[where])]
+            continue
+        why = equivalent_reason(o.mutant, equivalents, keys[o.mutant.key])
+        if why is not None:
+            o.status, o.how = EQUIVALENT, why
+            continue
+        o.tests = _select(o.mutant, tests, a.sim_variants)
+        if not o.tests:
+            o.status = UNCOVERED
+        else:
+            todo.append(o)
+    done = [len(outcomes) - len(todo)]
+
+    def progress(o: Outcome) -> None:
+        done[0] += 1
+        if done[0] % 25 == 0 or done[0] == len(outcomes):
+            _say(f"  {done[0]}/{len(outcomes)} mutants, {time.monotonic() - start:.0f} s")
+
+    _say(f"{len(todo)} mutants to run ({len(outcomes) - len(todo)} equivalent or untested), {a.jobs} worker(s)")
+    served = [o for o in todo if o.mutant.in_function]
+    fresh = [o for o in todo if not o.mutant.in_function]
+    fresh += run_served(served, tests, a.jobs, progress)
+    for o in fresh:
+        run_fresh(o, tests)
+        progress(o)
+    shutil.rmtree(SOURCES, ignore_errors=True)
+    text = report(outcomes, groups, time.monotonic() - start)
+    print(text)
+    if a.json:
+        Path(a.json).write_text(json.dumps([{"path": o.mutant.path, "line": o.mutant.line, "label": o.mutant.label,
+                                             "snippet": o.mutant.snippet, "status": o.status, "how": o.how,
+                                             "seconds": round(o.seconds, 2)} for o in outcomes], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
