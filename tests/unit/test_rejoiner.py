@@ -28,6 +28,8 @@ WAITING = "waiting for 127.0.0.1:7303 to receive this node's rows"
 class _Life:
     uses_identity_files = False
 
+
+class _Join:
     def __init__(self) -> None:
         self.joins: list[str] = []
 
@@ -48,6 +50,7 @@ class _Node:
                               Member(UUID_B, 2, ADDR_B, STATE_MEMBER), Member(UUID_C, 3, ADDR_C, STATE_MEMBER)])
         self.core = NodeCore(UUID_A, table, VClock({1: 4, 2: b_lsn, 3: 2}), spaces={"kv": False})
         self.life = _Life()
+        self.join = _Join()
         self.journal = _Journal()
         self.data_dir = str(tmp_path)
         self.store = Store(str(tmp_path / "store"), map_size=STORE_MAP_BYTES)
@@ -85,7 +88,7 @@ async def test_a_node_that_caught_up_past_what_was_collected_while_its_attempt_r
     rj = _told_to_rejoin(node, COLLECTED)
     await rj._rebuild(ADDR_C)
     assert node.links == []                           # its links were never taken down
-    assert node.life.joins == []                      # no JOIN: no snapshot asked for
+    assert node.join.joins == []                      # no JOIN: no snapshot asked for
     assert (node.status, node.status_reason) == ("running", "")
     assert not os.path.exists(os.path.join(node.data_dir, REJOIN_DIR))
     assert node.core.vclock.get(2) == b_lsn and rj.blocked == ""
@@ -98,7 +101,7 @@ async def test_a_node_still_lacking_what_was_collected_goes_on_to_rebuild(make_n
     rj = _told_to_rejoin(node, collected)
     await rj._rebuild(ADDR_C)
     assert node.links[0] == []                        # links down for the rebuild
-    assert node.life.joins == [ADDR_C]                # it asked the donor for a snapshot
+    assert node.join.joins == [ADDR_C]                # it asked the donor for a snapshot
     # the stand-in donor answered nothing: the store is kept and the links come back
     assert node.links[-1] == node.peers and (node.status, node.status_reason) == ("running", "")
     assert rj.blocked.startswith(f"rebuilding from {ADDR_C} failed")
