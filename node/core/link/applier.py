@@ -301,7 +301,6 @@ class ApplierMachine:
             entry = PackedEntry(scan, ranges)
             self.rows += entry.rows
             self._out.persist.append(Persist(entry, entry.rows))
-            ranges.clear()
 
     def _receive_txns(self, msg: m.Message, now: float) -> int:
         """A decoded message: each txn by the core's rules (runs of one origin's plain txns

@@ -178,13 +178,16 @@ class RelayMachine:
                 return self._stop(RemoteProtocolError(f"{self.peer}: expected SUBSCRIBE/BYE, got {msg.name}"))
             return self._stop(None) if msg.type == m.BYE else self._on_subscribe(msg)
         if msg.type == m.ACK:
-            self.acked = m.vclock_from_wire(msg["vclock"])
-            self.acked_at = now
+            try:
+                acked = m.vclock_from_wire(msg["vclock"])
+                durable = msg.get("durable")
+                durable = m.vclock_from_wire(durable) if durable is not None else acked
+            except RemoteProtocolError as e:
+                return self._stop(e)
+            self.acked, self.acked_at = acked, now
             lag_us = msg.get("lag_us")
             self.lag_s = lag_us / 1e6 if isinstance(lag_us, int) and lag_us >= 0 else 0.0
-            durable = msg.get("durable")
-            self._out.apply.append(AckHold(self.uuid, m.vclock_from_wire(durable) if durable is not None
-                                           else self.acked, self.anon))
+            self._out.apply.append(AckHold(self.uuid, durable, self.anon))
         elif msg.type == m.BYE:
             self._stop(None)
         elif msg.type != m.HEARTBEAT:
@@ -300,10 +303,13 @@ class RelayMachine:
     def _on_subscribe(self, req: m.Message) -> None:
         host, core = self.host, self.host.core
         assert core is not None
-        self.sub = m.vclock_from_wire(req["vclock"])
-        durable = req.get("durable")
-        # what the subscriber has on disk (its hold; an older peer says nothing: its vclock)
-        self.durable = m.vclock_from_wire(durable) if durable is not None else dict(self.sub)
+        try:
+            self.sub = m.vclock_from_wire(req["vclock"])
+            durable = req.get("durable")
+            # what the subscriber has on disk (its hold; an older peer says nothing: its vclock)
+            self.durable = m.vclock_from_wire(durable) if durable is not None else dict(self.sub)
+        except RemoteProtocolError as e:
+            return self._stop(e)
         self.acked = dict(self.sub)
         if not host.serves_wal():
             return self._refuse("wal_mode", "wal_mode = none: this node keeps no WAL and cannot serve replicas")
