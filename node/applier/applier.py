@@ -180,7 +180,7 @@ class Applier:
             self.node.core.drop_peer(self.peer_uuid, mach.core_peer)
             mach.core_peer = None
 
-    # --- the machine's host (node/core/link/applier.py ApplierHost) -----------------------
+    # --- the machine's host (node/core/link/applier.py ApplierContext) -----------------------
     def check_peer_greeting(self, theirs: dict) -> None:
         self.node.check_peer_greeting(theirs)
 

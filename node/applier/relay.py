@@ -34,7 +34,7 @@ log = logging.getLogger("replog.relay")
 
 
 class _Host:
-    """The machine's host (node/core/link/relay.py RelayHost) over the node."""
+    """The machine's host (node/core/link/relay.py RelayContext) over the node."""
 
     def __init__(self, node: "Node"):
         self.node = node

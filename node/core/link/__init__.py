@@ -10,7 +10,7 @@ order, and advance; they make no protocol decisions.
 Rules kept here:
 - No IO: no asyncio, aiohttp, lmdb, files or clock (tests/unit/test_core_purity.py). Time is an
   argument. What a machine reads of the rest of the node comes through a narrow host
-  interface of synchronous, in-memory questions (`ApplierHost`, `RelayHost`).
+  interface of synchronous, in-memory questions (`ApplierContext`, `RelayContext`).
 - States are enums; a transition the driver should never ask for asserts.
 - A peer's bad input never raises out of a machine: the machine ends the link with a `Stop`
   effect naming the error, after whatever it claimed is in the same Ready's persist."""

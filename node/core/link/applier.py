@@ -58,7 +58,7 @@ _NEXT = {
 }
 
 
-class ApplierHost(Protocol):
+class ApplierContext(Protocol):
     """What the applier machine asks of the rest of the node: synchronous, in-memory."""
 
     def check_peer_greeting(self, theirs: dict) -> None:
@@ -92,7 +92,7 @@ class DisproveClaim:
 
 
 class ApplierMachine:
-    def __init__(self, core: NodeCore, host: ApplierHost, address: str, authenticated: str | None = None):
+    def __init__(self, core: NodeCore, host: ApplierContext, address: str, authenticated: str | None = None):
         self.core = core
         self.host = host
         self.address = address

@@ -56,7 +56,7 @@ _NEXT = {
 _REQUESTS = (m.JOIN, m.FETCH_SNAPSHOT, m.REGISTER, m.SUBSCRIBE, m.SHUTDOWN, m.BYE)
 
 
-class RelayHost(Protocol):
+class RelayContext(Protocol):
     """What the relay machine asks of the rest of the node: synchronous, in-memory."""
     core: NodeCore | None
 
@@ -127,7 +127,7 @@ def behind(sub_vclock: dict[int, int], gc_vclock: dict[int, int]) -> list[int]:
 
 
 class RelayMachine:
-    def __init__(self, host: RelayHost, authenticated: str | None = None, peer: str = "?"):
+    def __init__(self, host: RelayContext, authenticated: str | None = None, peer: str = "?"):
         self.host = host
         self.authenticated = authenticated   # the uuid the handshake proof covered
         self.peer = peer                     # how logs name the subscriber
