@@ -16,7 +16,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import sys
 import urllib.error
 import urllib.parse
@@ -76,59 +75,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         setup(cfg.log_level, cfg.log_format, cfg.log_file)
     except ConfigError as e:
         fail(str(e))
+    from node.process.run import serve
     uvloop = config_mod.uvloop_module() if cfg.event_loop != "asyncio" else None
     if uvloop is not None:
         return uvloop.run(serve(cfg, flags, args.config))
     return asyncio.run(serve(cfg, flags, args.config))
-
-
-async def serve(cfg, flags: dict | None = None, config_file: str | None = None) -> int:
-    from node.reload import Reloader
-    from node.server import Node
-    node = Node(cfg)
-    loop = asyncio.get_running_loop()
-    interrupts = 0
-    reloader = Reloader(node, flags or {}, config_file)
-
-    def on_signal() -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts > 1:
-            log.warning("second interrupt: exiting now")
-            os._exit(130)
-        node.stopped.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
-    loop.add_signal_handler(signal.SIGHUP, reloader.requested.set)   # handled by reloader.run
-    reload_task = asyncio.create_task(reloader.run(), name="sighup")
-    try:
-        try:
-            await node.start()
-        except ConfigError as e:
-            sys.stderr.write(f"replog: error: {e}\n")
-            await node.stop()
-            return 2
-        except OSError as e:
-            sys.stderr.write(f"replog: error: listen: cannot listen on {cfg.listen}: {e.strerror}\n")
-            await node.stop()
-            return 2
-        except StorageError as e:
-            sys.stderr.write(f"replog: error: {e}\n")
-            await node.stop()
-            return 1
-        await node.stopped.wait()
-        errors = await node.stop()
-    finally:
-        reload_task.cancel()
-    if node.fatal is not None:
-        if isinstance(node.fatal, ConfigError):
-            sys.stderr.write(f"replog: error: {node.fatal}\n")
-            return 2
-        if isinstance(node.fatal, StorageError):   # e.g. Cannot recover, no clean store; wrong store
-            sys.stderr.write(f"replog: error: {node.fatal}\n")
-        return 1
-    return 1 if errors else 0
 
 
 # --- requests: the only code here that talks to a node (node/cli_http.py) ----------------------

@@ -25,7 +25,7 @@ from node.errors import ClientError, RemoteProtocolError
 from node.identity.signature import FinalSignature, StoreStatus, final_from_wire, final_to_wire
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import ShutdownHost
 
 log = logging.getLogger("replog.lifecycle")
 
@@ -35,7 +35,7 @@ quiesce_hold_s = 60.0                # a quiesced member that hears no final pha
 
 
 class ClusterShutdown:
-    def __init__(self, node: "Node"):
+    def __init__(self, node: "ShutdownHost"):
         self.node = node
         self.shutdown_id: str | None = None                   # quiesced for this cluster shutdown
         self.final: FinalSignature | None = None              # agreed: mark the store clean on stop

@@ -1,22 +1,19 @@
-"""Identity and cluster lifecycle of one node: crash-safe registration on JOIN/REGISTER
-(RocketMQ), the Qpid join protocol (wait for N, store status and signatures, initialization,
-joining, wrong store), orderly cluster shutdown and address changes (fault points for tests of
-all this: node/faults.py).
+"""Identity and cluster lifecycle of one node: the data dir lock and identity files, the Qpid
+status exchange (store status and signatures, wait for N, initialization, wrong store), going
+active, and following a member's new address. Joining and the donor's side of JOIN/REGISTER
+are node/join.py's; an orderly cluster shutdown is node/cluster_shutdown.py's (fault points for
+tests of all this: node/faults.py).
 
-The decisions come from node/identity/identity_file.py (register codes, the online process)
-and node/identity/signature.py (decide_initialization, decide_join); this module gathers their
-inputs from greetings and the store and performs the effects. server.py calls it at fixed places:
+The decisions come from node/identity/signature.py (decide_initialization, decide_join); this
+module gathers their inputs from greetings and the store and performs the effects. The process
+(node/process/node.py) calls it at fixed places:
   start            open_identity() before the store opens, after_open() once it is open
   every handshake  greeting_fields() into our greeting, observe_greeting() on theirs
-  start-up task    join_or_bootstrap() (no store) | initialize_from_store(); then go_active()
-  relay            apply_registration() for JOIN/REGISTER
-  shutdown         request_shutdown() (cluster phases), on_stop() marks the store clean
+  start-up task    initialize_from_store() (a store; no store: node/join.py); then go_active()
+  relay            apply_registration() for JOIN/REGISTER (node/join.py does it)
+  shutdown         unlock_data_dir()
 
 Rules kept here:
-- The joiner's identity.temp is durable before JOIN leaves; the donor applies idempotently for
-  one uuid + register code (codes kept in the donor's `_meta`); an unknown outcome retries with
-  the same code; only an explicit rejection starts over. A node with an identity or an
-  unfinished registration never bootstraps a new cluster.
 - The Qpid initialization protocol runs when `cluster_wait_for` >= 1. With the default 0 a node
   recovers from its own store and serves at once, as Tarantool does (a power-off of every node
   comes back without help); it still refuses another cluster's store (`wrong store`).
@@ -32,60 +29,34 @@ import logging
 import os
 import time
 import uuid as uuidlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import aiohttp
+from typing import TYPE_CHECKING
 
 from node import limits
-from node.applier.applier import PROBE_ERRORS, open_link, probe
-from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
-from node.core import messages as m
+from node.applier.applier import PROBE_ERRORS, probe
+from node.cluster_space.table import STATE_MEMBER
 from node.core.membership import greeting_vclock
-from node.errors import ConfigError, PeerRefused, RemoteProtocolError, StorageError
-from node.fence import remember_registration
+from node.errors import ConfigError, PeerRefused, StorageError
 from node.identity import identity_file as idf
 from node.identity.signature import (
-    Decision, InitialSignature, MemberStatus, Outcome, StoreStatus, decide_initialization, decide_join,
-    final_to_wire, initial_from_wire, initial_to_wire, member_status_from_greeting, stored_status,
+    Decision, MemberStatus, Outcome, StoreStatus, decide_initialization, decide_join, final_to_wire,
+    initial_from_wire, initial_to_wire, member_status_from_greeting, stored_status,
 )
+from node.join import Aborted, ApplyResult, wait_backoff_s_max
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import LifecycleHost
 
 log = logging.getLogger("replog.lifecycle")
 
 # --- limits (unit last; why on each line) ------------------------------------------------------
 poll_timeout_s = 5.0                 # one status poll of one peer (connect + auth + greeting)
-wait_backoff_s_max = 1.0             # a forming cluster polls its peers at most this far apart
 catch_up_poll_s = 0.05               # how often a catching-up member compares vclocks
 address_follow_s = 0.5               # how often appliers are checked against members' new addresses
 LOCK_FILE = "replog.lock"            # flock'd by the running node; `admin mark-clean` checks it
 
-class Aborted(StorageError):
-    """Start-up cannot go on without an operator (no clean store, wrong store, ...): the process
-    prints the message as one line and exits 1."""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.hint = hint
-
-
-def _valid_code(code: Any) -> bool:
-    return (isinstance(code, str) and len(code) == 2 * idf.register_code_bytes
-            and not code.strip("0123456789abcdef"))
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyResult:
-    ok: bool
-    id: int = 0
-    reason: str = ""
-    next_id: int | None = None
-
 
 class Lifecycle:
-    def __init__(self, node: "Node"):
+    def __init__(self, node: "LifecycleHost"):
         self.node = node
         self.proposal = (str(uuidlib.uuid4()), time.time())   # for a new cluster, if we found it
         self.peers_seen: dict[str, dict] = {}                 # uuid -> last greeting (both directions)
@@ -93,7 +64,6 @@ class Lifecycle:
         self.moved_from: dict[str, set[str]] = {}             # uuid -> addresses it advertised before
         self.refusals: dict[str, str] = {}                    # peer address -> the refusal last logged
         self._lock_fd: int | None = None
-        self._register_lock = asyncio.Lock()
 
     @property
     def cfg(self):
@@ -238,11 +208,11 @@ class Lifecycle:
         return dict(await asyncio.gather(*(one(a) for a in peers)))
 
     @staticmethod
-    def _notes(polled: dict[str, dict | BaseException]) -> str:
+    def notes(polled: dict[str, dict | BaseException]) -> str:
         refused = [f"{a} refused: {e}" for a, e in polled.items() if isinstance(e, PeerRefused)]
         return ("; " + "; ".join(refused)) if refused else ""
 
-    def _check_wrong_store(self, polled: dict[str, dict | BaseException]) -> None:
+    def check_wrong_store(self, polled: dict[str, dict | BaseException]) -> None:
         """Peers that answered all belong to another cluster than ours: abort (Qpid: wrong store)."""
         mine = self.member_cluster_uuid()
         if mine is None:
@@ -290,248 +260,9 @@ class Lifecycle:
             node.status, node.status_reason = "failed", str(e)
             node.stopped.set()
 
-    # --- no store: join a cluster, or found one ------------------------------------------------------
-    async def join_or_bootstrap(self) -> None:
-        """Join through a running peer; if every peer is fresh too, the lowest uuid among all
-        of us bootstraps (after `cluster_wait_for` members exchanged status) and the others join it."""
-        node, cfg = self.node, self.cfg
-        wait_for = cfg.cluster_wait_for
-        node.status, node.status_reason = "joining", "looking for a booted peer"
-        peers = [a for a in node.peers if a != cfg.address]
-        if not peers and wait_for <= 1:
-            if not self.may_bootstrap():
-                raise Aborted(f"this node is a member of cluster {self.member_cluster_uuid()} (identity file in "
-                              f"{node.data_dir}) but has an empty store and no peers to rejoin through",
-                              "start it with --peers of its cluster, or remove the identity files to found a new cluster")
-            await node._bootstrap_new_cluster(InitialSignature(self.proposal[0], self.proposal[1], (node.uuid,)))
-            return
-        delay = limits.reconnect_backoff_min_s
-        while True:
-            polled = await self.poll_peers()
-            self._check_wrong_store(polled)
-            self.check_must_match(polled)
-            running = [(a, g) for a, g in polled.items()
-                       if isinstance(g, dict) and g.get("cluster_uuid") and g.get("status") == "running"]
-            failed: list[str] = []
-            for address, theirs in running:
-                try:
-                    await self.join_via(address, theirs)
-                    return
-                except idf.RegistrationPending as e:
-                    log.warning("join via %s: %s", address, e)
-                    failed.append(f"{address}: {e}")
-                except PeerRefused as e:
-                    if e.code == "expelled":
-                        raise Aborted(f"this node ({node.uuid}) was expelled from cluster "
-                                      f"{theirs['cluster_uuid']}: {e.message}") from None
-                    log.warning("join via %s refused: %s", address, e)
-                    failed.append(f"{address} refused: {e}")
-                except (RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
-                        aiohttp.ClientError) as e:
-                    log.warning("join via %s failed: %s; retrying", address, e)
-                    failed.append(f"{address}: {e}")
-                    node._wipe_partial_join()
-            if failed:
-                node.status, node.status_reason = "joining", "join failed, retrying: " + "; ".join(failed)
-            notes = self._notes(polled)
-            fresh = {a: g["uuid"] for a, g in polled.items() if isinstance(g, dict) and not g.get("cluster_uuid")}
-            all_fresh_lowest = len(fresh) == len(peers) and all(node.uuid < u for u in fresh.values())
-            if not running and not self.may_bootstrap():
-                node.status_reason = f"waiting for a running member of cluster {self.member_cluster_uuid()}{notes}"
-            elif not running and wait_for >= 1:
-                d = self.decide()
-                if d.outcome is Outcome.ABORT and d.code in ("no_clean_store", "different_shutdowns"):
-                    # This store is empty: it can only join. Peers whose stores are dirty may be
-                    # members that founded or joined this very formation a moment ago and are not
-                    # running yet; if they really cannot recover, they abort themselves.
-                    node.status = "waiting"
-                    node.status_reason = f"{d.message} among the peers; waiting for a running member{notes}"
-                elif d.outcome is Outcome.ABORT:
-                    raise Aborted(d.message, d.hint)
-                elif d.outcome is Outcome.WAIT:
-                    node.status = "waiting"
-                    node.status_reason = d.message + notes
-                elif d.outcome is Outcome.ACTIVATE and all_fresh_lowest:
-                    log.info("join: %d initial members exchanged status; this node has the lowest uuid: "
-                             "bootstrapping", len(d.active))
-                    await node._bootstrap_new_cluster(d.initial)
-                    return
-                else:
-                    node.status = "joining"
-                    node.status_reason = (f"{len(d.active) or len(self.peers_seen) + 1} initial members exchanged "
-                                          f"status; waiting for a running member to join{notes}")
-            elif not running and all_fresh_lowest:
-                log.info("join: every peer is fresh and this node has the lowest uuid: bootstrapping")
-                founders = tuple(fresh.values()) + (node.uuid,)
-                await node._bootstrap_new_cluster(InitialSignature(self.proposal[0], self.proposal[1], founders))
-                return
-            elif not running:
-                node.status_reason = f"waiting for a booted peer ({len(fresh)} of {len(peers)} peers fresh){notes}"
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, wait_backoff_s_max)
-
-    async def join_via(self, address: str, theirs: dict) -> None:
-        """Register through the donor (identity.temp first, idempotent apply, identity after),
-        then take its snapshot over the same link."""
-        node = self.node
-        cluster_uuid = theirs["cluster_uuid"]
-        mine = self.member_cluster_uuid()
-        if mine is not None and mine != cluster_uuid:
-            raise Aborted(f"wrong store: this node's identity belongs to cluster {mine}, {address} to {cluster_uuid}")
-        held: dict[str, Any] = {}
-        # A uuid that was a member before may have written rows its peers still hold: fenced.
-        existed = node.uuid in {r[0] for r in theirs.get("cluster") or ()}
-        if not self.uses_identity_files:
-            conn, answer = await self.apply_once(address, m.JOIN, None, None)
-            if not isinstance(answer, idf.ApplyOk):
-                raise RemoteProtocolError(f"JOIN via {address}: {answer}")
-        else:
-            ident = idf.load_identity(node.data_dir)
-            existed = ident is not None and ident.active
-            if ident is not None:
-                # a member re-joining with an empty store: its registration is final
-                conn, answer = await self.apply_once(address, m.JOIN, ident.register_code, None)
-                if isinstance(answer, idf.ApplyRejected):
-                    raise Aborted(f"identity: {address} refuses this node's registration: {answer.reason}",
-                                  "another node may be running with a copy of this data dir")
-                if not isinstance(answer, idf.ApplyOk):
-                    raise RemoteProtocolError(f"JOIN via {address}: {answer.reason}")
-                if answer.replica_id != ident.replica_id:
-                    log.info("identity: %s calls this node id %d (the identity file says %d)",
-                             address, answer.replica_id, ident.replica_id)
-            else:
-                async def apply(p: idf.PendingRegistration) -> idf.ApplyAnswer:
-                    c, a = await self.apply_once(address, m.JOIN, p.register_code, p.requested_id)
-                    if c is not None:
-                        held["conn"] = c
-                    return a
-
-                try:
-                    requested = ClusterTable(Member.from_row(r) for r in theirs["cluster"]).lowest_free_id()
-                except (ValueError, TypeError, IndexError, AssertionError):
-                    requested = None
-                try:
-                    ident = await idf.register(node.data_dir, apply, new_uuid=node.uuid, cluster_uuid=cluster_uuid,
-                                               requested_id=requested, now_s=time.time())
-                except BaseException:
-                    if "conn" in held:
-                        await held.pop("conn").close()
-                    raise
-                conn = held.pop("conn")
-                log.info("identity: registered as id %d of cluster %s via %s", ident.replica_id, cluster_uuid, address)
-        try:
-            await node._fetch_snapshot(conn, theirs, join=True, existed=existed)
-        finally:
-            await conn.close()
-
-    async def apply_once(self, address: str, kind: int, code: str | None,
-                         requested_id: int | None):
-        """One JOIN/REGISTER carrying the register code. Returns (link kept open after an ok,
-        or None; the answer). A timeout or a broken link is an unknown outcome."""
-        node = self.node
-        try:
-            conn, theirs = await open_link(node, node.http_session, address)
-        except (RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError, aiohttp.ClientError) as e:
-            return None, idf.ApplyUnknown(f"{address}: {e}")
-        if not theirs.get("cluster_uuid") or theirs.get("status") != "running":
-            await conn.close()
-            return None, idf.ApplyUnknown(f"{address} is {theirs.get('status')}, not a running member")
-        try:
-            await conn.send(kind, code=code, id=requested_id)
-            if code is not None:
-                idf.fault_point("after_apply_sent")
-            msg = await conn.expect(m.REGISTERED, timeout=limits.handshake_timeout_s)
-        except PeerRefused as e:
-            await conn.close()
-            if e.code == "register_rejected":
-                nxt = (getattr(e, "body", None) or {}).get("next_id")
-                return None, idf.ApplyRejected(e.message, nxt if isinstance(nxt, int) and nxt >= 1 else None)
-            raise
-        except (RemoteProtocolError, ConnectionError, asyncio.TimeoutError, aiohttp.ClientError) as e:
-            await conn.close()
-            return None, idf.ApplyUnknown(f"{address}: {e}")
-        return conn, idf.ApplyOk(msg["id"])
-
-    async def register_anon(self) -> None:
-        """An anonymous replica restarted without --anon becomes a member through the same
-        crash-safe exchange (REGISTER carries the code); it keeps its uuid, local id and rows."""
-        node, cfg = self.node, self.cfg
-        node.status, node.status_reason = "registering", "registering an anonymous replica"
-        cluster_uuid = node.store.get_meta("cluster_uuid")
-        while True:
-            for address in node.peers:
-                async def apply(p: idf.PendingRegistration, address: str = address) -> idf.ApplyAnswer:
-                    c, a = await self.apply_once(address, m.REGISTER, p.register_code, p.requested_id)
-                    if c is not None:
-                        try:
-                            await c.send(m.BYE)
-                        except (ConnectionError, RuntimeError, aiohttp.ClientError):
-                            pass
-                        await c.close()
-                    return a
-
-                try:
-                    if self.uses_identity_files:
-                        await idf.register(node.data_dir, apply, new_uuid=node.uuid, cluster_uuid=cluster_uuid,
-                                           requested_id=None, now_s=time.time())
-                    else:
-                        c, a = await self.apply_once(address, m.REGISTER, None, None)
-                        if c is None:
-                            raise RemoteProtocolError(str(a))
-                        await c.close()
-                except (idf.RegistrationPending, PeerRefused, RemoteProtocolError) as e:
-                    log.warning("register via %s failed: %s", address, e)
-                    continue
-                _, txn = node.core.register_member(node.uuid, cfg.address, node.wall_us())
-                if txn is not None:
-                    await node.journal.submit([txn])
-                node.store.set_meta(anon=False)
-                log.info("node: registered as a member via %s", address)
-                return
-            await asyncio.sleep(0.5)
-
-    # --- donor side of JOIN / REGISTER ---------------------------------------------------------------
     async def apply_registration(self, theirs: dict, body: dict) -> ApplyResult:
-        """After RocketMQ's CASApplyBrokerId: the same uuid + code is granted the same id however
-        often it comes; a code recorded for another registration of that uuid is rejected. Codes
-        live in this node's `_meta` ("registrations"); a member registered elsewhere (another
-        donor, a founder) has no code here and adopts the first one it brings."""
-        node = self.node
-        uuid, address = theirs["uuid"], theirs["address"]
-        code, requested = body.get("code"), body.get("id")
-        if code is not None and not _valid_code(code):
-            raise RemoteProtocolError(f"register code {code!r} is not {2 * idf.register_code_bytes} hex digits")
-        if requested is not None and (type(requested) is not int or not 1 <= requested <= limits.replica_id_max):
-            raise RemoteProtocolError(f"requested id {requested!r} is not an id")
-        async with self._register_lock:
-            core, store = node.core, node.store
-            if code is None:          # a joiner without identity files (lease identity)
-                remember_registration(node.data_dir, uuid)
-                return ApplyResult(True, await node.register_member(uuid, address))
-            codes: dict = store.get_meta("registrations") or {}
-            registry = {mem.uuid: (mem.id, str((codes.get(mem.uuid) or [0, ""])[1])) for mem in core.table.members()}
-            known = core.table.get(uuid)
-            if known is not None and uuid not in codes:
-                registry[uuid] = (known.id, code)
-            lowest = core.table.lowest_free_id()
-            result = idf.apply_registration(registry, uuid, requested, code, lowest)
-            if result[0] != "ok":
-                nxt = known.id if known is not None else lowest
-                log.warning("register: refused %s: %s (next id %d)", uuid, result[1], nxt)
-                return ApplyResult(False, reason=str(result[1]), next_id=nxt)
-            granted = int(result[1])
-            # noted beside the identity first: if this store is lost, its fence still knows this
-            # member may hold its rows (node/fence.py)
-            remember_registration(node.data_dir, uuid)
-            local_id, txn = core.register_member(uuid, address, node.wall_us(), proposed_id=granted)
-            assert local_id == granted, (local_id, granted)
-            if txn is not None:
-                await node.journal.submit([txn])
-            if codes.get(uuid) != [granted, code]:
-                codes[uuid] = [granted, code]
-                store.set_meta(registrations=codes)
-            log.info("register: %s is id %d (code %s…)", uuid, granted, code[:8])
-            return ApplyResult(True, granted)
+        """The donor's side of JOIN / REGISTER, asked by a relay (node/join.py Join)."""
+        return await self.node.join.apply_registration(theirs, body)
 
     # --- a store: initialization (Qpid) or joining an active cluster ---------------------------------
     async def initialize_from_store(self) -> None:
@@ -545,7 +276,7 @@ class Lifecycle:
         delay = limits.reconnect_backoff_min_s
         while True:
             polled = await self.poll_peers(poll_timeout_s if wait_for else 2.0)
-            self._check_wrong_store(polled)
+            self.check_wrong_store(polled)
             self.check_must_match(polled)
             mine = self.my_status()
             active = [g for g in polled.values()
@@ -564,7 +295,7 @@ class Lifecycle:
                 return
             d = self.decide()
             if d.outcome is Outcome.WAIT:
-                node.status, node.status_reason = "waiting", d.message + self._notes(polled)
+                node.status, node.status_reason = "waiting", d.message + self.notes(polled)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, wait_backoff_s_max)
                 continue

@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import time
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -38,6 +39,9 @@ from node.core.validate import timestamp_ahead_error
 from node.errors import PeerRefused, RemoteProtocolError
 from node.identity import identity_file as idf
 from node.storage.store import Store
+
+if TYPE_CHECKING:
+    from node.process.ports import RejoinHost
 
 log = logging.getLogger("replog.rejoin")
 
@@ -106,7 +110,7 @@ def _swap(data_dir: str) -> None:
 
 
 class Rejoiner:
-    def __init__(self, node):
+    def __init__(self, node: "RejoinHost"):
         self.node = node
         self.need: dict[str, str] = {}                 # upstream address -> why it told us to rejoin
         self.needed: dict[str, dict[str, int]] = {}    # upstream address -> what it collected, by uuid
@@ -261,7 +265,7 @@ class Rejoiner:
                 await conn.send(m.FETCH_SNAPSHOT)
             else:
                 ident = idf.load_identity(node.data_dir) if life.uses_identity_files else None
-                conn, answer = await life.apply_once(address, m.JOIN, ident.register_code if ident else None, None)
+                conn, answer = await node.join.apply_once(address, m.JOIN, ident.register_code if ident else None, None)
                 if conn is None:
                     raise RemoteProtocolError(f"JOIN via {address}: {answer}")
                 theirs = conn.greeting

@@ -18,15 +18,21 @@ Rules kept here:
 from __future__ import annotations
 
 import ssl
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from node.errors import ConfigError
 
-if TYPE_CHECKING:
-    from node.config import Config
+
+class TlsOptions(Protocol):
+    """The options read here (node/config.py Config has them): this module does not import the
+    config that imports it."""
+    tls_cert_file: str
+    tls_key_file: str
+    tls_ca_file: str
+    tls_client_auth: bool
 
 
-def check_options(cfg: "Config") -> None:
+def check_options(cfg: TlsOptions) -> None:
     if bool(cfg.tls_cert_file) != bool(cfg.tls_key_file):
         raise ConfigError("tls_key_file" if cfg.tls_cert_file else "tls_cert_file",
                           "tls_cert_file and tls_key_file go together")
@@ -36,7 +42,7 @@ def check_options(cfg: "Config") -> None:
         raise ConfigError("tls_client_auth", "needs tls_cert_file, tls_key_file and tls_ca_file")
 
 
-def server_context(cfg: "Config") -> ssl.SSLContext | None:
+def server_context(cfg: TlsOptions) -> ssl.SSLContext | None:
     """What the node's port serves with, or None (plaintext)."""
     if not cfg.tls_cert_file:
         return None
@@ -49,7 +55,7 @@ def server_context(cfg: "Config") -> ssl.SSLContext | None:
     return ctx
 
 
-def client_context(cfg: "Config") -> ssl.SSLContext | None:
+def client_context(cfg: TlsOptions) -> ssl.SSLContext | None:
     """What the node connects to its peers with, or None (plaintext)."""
     if not cfg.tls_cert_file:
         return None
@@ -61,7 +67,7 @@ def client_context(cfg: "Config") -> ssl.SSLContext | None:
     return ctx
 
 
-def _load_chain(ctx: ssl.SSLContext, cfg: "Config") -> None:
+def _load_chain(ctx: ssl.SSLContext, cfg: TlsOptions) -> None:
     _readable("tls_cert_file", cfg.tls_cert_file)
     _readable("tls_key_file", cfg.tls_key_file)
     try:
@@ -71,7 +77,7 @@ def _load_chain(ctx: ssl.SSLContext, cfg: "Config") -> None:
                                            f"certificate chain and its private key ({e.reason or e})") from None
 
 
-def _load_ca(ctx: ssl.SSLContext, cfg: "Config") -> None:
+def _load_ca(ctx: ssl.SSLContext, cfg: TlsOptions) -> None:
     _readable("tls_ca_file", cfg.tls_ca_file)
     try:
         ctx.load_verify_locations(cafile=cfg.tls_ca_file)

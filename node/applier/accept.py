@@ -32,7 +32,7 @@ from node.core.admission import FailureLog, HandshakeGate
 from node.errors import PeerRefused, RemoteProtocolError
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import AcceptHost
 
 log = logging.getLogger("replog.relay")
 
@@ -52,7 +52,7 @@ class LinkGuard:
             log.warning("relay: refused an unauthenticated link from %s: %s%s", remote, why, more)
 
 
-async def handle_replication(node: "Node", request: web.Request) -> web.StreamResponse:
+async def handle_replication(node: "AcceptHost", request: web.Request) -> web.StreamResponse:
     guard: LinkGuard = node.link_guard
     remote = request.remote or "?"
     transport = request.transport

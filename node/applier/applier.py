@@ -31,13 +31,13 @@ from node.errors import PeerRefused, RemoteProtocolError, StorageError
 from node.faults import fault
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import ApplierHost, Handshake
 
 __all__ = ["PROBE_ERRORS", "Applier", "Resubscribe", "open_link", "probe"]
 log = logging.getLogger("replog.applier")
 
 
-async def open_link(node: "Node", session: aiohttp.ClientSession, address: str) -> tuple[Conn, dict]:
+async def open_link(node: "Handshake", session: aiohttp.ClientSession, address: str) -> tuple[Conn, dict]:
     """Connect, authenticate and exchange greetings; returns the link and the peer's greeting."""
     conn = await connect(session, address, node.cfg.client_ssl)
     try:
@@ -54,7 +54,7 @@ async def open_link(node: "Node", session: aiohttp.ClientSession, address: str) 
         raise
 
 
-async def probe(node: "Node", session: aiohttp.ClientSession, address: str, timeout: float) -> dict:
+async def probe(node: "Handshake", session: aiohttp.ClientSession, address: str, timeout: float) -> dict:
     """Greet a peer and leave (BYE): its greeting, or the error that stopped the handshake."""
     conn, theirs = await asyncio.wait_for(open_link(node, session, address), timeout)
     try:
@@ -71,7 +71,7 @@ PROBE_ERRORS = (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyn
 
 
 class Applier:
-    def __init__(self, node: "Node", address: str):
+    def __init__(self, node: "ApplierHost", address: str):
         self.node = node
         self.address = address
         self.status = "connecting"

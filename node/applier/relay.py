@@ -27,7 +27,7 @@ from node.errors import ClientError, PeerRefused, RemoteProtocolError
 from node.faults import fault
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import RelayHost
 
 __all__ = ["Relay", "WalCursor", "rows_batches", "send_snapshot", "serve_link"]
 log = logging.getLogger("replog.relay")
@@ -36,7 +36,7 @@ log = logging.getLogger("replog.relay")
 class _Host:
     """The machine's host (node/core/link/relay.py RelayContext) over the node."""
 
-    def __init__(self, node: "Node"):
+    def __init__(self, node: "RelayHost"):
         self.node = node
 
     @property
@@ -59,7 +59,7 @@ class _Host:
         return self.node.store.get_meta("gc_vclock") or {}
 
 
-def _take(node: "Node", mach: RelayMachine, inp, now: float) -> Ready:
+def _take(node: "RelayHost", mach: RelayMachine, inp, now: float) -> Ready:
     """Step and persist the holds the step asked for, in one synchronous call."""
     try:
         mach.step(inp, now)
@@ -74,7 +74,7 @@ def _take(node: "Node", mach: RelayMachine, inp, now: float) -> Ready:
     return rd
 
 
-async def serve_link(node: "Node", conn: Conn) -> None:
+async def serve_link(node: "RelayHost", conn: Conn) -> None:
     """An authenticated inbound link (node/applier/accept.py): greetings, then the one request
     it came for."""
     mach = RelayMachine(_Host(node), conn.session.peer_uuid if conn.session else None, conn.peer)
@@ -104,7 +104,7 @@ async def serve_link(node: "Node", conn: Conn) -> None:
         mach.close()
 
 
-async def _act(node: "Node", conn: Conn, mach: RelayMachine, rd: Ready):
+async def _act(node: "RelayHost", conn: Conn, mach: RelayMachine, rd: Ready):
     """Send, then the effects; returns the next input an effect produced, or None."""
     for s in rd.send:
         await conn.send(s.mtype, **s.body)
@@ -139,7 +139,7 @@ async def _act(node: "Node", conn: Conn, mach: RelayMachine, rd: Ready):
     return nxt
 
 
-async def send_snapshot(node: "Node", conn: Conn) -> None:
+async def send_snapshot(node: "RelayHost", conn: Conn) -> None:
     loop = asyncio.get_running_loop()
     it = node.store.snapshot()
     kind, meta = await loop.run_in_executor(None, next, it)
@@ -157,7 +157,7 @@ async def send_snapshot(node: "Node", conn: Conn) -> None:
 class Relay:
     """A subscribed link: rows out (the send loop), ACKs in (stepped into the machine)."""
 
-    def __init__(self, node: "Node", conn: Conn, machine: RelayMachine):
+    def __init__(self, node: "RelayHost", conn: Conn, machine: RelayMachine):
         self.node = node
         self.conn = conn
         self.machine = machine

@@ -23,17 +23,17 @@ from node.clientrules import check_key, check_space   # the client input rules, 
 from node.core import codec, validate
 from node.errors import ClientError, StorageError
 from node.http import render
+from node.http.keys import NODE
 from node.http.browser import browser_mw
 from node.http.health import install_health
 from node.http.metrics import install_metrics
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import ApiHost
 
 log = logging.getLogger("replog.http")
 
 MSGPACK = "application/msgpack"
-NODE = web.AppKey("node", object)
 # /ui: the page (its data calls carry the token); /livez, /readyz: probes carry none
 OPEN_PATHS = ("/v1/health", "/livez", "/readyz", "/metrics", "/v1/replication", "/ui")
 
@@ -115,7 +115,7 @@ async def errors_mw(request: web.Request, handler):
 
 @web.middleware
 async def auth_mw(request: web.Request, handler):
-    node: Node = request.app[NODE]
+    node: ApiHost = request.app[NODE]
     token = node.cfg.token
     if token and not request.path.startswith(OPEN_PATHS):
         # surrogateescape: a header is bytes, and non-UTF-8 ones are just a wrong token
@@ -126,7 +126,7 @@ async def auth_mw(request: web.Request, handler):
 
 
 # --- handlers ----------------------------------------------------------------------------
-def _node(request: web.Request) -> "Node":
+def _node(request: web.Request) -> "ApiHost":
     return request.app[NODE]
 
 
@@ -294,7 +294,7 @@ async def replication(request: web.Request) -> web.StreamResponse:
     return await handle_replication(_node(request), request)
 
 
-def make_app(node: "Node") -> web.Application:
+def make_app(node: "ApiHost") -> web.Application:
     app = web.Application(middlewares=[errors_mw, browser_mw, auth_mw], client_max_size=limits.body_bytes_max)
     app[NODE] = node
     r = app.router

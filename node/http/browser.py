@@ -24,19 +24,19 @@ from aiohttp import web
 from node import limits
 from node.cluster_space.table import STATE_EXPELLED
 from node.errors import ClientError
+from node.http.keys import NODE
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import BrowserView
 
 READ_METHODS = ("GET", "HEAD")
 
 
-def _node(request: web.Request) -> "Node":
-    from node.http.api import NODE
+def _node(request: web.Request) -> "BrowserView":
     return request.app[NODE]
 
 
-def member_addresses(node: "Node") -> set[str]:
+def member_addresses(node: "BrowserView") -> set[str]:
     """Addresses of the cluster as this node knows it: itself, its `_cluster` (not expelled),
     and every subscriber on a live replication link."""
     addrs = {node.cfg.address}
@@ -46,12 +46,12 @@ def member_addresses(node: "Node") -> set[str]:
     return addrs
 
 
-def trusted_origin(node: "Node", origin: str) -> bool:
+def trusted_origin(node: "BrowserView", origin: str) -> bool:
     scheme, sep, address = origin.partition("://")
     return bool(sep) and scheme in ("http", "https") and address in member_addresses(node)
 
 
-def host_known(node: "Node", host: str) -> bool:
+def host_known(node: "BrowserView", host: str) -> bool:
     """A Host header a browser may use to reach a token-less node (see the module's rules)."""
     name = host.rpartition(":")[0] if host.rpartition(":")[2].isdigit() else host
     name = name.strip("[]").lower()

@@ -26,7 +26,7 @@ from node import limits
 from node.errors import ClientError
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import EventsView
 
 log = logging.getLogger("replog.http")
 
@@ -38,7 +38,7 @@ def _rows_behind(vclock: dict[int, int], acked: dict) -> int:
     return sum(max(0, lsn - got.get(rid, 0)) for rid, lsn in vclock.items() if rid != 0)
 
 
-def wal_view(node: "Node") -> dict:
+def wal_view(node: "EventsView") -> dict:
     """WAL size on disk and who holds it (see node/wal/gc.py for the retention rule)."""
     from node.wal.reader import list_segments
     size = 0
@@ -60,7 +60,7 @@ def wal_view(node: "Node") -> dict:
     return {"segments": len(segments), "bytes": size, "holds": holds, "anon_ttl_s": node.cfg.anon_ttl_s}
 
 
-def counters(node: "Node") -> dict:
+def counters(node: "EventsView") -> dict:
     """Monotonic counters the page turns into rates. Rows by vclock: lsns count rows, so the
     node's own component (+ local spaces, component 0) is what it wrote, the others what it
     applied from peers, each origin's row once whatever route it came by; they survive restarts."""
@@ -78,7 +78,7 @@ def counters(node: "Node") -> dict:
             "rows_persisted": j.rows_written if j else 0, "wal_bytes_written": wal.bytes_written if wal else 0}
 
 
-def snapshot(node: "Node") -> dict:
+def snapshot(node: "EventsView") -> dict:
     return {"t": round(time.time(), 3), "info": node.info(), "cluster": node.cluster_view(),
             "counters": counters(node), "wal": wal_view(node),
             "interval_s": limits.events_interval_s}
@@ -103,7 +103,7 @@ class Listener:
 
 
 class EventHub:
-    def __init__(self, node: "Node") -> None:
+    def __init__(self, node: "EventsView") -> None:
         self.node = node
         self.listeners: set[Listener] = set()
         self.last: bytes | None = None

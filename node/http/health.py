@@ -26,7 +26,7 @@ from aiohttp import web
 from node import limits
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import HealthView
 
 WATCH = web.AppKey("loop_watch", object)
 
@@ -72,7 +72,7 @@ class LoopWatch:
         return self.samples[-1][1] if self.samples else 0.0
 
 
-def _upstreams(node: "Node") -> tuple[list, list]:
+def _upstreams(node: "HealthView") -> tuple[list, list]:
     """(upstreams not following, following upstreams over the lag bound)."""
     down = [a for a in node.appliers.values() if a.status != "follow"]
     slow = [a for a in node.appliers.values() if a.status == "follow" and a.lag_s > node.cfg.ready_lag_max_s]
@@ -91,7 +91,7 @@ def _slow_line(a, bound: float) -> str:
     return f"upstream {_name(a)} lags {a.lag_s:.3f} s (ready_lag_max_s {bound:g})"
 
 
-def liveness(node: "Node", watch: LoopWatch | None) -> list[str]:
+def liveness(node: "HealthView", watch: LoopWatch | None) -> list[str]:
     reasons = []
     lag = watch.lag_s() if watch else 0.0
     if lag > node.cfg.live_loop_lag_max_s:
@@ -102,7 +102,7 @@ def liveness(node: "Node", watch: LoopWatch | None) -> list[str]:
     return reasons
 
 
-def readiness(node: "Node") -> list[str]:
+def readiness(node: "HealthView") -> list[str]:
     if node.status != "running" or node.core is None:
         return [f"node is {node.status}" + (f": {node.status_reason}" if node.status_reason else "")]
     reasons = []
@@ -124,7 +124,7 @@ def readiness(node: "Node") -> list[str]:
     return reasons
 
 
-def warnings(node: "Node") -> list[str]:
+def warnings(node: "HealthView") -> list[str]:
     """What a serving node's /v1/health reports beside `degraded`."""
     down, slow = _upstreams(node)
     out = [_down_line(a) for a in down] + [_slow_line(a, node.cfg.ready_lag_max_s) for a in slow]
@@ -133,7 +133,7 @@ def warnings(node: "Node") -> list[str]:
     return out
 
 
-def install_health(app: web.Application, node: "Node", reply) -> None:
+def install_health(app: web.Application, node: "HealthView", reply) -> None:
     """Routes /v1/health, /livez and /readyz; `reply(request, doc, status)` encodes an answer
     (JSON, or msgpack when asked)."""
     watch = app[WATCH] = LoopWatch()

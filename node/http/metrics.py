@@ -28,7 +28,7 @@ from node.latency import Histogram
 from node.version import version
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import MetricsView
 
 HTTP_LATENCY = web.AppKey("http_latency", dict)
 UNTIMED_PATHS = ("/v1/replication", "/v1/events")
@@ -56,7 +56,7 @@ def _dir_bytes(path: str) -> tuple[int, int]:
 
 
 class NodeCollector:
-    def __init__(self, node: "Node", app: web.Application):
+    def __init__(self, node: "MetricsView", app: web.Application):
         self.node = node
         self.app = app
 
@@ -171,7 +171,7 @@ class NodeCollector:
         yield info
 
 
-def install_metrics(app: web.Application, node: "Node") -> None:
+def install_metrics(app: web.Application, node: "MetricsView") -> None:
     """Route /metrics and time every HTTP request but the streams."""
     app[HTTP_LATENCY] = {}
     reg = CollectorRegistry()

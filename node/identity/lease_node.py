@@ -2,11 +2,12 @@
 member, keep the lease renewed, fence off older holders of any slot, and stop when the
 lease is gone.
 
-The node (node/server.py) drives it in this order: `acquire()` before the store opens
+The process (node/process/node.py) drives it in this order: `acquire()` before the store opens
 (it decides the member uuid and the data dir `<data_dir>/slot-<k>`), `wait_ready()` before
 the node reports "running", `check_peer()` on every handshake, `release()` on orderly
 shutdown. Decisions about leases come from lease.py, store steps from lease_manager.py,
-renewal timing from lease_runner.py; this module only wires them to the node.
+renewal timing from lease_runner.py, what a holder shows and reads of peers from
+lease_view.py; this module only wires them to the node.
 
 Rules it keeps:
 - No slot, no store: `acquire()` returns only holding a lease. While every slot is held it
@@ -46,19 +47,19 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
 from node import limits
 from node.applier.applier import PROBE_ERRORS, probe
-from node.errors import PeerRefused, RemoteProtocolError, StorageError
+from node.errors import PeerRefused, StorageError
 from node.identity import lease as core
 from node.identity.lease import LeaseLost
 from node.identity.lease_manager import LeaseManager
 from node.identity.lease_runner import run_lease
 from node.identity.lease_store import LeaseStore, LeaseStoreUnavailable, open_store
+from node.identity import lease_view
+from node.identity.lease_view import parse_greeting_lease
 
 if TYPE_CHECKING:
-    from node.server import Node
+    from node.process.ports import LeaseHost
 
 log = logging.getLogger("replog.identity.lease")
 
@@ -120,33 +121,8 @@ def default_task_id() -> str:
     return f"{socket.gethostname()[:200]}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-def parse_greeting_lease(theirs: dict) -> tuple[int, int, dict[int, int]]:
-    """(slot, version, seen) from a peer greeting's "lease" field; a malformed field is the
-    peer's protocol error."""
-    peer = f"{theirs.get('address')} ({str(theirs.get('uuid'))[:8]})"
-    f = theirs.get("lease")
-    if not isinstance(f, dict):
-        raise RemoteProtocolError(f"{peer}: greeting has no lease field although identity = lease")
-    slot, version, seen = f.get("slot"), f.get("version"), f.get("seen", {})
-    if any(type(x) is not int for x in (slot, version)) or not (0 <= slot < core.cluster_size_max) or version < 0:
-        raise RemoteProtocolError(f"{peer}: greeting's lease slot/version are not valid: {f!r:.200}")
-    if not isinstance(seen, dict) or len(seen) > core.cluster_size_max:
-        raise RemoteProtocolError(f"{peer}: greeting's lease 'seen' is not a map of at most "
-                                  f"{core.cluster_size_max} slots")
-    out: dict[int, int] = {}
-    for k, v in seen.items():
-        try:
-            s = int(k)
-        except (TypeError, ValueError):
-            raise RemoteProtocolError(f"{peer}: greeting's lease 'seen' has a bad slot {k!r:.50}") from None
-        if type(v) is not int or v < 0 or not (0 <= s < core.cluster_size_max):
-            raise RemoteProtocolError(f"{peer}: greeting's lease 'seen' has a bad entry {k!r:.50}: {v!r:.50}")
-        out[s] = v
-    return slot, version, out
-
-
 class LeaseIdentity:
-    def __init__(self, node: "Node", *, exit_at_once_on_loss: bool = True):
+    def __init__(self, node: "LeaseHost", *, exit_at_once_on_loss: bool = True):
         """`exit_at_once_on_loss=False` is for tests that run a LeaseIdentity inside the test
         process: a loss must not end that process (see _exit_at_once)."""
         self.node = node
@@ -398,9 +374,7 @@ class LeaseIdentity:
     async def _wind_down(self) -> None:
         node = self.node
         me = asyncio.current_task()
-        for t in list(node._tasks):   # start-up steps (join, bootstrap) must not resume serving
-            if t is not me:
-                t.cancel()
+        node.tasks.cancel_all(but=me)   # start-up steps (join, bootstrap) must not resume serving
         for a in list(node.appliers.values()):
             try:
                 await asyncio.wait_for(a.stop(), wind_down_step_s)
@@ -456,51 +430,7 @@ class LeaseIdentity:
         return "held"
 
     def info(self) -> dict:
-        mgr = self.manager
-        lease = mgr.lease if mgr else None
-        now = mgr.now_ms() if mgr else 0
-        expires_ms = lease.expires_ms if lease else None
-        return {
-            "state": self.state(),
-            "slot": self.slot,
-            "version": self.version,
-            "member_uuid": self.member_uuid,
-            "task_id": self.task_id,
-            "store": self.store.url if self.store else self.node.cfg.lease_store,
-            "cluster_size": self.node.cfg.cluster_size,
-            "duration_s": mgr.duration_ms / 1000 if mgr else self.node.cfg.lease_duration_s,
-            "expires_ms": expires_ms,
-            "expires_in_s": round((expires_ms - now) / 1000, 3) if expires_ms else None,
-            "renew_deadline_ms": mgr.renew_deadline_ms if mgr else None,
-            "renewals": mgr.renewals if mgr else 0,
-            "renew_failures": mgr.renew_failures if mgr else 0,
-            "fenced": self.fenced,
-            "verifications": self.verifications,
-            "seen": {str(k): v for k, v in sorted(self.seen.items())},
-            "lost_reason": self.lost_reason,
-            "peer_wait": None if self.peer_wait_until_ms is None else {
-                "until_ms": self.peer_wait_until_ms, "outcome": self.peer_wait_outcome,
-                "confirmed": sorted(self.peers_confirmed)},
-        }
+        return lease_view.info(self)
 
     def metrics(self) -> list:
-        mgr = self.manager
-        lease = mgr.lease if mgr else None
-        labels = [str(self.slot) if self.slot is not None else ""]
-        renewals = CounterMetricFamily("replog_lease_renewals", "Successful lease renewals", labels=["slot"])
-        renewals.add_metric(labels, mgr.renewals if mgr else 0)
-        failures = CounterMetricFamily("replog_lease_renew_failures",
-                                       "Lease renewals that failed (store unavailable, or the lease lost)",
-                                       labels=["slot"])
-        failures.add_metric(labels, mgr.renew_failures if mgr else 0)
-        fenced = CounterMetricFamily("replog_lease_fenced",
-                                     "Handshakes refused because the peer's lease version was stale")
-        fenced.add_metric([], self.fenced)
-        held = GaugeMetricFamily("replog_lease_held", "1 while this node holds its lease slot", labels=["slot"])
-        held.add_metric(labels, 1 if lease is not None and self.lost_reason is None else 0)
-        version = GaugeMetricFamily("replog_lease_version", "Version of the held lease slot", labels=["slot"])
-        version.add_metric(labels, self.version or 0)
-        expiry = GaugeMetricFamily("replog_lease_expires_in_seconds",
-                                   "Seconds until the held lease expires unless renewed", labels=["slot"])
-        expiry.add_metric(labels, (lease.expires_ms - mgr.now_ms()) / 1000 if lease else 0)
-        return [renewals, failures, fenced, held, version, expiry]
+        return lease_view.metrics(self)

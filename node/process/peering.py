@@ -1,0 +1,138 @@
+"""What this node says to its peers and believes of them: its greeting, the checks run on
+theirs, the claims a peer makes to hold this node's own rows, and the set of upstreams
+(one applier per peer address).
+
+Rules kept here:
+- A peer saying it holds more of this node's own rows than this node does holds its writes
+  (own_rows_awaited) while that peer is one of its upstreams: those rows come back by
+  SUBSCRIBE, and no lsn of ours is used twice. A claim an upstream disproved (it streamed
+  without those rows) is not believed again while this node runs.
+- Claims and disproved peers are bounded by members_max: a peer inventing uuids cannot grow
+  them.
+- `peers` is changed in place, so every holder of the list sees the sources in effect."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from node import limits
+from node.applier.applier import Applier
+
+if TYPE_CHECKING:
+    from node.process.ports import PeeringHost
+
+log = logging.getLogger("replog.node")
+
+
+class Peering:
+    def __init__(self, node: "PeeringHost", peers: list[str]):
+        self.node = node
+        self.peers: list[str] = list(peers)   # the replication sources in effect (PUT /v1/admin/peers)
+        # peer uuid -> (lsn of our own component it says it holds, its address): writes wait for
+        # those rows while that peer is one of our upstreams (own_rows_awaited)
+        self.own_claims: dict[str, tuple[int, str]] = {}
+        # peers that claimed to hold our own rows and, streaming to us, did not send them
+        # (Applier.check_claim): their claims are not believed again while this node runs
+        self.claims_disproved: set[str] = set()
+
+    # --- greetings ------------------------------------------------------------------------------
+    def greeting(self) -> dict:
+        node = self.node
+        core, store, cfg = node.core, node.store, node.cfg
+        table = core.table if core else None
+        return {
+            "uuid": node.uuid,
+            "cluster_uuid": store.get_meta("cluster_uuid") if store else None,
+            "cluster_name": cfg.cluster_name,
+            "options_digest": node.options_digest,
+            "options": cfg.must_match(),
+            "anon": cfg.anon,
+            "address": cfg.address,
+            "cluster": table.rows() if table else [],
+            "status": node.status,
+            "lease": node.lease.greeting_field() if node.lease else None,
+            # our own `_cluster` rows up to here are an earlier incarnation's (all of them while a
+            # rebuilt store is fenced): peers take no ids from them (Peer.history_lsn)
+            "own_history_lsn": self.own_history_lsn(),
+            **node.life.greeting_fields(),   # store status, signatures, vclock by uuid (join protocol)
+        }
+
+    def own_history_lsn(self) -> int:
+        core = self.node.core
+        if core is None:
+            return 0
+        return limits.lsn_max if core.fence is not None and core.fence.rebuilt else core.own_history_lsn
+
+    def check_peer_greeting(self, theirs: dict) -> None:
+        """Checks beyond check_greeting: lease fencing (raises PeerRefused); then what the
+        greeting tells the join protocol, the fence, and the claims on our own rows."""
+        node = self.node
+        if node.lease:
+            node.lease.check_peer(theirs)
+        node.life.observe_greeting(theirs)
+        node.fence.on_greeting(theirs)
+        vu = theirs.get("vclock_uuid")
+        own = vu.get(node.uuid) if isinstance(vu, dict) else None
+        uuid = theirs["uuid"]
+        if uuid in self.claims_disproved:
+            return
+        if isinstance(own, int) and own > self.own_claims.get(uuid, (0, ""))[0] \
+                and (uuid in self.own_claims or len(self.own_claims) < limits.members_max):
+            # A peer says it holds more of this node's own rows than this node does (a
+            # replacement container, a rejoin, or a lost unsynced tail): they come back by
+            # SUBSCRIBE, and writes wait for them so no lsn of ours is ever used twice.
+            self.own_claims[uuid] = (own, theirs["address"])
+
+    # --- claims on our own rows ---------------------------------------------------------------
+    def disprove_claim(self, uuid: str, have: int) -> None:
+        """An upstream caught us up without the rows of ours it said it holds: it lied (or its
+        store lost them since), so its word neither holds writes nor raises a fence's target."""
+        fence = self.node.core.fence
+        claim = max(self.own_claims.pop(uuid, (0, ""))[0], fence.heard.get(uuid, 0) if fence is not None else 0)
+        if len(self.claims_disproved) < limits.members_max:
+            self.claims_disproved.add(uuid)
+        if fence is not None:
+            fence.heard[uuid] = min(fence.heard.get(uuid, have), have)
+        log.warning("node: %s said it holds this node's rows up to lsn %d and sent them only up to %d: its claim "
+                    "is not believed", uuid, claim, have)
+
+    def own_rows_awaited(self) -> tuple[int, str] | None:
+        """(lsn, peer) of this node's own rows that one of its upstreams says it holds and this
+        node has not claimed yet. Only an upstream can send them back, so only an upstream's
+        claim is believed, and only while it is one: a peer that is not (a client greeting
+        this node's relay) cannot hold its writes, and removing a peer ends its claim."""
+        core, appliers = self.node.core, self.node.appliers
+        have = core.claimed.get(core.self_id)
+        upstreams = {a.peer_uuid for a in appliers.values()} | set(appliers)
+        best: tuple[int, str] | None = None
+        for uuid, (lsn, address) in list(self.own_claims.items()):
+            if lsn <= have:
+                del self.own_claims[uuid]            # they came back
+            elif (uuid in upstreams or address in upstreams) and (best is None or lsn > best[0]):
+                best = (lsn, f"{address} ({uuid[:8]})")
+        return best
+
+    # --- upstreams --------------------------------------------------------------------------------
+    def configure_peers(self, peers: list[str]) -> list[asyncio.Task]:
+        """The replication sources from now on (PUT /v1/admin/peers); see set_peers."""
+        self.peers[:] = dict.fromkeys(peers)
+        return self.set_peers(list(self.peers))
+
+    def set_peers(self, peers: list[str]) -> list[asyncio.Task]:
+        """Make the appliers exactly `peers` (one per address; two addresses of one member keep
+        one link: Applier.claim); returns the tasks stopping removed appliers (awaited by
+        `PUT /v1/admin/peers` so the answer means the links are down)."""
+        node = self.node
+        appliers = node.appliers
+        stopping = []
+        for addr in list(appliers):
+            if addr not in peers:
+                a = appliers.pop(addr)
+                stopping.append(node.spawn(a.stop(), f"stop-applier-{addr}"))
+        for addr in peers:
+            if addr not in appliers and addr != node.cfg.address:
+                a = Applier(node, addr)
+                appliers[addr] = a
+                a.start()
+        return stopping
