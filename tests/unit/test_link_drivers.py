@@ -67,6 +67,17 @@ def applier() -> tuple[Applier, list]:
     return a, events
 
 
+async def following() -> tuple[Applier, list]:
+    """A driver whose link follows its upstream, events cleared."""
+    a, events = applier()
+    a.machine.start(greeting(SELF))
+    await a._act(a._take())
+    for msg in (m.Message(m.GREETING, greeting(UP, UP_ROWS)), m.Message(m.SUBSCRIBED, {"vclock": {}})):
+        await a._act(a._take(msg, NOW))
+    del events[:]
+    return a, events
+
+
 async def test_the_applier_driver_persists_what_a_step_claimed_before_it_sends_or_applies():
     a, events = applier()
     a.machine.start(greeting(SELF))
@@ -83,12 +94,7 @@ async def test_the_applier_driver_persists_what_a_step_claimed_before_it_sends_o
 
 
 async def test_the_applier_driver_persists_the_claimed_rows_of_a_refused_message_then_raises():
-    a, events = applier()
-    a.machine.start(greeting(SELF))
-    await a._act(a._take())
-    for msg in (m.Message(m.GREETING, greeting(UP, UP_ROWS)), m.Message(m.SUBSCRIBED, {"vclock": {}})):
-        await a._act(a._take(msg, NOW))
-    del events[:]
+    a, events = await following()
     rd = a._take(rows(put(1, 6), put(9, 1)), NOW)      # id 9 is unknown on this link
     assert events == [("persist", [(2, 6)])]
     with pytest.raises(RemoteProtocolError):
@@ -97,12 +103,7 @@ async def test_the_applier_driver_persists_the_claimed_rows_of_a_refused_message
 
 
 async def test_the_applier_driver_persists_claims_even_when_the_step_fails_with_a_bug():
-    a, events = applier()
-    a.machine.start(greeting(SELF))
-    await a._act(a._take())
-    for msg in (m.Message(m.GREETING, greeting(UP, UP_ROWS)), m.Message(m.SUBSCRIBED, {"vclock": {}})):
-        await a._act(a._take(msg, NOW))
-    del events[:]
+    a, events = await following()
     with pytest.raises(TypeError):
         a._take(m.Message(m.ROWS, {"txns": [put(1, 6), None], "error": None}), NOW)   # a bug, not the peer
     assert events == [("persist", [(2, 6)])]
