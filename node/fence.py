@@ -89,7 +89,7 @@ class FenceKeeper:
             return
         fence = OwnRowsFence(str(f.get("reason") or "an earlier loss"), rebuilt=bool(f.get("rebuilt")))
         fence.known |= registered_members(node.data_dir)
-        fence.expelled |= set(f.get("given_up") or ())
+        fence.given_up |= set(f.get("given_up") or ())
         node.core.fence = fence
         if fence.rebuilt:
             node.store.own_history_lsn = limits.lsn_max
@@ -102,7 +102,7 @@ class FenceKeeper:
         meta["given_up"] = sorted(set(meta.get("given_up") or ()) | {uuid})
         store.set_meta(**{FENCE_META: meta})
         store.sync()
-        fence.expelled.add(uuid)
+        fence.given_up.add(uuid)
         log.warning("fence: the operator expels %s; this node stops waiting for it and writes the expel once its "
                     "fence is lifted", uuid)
 

@@ -153,6 +153,11 @@ class Rejoiner:
                     out[u] = max(out.get(u, 0), lsn)
         return out
 
+    def _caught_up(self) -> bool:
+        """Every upstream that told this node to rejoin said what it collected, and this node
+        has all of it now (from another upstream): the links serve it again."""
+        return not self._wanted() and all(self.needed.get(a) for a in self.need)
+
     def _fed(self, wanted: dict[str, int]) -> bool:
         """A streaming upstream has what this node lacks (or some need was not said): wait for it."""
         node = self.node
@@ -172,10 +177,9 @@ class Rejoiner:
             self.needed = {a: n for a, n in self.needed.items() if a in self.need}
             if not self.need or self.running or node.status != "running" or node.core is None:
                 continue
-            wanted = self._wanted()
-            if not wanted and all(self.needed.get(a) for a in self.need):
+            if self._caught_up():
                 continue                         # caught up past what they collected: the links serve again
-            if self._fed(wanted):
+            if self._fed(self._wanted()):
                 continue                         # the rows come from a streaming upstream
             if time.monotonic() - self._last_try < limits.rejoin_retry_s and self.attempts:
                 continue
@@ -244,6 +248,12 @@ class Rejoiner:
 
     async def _rebuild(self, address: str) -> None:
         node, life = self.node, self.node.life
+        if self._caught_up():
+            # it caught up from another upstream while the attempt probed and waited for cover:
+            # a snapshot would gain nothing (and empty the WAL, and take the donor's ids)
+            log.info("rejoin: caught up past what was collected while looking for a donor; no rebuild")
+            node.status, node.status_reason = "running", ""
+            return
         reason = self.need.get(address) or "an upstream collected rows this node needs"
         log.warning("rejoin: rebuilding the store from %s's snapshot: %s", address, reason)
         node.status, node.status_reason = "rejoining", reason

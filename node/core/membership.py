@@ -67,22 +67,26 @@ class OwnRowsFence:
     `heard`: member uuid -> how many of this node's rows that member said (in a greeting since
     the loss) it holds. `known`: members this node must hear from beyond its table: those any
     heard member's greeting lists, and those it registered itself before the loss (kept beside
-    its identity, node/fence.py). `expelled`: members some peer says are expelled, or the
-    operator gave up on (their expel is written once the fence is lifted). Cleared when every
-    live member was heard and this node holds the most."""
+    its identity, node/fence.py). `expelled`: members some peer says are expelled: not waited
+    for, but what they said they hold still counts — an expelled member that still runs may be
+    followed and pass this node's rows on. `given_up`: members the operator expelled on this
+    node while it was fenced (their expel is written once the fence is lifted): neither waited
+    for nor believed. Cleared when every live member was heard and this node holds the most."""
     reason: str
     rebuilt: bool = False
     heard: dict[str, int] = field(default_factory=dict)
     known: set[str] = field(default_factory=set)
     expelled: set[str] = field(default_factory=set)
+    given_up: set[str] = field(default_factory=set)
 
     def hear(self, member_uuid: str, own_lsn: int) -> None:
         if own_lsn > self.heard.get(member_uuid, -1):
             self.heard[member_uuid] = own_lsn
 
     def target(self) -> int:
-        """The most of this node's rows any member holds (expelled ones' word no longer counts)."""
-        return max((n for u, n in self.heard.items() if u not in self.expelled), default=0)
+        """The most of this node's rows any member holds (the word of one the operator gave up on
+        no longer counts)."""
+        return max((n for u, n in self.heard.items() if u not in self.given_up), default=0)
 
     def waiting_for(self, table: ClusterTable, self_uuid: str) -> list[str]:
         """Members not yet heard from (expelled ones and anonymous replicas never hold us up)."""
@@ -90,7 +94,7 @@ class OwnRowsFence:
         for m in table.members():
             if m.state == STATE_EXPELLED:
                 members.discard(m.uuid)
-        return sorted(members - self.heard.keys() - self.expelled - {self_uuid})
+        return sorted(members - self.heard.keys() - self.expelled - self.given_up - {self_uuid})
 
     def can_clear(self, table: ClusterTable, self_uuid: str, own_lsn: int) -> bool:
         return not self.waiting_for(table, self_uuid) and own_lsn >= self.target()

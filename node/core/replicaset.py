@@ -192,11 +192,15 @@ class NodeCore:
             out.append(txn)
         return out
 
-    def subscribe_vclock(self, peer_uuid: str, peer_vclock: dict[str, int] | None = None) -> VClock:
+    def subscribe_vclock(self, peer_uuid: str, peer_vclock: dict[str, int] | None = None,
+                         peer_rows: list[list] | None = None) -> VClock:
         """What we ask the peer for, in the peer's ids (unknown components left out). While
-        fenced, with the peer's vclock by uuid (its greeting's), only our own rows: every other
-        component is asked from where the peer is, so the rows before it are not sent now (they
-        come once the fence is cleared and the applier subscribes again)."""
+        fenced, with the peer's vclock by uuid and `_cluster` rows (its greeting's), only our own
+        rows: every other component is asked from where the peer is, so the rows before it are
+        not sent now (they come once the fence is cleared and the applier subscribes again).
+        That includes members the peer has and this node does not (a fenced node registers
+        nobody): their rows could not be translated here, and would stop the link before our
+        own rows came."""
         peer = self.peers[peer_uuid]
         if self.fence is None or peer_vclock is None:
             return peer.map.vclock_to_peer(self.claimed)
@@ -206,7 +210,12 @@ class NodeCore:
             theirs = peer_vclock.get(u, 0) if u is not None and u != self.uuid else 0
             if theirs > want.get(rid):
                 want.follow(rid, theirs)
-        return peer.map.vclock_to_peer(want)
+        out = peer.map.vclock_to_peer(want)
+        for row in peer_rows or ():
+            u, their_id = str(row[0]), int(row[1])
+            if u != self.uuid and self.table.get(u) is None and peer_vclock.get(u, 0) > out.get(their_id):
+                out.follow(their_id, peer_vclock[u])
+        return out
 
     def ack_vclock(self, peer_uuid: str) -> VClock:
         """What we have applied, in the peer's ids (its lag, its relay's progress)."""

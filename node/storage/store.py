@@ -110,8 +110,11 @@ class Store:
         self.table = self.load_cluster()
         self.vclock = VClock(self.get_meta("vclock") or {})
         # own `_cluster` rows at or below this lsn are an earlier incarnation's (node.core.apply);
-        # all of them while the own-rows fence stands (node/fence.py)
-        self.own_history_lsn = limits.lsn_max if self.get_meta("own_fence") else int(self.get_meta("own_history_lsn") or 0)
+        # all of them while the fence of a store rebuilt from a donor's snapshot stands (its ids
+        # are the donor's); a fence over this node's own store (a lost WAL tail) keeps them
+        fence = self.get_meta("own_fence")
+        self.own_history_lsn = limits.lsn_max if isinstance(fence, dict) and fence.get("rebuilt") else \
+            int(self.get_meta("own_history_lsn") or 0)
         version = self.get_meta("store_format")
         try:
             check_format(path, version)

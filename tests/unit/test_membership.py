@@ -111,6 +111,19 @@ def test_a_fenced_subscription_asks_only_for_this_nodes_own_rows():
     assert core.subscribe_vclock(PEER, {SELF: 20, PEER: 9}).to_dict() == {1: 10, 2: 5, 3: 7}
 
 
+def test_a_fenced_subscription_asks_for_a_member_it_does_not_know_from_where_the_peer_is():
+    """A fenced node registers nobody: rows of a member only the peer has could not be translated
+    here and would stop the link before this node's own rows come back."""
+    core = _core({1: 10, 2: 5, 3: 7}, fenced=True)
+    rows = [m.to_row() for m in _table().members()] + [[NEW, 4, "d:1", STATE_MEMBER, 0, 0]]
+    _greet(core, rows)
+    assert NEW not in core.table
+    v = core.subscribe_vclock(PEER, {SELF: 20, PEER: 9, OTHER: 4, NEW: 6}, rows)
+    assert v.to_dict() == {1: 10, 2: 9, 3: 7, 4: 6}
+    core.fence = None                                # unfenced, it registers NEW and asks for all of it
+    assert 4 not in core.subscribe_vclock(PEER, {NEW: 6}, rows).to_dict()
+
+
 def _cluster_row(origin_id: int, lsn: int, uuid: str, their_id: int, state: str = STATE_MEMBER,
                  address: str = "") -> Txn:
     v = {"id": their_id, "address": address, "state": state}
@@ -223,6 +236,21 @@ def test_a_cluster_row_of_our_own_coming_back_unfenced_writes_no_second_own_row(
     assert len(out) == 1 and core.table.id_of(NEW) == 4
 
 
+def test_a_member_some_peer_says_is_expelled_is_not_waited_for_but_what_it_said_it_holds_still_counts():
+    """An expelled member that still runs may still be followed and pass this node's rows on: its
+    word keeps the fence until the rows come back, or the operator gives it up here."""
+    core = _core({1: 5}, fenced=True)
+    core.observe_peer(OTHER, {SELF: 12}, [])
+    core.observe_peer(PEER, {SELF: 9}, [[OTHER, 3, "", STATE_EXPELLED, 0, 1]])
+    assert core.fence.waiting_for(core.table, SELF) == [] and core.fence.target() == 12
+    core.claimed.follow(1, 9)
+    core.vclock.follow(1, 9)
+    ok, why = core.fence_state()
+    assert not ok and "up to lsn 12" in why
+    core.fence.given_up.add(OTHER)
+    assert core.fence_state()[0]
+
+
 def test_observe_peer_hears_a_member_and_learns_from_its_table_whom_else_to_wait_for():
     core = _core({1: 5}, fenced=True)
     core.observe_peer(PEER, {SELF: 9}, [[OTHER, 3, "", STATE_EXPELLED, 0, 1], [NEW, 4, "", STATE_MEMBER, 0, 0]])
@@ -230,7 +258,7 @@ def test_observe_peer_hears_a_member_and_learns_from_its_table_whom_else_to_wait
     assert core.fence.waiting_for(core.table, SELF) == [NEW]      # unknown here, but PEER knows it
     core.observe_peer(NEW, {SELF: 99}, [])
     assert core.fence.target() == 99
-    core.fence.expelled.add(NEW)                                  # the operator gave up on it: its word too
+    core.fence.given_up.add(NEW)                                  # the operator gave up on it: its word too
     ok, why = core.fence_state()
     assert not ok and "up to lsn 9" in why
     core.claimed.follow(1, 9)
@@ -273,3 +301,17 @@ def test_members_hold_until_expelled_and_anonymous_replicas_within_their_ttl():
 def test_cluster_op_of_an_expelled_member_carries_its_bound():
     m = Member(NEW, 4, "", STATE_EXPELLED, expelled_lsn=9)
     assert cluster_op(m).value["expelled_lsn"] == 9
+
+
+@pytest.mark.parametrize("rebuilt,expected", [(True, limits.lsn_max), (False, 7)])
+def test_a_fenced_store_reopens_with_its_own_history_bound_only_when_it_was_rebuilt_from_a_snapshot(
+        tmp_path, rebuilt, expected):
+    """A fence over the node's own store (a power loss, a restore) keeps its own `_cluster` rows
+    above the bound as they are on every start: members it registered stay in its table."""
+    from node.storage.store import Store
+    s = Store(str(tmp_path / "s"))
+    s.set_meta(own_history_lsn=7, own_fence={"reason": "a power loss", "rebuilt": rebuilt})
+    s.close()
+    s = Store(str(tmp_path / "s"))
+    assert s.own_history_lsn == expected
+    s.close()

@@ -200,7 +200,7 @@ class ApplierMachine:
             self._out.persist.append(Persist([txn]))
         self.fenced = core.fence is not None      # then only our own rows (NodeCore.subscribe_vclock)
         self.expel_epoch = core.expel_epoch
-        vclock = core.subscribe_vclock(self.peer_uuid, self.peer_vclock if self.fenced else None)
+        vclock = core.subscribe_vclock(self.peer_uuid, self.peer_vclock if self.fenced else None, theirs["cluster"])
         self.subscribed_from = vclock.to_dict()
         self._to(ApplierState.SUBSCRIBING)
         self._out.send.append(Send(m.SUBSCRIBE, {"vclock": self.subscribed_from,
