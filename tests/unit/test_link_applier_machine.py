@@ -325,12 +325,14 @@ def test_an_expelled_members_bound_growing_asks_for_a_fresh_subscribe():
 def test_a_fenced_link_subscribes_for_its_own_rows_and_again_once_the_fence_clears():
     core = new_core(vclock={1: 3, 2: 5})
     core.fence = OwnRowsFence("a test loss")
-    mach = greeted(machine(core), vclock_uuid={UP: 8, SELF: 6})
+    mach = greeted(machine(core), vclock_uuid={UP: 8, SELF: 6, OTHER: 4})
     assert mach.state is ApplierState.SUBSCRIBING and mach.fenced
+    assert core.table.get(OTHER) is None        # a fenced node registers nobody ...
+    assert mach.subscribed_from[3] == 4         # ... and asks for OTHER's rows from where the upstream is
     mach.step(m.Message(m.SUBSCRIBED, {"vclock": {}}), NOW)
     rd = mach.ready()
     (followed,) = rd.apply
-    assert followed.fenced and followed.vclock == {1: 8, 2: 3}     # the upstream's own rows from where it is
+    assert followed.fenced and followed.vclock == {1: 8, 2: 3, 3: 4}   # others' rows from where it is
     mach.advance(rd)
     core.fence = None
     mach.step(m.Message(m.HEARTBEAT, {"now_us": WALL_US}), NOW)
