@@ -40,8 +40,3 @@ def collectable(wal_dir: str, keep: dict[int, int]) -> tuple[list[str], dict[int
         return [], None
     first_kept = segs[len(removable)]
     return removable, read_header(os.path.join(wal_dir, first_kept)).vclock
-
-
-def behind(sub_vclock: dict[int, int], gc_vclock: dict[int, int]) -> list[int]:
-    """Components in which a subscriber needs rows that were collected."""
-    return sorted(rid for rid, lsn in gc_vclock.items() if rid != 0 and sub_vclock.get(rid, 0) < lsn)

@@ -271,7 +271,7 @@ def test_a_claim_to_hold_this_nodes_rows_holds_writes_only_while_its_peer_is_an_
 
 def test_an_upstream_that_catches_this_node_up_without_the_rows_it_claimed_is_not_believed(cluster):
     """A relay heartbeats once it has sent all it held: a claim of A's rows that its stream did
-    not bear out is dropped (Applier._check_claim), and A writes again with the link still up."""
+    not bear out is dropped (ApplierMachine._on_heartbeat, node/core/link/applier.py), and A writes again with the link still up."""
     a, b = cluster
     with running(FakePeer(SECRET), a.address) as (peer, _):
         peer.greeting_extra = {"vclock_uuid": {a.uuid(): limits.lsn_max}}

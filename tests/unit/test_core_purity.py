@@ -6,7 +6,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CORE = sorted([*ROOT.glob("node/core/*.py"), *ROOT.glob("node/cluster_space/*.py"),
-               ROOT / "node/identity/lease.py", ROOT / "node/identity/signature.py",
+               *ROOT.glob("node/core/link/*.py"), ROOT / "node/identity/lease.py", ROOT / "node/identity/signature.py",
                ROOT / "node/clientproto/wire.py"])
 FORBIDDEN = {"asyncio", "aiohttp", "lmdb", "socket", "time", "os", "subprocess", "threading", "random", "boto3"}
 

@@ -1,0 +1,351 @@
+"""The applier's side of a link as a sans-IO machine: GREETING -> SUBSCRIBE -> SUBSCRIBED (or
+the rejoin answer) -> ROWS / HEARTBEAT, with ACKs in the upstream's ids.
+
+The driver (node/applier/applier.py) connects and authenticates, then feeds every message
+(and a refusal, the peer's ERROR, as a PeerRefused) to `step(message, now)`, calls `tick(now)`
+while it waits, and acts on `ready()` in Ready's order (node/core/link/ready.py).
+
+Rules kept here:
+- The upstream's id map is built from its greeting, and the members it knows that we do not
+  are registered (persisted) before SUBSCRIBE goes (NodeCore.greeting); while fenced we ask for
+  our own rows only (NodeCore.subscribe_vclock) and subscribe again once the fence clears.
+- Check, claim and submit with no await between: every row the core claims for a message is
+  in the persist of the Ready that message produced, even when a later row of it is refused,
+  and the machine takes no message while claimed rows are not handed over.
+- A refused row ends the link (Stop with the RemoteProtocolError) after what was claimed
+  before it; an expelled member's accepted bound growing asks for a fresh SUBSCRIBE
+  (Stop with Resubscribe), since rows refused under the smaller bound must come again.
+- An upstream that heartbeats (it has sent all it held) without our own rows that its
+  greeting claimed to hold is not believed (DisproveClaim).
+- ACKs go at most every ack_interval_s, and at least every heartbeat_interval_s."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from node import limits
+from node.core import messages as m
+from node.core.link.greeting import check_greeting
+from node.core.link.ready import Outbox, Persist, Ready, Send, Stop
+from node.core.membership import describe_uncovered, greeting_vclock, uncovered
+from node.core.replicaset import NodeCore, Peer
+from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT
+from node.core.entry import PackedEntry, TxnEntry
+from node.errors import PeerRefused, RemoteProtocolError
+
+
+class Resubscribe(Exception):
+    """Our own state asks for a fresh SUBSCRIBE (an expelled member's accepted bound grew,
+    so rows refused under the smaller bound must be sent again; or our fence cleared).
+    Nobody's fault."""
+
+
+class ApplierState(enum.Enum):
+    NEW = "new"                    # nothing sent yet
+    GREETING = "greeting"          # our GREETING sent, the upstream's awaited
+    SUBSCRIBING = "subscribing"    # SUBSCRIBE sent, SUBSCRIBED (or a refusal) awaited
+    FOLLOW = "follow"              # ROWS and HEARTBEATs in, ACKs out
+    STOPPED = "stopped"            # the link is over (Stop handed out)
+
+
+_NEXT = {
+    ApplierState.NEW: {ApplierState.GREETING, ApplierState.STOPPED},
+    ApplierState.GREETING: {ApplierState.SUBSCRIBING, ApplierState.STOPPED},
+    ApplierState.SUBSCRIBING: {ApplierState.FOLLOW, ApplierState.STOPPED},
+    ApplierState.FOLLOW: {ApplierState.STOPPED},
+    ApplierState.STOPPED: set(),
+}
+
+
+class ApplierContext(Protocol):
+    """What the applier machine asks of the rest of the node: synchronous, in-memory."""
+
+    def check_peer_greeting(self, theirs: dict) -> None:
+        """Checks beyond check_greeting (lease fencing, the own-rows fence hears the peer);
+        raises PeerRefused."""
+
+    def claim_link(self, peer_uuid: str) -> None:
+        """One link per member: raises PeerRefused (another link follows it) or ConnectionError
+        (a removed link to it is still closing)."""
+
+    def journal_pending(self) -> int:
+        """Entries submitted to the journal and not durable yet."""
+
+    def own_claim(self, peer_uuid: str) -> int:
+        """How far the peer's greeting said it holds this node's own rows (0: no claim)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Followed:
+    """SUBSCRIBED came: the link follows the upstream from `vclock` (in its ids)."""
+    peer_uuid: str
+    vclock: dict
+    fenced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DisproveClaim:
+    """The upstream caught us up without our own rows it claimed: its claim is not believed."""
+    peer_uuid: str
+    have: int
+
+
+class ApplierMachine:
+    def __init__(self, core: NodeCore, host: ApplierContext, address: str, authenticated: str | None = None):
+        self.core = core
+        self.host = host
+        self.address = address
+        self.authenticated = authenticated   # the uuid the handshake proof covered
+        self.state = ApplierState.NEW
+        self.mine: dict = {}
+        self.greeting: dict | None = None    # the upstream's
+        self.peer_uuid: str | None = None
+        self.peer_vclock: dict[str, int] = {}   # the upstream's vclock by uuid, from its greeting
+        self.core_peer: Peer | None = None   # the core's Peer this link built (NodeCore.greeting)
+        self.fenced = False                  # subscribed for our own rows only
+        self.subscribed_from: dict[int, int] = {}   # the SUBSCRIBE vclock, in the upstream's ids
+        self.expel_epoch = 0
+        self.lag_s = 0.0
+        self.last_row_at = 0.0
+        self.rows = 0
+        self.messages_scanned = 0            # ROWS messages taken by the row scanner
+        self.messages_decoded = 0            # ... and decoded txn by txn (the exact path)
+        self._last_ack = 0.0
+        self._acked_sig: tuple[int, int] = (-1, -1)
+        self._claim_checked = False
+        self._out = Outbox()
+
+    # --- the machine's interface ---------------------------------------------------------
+    def ready(self) -> Ready:
+        return self._out.take()
+
+    def advance(self, rd: Ready) -> None:
+        self._out.advance(rd)
+
+    def start(self, mine: dict) -> None:
+        """The link is authenticated: greet the upstream with `mine` (this node's greeting)."""
+        self._to(ApplierState.GREETING)
+        self.mine = mine
+        self._out.send.append(Send(m.GREETING, mine))
+
+    def step(self, msg: m.Message | PeerRefused, now: float) -> None:
+        """One message from the upstream (a PeerRefused: its ERROR), received at `now` (s)."""
+        self._out.assert_claims_taken()
+        st = self.state
+        assert st not in (ApplierState.NEW, ApplierState.STOPPED), f"step() in state {st.name}"
+        if isinstance(msg, PeerRefused):
+            if st is ApplierState.SUBSCRIBING and msg.code == "need_rejoin":
+                self._rejoin_answer(msg)
+            return self._stop(msg)
+        if st is ApplierState.GREETING:
+            if msg.type != m.GREETING:
+                return self._stop(RemoteProtocolError(f"{self.address}: expected GREETING, got {msg.name}"))
+            return self._on_greeting(msg.body, now)
+        if st is ApplierState.SUBSCRIBING:
+            if msg.type != m.SUBSCRIBED:
+                return self._stop(RemoteProtocolError(f"{self.address}: expected SUBSCRIBED, got {msg.name}"))
+            self._to(ApplierState.FOLLOW)
+            self._out.apply.append(Followed(self.peer_uuid, self.subscribed_from, self.fenced))  # type: ignore[arg-type]
+            return
+        if msg.type == m.ROWS:
+            self._on_rows(msg, now)
+        elif msg.type == m.HEARTBEAT:
+            self._on_heartbeat(msg, now)
+        else:
+            return self._stop(RemoteProtocolError(f"unexpected {msg.name} while streaming"))
+        if self.state is ApplierState.FOLLOW:
+            self._ack(now)
+
+    def tick(self, now: float) -> None:
+        """Time passes with no message (the driver waits, e.g. on back-pressure): ACK what is
+        due, and notice a fence or an expel bound that asks for a fresh SUBSCRIBE."""
+        if self.state is ApplierState.FOLLOW and self._resubscribe_check():
+            self._ack(now)
+
+    def stop(self) -> None:
+        """The driver ends the link (stop(), the connection broke): nothing more is taken."""
+        if self.state is not ApplierState.STOPPED:
+            self._to(ApplierState.STOPPED)
+
+    # --- transitions ---------------------------------------------------------------------
+    def _to(self, state: ApplierState) -> None:
+        assert state in _NEXT[self.state], f"applier link: {self.state.name} -> {state.name}"
+        self.state = state
+
+    def _stop(self, error: BaseException | None) -> None:
+        self._to(ApplierState.STOPPED)
+        self._out.effects.append(Stop(error))
+
+    def _on_greeting(self, theirs: dict, now: float) -> None:
+        core = self.core
+        try:
+            check_greeting(self.mine, theirs, self.address, self.authenticated)
+            self.host.check_peer_greeting(theirs)
+            self.greeting = theirs
+            # Who is at this address, known even if it cannot serve us yet: a peer that moves
+            # before it ever did is followed by its uuid (Lifecycle.follow_addresses).
+            self.peer_uuid = theirs["uuid"]
+            self.peer_vclock = greeting_vclock(theirs)
+            self.host.claim_link(self.peer_uuid)
+            if not theirs["cluster_uuid"]:
+                raise RemoteProtocolError(f"{self.address} has not joined a cluster yet")
+            history = theirs.get("own_history_lsn")
+            history = history if type(history) is int and 0 <= history <= limits.lsn_max else 0
+            regs = core.greeting(self.peer_uuid, theirs["cluster"], int(now * 1e6), history)
+        except (PeerRefused, RemoteProtocolError, ConnectionError) as e:
+            return self._stop(e)
+        self.core_peer = core.peers[self.peer_uuid]
+        for txn in regs:
+            self._out.persist.append(Persist(TxnEntry([txn])))
+        self.fenced = core.fence is not None      # then only our own rows (NodeCore.subscribe_vclock)
+        self.expel_epoch = core.expel_epoch
+        vclock = core.subscribe_vclock(self.peer_uuid, self.peer_vclock if self.fenced else None, theirs["cluster"])
+        self.subscribed_from = vclock.to_dict()
+        self._to(ApplierState.SUBSCRIBING)
+        self._out.send.append(Send(m.SUBSCRIBE, {"vclock": self.subscribed_from,
+                                                  "durable": core.ack_durable(self.peer_uuid).to_dict(),
+                                                  "own_rows": self.fenced}))
+
+    def _rejoin_answer(self, e: PeerRefused) -> None:
+        """The upstream collected rows we still need: say what a snapshot from it would discard,
+        and what we need (node/rejoin.py decides where from)."""
+        missing = uncovered(self.core.vclock_by_uuid(), self.peer_vclock)
+        if missing:
+            e.message += f"; this node holds rows it lacks ({describe_uncovered(missing)})"
+        e.needed = greeting_vclock({"vclock_uuid": (getattr(e, "body", None) or {}).get("gc_vclock_uuid")})
+
+    def _resubscribe_check(self) -> bool:
+        """False (and the link stops) if our own state asks for a fresh SUBSCRIBE."""
+        core = self.core
+        if core.expel_epoch != self.expel_epoch:
+            self._stop(Resubscribe("an expelled member's accepted rows grew: subscribing again"))
+            return False
+        if self.fenced and core.fence is None:
+            self._stop(Resubscribe("this node's own rows are confirmed: subscribing for every origin"))
+            return False
+        return True
+
+    def _on_rows(self, msg: m.Message, now: float) -> None:
+        scan = msg.body.get("scan")
+        last_ts = None
+        if scan is not None:
+            last_ts = self._receive_scan(scan, now)
+            if self.state is ApplierState.STOPPED:
+                return
+            if last_ts is None:                  # a row the core must refuse exactly
+                try:
+                    msg = m.decode(msg["data"])
+                except RemoteProtocolError as e:
+                    return self._stop(e)
+            else:
+                self.messages_scanned += 1
+        if last_ts is None:
+            self.messages_decoded += 1
+            last_ts = self._receive_txns(msg, now)
+            if self.state is ApplierState.STOPPED:
+                return
+        if last_ts:
+            self.lag_s = max(0.0, now - last_ts / 1e6)
+            self.last_row_at = now
+        self._resubscribe_check()
+
+    def _on_heartbeat(self, msg: m.Message, now: float) -> None:
+        idle = self.host.journal_pending() == 0
+        if idle:
+            self.lag_s = max(0.0, now - msg["now_us"] / 1e6)
+        if idle and not self._claim_checked:
+            # The relay heartbeats once it has sent all it held: by now every row of ours its
+            # greeting claimed to hold has come (its own-rows cut is at that claim). If some did
+            # not, the claim was false: it must not hold our writes or our fence for ever.
+            self._claim_checked = True
+            core = self.core
+            have = core.claimed.get(core.self_id)
+            claimed = max(self.host.own_claim(self.peer_uuid),  # type: ignore[arg-type]
+                          core.fence.heard.get(self.peer_uuid, 0) if core.fence is not None else 0)
+            if claimed > have:
+                self._out.apply.append(DisproveClaim(self.peer_uuid, have))  # type: ignore[arg-type]
+        self._resubscribe_check()
+
+    def _ack(self, now: float) -> None:
+        if now - self._last_ack < limits.ack_interval_s:
+            return
+        core, peer = self.core, self.peer_uuid
+        v, d = core.ack_vclock(peer), core.ack_durable(peer)   # type: ignore[arg-type]
+        sig = (v.signature, d.signature)
+        if sig != self._acked_sig or now - self._last_ack >= limits.heartbeat_interval_s:
+            self._out.send.append(Send(m.ACK, {"vclock": v.to_dict(), "durable": d.to_dict(),
+                                               "lag_us": int(self.lag_s * 1e6)}))
+            self._acked_sig, self._last_ack = sig, now
+
+    # --- rows: check + claim, handed over as persist --------------------------------------
+    def _receive_scan(self, scan, now: float) -> int | None:
+        """A message the row scanner took (plain txns only): the core claims whole runs of
+        each origin, and what it took becomes one WAL frame built from the received bytes.
+        Returns the last txn's timestamp, or None if the core wants the message decided by
+        the exact path (nothing claimed)."""
+        ranges: list[tuple[int, int, int]] = []
+        try:
+            decided = self.core.receive_scan(self.peer_uuid, scan, ranges, int(now * 1e6))
+        except RemoteProtocolError as e:
+            self._stop(e)
+            return None
+        finally:
+            self._persist_ranges(scan, ranges)    # claimed rows reach the WAL, refused or not
+        if decided is None:
+            return None
+        return scan.ts_max(scan.ntxn - 1, scan.ntxn) if scan.ntxn else 0
+
+    def _persist_ranges(self, scan, ranges: list) -> None:
+        if ranges:
+            entry = PackedEntry(scan, ranges)
+            self.rows += entry.rows
+            self._out.persist.append(Persist(entry))
+
+    def _receive_txns(self, msg: m.Message, now: float) -> int:
+        """A decoded message: each txn by the core's rules (runs of one origin's plain txns
+        at once), consecutive plain ones sharing one WAL frame. Returns the last txn's
+        timestamp."""
+        core, peer, persist = self.core, self.peer_uuid, self._out.persist
+        wall_us = int(now * 1e6)
+        entry: list = []          # consecutive plain txns share one WAL frame
+        entry_rows = 0
+        valid, bad = msg["txns"], msg["error"]
+        try:
+            i, n = 0, len(valid)
+            while i < n:
+                txn = valid[i]
+                if txn.group == GROUP_DEFAULT:   # a run of one origin's plain txns
+                    k = len(entry)
+                    try:
+                        i, rows = core.receive_run(peer, valid, i, entry, wall_us)
+                    except RemoteProtocolError:
+                        claimed = sum(len(t.ops) for t in entry[k:])   # claimed before it
+                        self.rows += claimed
+                        entry_rows += claimed
+                        raise
+                    self.rows += rows
+                    entry_rows += rows
+                    continue
+                i += 1
+                out = core.receive(peer, txn, wall_us)
+                if out:
+                    self.rows += len(txn.ops)
+                    if len(out) == 1 and txn.group != GROUP_CLUSTER:
+                        entry.append(out[0])
+                        entry_rows += len(txn.ops)
+                    else:                                 # with our own _cluster row: one frame
+                        if entry:
+                            persist.append(Persist(TxnEntry(entry, entry_rows)))
+                            entry, entry_rows = [], 0
+                        persist.append(Persist(TxnEntry(out)))
+            if bad is not None:
+                raise bad
+        except RemoteProtocolError as e:
+            self._stop(e)
+        finally:
+            # Claimed rows must reach the WAL even if a later row of the message is
+            # refused: a claim without a write would make the node skip them for ever.
+            if entry:
+                persist.append(Persist(TxnEntry(entry, entry_rows)))
+        return valid[-1].timestamp if valid else 0

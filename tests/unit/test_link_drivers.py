@@ -1,0 +1,127 @@
+"""The link drivers act on a machine's Ready in its written order: what the step claimed is
+submitted to the journal in the same synchronous call as the step (before any await), then
+the messages go, then the rest of the node learns, then the link ends if the machine said so.
+The node around the applier driver (node/applier/applier.py) is a recording fake; the machine
+and its NodeCore are real."""
+from __future__ import annotations
+
+import pytest
+
+from node.applier.applier import Applier
+from node.applier.relay import _take as relay_take
+from node.core import messages as m
+from node.core.link.applier import ApplierMachine, ApplierState
+from node.core.link.relay import RelayMachine
+from node.errors import RemoteProtocolError
+from tests.unit.test_link_applier_machine import NOW, SELF, UP, UP_ROWS, greeting, new_core, put, rows
+from tests.unit.test_link_relay_machine import SUB, Host as RelayContext, greeted as relay_greeted, subscribe
+
+
+class Journal:
+    def __init__(self, events: list):
+        self.events = events
+        self.pending = 0
+
+    def submit_entry_nowait(self, entry, want_future=True):
+        self.events.append(("persist", [(t.replica_id, t.lsn) for t in entry.txns]))
+
+
+class Rejoiner:
+    def __init__(self, events: list):
+        self.events = events
+
+    def on_follow(self, address: str) -> None:
+        self.events.append(("apply", "follow"))
+
+
+class Node:
+    def __init__(self, events: list):
+        self.core = new_core()
+        self.journal = Journal(events)
+        self.rejoiner = Rejoiner(events)
+        self.followers: dict = {}
+        self.own_claims: dict = {}
+        self.events = events
+
+    def check_peer_greeting(self, theirs: dict) -> None:
+        pass
+
+    def disprove_claim(self, uuid: str, have: int) -> None:
+        self.events.append(("apply", "disprove"))
+
+
+class Conn:
+    def __init__(self, events: list):
+        self.events = events
+
+    async def send(self, mtype: int, **body) -> None:
+        self.events.append(("send", m.NAMES[mtype]))
+
+
+def applier() -> tuple[Applier, list]:
+    events: list = []
+    node = Node(events)
+    a = Applier(node, "2.example:1")
+    a.conn = Conn(events)
+    a.machine = ApplierMachine(node.core, a, a.address, UP)
+    return a, events
+
+
+async def following() -> tuple[Applier, list]:
+    """A driver whose link follows its upstream, events cleared."""
+    a, events = applier()
+    a.machine.start(greeting(SELF))
+    await a._act(a._take())
+    for msg in (m.Message(m.GREETING, greeting(UP, UP_ROWS)), m.Message(m.SUBSCRIBED, {"vclock": {}})):
+        await a._act(a._take(msg, NOW))
+    del events[:]
+    return a, events
+
+
+async def test_the_applier_driver_persists_what_a_step_claimed_before_it_sends_or_applies():
+    a, events = applier()
+    a.machine.start(greeting(SELF))
+    await a._act(a._take())
+    rd = a._take(m.Message(m.GREETING, greeting(UP, UP_ROWS)), NOW)
+    assert events == [("send", "GREETING"), ("persist", [(1, 1)])]     # the registration: before any await
+    await a._act(rd)
+    assert events[-1] == ("send", "SUBSCRIBE") and a.node.followers == {UP: a}
+    await a._act(a._take(m.Message(m.SUBSCRIBED, {"vclock": {}}), NOW))
+    assert events[-1] == ("apply", "follow") and a.status == "follow"
+    del events[:]
+    await a._act(a._take(rows(put(1, 6)), NOW))
+    assert events == [("persist", [(2, 6)]), ("send", "ACK")]
+
+
+async def test_the_applier_driver_persists_the_claimed_rows_of_a_refused_message_then_raises():
+    a, events = await following()
+    rd = a._take(rows(put(1, 6), put(9, 1)), NOW)      # id 9 is unknown on this link
+    assert events == [("persist", [(2, 6)])]
+    with pytest.raises(RemoteProtocolError):
+        await a._act(rd)
+    assert a.machine.state is ApplierState.STOPPED
+
+
+async def test_the_applier_driver_persists_claims_even_when_the_step_fails_with_a_bug():
+    a, events = await following()
+    with pytest.raises(TypeError):
+        a._take(m.Message(m.ROWS, {"txns": [put(1, 6), None], "error": None}), NOW)   # a bug, not the peer
+    assert events == [("persist", [(2, 6)])]
+
+
+def test_the_relay_driver_puts_a_subscribers_hold_in_place_in_the_step_that_answers_it():
+    calls: list = []
+
+    class Retention:
+        def on_subscribe(self, uuid, durable, anon):
+            calls.append(("hold", uuid, durable))
+
+        def hold_all(self, uuid, anon):
+            calls.append(("hold all", uuid))
+
+    class RelayNode:
+        retention = Retention()
+
+    mach = relay_greeted(RelayMachine(RelayContext(), authenticated=SUB))
+    rd = relay_take(RelayNode(), mach, subscribe({1: 9}, durable={1: 8}), NOW)
+    assert calls == [("hold", SUB, {1: 8})] and rd.send[0].mtype == m.SUBSCRIBED
