@@ -23,7 +23,7 @@ from node.core.vclock import VClock
 from node.core.rows import GROUP_CLUSTER, Txn, txn_from_wire
 from node.core.entry import PackedEntry
 from node.errors import RemoteProtocolError
-from node.wal.gc import behind
+from node.core.link.relay import behind
 from tests.sim import shell
 from tests.sim.simnode import Base
 
