@@ -9,7 +9,7 @@ is pinned where it lives, in tests/unit/test_replicaset.py and test_cluster_spac
 from __future__ import annotations
 
 from node.cluster_space.table import STATE_EXPELLED
-from tests.sim.checkers import check_converged
+from tests.sim.liveness import check_converged
 from tests.sim.harness import Cluster
 from tests.sim.test_scenarios import form, id_of, rows_of
 
