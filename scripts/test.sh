@@ -12,7 +12,14 @@ if ! command -v chromedriver >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command 
         >/dev/null 2>&1 || echo "test.sh: could not install chromium; the browser tests will skip" >&2
 fi
 set +e
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Two workers, a test file to each at a time: most tests wait on real processes, so one core sits
+# idle with one worker. REPLOG_TEST_WORKERS=0 runs in this process (as `pytest` alone does).
+workers="${REPLOG_TEST_WORKERS:-2}"
+if [ "$workers" -gt 0 ]; then
+    .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile "$@"
+else
+    .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+fi
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
