@@ -28,6 +28,15 @@ def form(c: Cluster, *names: str) -> None:
         c.run_until_quiet()
 
 
+def form_chain(c: Cluster) -> None:
+    """A, B and S formed, then linked in a chain A - B - S: S follows only B, no mesh."""
+    form(c, "A", "B", "S")
+    c.mesh = False
+    for n in "ABS":
+        c.nodes[n].peers = {"A": ["B"], "B": ["A", "S"], "S": ["B"]}[n]
+    c.run_until_quiet()
+
+
 def id_of(c: Cluster, holder: str, member: str) -> int | None:
     return c.nodes[holder].core.table.id_of(c.nodes[member].uuid)
 
@@ -267,11 +276,7 @@ def test_cluster_row_relayed_by_a_third_node_teaches_only_its_origin_ids(make_cl
     """S subscribes only to B. A's `_cluster` row "C = 4" reaches S through B, where 4 is D:
     S records what A said, maps B's ids from B's own rows, and attributes rows correctly."""
     c = make_cluster(16)
-    form(c, "A", "B", "S")
-    c.mesh = False
-    for n in "ABS":
-        c.nodes[n].peers = {"A": ["B"], "B": ["A", "S"], "S": ["B"]}[n]
-    c.run_until_quiet()
+    form_chain(c)
     c.add_node("C")
     c.add_node("D")
     c.partition(["A", "C"], ["B", "D", "S"])

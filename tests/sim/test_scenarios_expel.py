@@ -11,7 +11,7 @@ from __future__ import annotations
 from node.cluster_space.table import STATE_EXPELLED
 from tests.sim.liveness import check_converged
 from tests.sim.harness import Cluster
-from tests.sim.test_scenarios import form, id_of, rows_of
+from tests.sim.test_scenarios import form, form_chain, id_of, rows_of
 
 
 def _expelled_everywhere(c: Cluster, name: str, holders: str) -> bool:
@@ -69,11 +69,7 @@ def test_members_that_learn_of_an_expelled_member_after_the_fact_keep_its_bound_
 def test_a_member_that_learns_of_an_expel_only_through_a_third_node_keeps_the_bound(make_cluster):
     """S follows only B: it first hears of C in B's own `_cluster` row, already expelled."""
     c = make_cluster(32)
-    form(c, "A", "B", "S")
-    c.mesh = False
-    for n in "ABS":
-        c.nodes[n].peers = {"A": ["B"], "B": ["A", "S"], "S": ["B"]}[n]
-    c.run_until_quiet()
+    form_chain(c)
     c.add_node("C")
     c.nodes["C"].peers = ["A"]
     c.nodes["A"].peers = ["B", "C"]
