@@ -260,6 +260,8 @@ class Journal:
                 if isinstance(tops, NoSpaceError):              # the store: the WAL holds the batch
                     tops = await self._wait_for_room(batch, entries, tops, wal_done=True)
                 self.applied = self.position
+                if self.space is not None and self.wal is not None:
+                    self.space.wrote(self.wal.bytes_written)
                 self.core.commit_tops(tops, on_disk=self.wal is not None and self.wal.mode == "fsync")
                 self.commit_seconds.observe(time.perf_counter() - t0)
                 self.batches += 1

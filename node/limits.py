@@ -76,6 +76,7 @@ nospace_suspect_bytes = 64 * 1024 * 1024  # an LMDB commit that fails short of E
                                      # reads as EIO) with less than this free is blamed on space, not on
                                      # a broken disk: one commit writes at most a few batches' pages
 nospace_retry_s = 1.0                # a write that failed for lack of space is tried again this often
+space_sample_reserve_parts = 8      # ...and again after every 1/8 of disk_reserve_bytes went to the WAL
 space_check_interval_s = 1.0         # disk free space and map use are sampled this often (statvfs)
 
 # --- backup (node/backup.py) ------------------------------------------------------------

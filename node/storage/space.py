@@ -4,7 +4,9 @@ The alarm is raised when
   - a write failed for lack of room (a NoSpaceError from the WAL or the store): the journal
     keeps that batch and tries it again (node/journal.py), or
   - the file system holding the data dir has less than `disk_reserve_bytes` free (sampled every
-    `space_check_interval_s`), so that writes stop before a batch meets a full disk.
+    `space_check_interval_s`, and after every `1/space_sample_reserve_parts` of the reserve the WAL
+    took since the last sample, however fast writes come), so that writes stop before a batch meets
+    a full disk.
 While it is raised, client writes are refused with 507 `no_space`, appliers pause (they keep
 their links: node/applier/applier.py), and reads, relays, health and metrics go on. It clears by
 itself once the kept batch went through and the reserve is free again; nothing acknowledged is
@@ -45,6 +47,7 @@ class SpaceWatch:
         self.map: dict = {}                         # Store.space(): map_size, map_used, file_bytes
         self.raised_at: float | None = None         # wall time the alarm was last raised
         self.raised = 0                             # times the alarm was raised
+        self._wal_bytes_sampled = 0                 # the WAL's bytes_written at the last wrote() sample
 
     # --- state -------------------------------------------------------------------------
     @property
@@ -100,6 +103,15 @@ class SpaceWatch:
         self.failure = None
         self.sample()
         self._changed(before)
+
+    def wrote(self, wal_bytes_written: int) -> None:
+        """After a batch: sample now if the WAL took a part of the reserve since the last sample.
+        The store grows by about as much again, so a sample every reserve/parts of WAL keeps a
+        fast writer from running through the reserve between two timed samples."""
+        if self.reserve_bytes and (wal_bytes_written - self._wal_bytes_sampled) * limits.space_sample_reserve_parts \
+                >= self.reserve_bytes:
+            self._wal_bytes_sampled = wal_bytes_written
+            self.sample()
 
     def sample(self) -> None:
         """Read the free space of the data's file systems and the map's use (statvfs, LMDB env

@@ -178,7 +178,14 @@ def test_a_full_disk_refuses_writes_and_resumes_when_space_is_freed(tmp_path, pr
         assert n.get("/v1/health")[1]["status"] == "no_space"
         assert n.info()["space"]["kind"] == "disk"
         if reserve:
-            assert not w.kept, "with a reserve, writes are refused before one meets a full disk"
+            # A write slow to answer on a loaded machine is not one the node keeps: with a reserve each is
+            # answered (acknowledged or refused) while the disk is still full; one kept waits for room.
+            for key, fut in list(w.kept.items()):
+                status, _ = fut.result(60)
+                assert status in (200, 507), (key, status)
+                if status == 200:
+                    w.acked[key] = VALUE
+                del w.kept[key]
             assert "disk_reserve_bytes" in refusal["error"]["message"]
         assert n.kv_get("kv", next(iter(w.acked)))[0] == 200
         os.unlink(filler)

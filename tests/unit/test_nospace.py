@@ -176,3 +176,20 @@ def test_space_warns_before_the_map_fills_and_raises_the_alarm_below_the_disk_re
     huge.sample()
     assert huge.alarm is not None and "disk_reserve_bytes" in huge.alarm and huge.info()["alarms"] == ["NOSPACE"]
     s.close()
+
+
+def test_space_samples_after_every_part_of_the_reserve_the_wal_took_however_fast_writes_come(tmp_path):
+    """A writer faster than the timed sample must not run through the reserve between two samples:
+    the journal reports the WAL's byte counter after every batch, and a part of the reserve taken
+    since the last sample makes the watch sample at once."""
+    from node import limits
+    reserve = 1 << 62                                            # more than any disk has: a sample raises it
+    w = SpaceWatch([str(tmp_path)], reserve, lambda: None)
+    part = reserve // limits.space_sample_reserve_parts
+    w.wrote(part - 1)
+    assert w.alarm is None and w.disk_free is None, "less than a part written: no sample yet"
+    w.wrote(part)
+    assert w.alarm is not None and w.disk_free is not None, "a part written: sampled, and the reserve is short"
+    none = SpaceWatch([str(tmp_path)], 0, lambda: None)          # no reserve: nothing to watch per batch
+    none.wrote(1 << 40)
+    assert none.disk_free is None
