@@ -96,3 +96,20 @@ def test_the_runner_scores_a_tiny_module_and_names_its_survivors(tmp_path):
     killed = sum(1 for s in by.values() if s == "killed")
     counted = sum(1 for s in by.values() if s != "equivalent")
     assert f"{killed:7d} {counted:5d}" in r.stdout, r.stdout
+
+
+def test_a_module_of_constants_only_is_tested_through_the_targets_that_import_it(tmp_path, monkeypatch):
+    """No test runs a line of a module of constants (its lines run at import, before any test):
+    its mutants take the tests of the targets that import it, not "no test runs it"."""
+    import tools.mutate.__main__ as runner
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "consts.py").write_text("A = 1\n")
+    (tmp_path / "pkg" / "user.py").write_text("from pkg.consts import A\n\n\ndef f():\n    return A\n")
+    (tmp_path / "pkg" / "other.py").write_text("import pkg.user\n")
+    monkeypatch.setattr(runner, "ROOT", tmp_path)
+    users = runner.importers(["pkg/consts.py", "pkg/user.py", "pkg/other.py"])
+    assert users == {"pkg/consts.py": ["pkg/user.py"], "pkg/user.py": ["pkg/other.py"], "pkg/other.py": []}
+    [m] = [m for m in mutants_of("pkg/consts.py", "A = 1\n") if m.label == "1 -> 2"]
+    tests = {"t::uses_f": {"seconds": 1.0, "lines": {"pkg/user.py": [5]}}, "t::other": {"seconds": 1.0, "lines": {}}}
+    assert runner._select(m, tests, 4) == []
+    assert runner._select(m, tests, 4, users) == ["t::uses_f"]

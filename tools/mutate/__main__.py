@@ -11,6 +11,7 @@ process; the work runs niced, on at most two workers (the machine is shared)."""
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -168,12 +169,34 @@ def _usable(tests: dict) -> dict:
     return {n: t for n, t in tests.items() if t.get("passed") and not t.get("spawns")}
 
 
-def _select(m: Mutant, tests: dict, variants_max: int) -> list[str]:
+def importers(targets: list[str]) -> dict[str, list[str]]:
+    """For each target, the other targets that import it (by their import statements)."""
+    names = {t[:-3].replace("/", "."): t for t in targets}
+    out: dict[str, list[str]] = {t: [] for t in targets}
+    for t in targets:
+        seen: set[str] = set()
+        for node in ast.walk(ast.parse((ROOT / t).read_text())):
+            if isinstance(node, ast.Import):
+                seen.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                seen.add(node.module)
+                seen.update(f"{node.module}.{a.name}" for a in node.names)
+        for name in seen & set(names):
+            if names[name] != t:
+                out[names[name]].append(t)
+    return out
+
+
+def _select(m: Mutant, tests: dict, variants_max: int, users: dict[str, list[str]] | None = None) -> list[str]:
     lines = set(range(m.line, m.end_line + 1))
     if m.in_function:
         hit = [n for n, t in tests.items() if lines & set(t.get("lines", {}).get(m.path, ()))]
     else:   # runs at import: every test that uses the module at all
         hit = [n for n, t in tests.items() if t.get("lines", {}).get(m.path)]
+        if not hit and users:
+            # a module of constants only (no function a test could run): it is used through
+            # the targets that import it
+            hit = [n for n, t in tests.items() if any(t.get("lines", {}).get(u) for u in users.get(m.path, ()))]
     hit.sort(key=lambda n: (tests[n]["seconds"], n))
     # A seeded simulation test runs the whole core on every seed: a mutant its first few seeds
     # miss, the next ones almost never catch, and a survivor would run them all.
@@ -383,6 +406,7 @@ def main() -> int:
         (SOURCES / f).write_text(text)
     map_targets = sorted(set(files) | ({f for fs in GROUPS.values() for f in fs} if ROOT == REPO else set()))
     tests = _usable(load_map(map_targets, a.sim_seeds, a.examples, a.remap))
+    users = importers(map_targets)
     equivalents = load_equivalents(Path(a.equivalents) if a.equivalents else HERE / "equivalent.txt")
     outcomes = [Outcome(m) for m in mutants]
     earlier = _earlier_kills(Path(a.again)) if a.again else {}
@@ -399,7 +423,7 @@ def main() -> int:
         if why is not None:
             o.status, o.how = EQUIVALENT, why
             continue
-        o.tests = _select(o.mutant, tests, a.sim_variants)
+        o.tests = _select(o.mutant, tests, a.sim_variants, users)
         if not o.tests:
             o.status = UNCOVERED
         else:
