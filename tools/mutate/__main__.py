@@ -282,14 +282,32 @@ def _judge(status) -> tuple[str, str]:
     return ERROR, f"exit status {status}"
 
 
-def run_fresh(o: Outcome, tests: dict) -> None:
+FRESH_FIRST_FILES = 2   # a fresh mutant runs the tests of its fastest files first (below)
+
+
+def _fresh_stages(selected: list[str]) -> list[list[str]]:
+    """The selected tests (fastest first) in two stages: those of the first FRESH_FIRST_FILES
+    test files they come from, then the rest. A fresh pytest collects every file it is given
+    before it runs a test, and most mutants of import-time code fail in the first file: the
+    rest are collected only for a mutant that survives them."""
+    files: list[str] = []
+    for n in selected:
+        f = n.split("::", 1)[0]
+        if f not in files:
+            files.append(f)
+    first = set(files[:FRESH_FIRST_FILES])
+    head = [n for n in selected if n.split("::", 1)[0] in first]
+    rest = [n for n in selected if n.split("::", 1)[0] not in first]
+    return [head, rest] if rest else [head]
+
+
+def _run_fresh_tests(o: Outcome, selected: list[str], tests: dict):
     with tempfile.NamedTemporaryFile("w", dir=STATE, suffix=".json", delete=False) as f:
-        json.dump(o.tests, f)
-    start = time.monotonic()
+        json.dump(selected, f)
     failed_import = Path(f.name + ".import-failed")
     try:
-        rc = subprocess.call(_pytest("-x", *_files_of(o.tests)), cwd=ROOT, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, timeout=_timeout_s(o.tests, tests) + 10,
+        rc = subprocess.call(_pytest("-x", *_files_of(selected)), cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, timeout=_timeout_s(selected, tests) + 10,
                              env=_env(MUTATE_MODE="fresh", MUTATE_PATH=o.mutant.path,
                                       MUTATE_INDEX=str(o.mutant.index), MUTATE_TESTS=f.name,
                                       MUTATE_IMPORT_FAILED=str(failed_import)))
@@ -299,6 +317,15 @@ def run_fresh(o: Outcome, tests: dict) -> None:
         rc = 2                   # the mutated module no longer imports
         failed_import.unlink()
     os.unlink(f.name)
+    return rc
+
+
+def run_fresh(o: Outcome, tests: dict) -> None:
+    start = time.monotonic()
+    for selected in _fresh_stages(o.tests):
+        rc = _run_fresh_tests(o, selected, tests)
+        if rc != 0:
+            break
     o.seconds = time.monotonic() - start
     o.status, o.how = _judge(rc)
 
