@@ -25,6 +25,7 @@ from node import limits
 from node.applier.conn import Conn, check_greeting, client_auth, connect
 from node.core import messages as m
 from node.core import rowscan
+from node.core.link import claims
 from node.core.link.applier import ApplierMachine, ApplierState, DisproveClaim, Followed, Resubscribe
 from node.core.link.ready import Ready
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
@@ -189,24 +190,16 @@ class Applier:
         of the same member (a second spelling, a moved peer) is refused while it does, and a
         new link waits for a removed one to the same member to finish closing."""
         self.peer_uuid = peer_uuid
-        followers = self.node.followers
-        owner = followers.get(peer_uuid)
-        if owner is not None and owner is not self:
-            if owner.stopping:
-                raise ConnectionError(f"the previous link to {peer_uuid} ({owner.address}) is still closing")
-            raise PeerRefused("duplicate", f"{self.address} is {peer_uuid}, already followed through "
-                                           f"{owner.address}")
-        followers[peer_uuid] = self
+        claims.claim_link(self.node.followers, peer_uuid, self)
 
     def journal_pending(self) -> int:
         return self.node.journal.pending
 
     def own_claim(self, peer_uuid: str) -> int:
-        return self.node.own_claims.get(peer_uuid, (0, ""))[0]
+        return claims.own_claim(self.node.own_claims, peer_uuid)
 
     def release(self) -> None:
-        if self.peer_uuid and self.node.followers.get(self.peer_uuid) is self:
-            del self.node.followers[self.peer_uuid]
+        claims.release_link(self.node.followers, self.peer_uuid, self)
 
     # --- the driver ------------------------------------------------------------------------
     async def run_once(self) -> None:

@@ -58,22 +58,24 @@ which window each crash fell into).
 """
 from __future__ import annotations
 
+import contextlib
 import heapq
 import random
 import uuid as uuidlib
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
-
-import msgpack
+from unittest import mock
 
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER
-from node.core.replicaset import cluster_op
+from node.core import messages as m
+from node.core.replicaset import NodeCore, cluster_op
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_DELETE, OP_PUT, OP_SPACE, Op, Txn
+from node.core.link import claims
 from tests.sim import shell
 from tests.sim.checkers import Checker
 from tests.sim.faults import Faults
-from tests.sim.protocol import CLIENT, SERVER, Protocol
+from tests.sim.links import CLIENT, SERVER, Links
 from tests.sim.simnode import TICK_US, Applier, Base, SimNode
 
 KV = "kv"                      # the replicated space (last-writer-wins)
@@ -86,15 +88,7 @@ class SimFailure(AssertionError):
     """An invariant or liveness check failed; the message names the seed and the repro."""
 
 
-def _roundtrip(obj: Any) -> Any:
-    """What crosses a wire or the WAL: msgpack in, msgpack out (tuples become lists)."""
-    return msgpack.unpackb(msgpack.packb(obj, use_bin_type=True), raw=False, strict_map_key=False)
-
-
 # --- network ------------------------------------------------------------------------
-_COPIED = frozenset(("ROWS", "SNAPSHOT", "SUBSCRIBE"))
-
-
 @dataclass(eq=False)
 class Conn:
     id: int
@@ -103,34 +97,35 @@ class Conn:
     server: str               # the upstream / donor
     addr: str = ""            # "sub": the applier's address (a key of client.appliers)
     open: bool = True
-    streaming: bool = False   # relay side: SUBSCRIBE received
+    relay: Any = None         # the server end: node.core.link.relay.RelayMachine
+    applier: Any = None       # "sub": the client end, node.core.link.applier.ApplierMachine
+    streaming: bool = False   # relay side: SUBSCRIBED went, rows stream (the machine's Stream)
     cursor: int = 0           # relay side: next WAL entry to read
-    sub_vclock: dict[int, int] = field(default_factory=dict)
-    own: tuple[int, int] | None = None       # relay side: the subscriber's own rows cut (relay_wants)
     wait_durable: int | None = None   # JOIN/REGISTER: donor entries that must be durable first
-    expel_epoch: int = 0      # client side: core.expel_epoch when it subscribed
-    fenced: bool = False      # client side: subscribed for its own rows only (fenced)
-    sub_anon: bool = False    # relay side: the subscriber's greeting said anonymous
-    acked_sig: int = -1       # client side: the last ACK sent (signature, tick)
-    hb_at: int = 0            # relay side: when it may heartbeat next (caught up)
-    claim_checked: bool = False   # client side: Applier._check_claim ran on this link
-    acked_at: int = 0
-    ack_at: int = 0           # client side: when it considers its next ACK
-    core_peer: Any = None     # client side: the core's Peer its greeting built (Applier.core_peer)
+    snapshot: Any = None      # JOIN/FETCH client side: the snapshot being received (a Base)
+    acked_sig: int = -1       # client side: core.synced's signature when the last ACK went
+    tick_key: tuple = ()      # client side: what the applier's last tick saw (Cluster._acks)
+    core_peer: Any = None     # client side: the core's Peer its greeting built (Applier._drop_peer)
+
+    @property
+    def fenced(self) -> bool:
+        """Client side: subscribed for its own rows only (fenced)."""
+        return self.applier is not None and self.applier.fenced
 
 
-class Cluster(Faults, Protocol):
+class Cluster(Faults, Links):
     def __init__(self, seed: int, *, repro: str = "", verbose: bool = False):
         self.seed = seed
         self.repro = repro
         self.verbose = verbose
         self.rng = random.Random(seed)
+        self.cluster_uuid = str(uuidlib.UUID(int=seed, version=4))   # (drawn from no stream)
         self.now = 0
         self.nodes: dict[str, SimNode] = {}
         self.by_uuid: dict[str, SimNode] = {}
         self.conns: dict[int, Conn] = {}
         self._conn_ids = 0
-        self._heap: list[tuple[int, int, int, str, str, Any]] = []
+        self._heap: list[tuple[int, int, int, str, int | None, bytes | None]] = []
         self._seq = 0
         self._link_last: dict[tuple[int, str], int] = {}
         self.blocked: set[frozenset] = set()
@@ -146,12 +141,8 @@ class Cluster(Faults, Protocol):
         self.slow: dict[tuple[str, str], int] = {}   # (client, server) -> extra ticks on that link
         # (client, server) links whose next ROWS message gets a malformed txn appended
         self.garble_next_rows: set[tuple[str, str]] = set()
-        # False: each `receive` output is one entry, as the core's contract says. True: do what
-        # node/applier/applier.py does since 2fbaf3f (consecutive plain txns of one ROWS message
-        # share one entry, submitted after the message), its bug included.
-        self.applier_batches = True     # as applier.py; False: one entry per receive() output
-        # chance that a ROWS message goes as applier.py sends a scannable one: through the row
-        # scanner (node.core.rowscan) and `receive_scan`; the rest take `receive` txn by txn
+        # chance that an applier decodes a ROWS message with the row scanner (node.core.rowscan:
+        # the machine's `receive_scan`); the rest take the exact path, txn by txn
         self.scan_rows_p = 0.5
         self.checkpoint_every = 0       # mean ticks between a node's checkpoints (0: none)
         self.anon_ttl = 400             # ticks an anonymous replica's hold lasts (anon_ttl_s)
@@ -282,15 +273,10 @@ class Cluster(Faults, Protocol):
         self.conns[c.id] = c
         return c
 
-    def open_request(self, kind: str, client: SimNode, server: SimNode, addr: str = "") -> Conn:
-        """A new link from client to server, its HELLO (the client's greeting) sent."""
-        c = self._open(kind, client, server, addr)
-        self.send(c, SERVER, "HELLO", shell.greeting(client))
-        return c
-
-    def send(self, c: Conn, to: str, kind: str, body: Any, delay: int | None = None) -> None:
-        """`delay`: ticks it takes, drawn from the seed's stream when None (a heartbeat takes a
-        fixed one, so that it leaves every run's draws as they were)."""
+    def send(self, c: Conn, to: str, mtype: int | None, body: Any, delay: int | None = None) -> None:
+        """One message on the wire, encoded (`body`: a ROWS message's bytes, else its fields;
+        `mtype` None: the sender closes the connection after what it sent). `delay`: ticks it
+        takes, drawn from the seed's stream when None."""
         if not c.open:
             return
         if delay is None:
@@ -299,16 +285,14 @@ class Cluster(Faults, Protocol):
         at = max(at, self._link_last.get((c.id, to), 0))
         self._link_last[(c.id, to)] = at
         self._seq += 1
-        # rows and snapshots go through msgpack as on the wire (tuples become lists, nothing is
-        # shared with the sender); the handshake and ACK bodies are built fresh for each message
-        if kind in _COPIED:
-            body = _roundtrip(body)
-        heapq.heappush(self._heap, (at, self._seq, c.id, to, kind, body))
+        data = body if mtype is None or mtype == m.ROWS else m.encode(mtype, **body)
+        heapq.heappush(self._heap, (at, self._seq, c.id, to, mtype, data))
 
     def break_conn(self, c: Conn, why: str, backoff: int | None = None) -> None:
         if not c.open:
             return
         c.open = False
+        c.relay.close()
         self.conns.pop(c.id, None)
         self._link_last.pop((c.id, CLIENT), None)
         self._link_last.pop((c.id, SERVER), None)
@@ -319,13 +303,13 @@ class Cluster(Faults, Protocol):
             # a JOIN, rejoin, FETCH or REGISTER cut short: what it carried is lost
             self.stats[f"lost {c.kind} link"] += 1
         if c.kind == "sub":
-            a = s.appliers.get(c.addr)
-            if a is not None and a.conn is c:
+            a = c.applier.host.a
+            if a.conn is c:
                 a.conn, a.retry_at = None, self.now + delay
                 if a.status == "follow":
                     a.status = ""
-            if s.followers.get(p.uuid) == c.addr:           # Applier.release
-                del s.followers[p.uuid]
+            claims.release_link(s.followers, a.peer_uuid, a)  # Applier.release
+            c.applier.stop()
             if s.ready and c.core_peer is not None:         # Applier._drop_peer
                 s.core.drop_peer(p.uuid, c.core_peer)
         elif s.proc_conn is c:
@@ -334,25 +318,6 @@ class Cluster(Faults, Protocol):
 
     def in_flight(self) -> int:
         return sum(1 for m in self._heap if m[2] in self.conns)
-
-    # --- message handlers --------------------------------------------------------------------
-    def _deliver(self, c: Conn, to: str, kind: str, body: Any) -> None:
-        s, p = self.nodes[c.client], self.nodes[c.server]
-        if to == SERVER:
-            self._on_server(c, s, p, kind, body)
-        else:
-            self._on_client(c, s, p, kind, body)
-
-    def _refuse(self, c: Conn, why: str, backoff: int, detail: Any = None) -> None:
-        s = self.nodes[c.client]
-        if c.kind == "sub":
-            a = s.appliers[c.addr]
-            a.refused = why
-            if why == "need_rejoin":
-                a.status = why
-                s.rejoiner.on_need_rejoin(c.addr, f"{c.server} collected rows of {detail} this node needs", detail)
-        self.stats[f"refused_{why}"] += 1
-        self.break_conn(c, f"refused: {why}", backoff)
 
     def _on_member(self, n: SimNode) -> None:
         """The operator lists a new node in everyone's peers (full mesh; anonymous replicas
@@ -370,20 +335,34 @@ class Cluster(Faults, Protocol):
     # --- the tick -----------------------------------------------------------------------------
     def tick(self) -> None:
         try:
-            self._tick()
+            with self._rules_reverted():
+                self._tick()
         except SimFailure:
             raise
         except Exception as e:  # a core assertion or error: re-raised with the seed and the trace
             raise self.fail(f"{type(e).__name__} inside the simulated cluster: {e}") from e
 
+    def _rules_reverted(self) -> contextlib.AbstractContextManager:
+        """The `rules` that live in production code, turned back by patching it for the tick."""
+        stack = contextlib.ExitStack()
+        if self.rules["ack"] == "applied":      # ACKs say the applied vclock is on disk
+            stack.enter_context(mock.patch.object(NodeCore, "ack_durable", NodeCore.ack_vclock))
+        elif self.rules["ack"] == "claimed":    # ... or the claimed one
+            stack.enter_context(mock.patch.object(
+                NodeCore, "ack_durable", lambda core, u: core.peers[u].map.vclock_to_peer(core.claimed)))
+        if not self.rules["one_link"]:          # any link may follow any member
+            stack.enter_context(mock.patch.object(
+                claims, "claim_link", lambda followers, uuid, link: followers.__setitem__(uuid, link)))
+        return stack
+
     def _tick(self) -> None:
         self.now += 1
         while self._heap and self._heap[0][0] <= self.now:
-            _, _, cid, to, kind, body = heapq.heappop(self._heap)
+            _, _, cid, to, mtype, data = heapq.heappop(self._heap)
             c = self.conns.get(cid)
             if c is not None:
-                self._deliver(c, to, kind, body)
-        self._serve_snapshots()
+                self._deliver(c, to, mtype, data)
+        self._serve_registrations()
         self._pump_relays()
         self._connect()
         self._journals()
@@ -421,7 +400,7 @@ class Cluster(Faults, Protocol):
             for addr in s.links():
                 a = s.appliers.get(addr)
                 if a is None:
-                    a = s.appliers[addr] = Applier()
+                    a = s.appliers[addr] = Applier(addr)
                     s.links_applied = ()
                 if a.conn is not None or self.now < a.retry_at:
                     continue

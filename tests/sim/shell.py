@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, ClusterTable, Member
 from node import limits
+from node.core.link import claims
 from node.core.membership import expel_bounds, uncovered
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 REJOIN_RETRY = 20          # limits.rejoin_retry_s
 REJOIN_COVER_WAIT = 30     # limits.rejoin_cover_wait_s
+CLUSTER_NAME = "sim"
 
 
 def resolve(address: str) -> str:
@@ -35,56 +37,48 @@ def resolve(address: str) -> str:
 
 # --- greetings ----------------------------------------------------------------------------
 def greeting(n: "SimNode") -> dict:
-    """Node.greeting, the fields the membership rules read. `own_history_lsn`: its own
-    `_cluster` rows up to there are an earlier incarnation's (all of them while a rebuilt store
-    is fenced: Node._own_history_lsn); peers take no ids from them (Peer.history_lsn)."""
+    """Peering.greeting, with what the membership rules read: the cluster, its `_cluster`, the
+    vclock by uuid. `own_history_lsn`: its own `_cluster` rows up to there are an earlier
+    incarnation's (all of them while a rebuilt store is fenced: Peering.own_history_lsn);
+    peers take no ids from them (Peer.history_lsn)."""
     core = n.core
-    if core is None:
-        return {"uuid": n.uuid, "anon": n.anon, "status": "joining", "vclock_uuid": {}, "cluster": [],
-                "own_history_lsn": 0}
-    history = limits.lsn_max if core.fence is not None and core.fence.rebuilt else core.own_history_lsn
-    return {"uuid": n.uuid, "anon": n.anon, "status": n.status, "vclock_uuid": core.vclock_by_uuid(),
-            "cluster": core.table.rows(), "own_history_lsn": history}
+    g = {"uuid": n.uuid, "cluster_uuid": None, "cluster_name": CLUSTER_NAME, "options_digest": "", "options": {},
+         "anon": n.anon, "address": n.addr, "status": "joining", "vclock_uuid": {}, "cluster": [],
+         "own_history_lsn": 0}
+    if core is not None:
+        g.update(cluster_uuid=n.cluster.cluster_uuid, status=n.status, vclock_uuid=core.vclock_by_uuid(),
+                 cluster=core.table.rows(),
+                 own_history_lsn=limits.lsn_max if core.fence is not None and core.fence.rebuilt else core.own_history_lsn)
+    return g
 
 
 def observe(n: "SimNode", theirs: dict) -> None:
-    """Node.check_peer_greeting: the fence hears the peer (FenceKeeper.on_greeting: every
+    """Peering.check_peer_greeting: the fence hears the peer (FenceKeeper.on_greeting: every
     member's greeting, with the members it lists), and `own_claims` remembers how many of our
-    rows it says it holds; a peer whose claim a stream belied is not heard again (6852e81)."""
+    rows it says it holds (node/core/link/claims.py); a peer whose claim a stream belied is
+    not heard again (6852e81)."""
     core = n.core
     if core is None or theirs["uuid"] in n.claims_disproved:
         return
     vu = theirs.get("vclock_uuid") or {}
     if core.fence is not None and not theirs.get("anon"):
         core.observe_peer(theirs["uuid"], vu, theirs.get("cluster") or [])
-    own = vu.get(n.uuid)
-    if isinstance(own, int) and own > n.own_claims.get(theirs["uuid"], 0):
-        n.own_claims[theirs["uuid"]] = own
+    claims.note_claim(n.own_claims, n.claims_disproved, theirs, n.uuid)
 
 
 def own_rows_awaited(c: "Cluster", n: "SimNode") -> int:
-    """Node.own_rows_awaited: the most of our rows an upstream (only one can send them back)
+    """Peering.own_rows_awaited: the most of our rows an upstream (only one can send them back)
     says it holds beyond what we have claimed; 0 if none."""
-    have = n.core.claimed.get(n.core.self_id)
     upstreams = {c.nodes[resolve(a)].uuid for a in n.appliers}
-    for u in [u for u, lsn in n.own_claims.items() if lsn <= have]:
-        del n.own_claims[u]                  # they came back
-    return max((lsn for u, lsn in n.own_claims.items() if u in upstreams), default=0)
+    awaited = claims.own_rows_awaited(n.own_claims, n.core.claimed.get(n.core.self_id), upstreams)
+    return awaited[0] if awaited is not None else 0
 
 
-def check_claim(c: "Cluster", n: "SimNode", peer: "SimNode") -> None:
-    """Applier._check_claim + Node.disprove_claim: the relay heartbeats once it has sent all it
-    held, so every row of ours its greeting claimed has come by then; if some did not, its
-    claim holds neither our writes nor our fence."""
-    core = n.core
-    have = core.claimed.get(core.self_id)
-    claimed = max(n.own_claims.get(peer.uuid, 0), core.fence.heard.get(peer.uuid, 0) if core.fence is not None else 0)
-    if claimed <= have:
-        return
-    n.own_claims.pop(peer.uuid, None)
-    n.claims_disproved.add(peer.uuid)
-    if core.fence is not None:
-        core.fence.heard[peer.uuid] = min(core.fence.heard.get(peer.uuid, have), have)
+def disprove_claim(c: "Cluster", n: "SimNode", peer: "SimNode", have: int) -> None:
+    """Peering.disprove_claim (the applier machine's DisproveClaim): the relay caught this node
+    up without the rows of ours its greeting claimed: its claim holds neither our writes nor
+    our fence."""
+    claimed = claims.disprove_claim(n.own_claims, n.claims_disproved, n.core.fence, peer.uuid, have)
     c.stats["claims_disproved"] += 1
     c.log(f"{n}: {peer} said it holds its rows up to {claimed} and sent them only up to {have}: not believed")
 

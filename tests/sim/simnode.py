@@ -50,7 +50,8 @@ if TYPE_CHECKING:
     from tests.sim.harness import Cluster, Conn
 
 WALL_BASE_US = 1_000_000_000   # wall clock at tick 0
-TICK_US = 1000                 # one tick of wall time
+TICK_US = 20_000               # one tick of wall time: ACKs at most every 3 ticks (ack_interval_s),
+                               # an idle relay's heartbeat every 50 (heartbeat_interval_s)
 
 
 # --- state --------------------------------------------------------------------------
@@ -111,13 +112,18 @@ def txn_tops(txns: list[Txn]) -> dict[int, int]:
 
 
 # --- nodes ---------------------------------------------------------------------------
-@dataclass
+@dataclass(eq=False)
 class Applier:
+    """node/applier/applier.py Applier's state that outlives one link (each link's protocol is
+    its Conn's ApplierMachine)."""
+    address: str
     conn: "Conn | None" = None
     retry_at: int = 0
     refused: str = ""          # the last refusal reason ("" while none)
     status: str = ""           # "follow" once SUBSCRIBED, "need_rejoin" when told so
     peer_vclock: dict = field(default_factory=dict)   # the upstream's vclock by uuid, from its last greeting
+    peer_uuid: str | None = None                      # who answered at this address (claim_link)
+    stopping: bool = False                            # (a simulated link closes at once)
 
 
 class SimNode:
@@ -151,13 +157,13 @@ class SimNode:
         self.state: SimState | None = None
         self.core: NodeCore | None = None
         self.status = "running"               # "rejoining" while a rejoin pauses or rebuilds
-        self.own_claims: dict[str, int] = {}  # Node.own_claims: peer uuid -> most of our rows it said it holds
+        self.own_claims: dict[str, tuple[int, str]] = {}  # Peering.own_claims (node/core/link/claims.py)
         self.claims_disproved: set[str] = set()   # Node.claims_disproved: peers whose claim the stream belied
         self.peers: list[str] = []            # configured upstream addresses (configure_peers)
         self.in_effect: list[str] | None = None   # set_peers([]) during a rebuild; None: = peers
         self.links_applied: tuple = ()        # what Cluster.apply_links last made the appliers match
         self.appliers: dict[str, Applier] = {}
-        self.followers: dict[str, str] = {}   # member uuid -> the address of its one link (Applier.claim)
+        self.followers: dict[str, Applier] = {}   # member uuid -> its one link's applier (claims.claim_link)
         self.proc: str = ""                   # "join" | "fetch" | "register" while one is wanted
         self.proc_via: str | None = None      # the donor the operator named, if any
         self.proc_conn: Conn | None = None
