@@ -38,7 +38,7 @@ from tests.sim import shell
 from tests.sim.simnode import Base
 
 if TYPE_CHECKING:
-    from tests.sim.harness import Conn
+    from tests.sim.network import Conn
     from tests.sim.simnode import Applier, SimNode
 
 CLIENT, SERVER = "client", "server"
@@ -216,15 +216,21 @@ class Links:
             p.submit([txn])
             self.log(f"{p} registers {s} as id {txn.ops[0].value['id']} (lsn {txn.lsn})")
         c.wait_durable = p.submitted if txn is not None else 0
+        self.registering.append(c)
 
     def _serve_registrations(self) -> None:
-        for c in list(self.conns.values()):
-            if c.wait_durable is None:
+        """Lifecycle.apply_registration returns once the registration is durable."""
+        if not self.registering:
+            return
+        for c in list(self.registering):
+            if not c.open or c.wait_durable is None:
+                self.registering.remove(c)
                 continue
             s, p = self.nodes[c.client], self.nodes[c.server]
             if p.durable < c.wait_durable:
                 continue
             c.wait_durable = None
+            self.registering.remove(c)
             self._relay_step(c, Registered(True, p.core.table.id_of(s.uuid)))
 
     def _send_snapshot(self, c: "Conn", p: "SimNode") -> None:
@@ -347,12 +353,15 @@ class Links:
         ticks while the journal works): ACKs of what became applied or durable, and a fresh
         SUBSCRIBE when the fence or an expel bound asks for one. (Nothing else changes what
         a tick would do: an ACK due for time alone goes with the next heartbeat's step.)"""
+        keys: dict[str, tuple] = {}
         for c in list(self.conns.values()):
             mach = c.applier
             if mach is None or mach.state is not ApplierState.FOLLOW or not c.open:
                 continue
-            core = self.nodes[c.client].core
-            key = (core.vclock.signature, core.synced.signature, core.expel_epoch, core.fence is None)
+            key = keys.get(c.client)
+            if key is None:
+                core = self.nodes[c.client].core
+                key = keys[c.client] = (core.vclock.signature, core.synced.signature, core.expel_epoch, core.fence is None)
             if key != c.tick_key:
                 c.tick_key = key
                 mach.tick(self.nodes[c.client].wall_us() / 1e6)

@@ -2,8 +2,8 @@
 function for it: greetings (Node.greeting / check_peer_greeting), the own-rows fence
 (node/fence.py FenceKeeper), the rejoin (node/rejoin.py Rejoiner) and the loss a start sees
 (FenceKeeper.loss_at_open). Each copy names the function it mirrors; the rules themselves are
-the real ones (node.core.membership, NodeCore). Issue 18 replaces these copies with shared
-protocol machines.
+the real ones (node.core.membership, NodeCore, node/core/link/claims.py). Issue 18 replaces
+these copies with shared machines (the links already run node/core/link/: tests/sim/links.py).
 
 Time here is in ticks: a tick stands for about a heartbeat, so the shell's intervals in
 seconds are scaled down to a few ticks (REJOIN_RETRY, REJOIN_COVER_WAIT); the fence is

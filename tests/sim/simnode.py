@@ -47,7 +47,8 @@ from node.core.vclock import VClock
 from node.wal.gc import keep_vclock
 
 if TYPE_CHECKING:
-    from tests.sim.harness import Cluster, Conn
+    from tests.sim.harness import Cluster
+    from tests.sim.network import Conn
 
 WALL_BASE_US = 1_000_000_000   # wall clock at tick 0
 TICK_US = 20_000               # one tick of wall time: ACKs at most every 3 ticks (ack_interval_s),
