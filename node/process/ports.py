@@ -53,7 +53,7 @@ class WalHolds(Protocol):
 
 # --- the link handshake ------------------------------------------------------------------------
 class Handshake(Protocol):
-    """What opening a link needs (node/applier/applier.py open_link, probe): who we are, our
+    """What opening a link needs (node/applier/handshake.py open_link, probe): who we are, our
     greeting, and the checks run on theirs."""
     cfg: "Config"
     uuid: str
