@@ -18,7 +18,9 @@ PARTS = ["node/applier/accept.py", "node/applier/applier.py", "node/applier/hand
          "node/http/api.py", "node/http/browser.py", "node/http/events.py", "node/http/health.py",
          "node/http/metrics.py", "node/identity/lease_node.py", "node/cluster_shutdown.py",
          "node/lifecycle.py", "node/join.py", "node/rejoin.py", "node/process/opening.py",
-         "node/process/peering.py", "node/process/writes.py", "node/process/views.py"]
+         "node/process/peering.py", "node/process/writes.py", "node/process/views.py",
+         "node/clientrules.py", "node/clientproto/session.py", "node/clientproto/writes.py",
+         "node/ops/backup.py"]
 
 
 def port_members(name: str) -> set[str]:
