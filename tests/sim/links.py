@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from node import limits
 from node.cluster_space.table import STATE_ANON, ClusterTable, Member
+from node.applier.outcome import END, REJOIN, after_link
 from node.core import codec, rowscan
 from node.core import messages as m
 from node.core.entry import txns_relay_frame
@@ -327,25 +328,25 @@ class Links:
             self._applier_stopped(c, s, stop.error)
 
     def _applier_stopped(self, c: "Conn", s: "SimNode", e: BaseException | None) -> None:
-        """Applier.run: the one place a link's end maps to a next step."""
+        """Applier.run: node/applier/outcome.py's after_link maps the link's end to the
+        applier's status and next step; the waits are the simulation's (BACKOFF, in ticks)."""
+        nxt = after_link(e, 0.0)
+        a = c.applier.host.a
+        if nxt.status is not None:
+            a.status = nxt.status
+        if nxt.then == REJOIN:
+            s.rejoiner.on_need_rejoin(c.addr, e.message, getattr(e, "needed", {}))
         if isinstance(e, PeerRefused):
-            a = s.appliers.get(c.addr)
             self.stats[f"refused_{e.code}"] += 1
-            if a is not None:
-                a.refused = e.code
-                if e.code in ("self", "duplicate", "need_rejoin"):
-                    a.status = e.code
-                if e.code == "need_rejoin":
-                    s.rejoiner.on_need_rejoin(c.addr, e.message, getattr(e, "needed", {}))
+            a.refused = e.code
             return self.break_conn(c, f"refused: {e.code}", BACKOFF.get(e.code, 20))
         if isinstance(e, Resubscribe):
             self.stats["resubscribes"] += 1
-            return self.break_conn(c, str(e), 0)
-        if isinstance(e, RemoteProtocolError):
+        elif isinstance(e, RemoteProtocolError):
             self._count_rpe(e)
             self.log(f"{s} <- {c.server}: {e}")
-            return self.break_conn(c, "remote protocol error")
-        self.break_conn(c, str(e) if e is not None else "BYE")
+        assert nxt.then != END, f"the applier link to {c.server} failed: {nxt.error}"
+        self.break_conn(c, nxt.error or "BYE", 0 if nxt.delay == 0 else None)
 
     def _acks(self) -> None:
         """Time passes for a following applier whose node applied, synced, lifted its fence
