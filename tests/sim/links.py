@@ -1,7 +1,7 @@
 """The replication links of the simulated cluster (a mixin of tests/sim/harness.Cluster): each
 end of a connection drives the production machine of node/core/link/ (a subscription's client
 end an ApplierMachine, every server end a RelayMachine), and acts on each Ready in its order,
-as the asyncio drivers (node/applier/applier.py, relay.py) do: persist (journal entries, WAL
+as the asyncio drivers (node/applier/applier.py, relay.py, stream.py) do: persist (journal entries, WAL
 holds: submitted in the call that stepped), then send, then apply, then the effects; advance.
 
 What stays here is what the drivers do with IO, over the simulation's fakes:
@@ -167,7 +167,7 @@ class Links:
         self.stats["remote_protocol_errors"] += 1
         self.stats["rpe: " + str(e).split(": ", 1)[-1].split(" is ")[-1][:60]] += 1
 
-    # --- relay side (node/applier/relay.py serve_link, Relay) --------------------------------
+    # --- relay side (node/applier/relay.py serve_link, stream.py Relay) --------------------------------
     def _relay_step(self, c: "Conn", inp: Any) -> None:
         mach = c.relay
         if mach.state is RelayState.CLOSED:
