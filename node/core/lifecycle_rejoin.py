@@ -345,10 +345,14 @@ class RejoinMachine:
         self._out.apply.append(Status("running"))
         self._not_this_donor(missing)
 
+    def rebuild_gains(self) -> bool:
+        """The last look before a rebuild: an attempt probes and waits for cover a while, and
+        meanwhile another upstream may have streamed what was collected; then a snapshot would
+        gain nothing (and empty the WAL, and take the donor's ids)."""
+        return not self.caught_up()
+
     def _rebuild(self, address: str) -> None:
-        if self.caught_up():
-            # it caught up from another upstream while the attempt probed and waited for cover:
-            # a snapshot would gain nothing (and empty the WAL, and take the donor's ids)
+        if not self.rebuild_gains():
             self._to(RejoinState.IDLE)
             self._out.apply.append(Status("running"))
             self._out.apply.append(NoRebuild())

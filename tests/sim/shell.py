@@ -1,16 +1,16 @@
-"""The membership shell of a simulated node, copied from the real one where the core has no
-function for it: greetings (Node.greeting / check_peer_greeting), the own-rows fence
-(node/fence.py FenceKeeper), the rejoin (node/rejoin.py Rejoiner) and the loss a start sees
-(FenceKeeper.loss_at_open). Each copy names the function it mirrors; the rules themselves are
-the real ones (node.core.membership, NodeCore). Issue 18 replaces these copies with shared
-protocol machines.
+"""The membership shell of a simulated node: greetings (Node.greeting / check_peer_greeting),
+the own-rows fence (node/fence.py FenceKeeper), the rejoin (node/rejoin.py Rejoiner) and the
+loss a start sees (FenceKeeper.loss_at_open). The decisions are the production ones: the rejoin
+machine (node.core.lifecycle_rejoin), the fence and own-rows claim rules
+(node.core.lifecycle_fence), node.core.membership and NodeCore; what is here is the simulated
+node's IO around them (its meta, its network, its store), each naming the function it stands for.
 
 Time here is in ticks: a tick stands for about a heartbeat, so the shell's intervals in
 seconds are scaled down to a few ticks (REJOIN_RETRY, REJOIN_COVER_WAIT); the fence is
 polled every tick (fence_poll_s).
 
-The rejoin is a generator, stepped once per tick, so that it reads like the async code it
-copies: each `yield` is an await that lets the rest of the cluster run.
+The rebuild is a generator, stepped once per tick, so that it reads like the async code it
+stands for: each `yield` is an await that lets the rest of the cluster run.
 """
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Iterator
 
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, ClusterTable, Member
 from node import limits
+from node.core import lifecycle_fence as fence_rules
+from node.core.lifecycle_fence import claim_of, disprove_claim, hear_greeting
 from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
                                         Status, anon_rejoin_id)
 
@@ -49,28 +51,19 @@ def greeting(n: "SimNode") -> dict:
 
 
 def observe(n: "SimNode", theirs: dict) -> None:
-    """Node.check_peer_greeting: the fence hears the peer (FenceKeeper.on_greeting: every
-    member's greeting, with the members it lists), and `own_claims` remembers how many of our
-    rows it says it holds; a peer whose claim a stream belied is not heard again (6852e81)."""
-    core = n.core
-    if core is None or theirs["uuid"] in n.claims_disproved:
-        return
-    vu = theirs.get("vclock_uuid") or {}
-    if core.fence is not None and not theirs.get("anon"):
-        core.observe_peer(theirs["uuid"], vu, theirs.get("cluster") or [])
-    own = vu.get(n.uuid)
-    if isinstance(own, int) and own > n.own_claims.get(theirs["uuid"], 0):
-        n.own_claims[theirs["uuid"]] = own
+    """Node.check_peer_greeting: the fence hears the peer, and `own_claims` remembers how many
+    of our rows it says it holds; a peer whose claim a stream belied is not heard again
+    (node.core.lifecycle_fence.hear_greeting)."""
+    if n.core is not None:
+        hear_greeting(n.core, n.own_claims, n.claims_disproved, theirs, n.uuid)
 
 
 def own_rows_awaited(c: "Cluster", n: "SimNode") -> int:
     """Node.own_rows_awaited: the most of our rows an upstream (only one can send them back)
     says it holds beyond what we have claimed; 0 if none."""
-    have = n.core.claimed.get(n.core.self_id)
     upstreams = {c.nodes[resolve(a)].uuid for a in n.appliers}
-    for u in [u for u, lsn in n.own_claims.items() if lsn <= have]:
-        del n.own_claims[u]                  # they came back
-    return max((lsn for u, lsn in n.own_claims.items() if u in upstreams), default=0)
+    awaited = fence_rules.own_rows_awaited(n.own_claims, n.core.claimed.get(n.core.self_id), upstreams)
+    return awaited[0] if awaited else 0
 
 
 def check_claim(c: "Cluster", n: "SimNode", peer: "SimNode") -> None:
@@ -79,26 +72,22 @@ def check_claim(c: "Cluster", n: "SimNode", peer: "SimNode") -> None:
     claim holds neither our writes nor our fence."""
     core = n.core
     have = core.claimed.get(core.self_id)
-    claimed = max(n.own_claims.get(peer.uuid, 0), core.fence.heard.get(peer.uuid, 0) if core.fence is not None else 0)
-    if claimed <= have:
+    if claim_of(n.own_claims, core.fence, peer.uuid) <= have:
         return
-    n.own_claims.pop(peer.uuid, None)
-    n.claims_disproved.add(peer.uuid)
-    if core.fence is not None:
-        core.fence.heard[peer.uuid] = min(core.fence.heard.get(peer.uuid, have), have)
+    claimed = disprove_claim(n.own_claims, n.claims_disproved, core.fence, peer.uuid, have)
     c.stats["claims_disproved"] += 1
     c.log(f"{n}: {peer} said it holds its rows up to {claimed} and sent them only up to {have}: not believed")
 
 
 # --- the own-rows fence (node/fence.py) ----------------------------------------------------------
 def loss_at_open(n: "SimNode") -> str | None:
-    """FenceKeeper.loss_at_open, for a restart of a store with data: the machine restarted
-    (a power loss) while this node ran with wal_mode = write."""
-    if n.meta.get("own_fence") or n.anon:
+    """FenceKeeper.loss_at_open, for a restart of a store with data (an anonymous replica's
+    start looks for no loss: Opening.open): a power loss is a new boot id."""
+    if n.anon:
         return None
-    if n.wal_mode == "write" and n.power_lost and n.meta.get("running"):
-        return "the machine restarted while this node ran with wal_mode = write"
-    return None
+    return fence_rules.loss_at_open(fenced=bool(n.meta.get("own_fence")), wal_mode=n.wal_mode, wal_present=True,
+                                    was_running=bool(n.meta.get("running")), boot_before="boot",
+                                    boot_now="boot after a power loss" if n.power_lost else "boot")
 
 
 def set_fence(n: "SimNode", reason: str, kind: str = "rejoin") -> None:
@@ -117,13 +106,12 @@ def try_lift(c: "Cluster", n: "SimNode") -> bool:
     core = n.core
     if core is None or core.fence is None:
         return True
-    if c.rules["fence"] and not core.fence_state()[0]:
+    if c.rules["fence"] and not fence_rules.may_lift(core):
         return False
-    restate = core.clear_fence(n.wall_us())
-    given_up = sorted(n.meta.get("given_up") or ())
+    lifted = fence_rules.lift(core, n.wall_us(), n.meta.get("given_up"))
+    restate, given_up = lifted.restate, lifted.given_up
     n.meta["own_fence"] = n.meta["fence_kind"] = n.meta["given_up"] = None
-    n.meta["own_history_lsn"] = core.own_history_lsn
-    n.state.own_history_lsn = core.own_history_lsn
+    n.meta["own_history_lsn"] = n.state.own_history_lsn = lifted.own_history_lsn
     if restate is not None:
         n.submit([restate])
     c.log(f"{n} lifts its own-rows fence (own rows up to {core.own_history_lsn} are history)"

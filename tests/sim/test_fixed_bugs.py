@@ -264,3 +264,12 @@ def test_a_node_that_catches_up_while_its_rejoin_attempt_runs_does_not_rebuild()
     assert c.stats["rejoins"] == 0, "a node rebuilt though it had caught up"
     assert c.stats["refused_need_rejoin"] > 0 and c.stats["rebuilds_skipped_caught_up"] > 0
     finish(c)
+
+
+def test_the_simulation_catches_a_rebuild_without_its_last_look(monkeypatch):
+    """The rule above lives in the production rejoin machine (RejoinMachine.rebuild_gains):
+    turned back there, the same run rebuilds B though it had caught up, and the run says so."""
+    from node.core.lifecycle_rejoin import RejoinMachine
+    monkeypatch.setattr(RejoinMachine, "rebuild_gains", lambda self: True)
+    with pytest.raises(AssertionError, match="a node rebuilt though it had caught up"):
+        test_a_node_that_catches_up_while_its_rejoin_attempt_runs_does_not_rebuild()
