@@ -159,7 +159,12 @@ class Rejoiner:
             else:
                 await asyncio.sleep(limits.rejoin_cover_poll_s if machine.running else limits.rejoin_watch_s)
             machine.tick(time.monotonic())
-            await self._act()
+            try:
+                await self._act()
+            except BaseException:
+                machine.abort()                  # the attempt is over; the watch starts again (supervised)
+                self._show_ready()
+                raise
 
     async def _act(self) -> None:
         """Act on the machine's Ready until it has nothing more: each answer is stepped in."""

@@ -229,6 +229,15 @@ class RejoinMachine:
             self.blocked = f"rebuilding from {event.address} failed: {event.why}"
             self._out.apply.append(Blocked(self.blocked, on_links=False))
 
+    def abort(self) -> None:
+        """The driver failed unexpectedly mid-attempt (a bug, or the node stops): the attempt is
+        over, writes paused for a cover wait resume, and the watch may try again later."""
+        paused = self.state in (RejoinState.COVER_WAIT, RejoinState.COVER_PROBING)
+        self._out = Outbox()                    # what was handed out will not be acted on
+        if paused:
+            self._out.apply.append(Status("running"))
+        self.state = RejoinState.IDLE           # from any state: the driver's answer will not come
+
     # --- the rules -----------------------------------------------------------------------
     def mine(self) -> dict[str, int]:
         """What a snapshot must cover: this node's replicated components by uuid, expelled

@@ -390,3 +390,22 @@ def test_the_watch_starts_no_second_attempt_while_one_is_under_way():
     _rebuilding(mc)
     mc.tick(200.0)
     assert mc.state is RejoinState.REBUILDING and mc.attempts == 1 and take(mc) == ([], [])
+
+
+def test_an_attempt_aborted_in_a_cover_wait_resumes_writes_and_may_start_again_later():
+    mc, _ = machine()
+    _cover_wait(mc, 100.0)
+    mc.tick(100.0 + POLL)                            # a probe handed out, its answer never comes
+    mc.abort()
+    assert mc.state is RejoinState.IDLE and not mc.running
+    assert take(mc) == ([Status("running")], [])
+    mc.tick(100.0 + RETRY)
+    assert mc.state is RejoinState.PROBING and mc.attempts == 2
+
+
+def test_an_attempt_aborted_while_probing_leaves_the_status_alone():
+    mc, _ = machine()
+    told(mc)
+    mc.tick(100.0)
+    mc.abort()
+    assert mc.state is RejoinState.IDLE and take(mc) == ([], [])

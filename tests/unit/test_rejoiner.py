@@ -176,3 +176,28 @@ async def test_an_attempt_with_no_donor_shows_why_on_the_refusing_link(make_node
     assert asked == [ADDR_C, ADDR_B] and node.links == [] and node.join.joins == []
     assert rj.blocked == "no reachable peer has the collected rows this node lacks, to give a snapshot of"
     assert node.appliers[ADDR_C].error == f"C collected rows this node needs; {rj.blocked}"
+
+
+async def test_a_watch_that_fails_mid_attempt_resumes_writes_and_leaves_the_machine_ready_to_try_again(
+        make_node, greetings, monkeypatch):
+    node = make_node(7)
+    rj = _told_to_rejoin(node, COLLECTED)
+    await _in_cover_wait(node, rj, greetings)       # the stand-in donor refuses the JOIN: running again
+    rj.on_need_rejoin(ADDR_C, "C collected rows this node needs", COLLECTED)
+    answers, _ = greetings
+    answers[ADDR_C] = _greeting(UUID_C, {UUID_A: 3, UUID_B: 8, UUID_C: 2})
+    monkeypatch.setattr(limits, "rejoin_watch_s", 0.0)
+    monkeypatch.setattr(limits, "rejoin_cover_poll_s", 0.0)
+    rj.machine.retry_s = 0.0                         # the second attempt at once
+
+    calls = []
+
+    async def probe_then_break(node_, session, address, timeout):
+        calls.append(address)
+        if len(calls) > 1:
+            raise RuntimeError("a bug in the probe")
+        return answers[address]
+    monkeypatch.setattr(rejoin, "probe", probe_then_break)
+    with pytest.raises(RuntimeError, match="a bug in the probe"):
+        await rj.watch()
+    assert not rj.running and (node.status, node.status_reason) == ("running", "")
