@@ -22,6 +22,7 @@ from node.applier.conn import Conn, client_auth, connect
 from node.applier.outcome import END, FATAL, REJOIN, after_link, next_backoff
 from node.core import messages as m
 from node.core import rowscan
+from node.core.lifecycle_fence import claim_of
 from node.core.link import claims
 from node.core.link.applier import ApplierMachine, ApplierState, DisproveClaim, Followed
 from node.core.link.ready import Ready
@@ -134,7 +135,7 @@ class Applier:
         return self.node.journal.pending
 
     def own_claim(self, peer_uuid: str) -> int:
-        return claims.own_claim(self.node.own_claims, peer_uuid)
+        return claim_of(self.node.own_claims, self.node.core.fence, peer_uuid)
 
     def release(self) -> None:
         claims.release_link(self.node.followers, self.peer_uuid, self)

@@ -2,8 +2,8 @@
 theirs, the claims a peer makes to hold this node's own rows, and the set of upstreams
 (one applier per peer address).
 
-Rules kept here (the rules on claims are node/core/link/claims.py's, which the simulation
-runs too):
+Rules kept here (the rules on claims are node/core/lifecycle_fence.py's, which the
+simulation runs too):
 - `peers` is changed in place, so every holder of the list sees the sources in effect."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from node import limits
 from node.applier.applier import Applier
-from node.core.link import claims
+from node.core.lifecycle_fence import disprove_claim, hear_greeting, own_rows_awaited
 
 if TYPE_CHECKING:
     from node.process.ports import PeeringHost
@@ -67,14 +67,12 @@ class Peering:
         if node.lease:
             node.lease.check_peer(theirs)
         node.life.observe_greeting(theirs)
-        node.fence.on_greeting(theirs)
-        claims.note_claim(self.own_claims, self.claims_disproved, theirs, node.uuid)
+        hear_greeting(node.core, self.own_claims, self.claims_disproved, theirs, node.uuid)   # fence, claims
 
-    # --- claims on our own rows ---------------------------------------------------------------
+    # --- claims on our own rows (the rules: node/core/lifecycle_fence.py) -----------------------
     def disprove_claim(self, uuid: str, have: int) -> None:
-        """An upstream caught us up without the rows of ours it said it holds: it lied (or its
-        store lost them since), so its word neither holds writes nor raises a fence's target."""
-        claim = claims.disprove_claim(self.own_claims, self.claims_disproved, self.node.core.fence, uuid, have)
+        """An upstream caught us up without the rows of ours it said it holds: its claim is not believed."""
+        claim = disprove_claim(self.own_claims, self.claims_disproved, self.node.core.fence, uuid, have)
         log.warning("node: %s said it holds this node's rows up to lsn %d and sent them only up to %d: its claim "
                     "is not believed", uuid, claim, have)
 
@@ -85,7 +83,7 @@ class Peering:
         this node's relay) cannot hold its writes, and removing a peer ends its claim."""
         core, appliers = self.node.core, self.node.appliers
         upstreams = {a.peer_uuid for a in appliers.values()} | set(appliers)
-        return claims.own_rows_awaited(self.own_claims, core.claimed.get(core.self_id), upstreams)
+        return own_rows_awaited(self.own_claims, core.claimed.get(core.self_id), upstreams)
 
     # --- upstreams --------------------------------------------------------------------------------
     def configure_peers(self, peers: list[str]) -> list[asyncio.Task]:

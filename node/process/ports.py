@@ -330,7 +330,6 @@ class PeeringHost(ApplierHost, Protocol):
     status: str
     lease: Any
     life: Any                                 # greeting_fields, observe_greeting
-    fence: Any                                # on_greeting
     appliers: dict[str, Any]
 
     @property

@@ -4,7 +4,7 @@ Every node (tests/sim/simnode.py) is a `NodeCore` plus an in-memory journal, sta
 meta; the state changes only through `node.core.apply.apply_txn`, the one definition the LMDB
 store uses too. This module is the cluster around them: nodes, faults, the network and the
 tick loop. The links run the production machines (node/core/link/: ApplierMachine,
-RelayMachine, the claims rules) over the real message codec, driven by tests/sim/links.py as
+RelayMachine, the one-link-per-member rule) over the real message codec, driven by tests/sim/links.py as
 node/applier/ drives them; the membership shell (fence, rejoin, greetings) is in
 tests/sim/shell.py. Time is a tick counter (TICK_US of wall clock each); one seeded
 `random.Random` makes every choice, so a seed replays the same run exactly.

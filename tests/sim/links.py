@@ -28,6 +28,7 @@ from node.applier.outcome import END, REJOIN, after_link
 from node.core import codec, rowscan
 from node.core import messages as m
 from node.core.entry import txns_relay_frame
+from node.core.lifecycle_fence import claim_of
 from node.core.link import claims
 from node.core.link.applier import ApplierMachine, ApplierState, DisproveClaim, Followed, Resubscribe
 from node.core.link.filter import rows_batches
@@ -95,7 +96,7 @@ class ApplierHost:
         return len(n.queue) + len(n.wal) - n.applied_pos
 
     def own_claim(self, peer_uuid: str) -> int:
-        return claims.own_claim(self.n.own_claims, peer_uuid)
+        return claim_of(self.n.own_claims, self.n.core.fence, peer_uuid)
 
 
 _DECODED: dict[bytes, m.Message] = {}

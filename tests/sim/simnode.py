@@ -158,7 +158,7 @@ class SimNode:
         self.state: SimState | None = None
         self.core: NodeCore | None = None
         self.status = "running"               # "rejoining" while a rejoin pauses or rebuilds
-        self.own_claims: dict[str, tuple[int, str]] = {}  # Peering.own_claims (node/core/link/claims.py)
+        self.own_claims: dict[str, tuple[int, str]] = {}  # Peering.own_claims (node/core/lifecycle_fence.py)
         self.claims_disproved: set[str] = set()   # Node.claims_disproved: peers whose claim the stream belied
         self.peers: list[str] = []            # configured upstream addresses (configure_peers)
         self.in_effect: list[str] | None = None   # set_peers([]) during a rebuild; None: = peers

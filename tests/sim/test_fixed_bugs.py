@@ -174,7 +174,7 @@ def test_an_upstream_that_claimed_a_fenced_nodes_rows_and_lost_them_does_not_hol
     """A and B run in wal_mode write; A writes two rows B takes, neither syncs, and A loses
     power: fenced, it hears B say it holds them. Then B loses power too, and the rows are
     nowhere. B's relay catches A up and heartbeats without them: the claim was false
-    (Applier._check_claim, Node.disprove_claim), so it holds neither A's fence (its heard
+    (ApplierMachine's claim check, node.core.lifecycle_fence.disprove_claim), so it holds neither A's fence (its heard
     falls to what came) nor A's writes, and A writes again (6852e81; before it, for ever
     fenced)."""
     c = Cluster(45)
@@ -267,3 +267,12 @@ def test_a_node_that_catches_up_while_its_rejoin_attempt_runs_does_not_rebuild()
     assert c.stats["rejoins"] == 0, "a node rebuilt though it had caught up"
     assert c.stats["refused_need_rejoin"] > 0 and c.stats["rebuilds_skipped_caught_up"] > 0
     finish(c)
+
+
+def test_the_simulation_catches_a_rebuild_without_its_last_look(monkeypatch):
+    """The rule above lives in the production rejoin machine (RejoinMachine.rebuild_gains):
+    turned back there, the same run rebuilds B though it had caught up, and the run says so."""
+    from node.core.lifecycle_rejoin import RejoinMachine
+    monkeypatch.setattr(RejoinMachine, "rebuild_gains", lambda self: True)
+    with pytest.raises(AssertionError, match="a node rebuilt though it had caught up"):
+        test_a_node_that_catches_up_while_its_rejoin_attempt_runs_does_not_rebuild()

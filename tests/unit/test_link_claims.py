@@ -1,13 +1,12 @@
-"""node/core/link/claims.py: one link per member, and what a peer's claim on this node's own rows
-holds. The applier's host (node/applier/applier.py), Peering (node/process/peering.py) and the
-simulation (tests/sim/links.py, shell.py) all run these."""
+"""node/core/link/claims.py: one link per member. The applier's host (node/applier/applier.py)
+and the simulation (tests/sim/links.py, network.py) both run it."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
-from node import limits
+from node.core.lifecycle_fence import claim_of, hear_greeting
 from node.core.link import claims
 from node.errors import PeerRefused
 
@@ -20,11 +19,6 @@ Q = "00000000-0000-4000-8000-000000000003"
 class Link:
     address: str
     stopping: bool = False
-
-
-@dataclass
-class Fence:
-    heard: dict = field(default_factory=dict)
 
 
 def greeting(uuid: str, own: object, address: str = "p:1") -> dict:
@@ -65,37 +59,11 @@ def test_releasing_a_link_that_does_not_follow_the_member_leaves_the_one_that_do
     assert followers == {}
 
 
-def test_a_claim_on_our_own_rows_only_grows_and_is_ignored_from_a_peer_that_was_disproved():
+
+def test_a_claim_that_is_not_an_integer_is_ignored():
+    """The claims themselves are node/core/lifecycle_fence.py's (tests/unit/test_lifecycle_fence.py);
+    a greeting's vclock is the peer's word, so a claim of another type is no claim."""
     own: dict = {}
-    claims.note_claim(own, set(), greeting(P, 5), ME)
-    claims.note_claim(own, set(), greeting(P, 3), ME)            # smaller: kept at 5
-    claims.note_claim(own, set(), greeting(P, "7"), ME)          # not an int: ignored
-    assert own == {P: (5, "p:1")} and claims.own_claim(own, P) == 5 and claims.own_claim(own, Q) == 0
-    claims.note_claim(own, {Q}, greeting(Q, 9), ME)
-    assert Q not in own
-
-
-def test_claims_are_bounded_by_members_max_so_invented_uuids_cannot_grow_them():
-    own = {f"00000000-0000-4000-8000-{i:012x}": (1, "x:1") for i in range(100, 100 + limits.members_max)}
-    claims.note_claim(own, set(), greeting(P, 5), ME)
-    assert P not in own and len(own) == limits.members_max
-    first = next(iter(own))
-    claims.note_claim(own, set(), greeting(first, 5), ME)         # a known one still grows
-    assert own[first] == (5, "p:1")
-
-
-def test_a_disproved_claim_is_dropped_remembered_and_lowers_what_the_fence_heard():
-    own = {P: (9, "p:1")}
-    disproved: set = set()
-    fence = Fence({P: 12})
-    assert claims.disprove_claim(own, disproved, fence, P, 4) == 12
-    assert own == {} and disproved == {P} and fence.heard == {P: 4}
-    assert claims.disprove_claim({}, disproved, None, Q, 4) == 0 and Q in disproved
-
-
-def test_only_an_upstreams_claim_holds_writes_and_claims_that_came_back_are_forgotten():
-    own = {P: (9, "p:1"), Q: (20, "q:1")}
-    assert claims.own_rows_awaited(own, 5, {P}) == (9, f"p:1 ({P[:8]})")
-    assert claims.own_rows_awaited(own, 5, {"q:1"}) == (20, f"q:1 ({Q[:8]})")   # by its address too
-    assert claims.own_rows_awaited(own, 5, set()) is None
-    assert claims.own_rows_awaited(own, 9, {P, Q}) == (20, f"q:1 ({Q[:8]})") and P not in own
+    hear_greeting(None, own, set(), greeting(P, "7"), ME)
+    hear_greeting(None, own, set(), greeting(P, 7.5), ME)
+    assert own == {} and claim_of(own, None, P) == 0
