@@ -100,6 +100,7 @@ class ApplierHost:
 
 
 _DECODED: dict[bytes, m.Message] = {}
+_DECLINED: set[bytes] = set()     # ROWS messages the row scanner declined (the plain decoding is theirs)
 DECODED_MAX = 4096     # messages whose decoding is kept (the cache is emptied when full)
 # the messages whose receivers only read them (a snapshot's table and data become the receiver's)
 SHARED = frozenset((m.GREETING, m.SUBSCRIBE, m.SUBSCRIBED, m.ROWS, m.ACK, m.HEARTBEAT))
@@ -108,16 +109,28 @@ SHARED = frozenset((m.GREETING, m.SUBSCRIBE, m.SUBSCRIBED, m.ROWS, m.ACK, m.HEAR
 def _decode(mtype: int, data: bytes, scan: Any) -> m.Message:
     """node.core.messages.decode, which is pure, run once per distinct message: the same ROWS
     message goes to every subscriber of a relay, the same greeting with every reconnect. (A
-    message the row scanner takes is scanned each time: its scan is the receiver's.)"""
-    if scan is not None or mtype not in SHARED:
+    message the row scanner takes is scanned each time: its scan is the receiver's. One it
+    declined, a `_cluster` row in it, decodes as without a scanner: the scanner is pure too.)"""
+    if mtype not in SHARED:
         return m.decode(data, scan)
-    msg = _DECODED.get(data)
-    if msg is None:
-        msg = m.decode(data)
+    if scan is not None and data not in _DECLINED:
+        msg = m.decode(data, scan)
+        if "scan" in msg.body:
+            return msg
+        _keep(_DECLINED, data)
+    else:
+        msg = _DECODED.get(data) or m.decode(data)
+    if data not in _DECODED:
         if len(_DECODED) >= DECODED_MAX:
             _DECODED.clear()
         _DECODED[data] = msg
     return msg
+
+
+def _keep(seen: set[bytes], data: bytes) -> None:
+    if len(seen) >= DECODED_MAX:
+        seen.clear()
+    seen.add(data)
 
 
 def _refusal(msg: m.Message) -> PeerRefused:
