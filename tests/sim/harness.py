@@ -93,7 +93,6 @@ class Cluster(Faults, Network, Links):
         self._conn_ids = 0
         self._heap: list[tuple[int, int, int, str, int | None, bytes | None]] = []
         self._seq = 0
-        self._link_last: dict[tuple[int, str], int] = {}
         self.blocked: set[frozenset] = set()
         self.expelled: list[str] = []          # uuids the operator expelled
         self.expelled_at: dict[str, int] = {}  # uuid -> tick of its (first) expel

@@ -32,7 +32,7 @@ from node.core.lifecycle_fence import claim_of
 from node.core.link import claims
 from node.core.link.applier import ApplierMachine, ApplierState, DisproveClaim, Followed, Resubscribe
 from node.core.link.filter import rows_batches
-from node.core.link.ready import Hold
+from node.core.link.ready import EMPTY, Hold
 from node.core.link.relay import (AckHold, Register, Registered, RelayMachine, RelayState, SendSnapshot,
                                   SnapshotSent, Stream, behind)
 from node.errors import PeerRefused, RemoteProtocolError
@@ -190,8 +190,10 @@ class Links:
         self._relay_act(c, mach)
 
     def _relay_act(self, c: "Conn", mach: RelayMachine) -> None:
-        s, p = self.nodes[c.client], self.nodes[c.server]
         rd = mach.ready()
+        if rd is EMPTY:                      # nothing to act on (advance of EMPTY is a no-op)
+            return
+        s, p = self.nodes[c.client], self.nodes[c.server]
         for h in rd.persist:                 # WAL holds, in place before the answer goes
             assert type(h) is Hold, h
             if self.rules["holds"] != "register":
@@ -273,9 +275,7 @@ class Links:
     def _pump_relays(self) -> None:
         """Relay._send_loop, one turn per tick: the entries on disk (or written, wal_mode write)
         past the cursor, as the production filter cuts them, or a heartbeat when due."""
-        for c in list(self.conns.values()):
-            if not c.streaming:
-                continue
+        for c in [c for c in self.conns.values() if c.streaming]:
             p, mach = self.nodes[c.server], c.relay
             now = p.wall_us() / 1e6
             # an anonymous subscriber of a wal_mode write node gets only rows on disk
@@ -312,7 +312,10 @@ class Links:
 
     def _applier_act(self, c: "Conn", rd) -> None:
         """Applier._take + _act: persist what the step claimed, then send, apply, effects."""
-        s, p, mach = self.nodes[c.client], self.nodes[c.server], c.applier
+        mach = c.applier
+        if rd is EMPTY and (c.core_peer is not None or mach.core_peer is None):
+            return                           # nothing to act on, no greeting newly taken
+        s, p = self.nodes[c.client], self.nodes[c.server]
         for x in rd.persist:
             s.submit(x.entry.txns)
         if c.core_peer is None and mach.core_peer is not None:     # the greeting was taken

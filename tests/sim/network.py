@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from node.core import messages as m
 from node.core.link import claims
 from tests.sim import shell
-from tests.sim.links import CLIENT, SERVER
+from tests.sim.links import SERVER
 from tests.sim.simnode import Applier, SimNode
 
 if TYPE_CHECKING:
@@ -43,6 +43,8 @@ class Conn:
     acked_sig: int = -1       # client side: core.synced's signature when the last ACK went
     tick_key: tuple = ()      # client side: what the applier's last tick saw (Cluster._acks)
     core_peer: Any = None     # client side: the core's Peer its greeting built (Applier._drop_peer)
+    last_at_client: int = 0   # the tick the last message to the client arrives (Network.send)
+    last_at_server: int = 0   # ... to the server
 
     @property
     def fenced(self) -> bool:
@@ -68,9 +70,13 @@ class Network:
             return
         if delay is None:
             delay = int(self.rng.random() * (self.delay_max + 1))
-        at = self.now + delay + self.slow.get((c.client, c.server), 0)
-        at = max(at, self._link_last.get((c.id, to), 0))
-        self._link_last[(c.id, to)] = at
+        at = self.now + delay
+        if self.slow:
+            at += self.slow.get((c.client, c.server), 0)
+        if to == SERVER:                     # messages on one direction of a link keep their order
+            at = c.last_at_server = max(at, c.last_at_server)
+        else:
+            at = c.last_at_client = max(at, c.last_at_client)
         self._seq += 1
         data = body if mtype is None or mtype == m.ROWS else m.encode(mtype, **body)
         heapq.heappush(self._heap, (at, self._seq, c.id, to, mtype, data))
@@ -81,8 +87,6 @@ class Network:
         c.open = False
         c.relay.close()
         self.conns.pop(c.id, None)
-        self._link_last.pop((c.id, CLIENT), None)
-        self._link_last.pop((c.id, SERVER), None)
         s, p = self.nodes[c.client], self.nodes[c.server]
         delay = backoff if backoff is not None else self.rng.randint(1, 4)
         self.stats["link_breaks"] += 1
