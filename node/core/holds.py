@@ -47,7 +47,8 @@ class Hold:
         return not self.anon
 
 
-def hold_positions(holds: dict[str, Hold], table: ClusterTable, now_s: float, anon_ttl_s: float) -> list[dict[int, int]]:
+def hold_positions(holds: dict[str, Hold], table: ClusterTable, now_s: float,
+                   anon_ttl_s: float) -> list[dict[int, int]]:
     """The positions that keep WAL segments: every member's (not expelled; a member's hold
     never times out), every anonymous replica's seen within its TTL."""
     out = []
@@ -112,7 +113,7 @@ class Holds:
         return True
 
     def _set(self, uuid: str, vclock: dict[int, int], anon: bool, now: float) -> Hold:
-        h = self.by_uuid[uuid] = Hold(dict(vclock), now, anon)
+        self.by_uuid[uuid] = h = Hold(dict(vclock), now, anon)
         return h
 
     def hold_all(self, uuid: str, anon: bool, start: dict[int, int], table: ClusterTable, now: float) -> Hold | None:
