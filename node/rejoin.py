@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from node import limits
-from node.applier.applier import PROBE_ERRORS, open_link, probe
+from node.applier.handshake import PROBE_ERRORS, open_link, probe
 from node.cluster_space.table import STATE_ANON, Member
 from node.core import messages as m
 from node.core import record
