@@ -303,6 +303,10 @@ class SimNode:
     def holds(self, holds: dict[str, Hold]) -> None:
         self.book = Holds(holds)
 
+    def _wal_start(self) -> dict[int, int]:
+        """Retention._oldest: where the WAL still here starts."""
+        return {k: v for k, v in self._gc_vc.items() if k}
+
     def _written(self, hold: Hold | None) -> bool:
         """Retention._written: a hold a JOIN or a SUBSCRIBE set is written at once; synced as
         Hold.sync_when_set says, or by the store itself in wal_mode fsync."""
@@ -315,8 +319,7 @@ class SimNode:
 
     def hold_all(self, uuid: str, anon: bool, now: int) -> None:
         """Retention.hold_all: from the start of the oldest WAL entry still here."""
-        if self._written(self.book.hold_all(uuid, anon, {k: v for k, v in self._gc_vc.items() if k},
-                                            self.core.table, now)):
+        if self._written(self.book.hold_all(uuid, anon, self._wal_start(), self.core.table, now)):
             self.joining.add(uuid)
 
     def on_subscribe(self, uuid: str, durable: dict[int, int], anon: bool, now: int) -> bool:
@@ -342,8 +345,7 @@ class SimNode:
         self.durable = max(self.durable, self.base_pos)
         core.mark_synced(VClock(synced))
         if new_members:
-            self.book.hold_for_new_members(self.uuid, core.table, lambda: {k: v for k, v in self._gc_vc.items() if k},
-                                           now)
+            self.book.hold_for_new_members(self.uuid, core.table, self._wal_start, now)
         keep = keep_vclock(synced, self.book.positions(core.table, now, anon_ttl))
         limit = min([len(self.wal) - 1] + reading)     # the current segment, segments being read
         i, vc = self.wal_gc, dict(self._gc_vc)
