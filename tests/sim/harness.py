@@ -90,6 +90,7 @@ class Cluster(Faults, Network, Links):
         self.by_uuid: dict[str, SimNode] = {}
         self.conns: dict[int, Conn] = {}
         self.registering: list[Conn] = []      # JOIN / REGISTER links whose registration is not durable yet
+        self._encoded: dict[int, tuple[dict, bytes]] = {}   # id(greeting) -> (it, its encoding) (Network.send)
         self._conn_ids = 0
         self._heap: list[tuple[int, int, int, str, int | None, bytes | None]] = []
         self._seq = 0

@@ -25,6 +25,8 @@ from tests.sim.simnode import Applier, SimNode
 if TYPE_CHECKING:
     from tests.sim.harness import Cluster
 
+ENCODED_MAX = 256      # greetings whose encoding is kept (the cache is emptied when full)
+
 
 @dataclass(eq=False)
 class Conn:
@@ -78,7 +80,17 @@ class Network:
         else:
             at = c.last_at_client = max(at, c.last_at_client)
         self._seq += 1
-        data = body if mtype is None or mtype == m.ROWS else m.encode(mtype, **body)
+        if mtype is None or mtype == m.ROWS:
+            data = body
+        elif mtype == m.GREETING:            # a node's greeting is one object while it holds (shell.greeting)
+            hit = self._encoded.get(id(body))
+            if hit is None or hit[0] is not body:
+                if len(self._encoded) >= ENCODED_MAX:
+                    self._encoded.clear()
+                hit = self._encoded[id(body)] = (body, m.encode(mtype, **body))
+            data = hit[1]
+        else:
+            data = m.encode(mtype, **body)
         heapq.heappush(self._heap, (at, self._seq, c.id, to, mtype, data))
 
     def break_conn(self: "Cluster", c: Conn, why: str, backoff: int | None = None) -> None:

@@ -43,7 +43,27 @@ def greeting(n: "SimNode") -> dict:
     """Peering.greeting, with what the membership rules read: the cluster, its `_cluster`, the
     vclock by uuid. `own_history_lsn`: its own `_cluster` rows up to there are an earlier
     incarnation's (all of them while a rebuilt store is fenced: Peering.own_history_lsn);
-    peers take no ids from them (Peer.history_lsn)."""
+    peers take no ids from them (Peer.history_lsn). Built again only when something it is
+    made of changed (`greeting_key`); its readers only read it."""
+    key = greeting_key(n)
+    if n.greeting_cache is not None and n.greeting_cache[0] == key:
+        return n.greeting_cache[1]
+    g = _greeting(n)
+    n.greeting_cache = (key, g)
+    return g
+
+
+def greeting_key(n: "SimNode") -> tuple:
+    """What a greeting is made of: the node's identity and status, and its core's clocks
+    (vclock_by_uuid), table (a `_cluster` change is a claim: `claimed` grows) and fence."""
+    core = n.core
+    if core is None:
+        return (None, n.uuid, n.anon, n.addr)
+    return (core, n.uuid, n.anon, n.addr, n.status, n.cluster.cluster_uuid, core.vclock.copy(), core.claimed.copy(),
+            len(core.table), core.fence is not None and core.fence.rebuilt, core.own_history_lsn)
+
+
+def _greeting(n: "SimNode") -> dict:
     core = n.core
     g = {"uuid": n.uuid, "cluster_uuid": None, "cluster_name": CLUSTER_NAME, "options_digest": "", "options": {},
          "anon": n.anon, "address": n.addr, "status": "joining", "vclock_uuid": {}, "cluster": [],

@@ -159,6 +159,7 @@ class SimNode:
         self.status = "running"               # "rejoining" while a rejoin pauses or rebuilds
         self.own_claims: dict[str, tuple[int, str]] = {}  # Peering.own_claims (node/core/lifecycle_fence.py)
         self.claims_disproved: set[str] = set()   # Node.claims_disproved: peers whose claim the stream belied
+        self.greeting_cache: tuple | None = None   # (shell.greeting_key, the greeting built for it)
         self.peers: list[str] = []            # configured upstream addresses (configure_peers)
         self.in_effect: list[str] | None = None   # set_peers([]) during a rebuild; None: = peers
         self.links_applied: tuple = ()        # what Cluster.apply_links last made the appliers match
