@@ -5,7 +5,7 @@ as the asyncio drivers (node/applier/applier.py, relay.py, stream.py) do: persis
 holds: submitted in the call that stepped), then send, then apply, then the effects; advance.
 
 What stays here is what the drivers do with IO, over the simulation's fakes:
-- the wire: every message is encoded by node.core.messages and decoded at the other end (an
+- the wire: every message is encoded by node.core.messages and decoded at the other end (tests/sim/wire.py; an
   applier's ROWS through the row scanner when a seeded coin says so, as an applier with the
   native scanner takes it), an ERROR becoming a PeerRefused as node/applier/conn.py makes it;
 - the journal (SimNode.submit), the WAL holds (SimNode.hold_all / on_subscribe / on_ack) and
@@ -37,6 +37,7 @@ from node.core.link.relay import (AckHold, Register, Registered, RelayMachine, R
                                   SnapshotSent, Stream, behind)
 from node.errors import PeerRefused, RemoteProtocolError
 from tests.sim import shell
+from tests.sim.wire import decode
 from tests.sim.simnode import Base
 
 if TYPE_CHECKING:
@@ -99,40 +100,6 @@ class ApplierHost:
         return claim_of(self.n.own_claims, self.n.core.fence, peer_uuid)
 
 
-_DECODED: dict[bytes, m.Message] = {}
-_DECLINED: set[bytes] = set()     # ROWS messages the row scanner declined (the plain decoding is theirs)
-DECODED_MAX = 4096     # messages whose decoding is kept (the cache is emptied when full)
-# the messages whose receivers only read them (a snapshot's table and data become the receiver's)
-SHARED = frozenset((m.GREETING, m.SUBSCRIBE, m.SUBSCRIBED, m.ROWS, m.ACK, m.HEARTBEAT))
-
-
-def _decode(mtype: int, data: bytes, scan: Any) -> m.Message:
-    """node.core.messages.decode, which is pure, run once per distinct message: the same ROWS
-    message goes to every subscriber of a relay, the same greeting with every reconnect. (A
-    message the row scanner takes is scanned each time: its scan is the receiver's. One it
-    declined, a `_cluster` row in it, decodes as without a scanner: the scanner is pure too.)"""
-    if mtype not in SHARED:
-        return m.decode(data, scan)
-    if scan is not None and data not in _DECLINED:
-        msg = m.decode(data, scan)
-        if "scan" in msg.body:
-            return msg
-        _keep(_DECLINED, data)
-    else:
-        msg = _DECODED.get(data) or m.decode(data)
-    if data not in _DECODED:
-        if len(_DECODED) >= DECODED_MAX:
-            _DECODED.clear()
-        _DECODED[data] = msg
-    return msg
-
-
-def _keep(seen: set[bytes], data: bytes) -> None:
-    if len(seen) >= DECODED_MAX:
-        seen.clear()
-    seen.add(data)
-
-
 def _refusal(msg: m.Message) -> PeerRefused:
     """An ERROR as node/applier/conn.py's recv raises it."""
     e = PeerRefused(msg["code"], msg["message"])
@@ -162,7 +129,7 @@ class Links:
         if mtype == m.ROWS and self.scan_rows_p and self.rng.random() < self.scan_rows_p:
             scan = rowscan.scan_rows if rowscan.native is not None else rowscan.scan_rows_py
         try:
-            msg: Any = _decode(mtype, data, scan)
+            msg: Any = decode(mtype, data, scan)
         except RemoteProtocolError as e:
             self._count_rpe(e)
             return self.break_conn(c, f"undecodable message: {e}")
@@ -372,9 +339,10 @@ class Links:
         SUBSCRIBE when the fence or an expel bound asks for one. (Nothing else changes what
         a tick would do: an ACK due for time alone goes with the next heartbeat's step.)"""
         keys: dict[str, tuple] = {}
-        for c in list(self.conns.values()):
+        follow = ApplierState.FOLLOW
+        for c in [c for c in self.conns.values() if c.applier is not None and c.applier.state is follow]:
             mach = c.applier
-            if mach is None or mach.state is not ApplierState.FOLLOW or not c.open:
+            if mach.state is not follow or not c.open:      # (an earlier tick's act may stop it)
                 continue
             key = keys.get(c.client)
             if key is None:
