@@ -15,13 +15,14 @@ from tests.sim.workload import run_seed
 # (behaviour kept, seed, REPLOG_SIM_MIX=full?, the shell function that once broke it)
 SEEDED = [
     ("a_power_fenced_node_replays_its_own_registrations", 0, False, "node/fence.py FenceKeeper.set (rebuilt)"),
-    ("a_relay_holds_its_wal_from_what_a_subscriber_has_on_disk", 359, False, "node/retention.py on_subscribe"),
-    ("a_subscriber_registered_elsewhere_is_held", 100, False, "node/retention.py _may_hold"),
+    ("a_relay_holds_its_wal_from_what_a_subscriber_has_on_disk", 359, False, "node/core/holds.py Holds.on_subscribe"),
+    ("a_subscriber_registered_elsewhere_is_held", 100, False, "node/core/holds.py Holds.may_hold"),
     ("a_node_that_lost_rows_waits_only_for_an_upstream_that_has_them", 62, False, "node/rejoin.py Rejoiner._fed"),
     ("a_rebuild_takes_only_a_donor_that_has_the_collected_rows", 706, False, "node/rejoin.py Rejoiner.attempt"),
-    ("a_fenced_node_takes_the_row_expelling_it_after_its_fence", 70, True, "node/core/replicaset.py _fenced_cluster_change"),
+    ("a_fenced_node_takes_the_row_expelling_it_after_its_fence", 70, True,
+     "node/core/cluster_rows.py _fenced_cluster_change"),
     ("an_anonymous_replica_rebuilds_without_its_own_component", 358, True, "node/rejoin.py Rejoiner._mine"),
-    ("a_peers_earlier_incarnation_rows_teach_no_ids", 681, True, "node/core/replicaset.py Peer.history_lsn"),
+    ("a_peers_earlier_incarnation_rows_teach_no_ids", 681, True, "node/core/cluster_rows.py Peer.history_lsn"),
     ("a_fence_hears_every_member_any_greeting_lists", 1180, True, "node/core/membership.py OwnRowsFence.known"),
     ("a_member_gone_for_good_is_expelled_when_every_member_is_fenced", 450, True, "node/server.py expel (give_up)"),
     ("a_store_fenced_after_a_power_loss_keeps_its_registrations_across_a_restart", 31, False,
