@@ -13,12 +13,15 @@ Rules kept here:
   and a wait lasts at most wait_timeout_ms_max."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from node import limits
 from node.core import validate, validate_msgs
 from node.core.rows import OP_DELETE, OP_PUT, OP_SPACE, Op
 from node.errors import ClientError
+
+if TYPE_CHECKING:
+    from node.process.ports import ClientHost
 
 _TOO_LARGE = {"value_too_large", "txn_too_large"}
 OP_NAMES = {"put": OP_PUT, "delete": OP_DELETE}
@@ -142,15 +145,15 @@ def parse_timeout_text(text: str | None) -> int:
     return check_timeout_ms(int(text))
 
 
-# --- operations both endpoints run (node: node.server.Node) ------------------------------
-def space_for_read(node: Any, name: Any) -> str:
+# --- operations both endpoints run (node: its ClientHost port) ------------------------------
+def space_for_read(node: "ClientHost", name: Any) -> str:
     check_space(name, write=False)
     if node.store is None or name not in node.store.spaces:
         raise ClientError(404, "no_such_space", f"space {name!r} does not exist")
     return name
 
 
-def get_record(node: Any, space: Any, key: Any) -> tuple[str, Any, str, int]:
+def get_record(node: "ClientHost", space: Any, key: Any) -> tuple[str, Any, str, int]:
     """(key, value, origin uuid, lsn) of a live key, or 404."""
     space_for_read(node, space)
     key = check_key(key)
@@ -167,7 +170,7 @@ def check_limit(limit: Any) -> int:
     return limit
 
 
-def range_records(node: Any, space: Any, after: Any, limit: int) -> tuple[list[tuple[str, Any, str, int]], str | None]:
+def range_records(node: "ClientHost", space: Any, after: Any, limit: int) -> tuple[list[tuple[str, Any, str, int]], str | None]:
     """Up to `limit` live keys after `after` (None: from the first), in key order, as
     (key, value, origin uuid, lsn), and the key to continue after (None at the end)."""
     space_for_read(node, space)
@@ -178,7 +181,7 @@ def range_records(node: Any, space: Any, after: Any, limit: int) -> tuple[list[t
     return [(r.key, r.value, me if r.origin_id == 0 else uuid_of(r.origin_id), r.lsn) for r in recs], nxt
 
 
-async def create_space(node: Any, name: Any, body: Any) -> tuple[int, dict]:
+async def create_space(node: "ClientHost", name: Any, body: Any) -> tuple[int, dict]:
     """Create a space (idempotent): (201, answer) when created, (200, answer) when it exists
     with these options; 409 when it exists with others."""
     name = check_space(name, write=True)

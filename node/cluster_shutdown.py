@@ -19,7 +19,7 @@ import uuid as uuidlib
 from typing import TYPE_CHECKING
 
 from node import limits
-from node.applier.applier import open_link
+from node.applier.handshake import open_link
 from node.cluster_space.table import STATE_MEMBER, Member
 from node.core import messages as m
 from node.errors import ClientError, RemoteProtocolError

@@ -1,7 +1,8 @@
 """The own-rows fence of a node (the rule is node.core.membership's): after a loss, this node
 writes nothing under its own id until every member has said how many of its rows it holds and
 those rows are back. This module decides when a loss happened, keeps the fence across restarts
-(`_meta` "own_fence"), feeds it the members' greetings and lifts it.
+(`_meta` "own_fence") and lifts it; the decisions are node/core/lifecycle_fence.py's (the
+peers' greetings reach the fence there, through node/process/peering.py).
 
 A loss, for this rule (docs/replication.md, "Membership never loses or forks a write"):
 - the store was rebuilt from a snapshot under an identity that may have written before (a
@@ -22,7 +23,7 @@ import logging
 import os
 
 from node import limits
-from node.core.membership import OwnRowsFence
+from node.core.lifecycle_fence import fence_from_meta, lift, loss_at_open, may_lift
 
 log = logging.getLogger("replog.fence")
 
@@ -53,15 +54,9 @@ class FenceKeeper:
     def loss_at_open(self, wal_present: bool) -> str | None:
         """Before recovery, on a store with data: a loss this start must fence against."""
         node, store = self.node, self.node.store
-        if store.get_meta(FENCE_META):
-            return None                         # already fenced: restore() takes it up
-        if node.cfg.wal_mode != "none" and not wal_present:
-            return "the WAL directory is gone while the store holds data"
-        before, now = store.get_meta("boot_id"), boot_id()
-        if node.cfg.wal_mode == "write" and store.get_meta("running") and before and now and before != now:
-            return ("the machine restarted while this node ran with wal_mode = write: rows written but not on "
-                    "disk may be lost here and held by peers")
-        return None
+        return loss_at_open(fenced=bool(store.get_meta(FENCE_META)), wal_mode=node.cfg.wal_mode,
+                            wal_present=wal_present, was_running=bool(store.get_meta("running")),
+                            boot_before=store.get_meta("boot_id") or "", boot_now=boot_id())
 
     def mark_running(self, running: bool) -> None:
         """`running` in the store while the node runs (an orderly stop clears it), with the boot id."""
@@ -84,12 +79,11 @@ class FenceKeeper:
         registered itself (they may hold its rows though the donor never heard of them) and
         those the operator gave up on."""
         node = self.node
-        f = node.store.get_meta(FENCE_META)
-        if not f or node.core is None or node.core.anon:
+        if node.core is None or node.core.anon:
             return
-        fence = OwnRowsFence(str(f.get("reason") or "an earlier loss"), rebuilt=bool(f.get("rebuilt")))
-        fence.known |= registered_members(node.data_dir)
-        fence.given_up |= set(f.get("given_up") or ())
+        fence = fence_from_meta(node.store.get_meta(FENCE_META), registered_members(node.data_dir))
+        if fence is None:
+            return
         node.core.fence = fence
         if fence.rebuilt:
             node.store.own_history_lsn = limits.lsn_max
@@ -107,20 +101,13 @@ class FenceKeeper:
                     "fence is lifted", uuid)
 
     # --- running ------------------------------------------------------------------------------
-    def on_greeting(self, theirs: dict) -> None:
-        core = self.node.core
-        if core is None or core.fence is None or theirs.get("anon") or theirs["uuid"] in self.node.claims_disproved:
-            return
-        vu = theirs.get("vclock_uuid")
-        core.observe_peer(theirs["uuid"], vu if isinstance(vu, dict) else {}, theirs.get("cluster") or [])
-
     def try_lift(self) -> bool:
         """Lift the fence if the core says it may; whether it is gone."""
         node = self.node
         core = node.core
         if core is None or core.fence is None:
             return True
-        if node.journal is None or not core.fence_state()[0]:
+        if node.journal is None or not may_lift(core):
             return False
         self._lift()
         return True
@@ -131,18 +118,16 @@ class FenceKeeper:
             await asyncio.sleep(limits.fence_poll_s)
 
     def _lift(self) -> None:
-        node, store, core = self.node, self.node.store, self.node.core
-        target = core.fence.target()
-        given_up = sorted(set((store.get_meta(FENCE_META) or {}).get("given_up") or ()))
-        restate = core.clear_fence(node.wall_us())
-        store.set_meta(**{FENCE_META: None}, own_history_lsn=core.own_history_lsn)
-        store.own_history_lsn = core.own_history_lsn
+        node, store = self.node, self.node.store
+        lifted = lift(node.core, node.wall_us(), (store.get_meta(FENCE_META) or {}).get("given_up"))
+        store.set_meta(**{FENCE_META: None}, own_history_lsn=lifted.own_history_lsn)
+        store.own_history_lsn = lifted.own_history_lsn
         store.sync()
-        if restate is not None:       # claimed: queued before anything else can await
-            node.journal.submit_nowait([restate], want_future=False)
+        if lifted.restate is not None:       # claimed: queued before anything else can await
+            node.journal.submit_nowait([lifted.restate], want_future=False)
         log.info("fence: every member was heard and this node's own rows are back (up to lsn %d): it writes "
-                 "under its own id again", target)
-        node.after_fence(given_up)
+                 "under its own id again", lifted.target)
+        node.after_fence(lifted.given_up)
 
     def info(self) -> dict | None:
         core = self.node.core

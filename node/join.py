@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from node import limits
-from node.applier.applier import open_link
+from node.applier.handshake import open_link
 from node.cluster_space.table import ClusterTable, Member
 from node.core import messages as m
 from node.errors import PeerRefused, RemoteProtocolError, StorageError

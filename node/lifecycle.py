@@ -32,7 +32,7 @@ import uuid as uuidlib
 from typing import TYPE_CHECKING
 
 from node import limits
-from node.applier.applier import PROBE_ERRORS, probe
+from node.applier.handshake import PROBE_ERRORS, probe
 from node.cluster_space.table import STATE_MEMBER
 from node.core.membership import greeting_vclock
 from node.errors import ConfigError, PeerRefused, StorageError

@@ -1,15 +1,14 @@
 """Snapshots into a store, and the rejoin of a node whose upstreams collected rows it needs.
 
-An upstream that collected WAL a subscriber still needs answers `need_rejoin`. That alone
-decides nothing: while another upstream streams, the rows come from it, and the refusing link
-is tried again later (once this node has caught up past what was collected, it serves again).
-Only when no upstream streams does this node rebuild its store from a snapshot, and only from a
-donor that covers it (node.core.membership.uncovered): every replicated component this node holds
-must be in the donor's vclock, or the rows this node alone has would be discarded. If no
-reachable donor covers it, nothing is discarded: the node goes on serving, its refusing
-upstreams show status `need_rejoin` with what it holds that they lack, and it asks again every
-`rejoin_retry_s` (a donor that subscribes to this node receives those rows meanwhile; to let
-it catch up, writes pause for at most `rejoin_cover_wait_s` while it does).
+An upstream that collected WAL a subscriber still needs answers `need_rejoin`. What follows is
+decided by the rejoin machine (node/core/lifecycle_rejoin.py): while another upstream streams,
+the rows come from it; only when none does, this node rebuilds its store from a snapshot, and
+only from a donor that covers it (every replicated component this node holds is in the donor's
+vclock). If no reachable donor covers it, nothing is discarded: the node goes on serving, its
+refusing upstreams show status `need_rejoin` with what it holds that they lack, and it asks
+again every `rejoin_retry_s` (a donor that subscribes to this node receives those rows
+meanwhile; to let it catch up, writes pause for at most `rejoin_cover_wait_s`). `Rejoiner` here
+is the machine's driver: it probes donors over the network, fetches the snapshot and swaps stores.
 
 The rebuild never puts the live store at risk: the snapshot goes into `store.rejoin/` beside
 it, is checked to cover what this node held, gets this node's local spaces, its local
@@ -31,11 +30,13 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from node import limits
-from node.applier.applier import PROBE_ERRORS, open_link, probe
+from node.applier.handshake import PROBE_ERRORS, open_link, probe
 from node.cluster_space.table import STATE_ANON, Member
 from node.core import messages as m
 from node.core import record
-from node.core.membership import describe_uncovered, expel_bounds, greeting_vclock, uncovered
+from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
+                                        RejoinState, Status, anon_rejoin_id)
+from node.core.membership import greeting_vclock
 from node.core.validate import timestamp_ahead_error
 from node.errors import PeerRefused, RemoteProtocolError
 from node.identity import identity_file as idf
@@ -111,153 +112,109 @@ def _swap(data_dir: str) -> None:
 
 
 class Rejoiner:
+    """The driver of the rejoin machine (node.core.lifecycle_rejoin): it reads the node for the
+    machine, probes donors, pauses writes and rebuilds the store when the machine says so."""
+
     def __init__(self, node: "RejoinHost"):
         self.node = node
-        self.need: dict[str, str] = {}                 # upstream address -> why it told us to rejoin
-        self.needed: dict[str, dict[str, int]] = {}    # upstream address -> what it collected, by uuid
-        self.blocked = ""                              # why the last attempt could not rebuild
-        self.attempts = 0
-        self._last_try = 0.0
-        self.running = False
+        self.machine = RejoinMachine(self)
+
+    need = property(lambda self: self.machine.need)            # upstream address -> why it said rejoin
+    blocked = property(lambda self: self.machine.blocked)      # why the last attempt could not rebuild
+    attempts = property(lambda self: self.machine.attempts)
+    running = property(lambda self: self.machine.running)
 
     # --- what the appliers say ------------------------------------------------------------------
     def on_need_rejoin(self, address: str, reason: str, collected: dict[str, int]) -> None:
-        self.need[address] = reason
-        self.needed[address] = dict(collected)
+        self.machine.note_need(address, reason, collected)
 
     def on_follow(self, address: str) -> None:
-        self.need.pop(address, None)
-        self.needed.pop(address, None)
+        self.machine.note_follow(address)
 
     def status_of(self, address: str) -> str:
-        why = self.need.get(address, "")
-        return f"{why}; {self.blocked}" if self.blocked and why else why
+        return self.machine.status_of(address)
 
-    # --- what this node has and needs ------------------------------------------------------------
-    def _mine(self) -> dict[str, int]:
-        """What a snapshot must cover: this node's replicated components by uuid, expelled
-        members' only up to their bound, and not an anonymous replica's own (its private
-        component: `_cluster` rows nobody else has or needs)."""
-        core = self.node.core
-        mine = core.vclock_by_uuid()
-        if core.anon:
-            mine.pop(core.uuid, None)
-        return {u: n for u, (n, _) in uncovered(mine, {}, expel_bounds(core.table)).items()}
+    # --- what the machine reads (RejoinContext) --------------------------------------------------
+    def core(self):
+        return self.node.core
 
-    def _wanted(self) -> dict[str, int]:
-        """The collected rows this node still lacks: uuid -> the lsn it needs to reach."""
-        have = self.node.core.vclock_by_uuid()
-        out: dict[str, int] = {}
-        for collected in self.needed.values():
-            for u, lsn in collected.items():
-                if lsn > have.get(u, 0):
-                    out[u] = max(out.get(u, 0), lsn)
-        return out
+    def may_rejoin(self) -> bool:
+        return self.node.status == "running" and self.node.core is not None
 
-    def _caught_up(self) -> bool:
-        """Every upstream that told this node to rejoin said what it collected, and this node
-        has all of it now (from another upstream): the links serve it again."""
-        return not self._wanted() and all(self.needed.get(a) for a in self.need)
+    def upstreams(self) -> dict[str, tuple[bool, dict[str, int]]]:
+        return {addr: (a.status == "follow", a.peer_vclock) for addr, a in self.node.appliers.items()}
 
-    def _fed(self, wanted: dict[str, int]) -> bool:
-        """A streaming upstream has what this node lacks (or some need was not said): wait for it."""
-        node = self.node
-        following = [a for a in node.appliers.values() if a.status == "follow"]
-        if not following:
-            return False
-        if not wanted:
-            return True          # an older relay said nothing of what it collected: give the stream time
-        return any(all(a.peer_vclock.get(u, 0) >= lsn for u, lsn in wanted.items()) for a in following)
+    def peers(self) -> list[str]:
+        return list(self.node.peers)
 
-    # --- deciding -----------------------------------------------------------------------------------
+    def journal_pending(self) -> int:
+        return self.node.journal.pending
+
+    # --- acting on it -----------------------------------------------------------------------------
     async def watch(self) -> None:
-        node = self.node
+        node, machine = self.node, self.machine
         while True:
-            await asyncio.sleep(limits.rejoin_watch_s)
-            self.need = {a: r for a, r in self.need.items() if a in node.appliers}
-            self.needed = {a: n for a, n in self.needed.items() if a in self.need}
-            if not self.need or self.running or node.status != "running" or node.core is None:
-                continue
-            if self._caught_up():
-                continue                         # caught up past what they collected: the links serve again
-            if self._fed(self._wanted()):
-                continue                         # the rows come from a streaming upstream
-            if time.monotonic() - self._last_try < limits.rejoin_retry_s and self.attempts:
-                continue
-            self._last_try = time.monotonic()
-            self.attempts += 1
-            self.running = True
-            try:
-                await self.attempt()
-            finally:
-                self.running = False
-
-    async def attempt(self) -> None:
-        """Find a donor that covers this node and has what it lacks, and rebuild from it; or
-        leave everything as it is."""
-        node = self.node
-        mine, wanted = self._mine(), self._wanted()
-        order = list(self.need) + [a for a in node.peers if a not in self.need]
-        best: dict[str, tuple[int, int]] | None = None
-        for address in order:
-            try:
-                theirs = await probe(node, node.http_session, address, limits.handshake_timeout_s)
-            except PROBE_ERRORS as e:
-                log.info("rejoin: %s cannot be a donor now: %s", address, e)
-                continue
-            if not theirs.get("cluster_uuid") or theirs.get("status") != "running":
-                continue
-            if uncovered(wanted, greeting_vclock(theirs)):
-                continue                         # it lacks the collected rows too: nothing to gain
-            missing = uncovered(mine, greeting_vclock(theirs))
-            if missing and any(r.uuid == theirs["uuid"] for r in node.relays):
-                # It is receiving our rows: pause writes so that it can have all of them.
-                node.status, node.status_reason = "rejoining", f"waiting for {address} to receive this node's rows"
-                missing = await self._wait_covered(address, theirs)
-                if missing:
-                    node.status, node.status_reason = "running", ""
-            if not missing:
-                await self._rebuild(address)
-                return
-            if best is None or len(missing) < len(best):
-                best = missing
-        if best is not None:
-            self.blocked = (f"a snapshot would discard rows no reachable peer has ({describe_uncovered(best)}): "
-                            f"this node keeps its store and asks again every {limits.rejoin_retry_s:.0f} s")
-        else:
-            self.blocked = "no reachable peer has the collected rows this node lacks, to give a snapshot of"
-        log.error("rejoin: %s", self.blocked)
-        for a in node.appliers.values():
-            if a.address in self.need:
-                a.error = self.status_of(a.address)
-
-    async def _wait_covered(self, address: str, theirs: dict) -> dict[str, tuple[int, int]]:
-        """Writes are paused: wait (a while) until the donor has every row this node has."""
-        node = self.node
-        deadline = time.monotonic() + limits.rejoin_cover_wait_s
-        while True:
-            while node.journal.pending:
+            if machine.state is RejoinState.COVER_WAIT and node.journal.pending:
                 await node.journal.changed(timeout=limits.journal_drain_wait_s)
-            missing = uncovered(self._mine(), greeting_vclock(theirs))
-            if not missing or time.monotonic() > deadline:
-                return missing
-            await asyncio.sleep(limits.rejoin_cover_poll_s)
+            else:
+                await asyncio.sleep(limits.rejoin_cover_poll_s if machine.running else limits.rejoin_watch_s)
+            machine.tick(time.monotonic())
             try:
-                theirs = await probe(node, node.http_session, address, limits.handshake_timeout_s)
-            except PROBE_ERRORS:
-                return missing
+                await self._act()
+            except BaseException:
+                machine.abort()                  # the attempt is over; the watch starts again (supervised)
+                self._show_ready()
+                raise
 
-    async def _rebuild(self, address: str) -> None:
-        node, life = self.node, self.node.life
-        if self._caught_up():
-            # it caught up from another upstream while the attempt probed and waited for cover:
-            # a snapshot would gain nothing (and empty the WAL, and take the donor's ids)
+    async def _act(self) -> None:
+        """Act on the machine's Ready until it has nothing more: each answer is stepped in."""
+        machine = self.machine
+        while rd := machine.ready():
+            for note in rd.apply:
+                self._show(note)
+            for e in rd.effects:
+                if type(e) is ProbeDonor:
+                    machine.step(await self._probe(e.address), time.monotonic())
+                else:
+                    await self._rebuild(e.address, e.reason)
+            machine.advance(rd)
+
+    def _show_ready(self) -> None:
+        rd = self.machine.ready()
+        assert not rd.effects, rd
+        for note in rd.apply:
+            self._show(note)
+        self.machine.advance(rd)
+
+    def _show(self, note) -> None:
+        node = self.node
+        if type(note) is Status:
+            node.status, node.status_reason = note.status, note.reason
+        elif type(note) is NoRebuild:
             log.info("rejoin: caught up past what was collected while looking for a donor; no rebuild")
-            node.status, node.status_reason = "running", ""
-            return
-        reason = self.need.get(address) or "an upstream collected rows this node needs"
+        else:
+            log.error("rejoin: %s", note.why)
+            if note.on_links:
+                for a in node.appliers.values():
+                    if a.address in self.need:
+                        a.error = self.status_of(a.address)
+
+    async def _probe(self, address: str) -> Probed:
+        node = self.node
+        try:
+            theirs = await probe(node, node.http_session, address, limits.handshake_timeout_s)
+        except PROBE_ERRORS as e:
+            log.info("rejoin: %s cannot be a donor now: %s", address, e)
+            return Probed(address, None)
+        serving = bool(theirs.get("cluster_uuid")) and theirs.get("status") == "running"
+        receiving = any(r.uuid == theirs.get("uuid") for r in node.relays)
+        return Probed(address, greeting_vclock(theirs), serving, receiving)
+
+    async def _rebuild(self, address: str, reason: str) -> None:
+        """Links down, the journal drained, the donor's snapshot into a side store that must
+        cover this node, then the swap; the machine hears how it ended."""
+        node, life = self.node, self.node.life
         log.warning("rejoin: rebuilding the store from %s's snapshot: %s", address, reason)
-        node.status, node.status_reason = "rejoining", reason
         anon = node.core.anon
         prev_id = node.core.self_id
         stopping = node.set_peers([])
@@ -266,7 +223,7 @@ class Rejoiner:
         while node.journal.pending:
             await node.journal.changed(timeout=limits.journal_drain_wait_s)
         node.store.sync()
-        mine = self._mine()
+        mine = self.machine.mine()
         side = os.path.join(node.data_dir, REJOIN_DIR)
         shutil.rmtree(side, ignore_errors=True)
         new: Store | None = None
@@ -286,16 +243,13 @@ class Rejoiner:
             finally:
                 await conn.close()
             if anon:
-                known = new.table.get(node.uuid)      # a REGISTER that went through, its answer lost
-                my_id = known.id if known is not None else \
-                    prev_id if new.table.by_id(prev_id) is None else new.table.lowest_free_id()
+                my_id = anon_rejoin_id(new.table, node.uuid, prev_id)
                 new.put_cluster_member(Member(node.uuid, my_id, node.cfg.address, STATE_ANON))
             elif new.table.get(node.uuid) is None:
                 raise RemoteProtocolError(f"{address}'s snapshot does not register this node")
-            missing = uncovered(mine, {mem.uuid: new.vclock.get(mem.id) for mem in new.table.members()})
-            if missing:
-                raise RemoteProtocolError(f"{address}'s snapshot does not cover this node "
-                                          f"({describe_uncovered(missing)}); keeping the store")
+            why = self.machine.snapshot_uncovered(mine, {mem.uuid: new.vclock.get(mem.id) for mem in new.table.members()})
+            if why is not None:
+                raise RemoteProtocolError(f"{address}'s snapshot {why}; keeping the store")
             self._carry_over(node.store, new, vclock)
             new.set_meta(**{COMPLETE_META: True})
             new.sync()
@@ -305,17 +259,16 @@ class Rejoiner:
             if new is not None:
                 new.close()
             shutil.rmtree(side, ignore_errors=True)
-            node.status, node.status_reason = "running", ""
+            known = isinstance(e, (PeerRefused, RemoteProtocolError, ConnectionError, OSError,
+                                   asyncio.TimeoutError, aiohttp.ClientError))
+            self.machine.step(RebuildFailed(address, str(e) if known else None), time.monotonic())
+            self._show_ready()                 # running again, and why, before the links come back
             node.set_peers(list(node.peers))
-            if isinstance(e, (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
-                              aiohttp.ClientError)):
-                self.blocked = f"rebuilding from {address} failed: {e}"
-                log.error("rejoin: %s", self.blocked)
+            if known:
                 return
             raise
         await node.reopen_after_rejoin(_swap)
-        self.need.clear()
-        self.blocked = ""
+        self.machine.step(Rebuilt(address), time.monotonic())
         log.info("rejoin: rebuilt from %s (%d records at %s); this node is id %d, vclock %s", address, n,
                  vclock, node.core.self_id, node.core.vclock)
 

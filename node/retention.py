@@ -1,19 +1,19 @@
-"""WAL retention of one node: who holds its WAL, checkpoints, and collection.
+"""WAL retention of one node, the IO side: the clock, where the WAL still here starts, the
+holds written to the store ("acks" in its meta), and the checkpoint that removes segments.
 
-A subscriber's hold is its durable position in this node's ids (node.core.membership): a
-joiner holds all that is here from its JOIN until it subscribes; a SUBSCRIBE sets the hold to
-what the subscriber says it has on disk (its `durable` vclock); both are written to the store and
-synced at once, so neither side's restart loses them; every other registered member holds
-everything still here from the first checkpoint after this node learned of it (a member that
-never subscribed here may after a restart or a peer change); ACKs advance a hold by their
-`durable` vclock (what the subscriber has on disk, never what it has only applied); released
-when the member is expelled. An anonymous replica holds the WAL
-only while it was seen within `anon_ttl_s`.
+Who holds the WAL and how far is decided in node/core/holds.py (`Holds`): a joiner holds all
+that is here from its JOIN until it subscribes; a SUBSCRIBE sets the hold to the subscriber's
+`durable` vclock; every other registered member holds everything still here from the first
+checkpoint after this node learned of it; ACKs move a hold forward; an expelled member's hold
+keeps nothing; an anonymous replica's only while it was seen within `anon_ttl_s`.
 
-A checkpoint syncs the store (everything applied so far is on disk: the core's `synced`
-vclock moves), writes the holds, then removes the segments below every hold
-(node/wal/gc.py). The start of the oldest segment kept is the `gc_vclock`: a subscriber
-behind it in any component is told to rejoin (node/rejoin.py decides whether it may)."""
+Rules kept here: a hold set by a JOIN or a SUBSCRIBE is written to the store, and synced
+unless anonymous, before the answer goes (neither side's restart loses it); ACKs are written
+with the next checkpoint. A checkpoint syncs the store (everything applied so far is on disk:
+the core's `synced` vclock moves), writes the holds, then removes the segments below every
+hold and every backup's (node/wal/gc.py), never one a relay is reading. The start of the
+oldest segment kept is the `gc_vclock`, recorded before the files go: a subscriber behind it
+in any component is told to rejoin (node/rejoin.py decides whether it may)."""
 from __future__ import annotations
 
 import asyncio
@@ -21,9 +21,7 @@ import logging
 import os
 import time
 
-from node import limits
-from node.cluster_space.table import STATE_MEMBER
-from node.core.membership import Hold, advance_hold, hold_positions
+from node.core.holds import Hold, Holds
 from node.core.vclock import VClock
 from node.errors import NoSpaceError
 from node.faults import fault
@@ -48,13 +46,20 @@ def _holds_from_meta(raw) -> dict[str, Hold]:
 
 
 class Retention:
+    """The IO of the WAL holds: the clock, where the WAL starts, writing the holds to the store,
+    and the checkpoint; every decision is node/core/holds.py's `Holds`."""
+
     def __init__(self, node):
         self.node = node
-        self.holds: dict[str, Hold] = {}
+        self.book = Holds()
+
+    @property
+    def holds(self) -> dict[str, Hold]:
+        return self.book.by_uuid
 
     def load(self) -> None:
         """The holds as the store keeps them ("acks": the name an earlier version used)."""
-        self.holds = _holds_from_meta(self.node.store.get_meta("acks"))
+        self.book = Holds(_holds_from_meta(self.node.store.get_meta("acks")))
 
     def _persist(self, sync: bool) -> None:
         store = self.node.store
@@ -63,22 +68,6 @@ class Retention:
             store.sync()
 
     # --- holds -------------------------------------------------------------------------------
-    def _may_hold(self, uuid: str, anon: bool) -> bool:
-        """Only what can hold the WAL leaves a hold behind, so subscriptions under made-up uuids
-        (anyone with the secret can) cannot grow the holds without bound: a member of this node's
-        `_cluster` always; an anonymous replica, or a subscriber this node does not know yet (a
-        member registered through another node), at most anon_acks_max of those together (the
-        one heard from longest ago goes)."""
-        mem = self.node.core.table.get(uuid)
-        if not anon and mem is not None:
-            return mem.state == STATE_MEMBER
-        if uuid not in self.holds:
-            table = self.node.core.table
-            bounded = [u for u, h in self.holds.items() if h.anon or table.get(u) is None]
-            if len(bounded) >= limits.anon_acks_max:
-                del self.holds[min(bounded, key=lambda u: self.holds[u].seen_s)]
-        return True
-
     def _oldest(self) -> dict[int, int]:
         """Where the WAL still here starts (all of it is what a new hold may need)."""
         node = self.node
@@ -86,48 +75,35 @@ class Retention:
         return read_header(os.path.join(node.wal_dir, segs[0])).vclock if segs else \
             {k: v for k, v in node.store.vclock.items() if k}
 
-    def _set(self, uuid: str, vclock: dict[int, int], anon: bool, why: str) -> None:
-        self.holds[uuid] = Hold(dict(vclock), time.time(), anon)
-        self._persist(sync=not anon)
-        log.info("retention: %s %s holds this node's WAL from %s (%s)", "anonymous replica" if anon else "member",
-                 uuid, VClock(vclock), why)
+    def _written(self, uuid: str, hold: Hold | None, why: str) -> None:
+        """A hold a JOIN or a SUBSCRIBE set is on disk before the answer goes."""
+        if hold is None:
+            return
+        self._persist(sync=hold.sync_when_set)
+        log.info("retention: %s %s holds this node's WAL from %s (%s)", "anonymous replica" if hold.anon else "member",
+                 uuid, VClock(hold.vclock), why)
 
     def hold_all(self, uuid: str, anon: bool) -> None:
         """A joiner is about to read this node's snapshot: it holds all that is here until it
-        subscribes somewhere and says where it is; on disk before anything may be collected."""
-        if self._may_hold(uuid, anon):
-            self._set(uuid, self._oldest(), anon, "it joins")
+        subscribes somewhere and says where it is."""
+        self._written(uuid, self.book.hold_all(uuid, anon, self._oldest(), self.node.core.table, time.time()),
+                      "it joins")
 
     def on_subscribe(self, uuid: str, durable: dict[int, int], anon: bool) -> None:
-        """A subscriber says what it has on disk: its hold is that from now on, forward or back
-        (back: it lost an unsynced tail, or took its snapshot elsewhere; what it needs that is
-        still here stays)."""
-        old = self.holds.get(uuid)
-        if old is not None and old.vclock == durable and old.anon == anon:
-            return
-        if self._may_hold(uuid, anon):
-            self._set(uuid, durable, anon, "it subscribed")
+        """A subscriber says what it has on disk: its hold is that from now on, forward or back."""
+        self._written(uuid, self.book.on_subscribe(uuid, durable, anon, self.node.core.table, time.time()),
+                      "it subscribed")
 
     def on_ack(self, uuid: str, durable: dict[int, int], anon: bool) -> None:
-        """A subscriber has `durable` on disk (persisted with the next checkpoint: a hold lost in
-        a crash is an older one, which holds more)."""
-        if uuid in self.holds or self._may_hold(uuid, anon):
-            self.holds[uuid] = advance_hold(self.holds.get(uuid), durable, time.time(), anon)
+        """A subscriber has `durable` on disk (written with the next checkpoint)."""
+        self.book.on_ack(uuid, durable, anon, self.node.core.table, time.time())
 
     def _hold_for_new_members(self) -> None:
-        """Every registered member holds this node's WAL, whether or not it ever subscribed here
-        (it may, after a restart or a peer change): one this node learned of since the last
-        checkpoint — nothing was collected meanwhile — holds all that is still here."""
         node = self.node
-        now = time.time()
-        start: dict[int, int] | None = None
-        for mem in node.core.table.members():
-            if mem.state == STATE_MEMBER and mem.uuid != node.uuid and mem.uuid not in self.holds:
-                if start is None:
-                    start = self._oldest()
-                self.holds[mem.uuid] = Hold(dict(start), now, False)
-                log.info("retention: member %s holds this node's WAL from %s until it acknowledges rows here",
-                         mem.uuid, VClock(start))
+        added, start = self.book.hold_for_new_members(node.uuid, node.core.table, self._oldest, time.time())
+        for uuid in added:
+            log.info("retention: member %s holds this node's WAL from %s until it acknowledges rows here",
+                     uuid, VClock(start))
 
     def view(self) -> dict[str, Hold]:
         return self.holds
@@ -142,7 +118,7 @@ class Retention:
         await asyncio.get_running_loop().run_in_executor(None, store.sync)
         core.mark_synced(VClock(synced))
         self._hold_for_new_members()
-        positions = hold_positions(self.holds, core.table, time.time(), node.cfg.anon_ttl_s)
+        positions = self.book.positions(core.table, time.time(), node.cfg.anon_ttl_s)
         positions += wal_holds(node.data_dir)       # backups copying the WAL (node/ops/backup.py)
         keep = keep_vclock(synced, positions)
         removable, _ = collectable(node.wal_dir, keep)

@@ -5,12 +5,10 @@ Loop: connect -> auth -> the machine greets, builds the upstream's id map, regis
 members and SUBSCRIBEs -> each message is stepped and its Ready acted on: persist (journal
 entries, submitted in the same synchronous call as the step: check, claim and submit with no
 await between), then send, then apply, then the effects (a Stop ends the link), then advance.
-A broken link reconnects with capped exponential backoff; a refusal (secret, cluster, options)
-is logged and retried slowly. `run_once` raises; `run` is the one place that maps errors to
-next steps, and it maps every one: a peer's bad input arrives as RemoteProtocolError (the
-decoders and the core's checks raise nothing else for it); anything else is a bug here,
-logged with its traceback, shown as status "failed", and ends this link only: the node serves
-on, and removing the peer later is an ordinary stop."""
+`run_once` raises; `run` acts on what node/applier/outcome.py says follows each error (retry
+with backoff, tell the rejoiner, stop the node, or end this link only: a bug here is logged
+with its traceback and shown as status "failed", the node serves on, and removing the peer
+later is an ordinary stop). Opening a link for a short visit is node/applier/handshake.py."""
 from __future__ import annotations
 
 import asyncio
@@ -19,55 +17,23 @@ import random
 import time
 from typing import TYPE_CHECKING
 
-import aiohttp
-
 from node import limits
-from node.applier.conn import Conn, check_greeting, client_auth, connect
+from node.applier.conn import Conn, client_auth, connect
+from node.applier.outcome import END, FATAL, REJOIN, after_link, next_backoff
 from node.core import messages as m
 from node.core import rowscan
-from node.core.link.applier import ApplierMachine, ApplierState, DisproveClaim, Followed, Resubscribe
+from node.core.lifecycle_fence import claim_of
+from node.core.link import claims
+from node.core.link.applier import ApplierMachine, ApplierState, DisproveClaim, Followed
 from node.core.link.ready import Ready
-from node.errors import PeerRefused, RemoteProtocolError, StorageError
+from node.errors import PeerRefused
 from node.faults import fault
 
 if TYPE_CHECKING:
-    from node.process.ports import ApplierHost, Handshake
+    from node.process.ports import ApplierHost
 
-__all__ = ["PROBE_ERRORS", "Applier", "Resubscribe", "open_link", "probe"]
+__all__ = ["Applier"]
 log = logging.getLogger("replog.applier")
-
-
-async def open_link(node: "Handshake", session: aiohttp.ClientSession, address: str) -> tuple[Conn, dict]:
-    """Connect, authenticate and exchange greetings; returns the link and the peer's greeting."""
-    conn = await connect(session, address, node.cfg.client_ssl)
-    try:
-        await client_auth(conn, node.cfg.secret, node.uuid)
-        mine = node.greeting()
-        await conn.send(m.GREETING, **mine)
-        theirs = (await conn.expect(m.GREETING, timeout=limits.handshake_timeout_s)).body
-        check_greeting(mine, theirs, address, conn.session.peer_uuid)
-        node.check_peer_greeting(theirs)
-        conn.greeting = theirs
-        return conn, theirs
-    except BaseException:
-        await conn.close()
-        raise
-
-
-async def probe(node: "Handshake", session: aiohttp.ClientSession, address: str, timeout: float) -> dict:
-    """Greet a peer and leave (BYE): its greeting, or the error that stopped the handshake."""
-    conn, theirs = await asyncio.wait_for(open_link(node, session, address), timeout)
-    try:
-        await conn.send(m.BYE)
-    except (ConnectionError, RuntimeError, aiohttp.ClientError):
-        pass
-    finally:
-        await conn.close()
-    return theirs
-
-
-PROBE_ERRORS = (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
-                aiohttp.ClientError)
 
 
 class Applier:
@@ -120,59 +86,33 @@ class Applier:
         backoff = limits.reconnect_backoff_min_s
         while not self.stopping:
             started = time.monotonic()
+            err: Exception | None = None
             try:
                 await self.run_once()
-                delay = limits.reconnect_backoff_min_s       # the peer said BYE: come back soon
             except asyncio.CancelledError:
                 raise
-            except Resubscribe as e:
-                self.status, self.error = "resubscribing", str(e)
-                log.info("applier %s: %s", self.address, e)
-                delay = 0.0
-            except PeerRefused as e:
-                if e.code == "need_rejoin":
-                    # The upstream collected rows we still need: another upstream may have them, or
-                    # we rebuild from a snapshot that loses nothing (node/rejoin.py decides); this
-                    # link is tried again, and serves once we are past what it collected.
-                    self.status = "need_rejoin"
-                    self.node.rejoiner.on_need_rejoin(self.address, e.message, getattr(e, "needed", {}))
-                    self.error = self.node.rejoiner.status_of(self.address)
-                    log.warning("applier %s: %s", self.address, e)
-                    delay = limits.rejoin_retry_s
-                else:
-                    # A lasting reason (secret, cluster, options, expelled, this node itself, a second
-                    # address of a member already followed): say it once per try, slowly.
-                    self.status = e.code if e.code in ("self", "duplicate") else "refused"
-                    self.error = str(e)
-                    log.error("applier %s: refused: %s", self.address, e)
-                    delay = limits.refused_backoff_s
-            except RemoteProtocolError as e:
-                # The peer sent something we cannot use (or the link broke mid-message).
-                self.status, self.error = "disconnected", str(e)
-                log.warning("applier %s: %s", self.address, e)
-                delay = backoff
-            except (ConnectionError, OSError, asyncio.TimeoutError, aiohttp.ClientError) as e:
-                self.status, self.error = "disconnected", str(e) or type(e).__name__
-                log.info("applier %s: %s", self.address, self.error)
-                delay = backoff
-            except StorageError as e:
-                # The disk failed us: the node stops (the journal has usually said so already).
-                self.status, self.error = "failed", str(e)
-                self.node.on_fatal(e)
+            except Exception as e:  # noqa: BLE001 - after_link maps every error, our bugs included
+                err = e
+            nxt = after_link(err, backoff)
+            if nxt.status is not None:
+                self.status, self.error = nxt.status, nxt.error
+            if nxt.then == FATAL:
+                self.node.on_fatal(err)
                 return
-            except Exception as e:  # noqa: BLE001 - the one place: anything else is our bug, not the peer's
-                self.status, self.error = "failed", f"{type(e).__name__}: {e}"
-                self.node.note_failure(f"applier {self.address}", e)
+            if nxt.then == END:
+                self.node.note_failure(f"applier {self.address}", err)
                 self._drop_peer()
                 return                                         # this link stops; the node serves on
-            if time.monotonic() - started > 10 * limits.reconnect_backoff_max_s:
-                backoff = limits.reconnect_backoff_min_s       # the link was healthy for a while
-            else:
-                backoff = min(backoff * 2, limits.reconnect_backoff_max_s)
+            if nxt.then == REJOIN:
+                self.node.rejoiner.on_need_rejoin(self.address, err.message, getattr(err, "needed", {}))
+                self.error = self.node.rejoiner.status_of(self.address)
+            if nxt.line:
+                log.log(nxt.level, "applier %s: %s", self.address, nxt.line)
+            backoff = next_backoff(backoff, time.monotonic() - started)
             self._drop_peer()
             if self.stopping:
                 return
-            await asyncio.sleep(delay * (0.5 + self._rng.random()))   # jittered backoff, not sync
+            await asyncio.sleep(nxt.delay * (0.5 + self._rng.random()))   # jittered backoff, not sync
 
     def _drop_peer(self) -> None:
         mach = self.machine
@@ -189,24 +129,16 @@ class Applier:
         of the same member (a second spelling, a moved peer) is refused while it does, and a
         new link waits for a removed one to the same member to finish closing."""
         self.peer_uuid = peer_uuid
-        followers = self.node.followers
-        owner = followers.get(peer_uuid)
-        if owner is not None and owner is not self:
-            if owner.stopping:
-                raise ConnectionError(f"the previous link to {peer_uuid} ({owner.address}) is still closing")
-            raise PeerRefused("duplicate", f"{self.address} is {peer_uuid}, already followed through "
-                                           f"{owner.address}")
-        followers[peer_uuid] = self
+        claims.claim_link(self.node.followers, peer_uuid, self)
 
     def journal_pending(self) -> int:
         return self.node.journal.pending
 
     def own_claim(self, peer_uuid: str) -> int:
-        return self.node.own_claims.get(peer_uuid, (0, ""))[0]
+        return claim_of(self.node.own_claims, self.node.core.fence, peer_uuid)
 
     def release(self) -> None:
-        if self.peer_uuid and self.node.followers.get(self.peer_uuid) is self:
-            del self.node.followers[self.peer_uuid]
+        claims.release_link(self.node.followers, self.peer_uuid, self)
 
     # --- the driver ------------------------------------------------------------------------
     async def run_once(self) -> None:

@@ -36,7 +36,6 @@ from node.applier.ws_limit import raise_message_limit, reader_limit
 from node.core import messages as m
 from node.core import session as sess
 from node.errors import PeerRefused, RemoteProtocolError
-from node.core.link.greeting import check_greeting  # noqa: F401 - the link's greeting check, used by its callers
 
 log = logging.getLogger("replog.link")
 

@@ -3,11 +3,8 @@ node/core/link/relay.py's RelayMachine, which makes every protocol decision.
 
 Once the link is authenticated (node/applier/accept.py) each message is stepped and its Ready
 acted on in order: persist (WAL holds), send, apply, effects (apply a registration, send the
-snapshot, run a shutdown phase, stream), advance. A subscribed relay streams from a WalCursor
-(node/applier/walcursor.py) filtered by the machine's `sub` and `own`, in this node's ids, in WAL
-order, whole transactions, never rows of local spaces, while a second loop steps the
-subscriber's ACKs. `serve_link` is the one place that maps a link's errors to a log line and an
-ERROR answer."""
+snapshot, run a shutdown phase, stream: node/applier/stream.py), advance. `serve_link` is the
+one place that maps a link's errors to a log line and an ERROR answer."""
 from __future__ import annotations
 
 import asyncio
@@ -17,19 +14,17 @@ from typing import TYPE_CHECKING
 
 from node import limits
 from node.applier.conn import Conn
-from node.applier.walcursor import WalCursor
+from node.applier.stream import Relay
 from node.core import messages as m
-from node.core.link.filter import rows_batches
 from node.core.link.ready import Hold, Ready
-from node.core.link.relay import (AckHold, Register, Registered, RelayMachine, RelayState, SendSnapshot, Shutdown,
-                                  SnapshotSent, Stream)
+from node.core.link.relay import Register, Registered, RelayMachine, RelayState, SendSnapshot, Shutdown, SnapshotSent, Stream
 from node.errors import ClientError, PeerRefused, RemoteProtocolError
 from node.faults import fault
 
 if TYPE_CHECKING:
     from node.process.ports import RelayHost
 
-__all__ = ["Relay", "WalCursor", "rows_batches", "send_snapshot", "serve_link"]
+__all__ = ["send_snapshot", "serve_link"]
 log = logging.getLogger("replog.relay")
 
 
@@ -152,110 +147,3 @@ async def send_snapshot(node: "RelayHost", conn: Conn) -> None:
         space, rows = item[1]
         await conn.send(m.SNAPSHOT_ROWS, space=space, rows=rows)
     await conn.send(m.SNAPSHOT_END)
-
-
-class Relay:
-    """A subscribed link: rows out (the send loop), ACKs in (stepped into the machine)."""
-
-    def __init__(self, node: "RelayHost", conn: Conn, machine: RelayMachine):
-        self.node = node
-        self.conn = conn
-        self.machine = machine
-        self.uuid, self.address, self.anon = machine.uuid, machine.address, machine.anon
-        self.status = "subscribed"
-        self.error = ""
-        self.cursor = WalCursor(node.wal_dir, machine.sub, machine.own)
-        self._wake = asyncio.Event()     # set by the journal after each durable batch
-
-    lag_s = property(lambda self: self.machine.lag_s)
-    acked = property(lambda self: self.machine.acked)
-
-    def info(self) -> dict:
-        return {"uuid": self.uuid, "address": self.address, "status": self.status, "anon": self.anon,
-                "lag_s": round(self.lag_s, 6), "error": self.error,
-                "vclock": {str(k): v for k, v in sorted(self.acked.items())},
-                "rows_sent": self.cursor.rows,
-                "frames_from_memory": self.cursor.from_tail, "frames_from_file": self.cursor.from_file}
-
-    async def run(self) -> None:
-        node = self.node
-        for old in [r for r in node.relays if r.uuid == self.uuid]:
-            # One link per subscriber: the newest is the one it is reading (an older one may be a
-            # half-open connection the subscriber gave up on).
-            log.info("relay: %s subscribed again; closing its older link", self.uuid)
-            old.error = "replaced by a newer subscription"
-            await old.conn.close()
-        node.relays.add(self)
-        sender = asyncio.create_task(self._send_loop(), name=f"relay-send-{self.uuid[:8]}")
-        try:
-            await self._recv_loop(sender)
-        finally:
-            sender.cancel()
-            try:
-                await sender
-            except asyncio.CancelledError:
-                pass
-            except (ConnectionError, RemoteProtocolError, RuntimeError) as e:
-                self.error = str(e)
-            node.relays.discard(self)
-            self.machine.close()
-            self.status = "stopped"
-
-    async def _recv_loop(self, sender: asyncio.Task) -> None:
-        mach, retention = self.machine, self.node.retention
-        while not sender.done():
-            try:
-                msg = await self.conn.recv(timeout=limits.peer_timeout_s)
-            except PeerRefused as e:
-                msg = e
-            mach.step(msg, time.monotonic())
-            rd = mach.ready()
-            for a in rd.apply:
-                assert type(a) is AckHold, a
-                retention.on_ack(a.uuid, a.durable, a.anon)
-            mach.advance(rd)
-            stop = rd.stop
-            if stop is not None:
-                if stop.error is not None:
-                    raise stop.error
-                return
-        await sender  # re-raise its error
-
-    async def _send_loop(self) -> None:
-        journal, mach = self.node.journal, self.machine
-        loop = asyncio.get_running_loop()
-        wake, cursor = self._wake, self.cursor
-        journal.listen(wake)
-        try:
-            mach.sent_rows(loop.time())
-            while True:
-                wake.clear()         # before looking: a batch made durable from here on wakes us
-                if self.anon and journal.wal.mode == "write":
-                    # only rows on disk: the journal's memory tail runs ahead of that (Journal.synced_position)
-                    frames = await loop.run_in_executor(None, cursor.read, journal.synced_position,
-                                                        limits.relay_batch_bytes_max)
-                else:
-                    frames = cursor.read_tail(journal, limits.relay_batch_bytes_max)
-                    if frames is None:
-                        frames = await loop.run_in_executor(None, cursor.read, journal.position,
-                                                            limits.relay_batch_bytes_max)
-                if frames:
-                    for batch in rows_batches(frames):
-                        await self.conn.send_rows(batch)
-                    mach.sent_rows(loop.time())
-                    continue
-                mach.tick(loop.time(), time.time_ns() // 1000)
-                rd = mach.ready()
-                if rd.send:
-                    for s in rd.send:
-                        await self.conn.send(s.mtype, **s.body)
-                    mach.advance(rd)
-                    continue
-                mach.advance(rd)
-                timer = loop.call_at(mach.next_heartbeat_at(), wake.set)
-                try:
-                    await wake.wait()
-                finally:
-                    timer.cancel()
-        finally:
-            journal.unlisten(wake)

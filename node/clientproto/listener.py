@@ -19,12 +19,15 @@ Rules kept here:
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING
 import logging
 
 from node import limits
 from node.clientproto import wire
 from node.clientproto.session import Session
+
+if TYPE_CHECKING:
+    from node.process.ports import ClientHost
 
 log = logging.getLogger("replog.client")
 
@@ -135,7 +138,7 @@ class ClientProtocol(asyncio.Protocol):
 class ClientServer:
     """The listener and its open connections."""
 
-    def __init__(self, node: Any):
+    def __init__(self, node: "ClientHost"):
         self.node = node
         self.connections: set[ClientProtocol] = set()
         self.cap = limits.http_connections_max

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from node import clientrules, limits
 from node.clientproto import wire, writes
@@ -29,6 +29,9 @@ from node.core.record import DELETED, LSN, ORIGIN_ID, VALUE
 from node.core import validate
 from node.core.rows import OP_DELETE, OP_PUT, Op
 from node.errors import ClientError
+
+if TYPE_CHECKING:
+    from node.process.ports import ClientHost
 
 log = logging.getLogger("replog.client")
 
@@ -43,7 +46,7 @@ def _bad(req_id: Any, why: str) -> tuple:
 
 
 class Session:
-    def __init__(self, node: Any, write: Callable[[bytes], None], close: Callable[[], None],
+    def __init__(self, node: "ClientHost", write: Callable[[bytes], None], close: Callable[[], None],
                  pause: Callable[[bool], None]):
         self.node = node
         self._write = write            # bytes of whole answer frames to the socket

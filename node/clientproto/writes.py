@@ -21,17 +21,20 @@ Rules kept here:
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING
 
 from node.core import codec, rowscan
 from node.core import messages as m
 from node.core.entry import PackedEntry
 from node.core.rows import GROUP_DEFAULT, Op
 
+if TYPE_CHECKING:
+    from node.process.ports import ClientHost
+
 _ROWS = m.ROWS
 
 
-def submit(node: Any, txns: list[list[Op]]) -> tuple[asyncio.Future, list[int]] | None:
+def submit(node: "ClientHost", txns: list[list[Op]]) -> tuple[asyncio.Future, list[int]] | None:
     """Claim and queue `txns` (each a list of checked ops on existing replicated spaces) as one
     journal entry. Returns (the journal's future, each txn's last lsn), or None when the native
     scanner is missing or does not take the batch (the caller then uses the exact path). Raises

@@ -15,13 +15,14 @@ Rules kept here (docs/replication.md, "Membership never loses or forks a write")
 - A node's WAL is held for a registered member from the moment the member joined through it
   or first subscribed to it, at the member's durable position (what it has on disk, not what
   it has applied), persisted, and released only by its expel; anonymous replicas hold it
-  only within their TTL (`hold_positions`)."""
+  only within their TTL (the rules of holds live in node/core/holds.py; `Hold`,
+  `hold_positions` and `advance_hold` are imported from here too)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable
+from node.core.holds import Hold, advance_hold, hold_positions  # noqa: F401  (imported from here too)
 
 
 def greeting_vclock(greeting: dict) -> dict[str, int]:
@@ -108,44 +109,3 @@ class OwnRowsFence:
                     f"for good)")
         return (f"{self.reason}: this node's own rows up to lsn {self.target()} are coming back from its peers "
                 f"(it has {own_lsn})")
-
-
-@dataclass(frozen=True, slots=True)
-class Hold:
-    """One subscriber's hold on this node's WAL: its durable position in this node's ids."""
-    vclock: dict[int, int]
-    seen_s: float
-    anon: bool
-
-
-def hold_positions(holds: dict[str, Hold], table: ClusterTable, now_s: float, anon_ttl_s: float) -> list[dict[int, int]]:
-    """The positions that keep WAL segments: every member's (not expelled; a member's hold
-    never times out), every anonymous replica's seen within its TTL."""
-    out = []
-    for uuid, h in holds.items():
-        if h.anon:
-            if now_s - h.seen_s <= anon_ttl_s:
-                out.append(h.vclock)
-            continue
-        mem = table.get(uuid)
-        if mem is None or mem.state != STATE_EXPELLED:
-            # a member this node does not know yet (its registration row is on its way) holds too
-            out.append(h.vclock)
-    return out
-
-
-def advance_hold(old: Hold | None, durable: dict[int, int], now_s: float, anon: bool) -> Hold:
-    """A subscriber said it holds `durable` on disk: its hold moves there, never back (a
-    restarted subscriber that lost an unsynced tail resubscribes below; what it needs again
-    is still held from its older durable position, or it is told to rejoin)."""
-    if old is None or old.anon != anon:
-        return Hold(dict(durable), now_s, anon)
-    merged = {rid: max(lsn, old.vclock.get(rid, 0)) for rid, lsn in durable.items()}
-    for rid, lsn in old.vclock.items():
-        merged.setdefault(rid, lsn)
-    return Hold(merged, now_s, anon)
-
-
-def hold_members(holds: Iterable[str], table: ClusterTable) -> list[str]:
-    """Uuids of the members whose holds may be dropped: expelled ones."""
-    return [u for u in holds if (m := table.get(u)) is not None and m.state == STATE_EXPELLED]

@@ -19,7 +19,7 @@ path (node.core.messages.decode), which accepts or refuses it with its own error
 
 `ScanPy` / `scan_rows_py` is the reference: the same contract built on the exact decoder
 (`txn_from_wire`) and the encoder (`codec.pack`); a differential test holds the native scanner to
-it. `relay_scan` is checked against the relay's exact path (node.applier.relay.WalCursor) it
+it. `relay_scan` is checked against the relay's exact path (node.applier.walcursor.WalCursor) it
 stands in for. Without the native module the applier and relays keep their exact paths: the
 reference is slower than them and only serves as the oracle."""
 from __future__ import annotations

@@ -48,7 +48,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from node import limits
-from node.applier.applier import PROBE_ERRORS, probe
+from node.applier.handshake import PROBE_ERRORS, probe
 from node.errors import PeerRefused, StorageError
 from node.identity import lease as core
 from node.identity.lease import LeaseLost

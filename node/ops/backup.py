@@ -34,7 +34,7 @@ import os
 import secrets
 import shutil
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import crc32c
 
@@ -47,6 +47,9 @@ from node.wal import format as walfmt
 from node.wal.reader import list_segments, read_header
 from node.wal.recovery import recover
 from node.wal.writer import fsync_dir as fsync_path    # opens read-only and fsyncs: files and directories
+
+if TYPE_CHECKING:
+    from node.process.ports import BackupHost
 
 log = logging.getLogger("replog.backup")
 
@@ -389,7 +392,7 @@ def backup_dir(data_dir: str, out: str, *, compact: bool = False) -> dict:
         raise
 
 
-async def backup_node(node, out: str, *, compact: bool = False) -> dict:
+async def backup_node(node: "BackupHost", out: str, *, compact: bool = False) -> dict:
     """`POST /v1/admin/backup`: a backup of this running node (node.server.Node). The event loop
     only picks the point: the journal's durable position once the store copy is done."""
     import asyncio

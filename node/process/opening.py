@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from node import limits
-from node.applier.applier import open_link
+from node.applier.handshake import open_link
 from node.cluster_space.table import STATE_ANON, STATE_MEMBER, Member
 from node.core import messages as m
 from node.core.replicaset import NodeCore, cluster_op

@@ -2,13 +2,8 @@
 theirs, the claims a peer makes to hold this node's own rows, and the set of upstreams
 (one applier per peer address).
 
-Rules kept here:
-- A peer saying it holds more of this node's own rows than this node does holds its writes
-  (own_rows_awaited) while that peer is one of its upstreams: those rows come back by
-  SUBSCRIBE, and no lsn of ours is used twice. A claim an upstream disproved (it streamed
-  without those rows) is not believed again while this node runs.
-- Claims and disproved peers are bounded by members_max: a peer inventing uuids cannot grow
-  them.
+Rules kept here (the rules on claims are node/core/lifecycle_fence.py's, which the
+simulation runs too):
 - `peers` is changed in place, so every holder of the list sees the sources in effect."""
 from __future__ import annotations
 
@@ -18,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from node import limits
 from node.applier.applier import Applier
+from node.core.lifecycle_fence import disprove_claim, hear_greeting, own_rows_awaited
 
 if TYPE_CHECKING:
     from node.process.ports import PeeringHost
@@ -71,29 +67,12 @@ class Peering:
         if node.lease:
             node.lease.check_peer(theirs)
         node.life.observe_greeting(theirs)
-        node.fence.on_greeting(theirs)
-        vu = theirs.get("vclock_uuid")
-        own = vu.get(node.uuid) if isinstance(vu, dict) else None
-        uuid = theirs["uuid"]
-        if uuid in self.claims_disproved:
-            return
-        if isinstance(own, int) and own > self.own_claims.get(uuid, (0, ""))[0] \
-                and (uuid in self.own_claims or len(self.own_claims) < limits.members_max):
-            # A peer says it holds more of this node's own rows than this node does (a
-            # replacement container, a rejoin, or a lost unsynced tail): they come back by
-            # SUBSCRIBE, and writes wait for them so no lsn of ours is ever used twice.
-            self.own_claims[uuid] = (own, theirs["address"])
+        hear_greeting(node.core, self.own_claims, self.claims_disproved, theirs, node.uuid)   # fence, claims
 
-    # --- claims on our own rows ---------------------------------------------------------------
+    # --- claims on our own rows (the rules: node/core/lifecycle_fence.py) -----------------------
     def disprove_claim(self, uuid: str, have: int) -> None:
-        """An upstream caught us up without the rows of ours it said it holds: it lied (or its
-        store lost them since), so its word neither holds writes nor raises a fence's target."""
-        fence = self.node.core.fence
-        claim = max(self.own_claims.pop(uuid, (0, ""))[0], fence.heard.get(uuid, 0) if fence is not None else 0)
-        if len(self.claims_disproved) < limits.members_max:
-            self.claims_disproved.add(uuid)
-        if fence is not None:
-            fence.heard[uuid] = min(fence.heard.get(uuid, have), have)
+        """An upstream caught us up without the rows of ours it said it holds: its claim is not believed."""
+        claim = disprove_claim(self.own_claims, self.claims_disproved, self.node.core.fence, uuid, have)
         log.warning("node: %s said it holds this node's rows up to lsn %d and sent them only up to %d: its claim "
                     "is not believed", uuid, claim, have)
 
@@ -103,15 +82,8 @@ class Peering:
         claim is believed, and only while it is one: a peer that is not (a client greeting
         this node's relay) cannot hold its writes, and removing a peer ends its claim."""
         core, appliers = self.node.core, self.node.appliers
-        have = core.claimed.get(core.self_id)
         upstreams = {a.peer_uuid for a in appliers.values()} | set(appliers)
-        best: tuple[int, str] | None = None
-        for uuid, (lsn, address) in list(self.own_claims.items()):
-            if lsn <= have:
-                del self.own_claims[uuid]            # they came back
-            elif (uuid in upstreams or address in upstreams) and (best is None or lsn > best[0]):
-                best = (lsn, f"{address} ({uuid[:8]})")
-        return best
+        return own_rows_awaited(self.own_claims, core.claimed.get(core.self_id), upstreams)
 
     # --- upstreams --------------------------------------------------------------------------------
     def configure_peers(self, peers: list[str]) -> list[asyncio.Task]:

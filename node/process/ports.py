@@ -45,15 +45,15 @@ class ShutdownPhases(Protocol):
 
 class WalHolds(Protocol):
     """Who holds the WAL (node/retention.py Retention): relays hold and acknowledge, HTTP views."""
-    def hold_all(self, uuid: str, anon: bool = False) -> None: ...
-    def on_subscribe(self, uuid: str, durable: Any, anon: bool) -> None: ...
-    def on_ack(self, uuid: str, durable: Any) -> None: ...
+    def hold_all(self, uuid: str, anon: bool) -> None: ...
+    def on_subscribe(self, uuid: str, durable: dict[int, int], anon: bool) -> None: ...
+    def on_ack(self, uuid: str, durable: dict[int, int], anon: bool) -> None: ...
     def view(self) -> dict: ...
 
 
 # --- the link handshake ------------------------------------------------------------------------
 class Handshake(Protocol):
-    """What opening a link needs (node/applier/applier.py open_link, probe): who we are, our
+    """What opening a link needs (node/applier/handshake.py open_link, probe): who we are, our
     greeting, and the checks run on theirs."""
     cfg: "Config"
     uuid: str
@@ -148,7 +148,39 @@ class BrowserView(Protocol):
     relays: set
 
 
-class ApiHost(AcceptHost, MetricsView, EventsView, BrowserView, Protocol):
+class ClientHost(Protocol):
+    """The client operations both client endpoints run (node/clientrules.py, and the binary
+    protocol node/clientproto/): reads from the store, writes through the node's rules and
+    the journal's fast path, read-your-writes by vclock."""
+    cfg: "Config"
+    uuid: str
+    status: str
+    core: "NodeCore | None"
+    store: "Store | None"
+    journal: "Journal | None"
+
+    def wall_us(self) -> int: ...
+    def info(self) -> dict: ...
+    def vclock_uuid(self) -> dict[str, int]: ...
+    def write_check(self) -> None: ...
+    def replicated_write_check(self) -> None: ...
+    def has_applied(self, vclock_uuid: dict[str, int]) -> bool: ...
+    async def wait_applied(self, vclock_uuid: dict[str, int], timeout_s: float) -> dict[str, int]: ...
+    async def write(self, ops: list) -> dict: ...
+
+
+class BackupHost(Protocol):
+    """A hot backup from inside the node (node/ops/backup.py backup_node): the store it copies,
+    the journal position it replays from, the jobs in flight."""
+    data_dir: str
+    status: str
+    core: "NodeCore | None"
+    store: "Store | None"
+    journal: "Journal | None"
+    backups: list
+
+
+class ApiHost(AcceptHost, MetricsView, EventsView, BrowserView, ClientHost, BackupHost, Protocol):
     """The whole client API (node/http/api.py): every view above, the replication endpoint, and
     the operations behind the client and admin routes (node/clientrules.py, node/ops/backup.py)."""
     store: "Store | None"
@@ -298,7 +330,6 @@ class PeeringHost(ApplierHost, Protocol):
     status: str
     lease: Any
     life: Any                                 # greeting_fields, observe_greeting
-    fence: Any                                # on_greeting
     appliers: dict[str, Any]
 
     @property

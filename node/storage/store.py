@@ -1,27 +1,27 @@
 """LMDB state: spaces, `_cluster`, and the vclock the state reflects — all changed in one
 LMDB transaction per batch, so recovery replays exactly the WAL rows past that vclock.
 
-Sub-databases:
-  _meta          node facts: uuid, cluster uuid/name, vclock, hlc, store status, signatures
-  _spaces        space name -> {"local", "conflict"}
-  _cluster       member uuid -> [uuid, id, address, state, lsn] (this node's ids)
-  _cluster_ids   origin uuid NUL member uuid -> the origin's id for the member
-  s:<space>      key -> a record [value, origin id, lsn, hlc, deleted] (node.core.record)
-Records keep tombstones (deleted=True) so last-writer-wins converges after deletes.
-This is the only module that imports lmdb.
+The store is split along its seams: the layout (sub-databases, `SpaceDef`) and the format
+version are node/storage/layout.py's; how a batch's rows reach the sub-databases is
+node/storage/txnview.py's (`TxnView`, the StateView of node.core.apply); reading a store another
+process holds open is node/storage/readonly.py's. `STORE_FORMAT_VERSION`, `check_format`,
+`SpaceDef`, `read_only_view` and `copy_store` are imported from here too. node/storage/ is the
+only package that imports lmdb.
 
 Rules kept here:
-- `_meta["store_format"]` is the layout's version (STORE_FORMAT_VERSION), written when a store is
-  created (or first opened by a replog that knows it); a store of a newer format is refused at
-  open with one line, never read as if it were this one (docs/upgrade.md).
+- `_meta["store_format"]` is written when a store is created (or first opened by a replog that
+  knows it); a store of a newer format is refused at open with one line (`check_format`).
+- A batch and the vclock after it are written in one LMDB transaction; if it is aborted, what it
+  changed in memory (the vclock, spaces created, the `_cluster` table) goes back too.
 - A write that fails for lack of room (the map is full, or the disk) raises NoSpaceError after its
   LMDB transaction was aborted, so it can be tried again as it was; any other failure of the disk
-  is a StorageError."""
+  is a StorageError.
+- A snapshot holds the replicated spaces, `_cluster` and the vclock without component 0, from
+  one read transaction; installing one raises the HLC above every record it brought."""
 from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import lmdb
@@ -33,25 +33,14 @@ from node.core.entry import Entry, apply_entries
 from node.core.record import DELETED, HLC, Record
 from node.core.vclock import VClock
 from node.errors import NoSpaceError, StorageError
+from node.storage.layout import STORE_FORMAT_VERSION, SpaceDef, check_format  # noqa: F401  (imported from here too)
+from node.storage.readonly import copy_store, read_only_view  # noqa: F401  (imported from here too)
+from node.storage.txnview import TxnView
 
 _pack = codec.pack                  # meta values, space definitions, _cluster rows
 _unpack = codec.unpack
 _pack_record = record.pack          # records of spaces (node.core.record)
 _unpack_record = record.unpack
-
-STORE_FORMAT_VERSION = 1     # 1: the sub-databases above; a store without the key is a version 1 store
-
-
-def check_format(path: str, version) -> None:
-    """Refuse a store whose layout this replog does not know (a newer replog wrote it)."""
-    if version is None or version == STORE_FORMAT_VERSION:
-        return
-    if type(version) is not int or version < 1:
-        raise StorageError(f"store {path}: its format version {version!r} is not one replog writes; "
-                           "the store is damaged")
-    raise StorageError(f"store {path} has format version {version}, newer than this replog reads "
-                       f"({STORE_FORMAT_VERSION}): a newer replog wrote it; run that version, or restore a backup "
-                       "taken with this one (docs/upgrade.md)")
 
 
 def disk_free_bytes(path: str) -> int | None:
@@ -61,16 +50,6 @@ def disk_free_bytes(path: str) -> int | None:
     except OSError:
         return None
     return st.f_bavail * st.f_frsize
-
-
-@dataclass(frozen=True, slots=True)
-class SpaceDef:
-    name: str
-    local: bool = False
-    conflict: str = "lww"
-
-    def to_dict(self) -> dict:
-        return {"local": self.local, "conflict": self.conflict}
 
 
 class Store:
@@ -205,7 +184,7 @@ class Store:
         view = None
         try:
             with self.env.begin(write=True) as t:
-                view = _TxnView(self, t)
+                view = TxnView(self, t)
                 tops = apply_entries(view, entries, self_uuid)
                 t.put(b"vclock", _pack(self.vclock.to_dict()), db=self._meta)
                 t.put(b"hlc", _pack(hlc_last), db=self._meta)
@@ -358,112 +337,3 @@ class Store:
 
     def close(self) -> None:
         self.env.close()
-
-
-class _TxnView:
-    """The StateView of node.core.apply over one LMDB write transaction; it notes what it changed
-    in memory, for Store.apply to undo if the transaction is aborted."""
-    __slots__ = ("s", "t", "table", "vclock", "created", "members_changed", "own_history_lsn")
-
-    def __init__(self, store: Store, t):
-        self.s, self.t = store, t
-        self.table, self.vclock = store.table, store.vclock
-        self.own_history_lsn = store.own_history_lsn
-        self.created: list[str] = []
-        self.members_changed = False
-
-    def space(self, name: str):
-        d = self.s.spaces.get(name)
-        return None if d is None else (d.local, d.conflict)
-
-    def create_space(self, name: str, local: bool, conflict: str) -> None:
-        sdef = SpaceDef(name, local, conflict)
-        self.created.append(name)
-        self.s.spaces[name] = sdef
-        self.s._dbs[name] = self.s.env.open_db(b"s:" + name.encode(), txn=self.t)
-        self.t.put(name.encode(), _pack(sdef.to_dict()), db=self.s._spaces_db)
-
-    def get(self, space: str, key: str):
-        b = self.t.get(key.encode(), db=self.s._dbs[space])
-        return None if b is None else _unpack_record(b)
-
-    def put(self, space: str, key: str, rec: list) -> None:
-        self.t.put(key.encode(), _pack_record(rec), db=self.s._dbs[space])
-
-    def raw_replacer(self, space: str):
-        """replacer() for records already packed (bytes in, bytes or None out)."""
-        return self.t.cursor(db=self.s._dbs[space]).replace
-
-    def raw_put(self, space: str, key: bytes, record: bytes) -> None:
-        self.t.put(key, record, db=self.s._dbs[space])
-
-    def raw_delete(self, space: str, key: bytes) -> None:
-        self.t.delete(key, db=self.s._dbs[space])
-
-    def replacer(self, space: str):
-        """Put, returning the record replaced: one B-tree lookup instead of get + put, through
-        a cursor kept for the batch (Transaction.replace opens one per call, ~3x the cost)."""
-        cursor_replace = self.t.cursor(db=self.s._dbs[space]).replace
-
-        def replace(key: str, rec: list) -> list | None:
-            b = cursor_replace(key.encode(), _pack_record(rec))
-            return None if b is None else _unpack_record(b)
-        return replace
-
-    def delete(self, space: str, key: str) -> None:
-        self.t.delete(key.encode(), db=self.s._dbs[space])
-
-    def put_member(self, m: Member) -> None:
-        self.members_changed = True
-        self.t.put(m.uuid.encode(), _pack(m.to_row()), db=self.s._cluster_db)
-
-    def put_knowledge(self, origin_uuid: str, member_uuid: str, their_id: int) -> None:
-        self.t.put(f"{origin_uuid}\0{member_uuid}".encode(), _pack(their_id), db=self.s._ids_db)
-
-
-def _open_read_only(path: str):
-    if not os.path.isfile(os.path.join(path, "data.mdb")):
-        raise StorageError(f"{path}: no store here (no data.mdb)")
-    kw = dict(readonly=True, max_dbs=limits.store_spaces_max + limits.store_system_dbs,
-              max_readers=limits.store_readers_max)
-    try:
-        return lmdb.open(path, lock=True, **kw)
-    except lmdb.Error:
-        try:   # a read-only file system: no reader slot to take
-            return lmdb.open(path, lock=False, **kw)
-        except lmdb.Error as e:
-            raise StorageError(f"cannot open store {path}: {e}") from None
-
-
-def read_only_view(path: str) -> dict:
-    """`_meta` and `_cluster` of a store, read without writing to it (`replog admin`); works
-    while a node has the store open. {"meta": {key: value}, "cluster": [row, ...]}."""
-    env = _open_read_only(path)
-    try:
-        with env.begin() as t:
-            out: dict = {"meta": {}, "cluster": []}
-            try:
-                meta_db = env.open_db(b"_meta", txn=t, create=False)
-                cluster_db = env.open_db(b"_cluster", txn=t, create=False)
-            except lmdb.NotFoundError:
-                return out
-            out["meta"] = {k.decode(): _unpack(v) for k, v in t.cursor(db=meta_db)}
-            out["cluster"] = [_unpack(v) for _, v in t.cursor(db=cluster_db)]
-    except lmdb.Error as e:
-        raise StorageError(f"cannot read store {path}: {e}") from None
-    finally:
-        env.close()
-    check_format(path, out["meta"].get("store_format"))
-    return out
-
-
-def copy_store(path: str, dest_dir: str, compact: bool = False) -> None:
-    """Store.copy_to for a store another process (a running node) may hold open: LMDB readers
-    of several processes share its lock file, so the copy is as consistent as the node's own."""
-    env = _open_read_only(path)
-    try:
-        env.copy(dest_dir, compact=compact)
-    except lmdb.Error as e:
-        raise StorageError(f"copying the store {path} to {dest_dir} failed: {e}") from None
-    finally:
-        env.close()

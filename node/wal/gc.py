@@ -7,23 +7,14 @@ A segment may be removed only when everything in it is below all of:
 Segment i holds rows from its own header vclock up to the header vclock of segment i+1,
 so it is removable when segment i+1's start is at or below the keep vclock. The current
 (last) segment is never removed. After a removal, the start of the oldest kept segment is
-the `gc_vclock`: a subscriber behind it in any component must rejoin from a snapshot."""
+the `gc_vclock`: a subscriber behind it in any component must rejoin from a snapshot.
+The rules are node/core/holds.py's (`keep_vclock`, `collectable_before`); this reads the headers."""
 from __future__ import annotations
 
 import os
 
+from node.core.holds import collectable_before, keep_vclock  # noqa: F401  (the rules; imported from here too)
 from node.wal.reader import list_segments, read_header
-
-
-def keep_vclock(store_vclock: dict[int, int], positions: list[dict[int, int]]) -> dict[int, int]:
-    """Component-wise minimum of the store's vclock and every position that holds the WAL."""
-    keep = dict(store_vclock)
-    for pos in positions:
-        for rid in list(keep):
-            if rid == 0:
-                continue  # local rows are never sent: only recovery (the store) holds them
-            keep[rid] = min(keep[rid], pos.get(rid, 0))
-    return keep
 
 
 def collectable(wal_dir: str, keep: dict[int, int]) -> tuple[list[str], dict[int, int] | None]:
@@ -32,7 +23,7 @@ def collectable(wal_dir: str, keep: dict[int, int]) -> tuple[list[str], dict[int
     removable: list[str] = []
     for i in range(len(segs) - 1):
         nxt = read_header(os.path.join(wal_dir, segs[i + 1])).vclock
-        if all(lsn <= keep.get(rid, 0) for rid, lsn in nxt.items()):
+        if collectable_before(nxt, keep):
             removable.append(segs[i])
         else:
             break

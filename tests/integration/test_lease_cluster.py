@@ -27,7 +27,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from node.applier.applier import open_link
+from node.applier.handshake import open_link
 from node.config import Config
 from node.errors import PeerRefused, RemoteProtocolError
 from node.identity import lease as core

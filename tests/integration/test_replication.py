@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 
 import aiohttp
 import pytest
@@ -13,9 +14,26 @@ from tests.integration.harness import (ReplogProcess, case_a, case_a_topology, f
                                        vclocks_converged, wait_for)
 
 
-def write_load(node: ReplogProcess, space: str, prefix: str, n: int) -> None:
-    for i in range(n):
-        node.kv_put(space, f"{prefix}-{i}", {"by": prefix, "i": i})
+TRANSIENT = {"catching_up", "not_ready", "too_busy"}   # 503s a client retries (docs/client.md)
+WRITE_RETRY_S = 30.0
+
+
+def write_load(node: ReplogProcess, space: str, prefix: str, n: int, errors: list, transient: list) -> None:
+    """n puts, each retried on a transient 503 as a client would; anything else goes to `errors`
+    (a thread's exception would otherwise only be printed)."""
+    try:
+        for i in range(n):
+            deadline = time.monotonic() + WRITE_RETRY_S
+            while True:
+                s, d = node.put(f"/v1/spaces/{space}/keys/{prefix}-{i}", {"by": prefix, "i": i})
+                if s == 200:
+                    break
+                code = d.get("error", {}).get("code") if isinstance(d, dict) else None
+                assert s == 503 and code in TRANSIENT and time.monotonic() < deadline, (node.name, i, s, d)
+                transient.append((node.name, code))
+                time.sleep(0.05)                    # a client's retry pause, not synchronisation
+    except BaseException as e:  # noqa: BLE001 - reported by the test
+        errors.append(e)
 
 
 def assert_same_data(nodes: list[ReplogProcess], space: str) -> dict:
@@ -37,11 +55,14 @@ def test_three_node_mesh_converges_under_writes_on_every_node(tmp_path, procs):
     assert sorted(i["id"] for i in infos) == [1, 2, 3]
     nodes[0].create_space("kv")
     wait_for(lambda: all(n.get("/v1/spaces")[1]["spaces"] for n in nodes), 20, "space replicated")
-    threads = [threading.Thread(target=write_load, args=(n, "kv", n.name, 150)) for n in nodes]
+    errors: list = []
+    transient: list = []
+    threads = [threading.Thread(target=write_load, args=(n, "kv", n.name, 150, errors, transient)) for n in nodes]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(120)
+        t.join(180)
+    assert not errors and not any(t.is_alive() for t in threads), (errors, transient[:20])
     wait_for(lambda: vclocks_converged(nodes), 30, "vclocks converge")
     data = assert_same_data(nodes, "kv")
     assert len(data) == 450

@@ -3,54 +3,45 @@
 Every node (tests/sim/simnode.py) is a `NodeCore` plus an in-memory journal, state and store
 meta; the state changes only through `node.core.apply.apply_txn`, the one definition the LMDB
 store uses too. This module is the cluster around them: nodes, faults, the network and the
-tick loop; the protocol handlers are in tests/sim/protocol.py, the membership shell (fence,
-rejoin, greetings) in tests/sim/shell.py. Time is a tick counter; one seeded
+tick loop. The links run the production machines (node/core/link/: ApplierMachine,
+RelayMachine, the one-link-per-member rule) over the real message codec, driven by tests/sim/links.py as
+node/applier/ drives them; the membership shell (fence, rejoin, greetings) is in
+tests/sim/shell.py. Time is a tick counter (TICK_US of wall clock each); one seeded
 `random.Random` makes every choice, so a seed replays the same run exactly.
 
 Rules the harness keeps, each the same as the shell it stands in for:
 - local write (server.write): refused while the node is not running, while it is fenced
   (replicated ops; FenceKeeper.try_lift first) and while a peer holds more of its own rows
-  than it has claimed and is one of its upstreams (`own_claims`, Node.own_rows_awaited); `core.local_txn` for the replicated ops and for the
-  local ops, submitted together; anonymous nodes refuse replicated writes;
+  than it has claimed and is one of its upstreams (`own_claims`, Peering.own_rows_awaited);
+  `core.local_txn` for the replicated ops and for the local ops, submitted together;
+  anonymous nodes refuse replicated writes;
 - journal (journal.py) and store: tests/sim/simnode.py (wal_mode fsync or write, checkpoints,
   WAL holds and collection);
 - restart (server._open_bootstrapped + wal.recovery): state from the base plus the WAL on
   disk; a power loss in wal_mode write fences the node (FenceKeeper.loss_at_open); a node
   whose store was lost but whose identity file says it went active joins again with its
   uuid and is fenced (Node._fetch_snapshot, `existed`);
-- applier (applier.py): connect -> peer's GREETING (its `_cluster` and vclock by uuid; the
-  fence hears it) -> one link per member (Applier.claim: a second address of a member already
-  followed is refused) -> `core.greeting` -> `core.subscribe_vclock` (own rows only while
-  fenced) -> SUBSCRIBE; `core.receive` / `receive_scan` for each relayed message; a
-  RemoteProtocolError drops the link; every broken link `drop_peer`s the map its greeting built
-  and reconnects after a backoff with a fresh greeting; `need_rejoin` goes to the node's Rejoiner (shell.py); ACKs
-  carry `core.ack_durable`;
-- relay (relay.py): refuses an expelled subscriber and itself; answers `need_rejoin` (with
-  what it collected, by uuid) to a subscriber behind its `gc_vclock`; sets the subscriber's
-  WAL hold to the SUBSCRIBE's `durable` (Retention.on_subscribe); closes an older link of the
-  same subscriber; streams WAL entries from `wal_gc` on (only those on disk in wal_mode fsync,
-  and to an anonymous subscriber in wal_mode write), filtered by `relay_wants` with the
-  SUBSCRIBE vclock and the subscriber's own-rows cut (none for a fenced subscriber: `own_rows`);
-- JOIN (relay.serve_link + store.install_snapshot): refused by a non-running donor, and by a
-  fenced one unless the joiner is a member it has; the donor notes the joiner beside its
-  identity (fence.remember_registration), registers it, waits until that is durable, holds
-  all its WAL for it (Retention.hold_all), snapshots its state (`_cluster`, replicated spaces
-  and data, vclock without component 0); the joiner's WAL starts empty, its `gc_vclock` at
-  the snapshot's vclock; FETCH_SNAPSHOT is the same without registration and the
-  anonymous node adds itself as STATE_ANON with the lowest free id; REGISTER: the master
-  registers it, then the node re-states itself;
+- applier and relay: the machines decide (tests/sim/links.py says what its drivers do around
+  them: the journal, the WAL holds, the registration, reading the WAL); every broken link
+  `drop_peer`s the map its greeting built and reconnects after a backoff with a fresh
+  greeting; `need_rejoin` goes to the node's Rejoiner (shell.py);
+- JOIN (store.install_snapshot): the joiner's WAL starts empty, its `gc_vclock` at the
+  snapshot's vclock; after FETCH_SNAPSHOT the anonymous node adds itself as STATE_ANON with the
+  lowest free id; after REGISTER it re-states itself;
 - peers (Node.configure_peers / set_peers): a node's configured peers are addresses ("B", or
   "B'", another spelling of B, or the node itself); duplicates collapse; the appliers in
   effect are exactly the configured ones (none during a rebuild);
-- network: one connection per applier/request; each direction is FIFO (a WebSocket);
-  messages of different connections interleave in any order; a partition or a drop breaks
-  the connection and loses what it carried.
+- network: one connection per applier/request; each direction is FIFO (a WebSocket) and
+  carries encoded messages (node.core.messages); messages of different connections
+  interleave in any order; a partition or a drop breaks the connection and loses what it
+  carried; a relay that ends a link closes it after what it sent.
 `rules` turns one fixed rule back to its behaviour before issue 16, to show that a scenario
 catches it: "cover" (False: the old rejoin: at once, from any donor, even while an upstream
 streams), "keep_local" (False: a rejoin wipes the local spaces too), "fence" (False: never
 fenced), "holds" ("first_ack": a hold only from the first ACK, none for a member that never
 subscribed), "ack" ("applied" / "claimed": ACKs carry the applied / the claimed vclock), "one_link" (False: no claim, no
-older link closed). Otherwise the simulation runs the shell's rules as they are: a shell bug it
+older link closed). The rules that live in production code are turned back by patching it for
+each tick (`_rules_reverted`: NodeCore.ack_durable, claims.claim_link). Otherwise the simulation runs the shell's rules as they are: a shell bug it
 finds is fixed in node/ and the run that showed it kept (tests/sim/test_fixed_bugs.py).
 The journal is asynchronous, as the shell's: a row is claimed (queued), then written, then on
 disk; ACKs carry what is on disk; a crash may fall between any two (tests/sim/faults.py counts
@@ -58,23 +49,24 @@ which window each crash fell into).
 """
 from __future__ import annotations
 
+import contextlib
 import heapq
 import random
 import uuid as uuidlib
 from collections import Counter, deque
-from dataclasses import dataclass, field
 from typing import Any, Callable
-
-import msgpack
+from unittest import mock
 
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER
-from node.core.replicaset import cluster_op
+from node.core.replicaset import NodeCore, cluster_op
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_DELETE, OP_PUT, OP_SPACE, Op, Txn
+from node.core.link import claims
 from tests.sim import shell
 from tests.sim.checkers import Checker
 from tests.sim.faults import Faults
-from tests.sim.protocol import CLIENT, SERVER, Protocol
-from tests.sim.simnode import TICK_US, Applier, Base, SimNode
+from tests.sim.links import Links
+from tests.sim.network import Conn, Network
+from tests.sim.simnode import TICK_US, Base, SimNode
 
 KV = "kv"                      # the replicated space (last-writer-wins)
 LOC = "loc"                    # a local space: its rows never leave the node
@@ -82,57 +74,29 @@ SKEW_US_MAX = 5 * TICK_US      # node clocks disagree by up to this much
 TRACE_LINES_MAX = 60           # lines of recent trace printed with a failure
 
 
+_AS_THEY_ARE = contextlib.nullcontext()   # no rule turned back: nothing patched for the tick
+
+
 class SimFailure(AssertionError):
     """An invariant or liveness check failed; the message names the seed and the repro."""
 
 
-def _roundtrip(obj: Any) -> Any:
-    """What crosses a wire or the WAL: msgpack in, msgpack out (tuples become lists)."""
-    return msgpack.unpackb(msgpack.packb(obj, use_bin_type=True), raw=False, strict_map_key=False)
-
-
-# --- network ------------------------------------------------------------------------
-_COPIED = frozenset(("ROWS", "SNAPSHOT", "SUBSCRIBE"))
-
-
-@dataclass(eq=False)
-class Conn:
-    id: int
-    kind: str                 # "sub" | "join" | "fetch" | "register" | "rejoin"
-    client: str               # the subscriber / joiner
-    server: str               # the upstream / donor
-    addr: str = ""            # "sub": the applier's address (a key of client.appliers)
-    open: bool = True
-    streaming: bool = False   # relay side: SUBSCRIBE received
-    cursor: int = 0           # relay side: next WAL entry to read
-    sub_vclock: dict[int, int] = field(default_factory=dict)
-    own: tuple[int, int] | None = None       # relay side: the subscriber's own rows cut (relay_wants)
-    wait_durable: int | None = None   # JOIN/REGISTER: donor entries that must be durable first
-    expel_epoch: int = 0      # client side: core.expel_epoch when it subscribed
-    fenced: bool = False      # client side: subscribed for its own rows only (fenced)
-    sub_anon: bool = False    # relay side: the subscriber's greeting said anonymous
-    acked_sig: int = -1       # client side: the last ACK sent (signature, tick)
-    hb_at: int = 0            # relay side: when it may heartbeat next (caught up)
-    claim_checked: bool = False   # client side: Applier._check_claim ran on this link
-    acked_at: int = 0
-    ack_at: int = 0           # client side: when it considers its next ACK
-    core_peer: Any = None     # client side: the core's Peer its greeting built (Applier.core_peer)
-
-
-class Cluster(Faults, Protocol):
+class Cluster(Faults, Network, Links):
     def __init__(self, seed: int, *, repro: str = "", verbose: bool = False):
         self.seed = seed
         self.repro = repro
         self.verbose = verbose
         self.rng = random.Random(seed)
+        self.cluster_uuid = str(uuidlib.UUID(int=seed, version=4))   # (drawn from no stream)
         self.now = 0
         self.nodes: dict[str, SimNode] = {}
         self.by_uuid: dict[str, SimNode] = {}
         self.conns: dict[int, Conn] = {}
+        self.registering: list[Conn] = []      # JOIN / REGISTER links whose registration is not durable yet
+        self._encoded: dict[int, tuple[dict, bytes]] = {}   # id(greeting) -> (it, its encoding) (Network.send)
         self._conn_ids = 0
-        self._heap: list[tuple[int, int, int, str, str, Any]] = []
+        self._heap: list[tuple[int, int, int, str, int | None, bytes | None]] = []
         self._seq = 0
-        self._link_last: dict[tuple[int, str], int] = {}
         self.blocked: set[frozenset] = set()
         self.expelled: list[str] = []          # uuids the operator expelled
         self.expelled_at: dict[str, int] = {}  # uuid -> tick of its (first) expel
@@ -146,12 +110,8 @@ class Cluster(Faults, Protocol):
         self.slow: dict[tuple[str, str], int] = {}   # (client, server) -> extra ticks on that link
         # (client, server) links whose next ROWS message gets a malformed txn appended
         self.garble_next_rows: set[tuple[str, str]] = set()
-        # False: each `receive` output is one entry, as the core's contract says. True: do what
-        # node/applier/applier.py does since 2fbaf3f (consecutive plain txns of one ROWS message
-        # share one entry, submitted after the message), its bug included.
-        self.applier_batches = True     # as applier.py; False: one entry per receive() output
-        # chance that a ROWS message goes as applier.py sends a scannable one: through the row
-        # scanner (node.core.rowscan) and `receive_scan`; the rest take `receive` txn by txn
+        # chance that an applier decodes a ROWS message with the row scanner (node.core.rowscan:
+        # the machine's `receive_scan`); the rest take the exact path, txn by txn
         self.scan_rows_p = 0.5
         self.checkpoint_every = 0       # mean ticks between a node's checkpoints (0: none)
         self.anon_ttl = 400             # ticks an anonymous replica's hold lasts (anon_ttl_s)
@@ -272,88 +232,6 @@ class Cluster(Faults, Protocol):
     def put(self, name: str, key: str, value: Any = None, space: str = KV) -> list[Txn] | None:
         return self.txn(name, [("put", space, key) + (() if value is None else (value,))])
 
-    # --- network ------------------------------------------------------------------------------
-    def reachable(self, a: str, b: str) -> bool:
-        return frozenset((a, b)) not in self.blocked
-
-    def _open(self, kind: str, client: SimNode, server: SimNode, addr: str = "") -> Conn:
-        self._conn_ids += 1
-        c = Conn(self._conn_ids, kind, client.name, server.name, addr)
-        self.conns[c.id] = c
-        return c
-
-    def open_request(self, kind: str, client: SimNode, server: SimNode, addr: str = "") -> Conn:
-        """A new link from client to server, its HELLO (the client's greeting) sent."""
-        c = self._open(kind, client, server, addr)
-        self.send(c, SERVER, "HELLO", shell.greeting(client))
-        return c
-
-    def send(self, c: Conn, to: str, kind: str, body: Any, delay: int | None = None) -> None:
-        """`delay`: ticks it takes, drawn from the seed's stream when None (a heartbeat takes a
-        fixed one, so that it leaves every run's draws as they were)."""
-        if not c.open:
-            return
-        if delay is None:
-            delay = int(self.rng.random() * (self.delay_max + 1))
-        at = self.now + delay + self.slow.get((c.client, c.server), 0)
-        at = max(at, self._link_last.get((c.id, to), 0))
-        self._link_last[(c.id, to)] = at
-        self._seq += 1
-        # rows and snapshots go through msgpack as on the wire (tuples become lists, nothing is
-        # shared with the sender); the handshake and ACK bodies are built fresh for each message
-        if kind in _COPIED:
-            body = _roundtrip(body)
-        heapq.heappush(self._heap, (at, self._seq, c.id, to, kind, body))
-
-    def break_conn(self, c: Conn, why: str, backoff: int | None = None) -> None:
-        if not c.open:
-            return
-        c.open = False
-        self.conns.pop(c.id, None)
-        self._link_last.pop((c.id, CLIENT), None)
-        self._link_last.pop((c.id, SERVER), None)
-        s, p = self.nodes[c.client], self.nodes[c.server]
-        delay = backoff if backoff is not None else self.rng.randint(1, 4)
-        self.stats["link_breaks"] += 1
-        if c.kind != "sub" and not why.endswith("(BYE)"):
-            # a JOIN, rejoin, FETCH or REGISTER cut short: what it carried is lost
-            self.stats[f"lost {c.kind} link"] += 1
-        if c.kind == "sub":
-            a = s.appliers.get(c.addr)
-            if a is not None and a.conn is c:
-                a.conn, a.retry_at = None, self.now + delay
-                if a.status == "follow":
-                    a.status = ""
-            if s.followers.get(p.uuid) == c.addr:           # Applier.release
-                del s.followers[p.uuid]
-            if s.ready and c.core_peer is not None:         # Applier._drop_peer
-                s.core.drop_peer(p.uuid, c.core_peer)
-        elif s.proc_conn is c:
-            s.proc_conn, s.proc_retry_at = None, self.now + delay
-        self.log(f"link {s.name}<-{p.name} ({c.kind}) breaks: {why}")
-
-    def in_flight(self) -> int:
-        return sum(1 for m in self._heap if m[2] in self.conns)
-
-    # --- message handlers --------------------------------------------------------------------
-    def _deliver(self, c: Conn, to: str, kind: str, body: Any) -> None:
-        s, p = self.nodes[c.client], self.nodes[c.server]
-        if to == SERVER:
-            self._on_server(c, s, p, kind, body)
-        else:
-            self._on_client(c, s, p, kind, body)
-
-    def _refuse(self, c: Conn, why: str, backoff: int, detail: Any = None) -> None:
-        s = self.nodes[c.client]
-        if c.kind == "sub":
-            a = s.appliers[c.addr]
-            a.refused = why
-            if why == "need_rejoin":
-                a.status = why
-                s.rejoiner.on_need_rejoin(c.addr, f"{c.server} collected rows of {detail} this node needs", detail)
-        self.stats[f"refused_{why}"] += 1
-        self.break_conn(c, f"refused: {why}", backoff)
-
     def _on_member(self, n: SimNode) -> None:
         """The operator lists a new node in everyone's peers (full mesh; anonymous replicas
         only subscribe)."""
@@ -370,20 +248,36 @@ class Cluster(Faults, Protocol):
     # --- the tick -----------------------------------------------------------------------------
     def tick(self) -> None:
         try:
-            self._tick()
+            with self._rules_reverted():
+                self._tick()
         except SimFailure:
             raise
         except Exception as e:  # a core assertion or error: re-raised with the seed and the trace
             raise self.fail(f"{type(e).__name__} inside the simulated cluster: {e}") from e
 
+    def _rules_reverted(self) -> contextlib.AbstractContextManager:
+        """The `rules` that live in production code, turned back by patching it for the tick."""
+        if self.rules["ack"] not in ("applied", "claimed") and self.rules["one_link"]:
+            return _AS_THEY_ARE
+        stack = contextlib.ExitStack()
+        if self.rules["ack"] == "applied":      # ACKs say the applied vclock is on disk
+            stack.enter_context(mock.patch.object(NodeCore, "ack_durable", NodeCore.ack_vclock))
+        elif self.rules["ack"] == "claimed":    # ... or the claimed one
+            stack.enter_context(mock.patch.object(
+                NodeCore, "ack_durable", lambda core, u: core.peers[u].map.vclock_to_peer(core.claimed)))
+        if not self.rules["one_link"]:          # any link may follow any member
+            stack.enter_context(mock.patch.object(
+                claims, "claim_link", lambda followers, uuid, link: followers.__setitem__(uuid, link)))
+        return stack
+
     def _tick(self) -> None:
         self.now += 1
         while self._heap and self._heap[0][0] <= self.now:
-            _, _, cid, to, kind, body = heapq.heappop(self._heap)
+            _, _, cid, to, mtype, data = heapq.heappop(self._heap)
             c = self.conns.get(cid)
             if c is not None:
-                self._deliver(c, to, kind, body)
-        self._serve_snapshots()
+                self._deliver(c, to, mtype, data)
+        self._serve_registrations()
         self._pump_relays()
         self._connect()
         self._journals()
@@ -394,53 +288,6 @@ class Cluster(Faults, Protocol):
                 if self.rng.random() < self.drop_p:
                     self.break_conn(c, "dropped")
         self.checker.check()
-
-    def apply_links(self, s: SimNode) -> None:
-        """Node.set_peers: the appliers are exactly the addresses in effect."""
-        links = s.links()
-        key = (tuple(links), len(s.appliers))
-        if key == s.links_applied:
-            return
-        s.links_applied = key
-        for addr in list(s.appliers):
-            if addr not in links:
-                a = s.appliers.pop(addr)
-                if a.conn is not None:
-                    self.break_conn(a.conn, "removed from peers")
-
-    def _connect(self) -> None:
-        for s in self.nodes.values():
-            if not s.up:
-                continue
-            if s.proc and s.proc_conn is None and self.now >= s.proc_retry_at:
-                self._start_request(s)
-            if s.ready:
-                self.apply_links(s)
-            if not s.ready or s.proc:
-                continue
-            for addr in s.links():
-                a = s.appliers.get(addr)
-                if a is None:
-                    a = s.appliers[addr] = Applier()
-                    s.links_applied = ()
-                if a.conn is not None or self.now < a.retry_at:
-                    continue
-                p = self.nodes[shell.resolve(addr)]
-                if not p.up or not self.reachable(s.name, p.name):
-                    a.retry_at = self.now + 1 + int(self.rng.random() * 4)
-                    continue
-                a.conn = self.open_request("sub", s, p, addr)
-
-    def _start_request(self, s: SimNode) -> None:
-        if s.proc_via is not None and not self.nodes[s.proc_via].retired:
-            donors = [self.nodes[s.proc_via]]
-        else:
-            donors = [m for m in self.members() if m is not s and m.ready]
-        donors = [d for d in donors if d.up and self.reachable(s.name, d.name)]
-        if not donors:
-            s.proc_retry_at = self.now + self.rng.randint(1, 4)
-            return
-        s.proc_conn = self.open_request(s.proc, s, self.rng.choice(donors))
 
     def _journals(self) -> None:
         for n in self.nodes.values():

@@ -1,16 +1,17 @@
-"""The membership shell of a simulated node, copied from the real one where the core has no
-function for it: greetings (Node.greeting / check_peer_greeting), the own-rows fence
-(node/fence.py FenceKeeper), the rejoin (node/rejoin.py Rejoiner) and the loss a start sees
-(FenceKeeper.loss_at_open). Each copy names the function it mirrors; the rules themselves are
-the real ones (node.core.membership, NodeCore). Issue 18 replaces these copies with shared
-protocol machines.
+"""The membership shell of a simulated node: greetings (Node.greeting / check_peer_greeting),
+the own-rows fence (node/fence.py FenceKeeper), the rejoin (node/rejoin.py Rejoiner) and the
+loss a start sees (FenceKeeper.loss_at_open). The decisions are the production ones: the rejoin
+machine (node.core.lifecycle_rejoin), the fence and own-rows claim rules
+(node.core.lifecycle_fence), node.core.membership and NodeCore; what is here is the simulated
+node's IO around them (its meta, its network, its store), each naming the function it stands for.
+The links run the production link machines (node/core/link/: tests/sim/links.py).
 
 Time here is in ticks: a tick stands for about a heartbeat, so the shell's intervals in
 seconds are scaled down to a few ticks (REJOIN_RETRY, REJOIN_COVER_WAIT); the fence is
 polled every tick (fence_poll_s).
 
-The rejoin is a generator, stepped once per tick, so that it reads like the async code it
-copies: each `yield` is an await that lets the rest of the cluster run.
+The rebuild is a generator, stepped once per tick, so that it reads like the async code it
+stands for: each `yield` is an await that lets the rest of the cluster run.
 """
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ from typing import TYPE_CHECKING, Iterator
 
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, ClusterTable, Member
 from node import limits
-from node.core.membership import expel_bounds, uncovered
+from node.core import lifecycle_fence as fence_rules
+from node.core.lifecycle_fence import hear_greeting
+from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
+                                        Status, anon_rejoin_id)
 
 if TYPE_CHECKING:
     from tests.sim.harness import Cluster, Conn
@@ -26,6 +30,7 @@ if TYPE_CHECKING:
 
 REJOIN_RETRY = 20          # limits.rejoin_retry_s
 REJOIN_COVER_WAIT = 30     # limits.rejoin_cover_wait_s
+CLUSTER_NAME = "sim"
 
 
 def resolve(address: str) -> str:
@@ -35,69 +40,75 @@ def resolve(address: str) -> str:
 
 # --- greetings ----------------------------------------------------------------------------
 def greeting(n: "SimNode") -> dict:
-    """Node.greeting, the fields the membership rules read. `own_history_lsn`: its own
-    `_cluster` rows up to there are an earlier incarnation's (all of them while a rebuilt store
-    is fenced: Node._own_history_lsn); peers take no ids from them (Peer.history_lsn)."""
+    """Peering.greeting, with what the membership rules read: the cluster, its `_cluster`, the
+    vclock by uuid. `own_history_lsn`: its own `_cluster` rows up to there are an earlier
+    incarnation's (all of them while a rebuilt store is fenced: Peering.own_history_lsn);
+    peers take no ids from them (Peer.history_lsn). Built again only when something it is
+    made of changed (`greeting_key`); its readers only read it."""
+    key = greeting_key(n)
+    if n.greeting_cache is not None and n.greeting_cache[0] == key:
+        return n.greeting_cache[1]
+    g = _greeting(n)
+    n.greeting_cache = (key, g)
+    return g
+
+
+def greeting_key(n: "SimNode") -> tuple:
+    """What a greeting is made of: the node's identity and status, and its core's clocks
+    (vclock_by_uuid), table (a `_cluster` change is a claim: `claimed` grows) and fence."""
     core = n.core
     if core is None:
-        return {"uuid": n.uuid, "anon": n.anon, "status": "joining", "vclock_uuid": {}, "cluster": [],
-                "own_history_lsn": 0}
-    history = limits.lsn_max if core.fence is not None and core.fence.rebuilt else core.own_history_lsn
-    return {"uuid": n.uuid, "anon": n.anon, "status": n.status, "vclock_uuid": core.vclock_by_uuid(),
-            "cluster": core.table.rows(), "own_history_lsn": history}
+        return (None, n.uuid, n.anon, n.addr)
+    return (core, n.uuid, n.anon, n.addr, n.status, n.cluster.cluster_uuid, core.vclock.copy(), core.claimed.copy(),
+            len(core.table), core.fence is not None and core.fence.rebuilt, core.own_history_lsn)
+
+
+def _greeting(n: "SimNode") -> dict:
+    core = n.core
+    g = {"uuid": n.uuid, "cluster_uuid": None, "cluster_name": CLUSTER_NAME, "options_digest": "", "options": {},
+         "anon": n.anon, "address": n.addr, "status": "joining", "vclock_uuid": {}, "cluster": [],
+         "own_history_lsn": 0}
+    if core is not None:
+        g.update(cluster_uuid=n.cluster.cluster_uuid, status=n.status, vclock_uuid=core.vclock_by_uuid(),
+                 cluster=core.table.rows(),
+                 own_history_lsn=limits.lsn_max if core.fence is not None and core.fence.rebuilt else core.own_history_lsn)
+    return g
 
 
 def observe(n: "SimNode", theirs: dict) -> None:
-    """Node.check_peer_greeting: the fence hears the peer (FenceKeeper.on_greeting: every
-    member's greeting, with the members it lists), and `own_claims` remembers how many of our
-    rows it says it holds; a peer whose claim a stream belied is not heard again (6852e81)."""
-    core = n.core
-    if core is None or theirs["uuid"] in n.claims_disproved:
-        return
-    vu = theirs.get("vclock_uuid") or {}
-    if core.fence is not None and not theirs.get("anon"):
-        core.observe_peer(theirs["uuid"], vu, theirs.get("cluster") or [])
-    own = vu.get(n.uuid)
-    if isinstance(own, int) and own > n.own_claims.get(theirs["uuid"], 0):
-        n.own_claims[theirs["uuid"]] = own
+    """Node.check_peer_greeting: the fence hears the peer, and `own_claims` remembers how many
+    of our rows it says it holds; a peer whose claim a stream belied is not heard again
+    (node.core.lifecycle_fence.hear_greeting)."""
+    if n.core is not None:
+        hear_greeting(n.core, n.own_claims, n.claims_disproved, theirs, n.uuid)
 
 
 def own_rows_awaited(c: "Cluster", n: "SimNode") -> int:
-    """Node.own_rows_awaited: the most of our rows an upstream (only one can send them back)
+    """Peering.own_rows_awaited: the most of our rows an upstream (only one can send them back)
     says it holds beyond what we have claimed; 0 if none."""
-    have = n.core.claimed.get(n.core.self_id)
     upstreams = {c.nodes[resolve(a)].uuid for a in n.appliers}
-    for u in [u for u, lsn in n.own_claims.items() if lsn <= have]:
-        del n.own_claims[u]                  # they came back
-    return max((lsn for u, lsn in n.own_claims.items() if u in upstreams), default=0)
+    awaited = fence_rules.own_rows_awaited(n.own_claims, n.core.claimed.get(n.core.self_id), upstreams)
+    return awaited[0] if awaited else 0
 
 
-def check_claim(c: "Cluster", n: "SimNode", peer: "SimNode") -> None:
-    """Applier._check_claim + Node.disprove_claim: the relay heartbeats once it has sent all it
-    held, so every row of ours its greeting claimed has come by then; if some did not, its
-    claim holds neither our writes nor our fence."""
-    core = n.core
-    have = core.claimed.get(core.self_id)
-    claimed = max(n.own_claims.get(peer.uuid, 0), core.fence.heard.get(peer.uuid, 0) if core.fence is not None else 0)
-    if claimed <= have:
-        return
-    n.own_claims.pop(peer.uuid, None)
-    n.claims_disproved.add(peer.uuid)
-    if core.fence is not None:
-        core.fence.heard[peer.uuid] = min(core.fence.heard.get(peer.uuid, have), have)
+def disprove_claim(c: "Cluster", n: "SimNode", peer: "SimNode", have: int) -> None:
+    """Peering.disprove_claim (the applier machine's DisproveClaim): the relay caught this node
+    up without the rows of ours its greeting claimed: its claim holds neither our writes nor
+    our fence (node.core.lifecycle_fence.disprove_claim)."""
+    claimed = fence_rules.disprove_claim(n.own_claims, n.claims_disproved, n.core.fence, peer.uuid, have)
     c.stats["claims_disproved"] += 1
     c.log(f"{n}: {peer} said it holds its rows up to {claimed} and sent them only up to {have}: not believed")
 
 
 # --- the own-rows fence (node/fence.py) ----------------------------------------------------------
 def loss_at_open(n: "SimNode") -> str | None:
-    """FenceKeeper.loss_at_open, for a restart of a store with data: the machine restarted
-    (a power loss) while this node ran with wal_mode = write."""
-    if n.meta.get("own_fence") or n.anon:
+    """FenceKeeper.loss_at_open, for a restart of a store with data (an anonymous replica's
+    start looks for no loss: Opening.open): a power loss is a new boot id."""
+    if n.anon:
         return None
-    if n.wal_mode == "write" and n.power_lost and n.meta.get("running"):
-        return "the machine restarted while this node ran with wal_mode = write"
-    return None
+    return fence_rules.loss_at_open(fenced=bool(n.meta.get("own_fence")), wal_mode=n.wal_mode, wal_present=True,
+                                    was_running=bool(n.meta.get("running")), boot_before="boot",
+                                    boot_now="boot after a power loss" if n.power_lost else "boot")
 
 
 def set_fence(n: "SimNode", reason: str, kind: str = "rejoin") -> None:
@@ -116,13 +127,12 @@ def try_lift(c: "Cluster", n: "SimNode") -> bool:
     core = n.core
     if core is None or core.fence is None:
         return True
-    if c.rules["fence"] and not core.fence_state()[0]:
+    if c.rules["fence"] and not fence_rules.may_lift(core):
         return False
-    restate = core.clear_fence(n.wall_us())
-    given_up = sorted(n.meta.get("given_up") or ())
+    lifted = fence_rules.lift(core, n.wall_us(), n.meta.get("given_up"))
+    restate, given_up = lifted.restate, lifted.given_up
     n.meta["own_fence"] = n.meta["fence_kind"] = n.meta["given_up"] = None
-    n.meta["own_history_lsn"] = core.own_history_lsn
-    n.state.own_history_lsn = core.own_history_lsn
+    n.meta["own_history_lsn"] = n.state.own_history_lsn = lifted.own_history_lsn
     if restate is not None:
         n.submit([restate])
     c.log(f"{n} lifts its own-rows fence (own rows up to {core.own_history_lsn} are history)"
@@ -144,165 +154,119 @@ def try_lift(c: "Cluster", n: "SimNode") -> bool:
 
 # --- rejoin (node/rejoin.py) -----------------------------------------------------------------------
 class Rejoiner:
-    """node/rejoin.py Rejoiner: `need_rejoin` decides nothing alone; a node rebuilds only
-    when no upstream streams, and only from a donor that covers it."""
+    """node/rejoin.py Rejoiner: a driver of the real rejoin machine (node.core.lifecycle_rejoin),
+    with the simulated network for the probes and a simulated store for the rebuild. Time is
+    the tick; the machine ticks once per tick (Rejoiner.watch).
+
+    `rules["cover"]` False turns the machine's cover rules back on this node's instance (the
+    rejoin before issue 16: at once, from any donor, even while an upstream streams)."""
 
     def __init__(self, c: "Cluster", n: "SimNode"):
         self.c, self.n = c, n
-        self.need: dict[str, str] = {}
-        self.needed: dict[str, dict[str, int]] = {}  # address -> what it collected, by uuid
-        self.blocked = ""
-        self.attempts = 0
-        self.last_try = 0
-        self.task: Iterator | None = None
+        self.machine = RejoinMachine(self, retry_s=REJOIN_RETRY, cover_wait_s=REJOIN_COVER_WAIT, cover_poll_s=1)
+        if not c.rules["cover"]:
+            self.machine.caught_up = lambda: False
+            self.machine.fed = lambda wanted: False
+            self.machine.uncovered = lambda have, theirs: {}
+        self._rebuilding: Iterator | None = None
         self.snapshot: "Base | None" = None        # what the rebuild's JOIN brought
         self.conn: "Conn | None" = None
 
+    need = property(lambda self: self.machine.need)
+    blocked = property(lambda self: self.machine.blocked)
+    task = property(lambda self: self.machine if self.machine.running else None)   # an attempt under way
+
     def on_need_rejoin(self, address: str, reason: str, collected: dict[str, int] | None = None) -> None:
-        self.need[address] = reason
-        self.needed[address] = dict(collected or {})
+        self.machine.note_need(address, reason, collected)
 
     def on_follow(self, address: str) -> None:
-        self.need.pop(address, None)
-        self.needed.pop(address, None)
+        self.machine.note_follow(address)
 
+    # --- what the machine reads (RejoinContext) --------------------------------------------------
+    def core(self):
+        return self.n.core
+
+    def may_rejoin(self) -> bool:
+        n = self.n
+        return n.status == "running" and n.core is not None and not n.proc
+
+    def upstreams(self) -> dict:
+        return {addr: (a.status == "follow" and a.conn is not None, a.peer_vclock)
+                for addr, a in self.n.appliers.items()}
+
+    def peers(self) -> list[str]:
+        return list(self.n.peers)
+
+    def journal_pending(self) -> int:
+        return int(bool(self.n.pending))
+
+    # --- acting on it -----------------------------------------------------------------------------
     def step(self) -> None:
         """Rejoiner.watch, once per tick."""
-        if self.task is not None:
-            try:
-                next(self.task)
-            except StopIteration:
-                self.task = None
-            return
-        n, c = self.n, self.c
-        if not self.need:
-            return
-        self.need = {a: r for a, r in self.need.items() if a in n.appliers}
-        self.needed = {a: x for a, x in self.needed.items() if a in self.need}
-        if not self.need or n.status != "running" or n.core is None or n.proc:
-            return
-        wanted = self.wanted()
-        if c.rules["cover"] and self.caught_up():
-            return                           # caught up past what they collected: the links serve again
-        if c.rules["cover"] and self.fed(wanted):
-            return                           # the rows come from a streaming upstream
-        if self.attempts and c.now - self.last_try < REJOIN_RETRY:
-            return
-        self.last_try = c.now
-        self.attempts += 1
-        self.task = self.attempt()
-        self.step()
+        if self._rebuilding is not None:
+            self._advance_rebuild()
+        else:
+            self.machine.tick(self.c.now)
+        self._act()
 
-    def caught_up(self) -> bool:
-        """Every upstream that said need_rejoin said what it collected, and this node has it."""
-        return not self.wanted() and all(self.needed.get(a) for a in self.need)
+    def _act(self) -> None:
+        machine = self.machine
+        while rd := machine.ready():
+            for note in rd.apply:
+                self._show(note)
+            for e in rd.effects:
+                if type(e) is ProbeDonor:
+                    machine.step(self.probe(e.address), self.c.now)
+                else:
+                    self._rebuilding = self.rebuild(e.address)
+                    self._advance_rebuild()
+            machine.advance(rd)
 
-    def wanted(self) -> dict[str, int]:
-        """Rejoiner._wanted: the collected rows this node still lacks (uuid -> lsn to reach)."""
-        have = self.n.core.vclock_by_uuid()
-        out: dict[str, int] = {}
-        for collected in self.needed.values():
-            for u, lsn in collected.items():
-                if lsn > have.get(u, 0):
-                    out[u] = max(out.get(u, 0), lsn)
-        return out
+    def _show(self, note) -> None:
+        c, n = self.c, self.n
+        if type(note) is Status:
+            n.status = note.status
+        elif type(note) is NoRebuild:
+            c.stats["rebuilds_skipped_caught_up"] += 1
+            c.log(f"{n} caught up past what was collected while looking for a donor: no rebuild")
+        elif note.on_links:
+            c.stats["rejoins_blocked"] += 1
+            c.log(f"{n} cannot rejoin: {note.why}")
+        else:
+            c.stats["rejoins_failed"] += 1
+            c.log(f"{n}: {note.why}")
 
-    def fed(self, wanted: dict[str, int]) -> bool:
-        """Rejoiner._fed: a streaming upstream whose last greeting had what this node lacks (or
-        some need was not said)."""
-        following = [a for a in self.n.appliers.values() if a.status == "follow" and a.conn is not None]
-        if not following:
-            return False
-        if not wanted:
-            return True
-        return any(all(a.peer_vclock.get(u, 0) >= lsn for u, lsn in wanted.items()) for a in following)
+    def _advance_rebuild(self) -> None:
+        try:
+            next(self._rebuilding)
+        except StopIteration:
+            self._rebuilding = None
 
-    def mine(self) -> dict[str, int]:
-        """Rejoiner._mine: what a snapshot must cover: this node's components by uuid, expelled
-        members' only up to their bound, not an anonymous replica's own."""
-        core = self.n.core
-        mine = core.vclock_by_uuid()
-        if core.anon:
-            mine.pop(core.uuid, None)
-        return {u: x for u, (x, _) in uncovered(mine, {}, expel_bounds(core.table)).items()}
-
-    def probe(self, address: str) -> dict | None:
+    def probe(self, address: str) -> Probed:
         """applier.probe: a greeting exchange with a running member (both sides observe)."""
         c, n = self.c, self.n
         d = c.nodes.get(resolve(address))
         if d is None or d is n or not d.ready or d.proc or not c.reachable(n.name, d.name):
-            return None
+            return Probed(address, None)
         theirs = greeting(d)
         observe(d, greeting(n))
         observe(n, theirs)
-        return theirs if theirs["status"] == "running" else None
-
-    def attempt(self) -> Iterator[None]:
-        """Rejoiner.attempt: find a donor that covers this node and rebuild from it."""
-        c, n = self.c, self.n
-        mine, wanted = self.mine(), self.wanted()
-        order = list(self.need) + [a for a in n.peers if a not in self.need]
-        best = None
-        for address in order:
-            theirs = self.probe(address)
-            if theirs is None:
-                continue
-            if c.rules["cover"] and uncovered(wanted, theirs["vclock_uuid"]):
-                continue                     # it lacks the collected rows too: nothing to gain
-            missing = uncovered(mine, theirs["vclock_uuid"]) if c.rules["cover"] else {}
-            donor = c.nodes[resolve(address)]
-            if missing and any(x.client == donor.name and x.server == n.name and x.streaming
-                               for x in c.conns.values()):
-                n.status = "rejoining"       # writes pause while the donor receives our rows
-                missing = yield from self.wait_covered(address, theirs)
-                if missing:
-                    n.status = "running"
-            if not missing:
-                yield from self.rebuild(address)
-                return
-            if best is None or len(missing) < len(best):
-                best = missing
-        self.blocked = "no covering donor" if best is not None else \
-            "no reachable peer has the collected rows this node lacks, to give a snapshot of"
-        c.stats["rejoins_blocked"] += 1
-        c.log(f"{n} cannot rejoin: {self.blocked}")
-
-    def wait_covered(self, address: str, theirs: dict) -> Iterator[None]:
-        """Rejoiner._wait_covered: writes are paused; wait a while for the donor to have
-        every row this node has."""
-        c, n = self.c, self.n
-        deadline = c.now + REJOIN_COVER_WAIT
-        while True:
-            while n.pending:
-                yield
-            missing = uncovered(self.mine(), theirs["vclock_uuid"])
-            if not missing or c.now > deadline:
-                return missing
-            yield
-            theirs = self.probe(address)
-            if theirs is None:
-                return missing
+        if theirs["status"] != "running":
+            return Probed(address, None)
+        receiving = any(x.client == d.name and x.server == n.name and x.streaming for x in c.conns.values())
+        return Probed(address, theirs["vclock_uuid"], receiving=receiving)
 
     def rebuild(self, address: str) -> Iterator[None]:
-        """Rejoiner._rebuild: nothing if this node caught up meanwhile (_caught_up); else links
-        down, journal drained, a JOIN (FETCH_SNAPSHOT for an anonymous replica) into a side
-        store that must cover this node, then the swap."""
+        """Rejoiner._rebuild: links down, journal drained, a JOIN (FETCH_SNAPSHOT for an
+        anonymous replica) into a side store that must cover this node, then the swap."""
         c, n = self.c, self.n
-        if c.rules["cover"] and self.caught_up():
-            # it caught up from another upstream while the attempt probed and waited for cover:
-            # a snapshot would gain nothing (and empty the WAL, and take the donor's ids)
-            n.status = "running"
-            c.stats["rebuilds_skipped_caught_up"] += 1
-            c.log(f"{n} caught up past what was collected while looking for a donor: no rebuild")
-            return
         c.log(f"{n} rebuilds its store from {address}'s snapshot")
-        n.status = "rejoining"
         anon, prev_id = n.core.anon, n.core.self_id
         n.in_effect = []                              # node.set_peers([])
         c.apply_links(n)
         while n.pending:
             yield
-        mine = self.mine()
+        mine = self.machine.mine()
         self.snapshot = None
         self.conn = c.open_request("fetch" if anon else "rejoin", n, c.nodes[resolve(address)])
         while self.conn.open and self.snapshot is None:
@@ -314,29 +278,24 @@ class Rejoiner:
         else:
             table = ClusterTable(Member.from_row(r) for r in snap.table_rows)
             if anon:
-                known = table.get(n.uuid)        # a REGISTER that went through, its answer lost
-                my_id = known.id if known is not None else \
-                    prev_id if table.by_id(prev_id) is None else table.lowest_free_id()
+                my_id = anon_rejoin_id(table, n.uuid, prev_id)
                 snap.table_rows = [r for r in snap.table_rows if r[0] != n.uuid]
                 snap.table_rows.append([n.uuid, my_id, n.addr, STATE_ANON, 0])
             elif table.get(n.uuid) is None:
                 why = "the snapshot does not register this node"
-            if why is None and c.rules["cover"]:
-                theirs = {m.uuid: snap.vclock.get(m.id, 0) for m in table.members()}
-                if uncovered(mine, theirs):
-                    why = f"the snapshot does not cover this node ({uncovered(mine, theirs)})"
+            if why is None:
+                uncovered = self.machine.snapshot_uncovered(mine, {m.uuid: snap.vclock.get(m.id, 0)
+                                                                   for m in table.members()})
+                why = None if uncovered is None else f"the snapshot {uncovered}"
         if why is not None:
-            n.status, n.in_effect = "running", None
-            self.blocked = f"rebuilding from {address} failed: {why}"
-            c.stats["rejoins_failed"] += 1
-            c.log(f"{n}: {self.blocked}")
+            n.in_effect = None
+            self.machine.step(RebuildFailed(address, why), c.now)
             return
         c.swap_after_rejoin(n, carry_over(n, snap, keep_local=c.rules["keep_local"]), anon)
         n.donor_uuid, n.installed_at = c.nodes[resolve(address)].uuid, c.now
         if not anon:
             c.checker.on_held(c.nodes[resolve(address)], n)
-        self.need.clear()
-        self.blocked = ""
+        self.machine.step(Rebuilt(address), c.now)
 
 
 def carry_over(n: "SimNode", snap: "Base", keep_local: bool = True) -> "Base":

@@ -17,15 +17,14 @@ node/retention.py:
   WAL, `own_history_lsn` and the own-rows fence from the meta: node/fence.py `restore`);
 - a checkpoint (Retention.checkpoint) makes the state the new base (local spaces included),
   marks it synced in the core, gives every registered member without a hold one from the start
-  of the WAL (_hold_for_new_members), writes the holds, then collects the WAL entries below every
-  hold (`hold_positions`, `keep_vclock`, and the segment rule of node/wal/gc.collectable with
-  one entry per segment; the last entry and any entry a relay is reading stay) and sets
+  of the WAL (Holds.hold_for_new_members), writes the holds, then collects the WAL entries
+  below every hold (Holds.positions, `keep_vclock`, and the segment rule `collectable_before`
+  with one entry per segment; the last entry and any entry a relay is reading stay) and sets
   `gc_vclock`, the start of the oldest entry kept;
-- a hold (Retention.hold_all / on_subscribe / on_ack, node.core.membership) is for a member of
-  this node's `_cluster`, or (bounded) an anonymous replica or a subscriber not known yet
-  (Retention._may_hold); a joiner holds all the WAL from its JOIN until it subscribes, a
-  SUBSCRIBE sets the hold to the subscriber's `durable`; it is written at once when set (an anonymous one in wal_mode write only with the next sync), advanced in memory by
-  ACKs, and written with the next checkpoint; a restart takes the holds on disk;
+- the holds are node/core/holds.py's `Holds`, driven as Retention drives it (hold_all /
+  on_subscribe / on_ack); a hold a JOIN or a SUBSCRIBE set is written at once (an anonymous
+  one in wal_mode write is synced only with the next sync), one an ACK moved is written with
+  the next checkpoint; a restart takes the holds on disk;
 - a snapshot (store.snapshot) holds the replicated spaces and data, `_cluster`, and the vclock
   without 0.
 Differences from the shell, kept small on purpose: one WAL entry per segment; a checkpoint in
@@ -38,19 +37,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from node import limits
-from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
+from node.cluster_space.table import ClusterTable, Member
 from node.core.apply import apply_txn
-from node.core.membership import Hold, OwnRowsFence, advance_hold, hold_positions
+from node.core.holds import Hold, Holds, collectable_before, keep_vclock
+from node.core.membership import OwnRowsFence
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_LOCAL, Txn
 from node.core.vclock import VClock
-from node.wal.gc import keep_vclock
 
 if TYPE_CHECKING:
-    from tests.sim.harness import Cluster, Conn
+    from tests.sim.harness import Cluster
+    from tests.sim.network import Conn
 
 WALL_BASE_US = 1_000_000_000   # wall clock at tick 0
-TICK_US = 1000                 # one tick of wall time
+TICK_US = 20_000               # one tick of wall time: ACKs at most every 3 ticks (ack_interval_s),
+                               # an idle relay's heartbeat every 50 (heartbeat_interval_s)
 
 
 # --- state --------------------------------------------------------------------------
@@ -111,13 +112,18 @@ def txn_tops(txns: list[Txn]) -> dict[int, int]:
 
 
 # --- nodes ---------------------------------------------------------------------------
-@dataclass
+@dataclass(eq=False)
 class Applier:
+    """node/applier/applier.py Applier's state that outlives one link (each link's protocol is
+    its Conn's ApplierMachine)."""
+    address: str
     conn: "Conn | None" = None
     retry_at: int = 0
     refused: str = ""          # the last refusal reason ("" while none)
     status: str = ""           # "follow" once SUBSCRIBED, "need_rejoin" when told so
     peer_vclock: dict = field(default_factory=dict)   # the upstream's vclock by uuid, from its last greeting
+    peer_uuid: str | None = None                      # who answered at this address (claim_link)
+    stopping: bool = False                            # (a simulated link closes at once)
 
 
 class SimNode:
@@ -151,13 +157,14 @@ class SimNode:
         self.state: SimState | None = None
         self.core: NodeCore | None = None
         self.status = "running"               # "rejoining" while a rejoin pauses or rebuilds
-        self.own_claims: dict[str, int] = {}  # Node.own_claims: peer uuid -> most of our rows it said it holds
+        self.own_claims: dict[str, tuple[int, str]] = {}  # Peering.own_claims (node/core/lifecycle_fence.py)
         self.claims_disproved: set[str] = set()   # Node.claims_disproved: peers whose claim the stream belied
+        self.greeting_cache: tuple | None = None   # (shell.greeting_key, the greeting built for it)
         self.peers: list[str] = []            # configured upstream addresses (configure_peers)
         self.in_effect: list[str] | None = None   # set_peers([]) during a rebuild; None: = peers
         self.links_applied: tuple = ()        # what Cluster.apply_links last made the appliers match
         self.appliers: dict[str, Applier] = {}
-        self.followers: dict[str, str] = {}   # member uuid -> the address of its one link (Applier.claim)
+        self.followers: dict[str, Applier] = {}   # member uuid -> its one link's applier (claims.claim_link)
         self.proc: str = ""                   # "join" | "fetch" | "register" while one is wanted
         self.proc_via: str | None = None      # the donor the operator named, if any
         self.proc_conn: Conn | None = None
@@ -294,57 +301,43 @@ class SimNode:
         return Base(st.table.rows(), {k: v for k, v in st.vclock.items() if k != 0}, spaces,
                     {n: {k: list(r) for k, r in st.data.get(n, {}).items()} for n in spaces})
 
-    # --- WAL retention (node/retention.py) ------------------------------------------------
-    def may_hold(self, uuid: str, anon: bool) -> bool:
-        """Retention._may_hold: a member of this node's `_cluster` always; an anonymous replica
-        or a subscriber not known here yet (registered through another member), at most
-        anon_acks_max of those together (the one heard from longest ago goes)."""
-        mem = self.core.table.get(uuid)
-        if not anon and mem is not None:
-            return mem.state == STATE_MEMBER
-        if uuid not in self.holds:
-            bounded = [u for u, h in self.holds.items() if h.anon or self.core.table.get(u) is None]
-            if len(bounded) >= limits.anon_acks_max:
-                del self.holds[min(bounded, key=lambda u: self.holds[u].seen_s)]
+    # --- WAL retention (node/retention.py; the rules are node/core/holds.py's Holds) -------
+    @property
+    def holds(self) -> dict[str, Hold]:
+        """Retention.holds, in memory."""
+        return self.book.by_uuid
+
+    @holds.setter
+    def holds(self, holds: dict[str, Hold]) -> None:
+        self.book = Holds(holds)
+
+    def _wal_start(self) -> dict[int, int]:
+        """Retention._oldest: where the WAL still here starts."""
+        return {k: v for k, v in self._gc_vc.items() if k}
+
+    def _written(self, hold: Hold | None) -> bool:
+        """Retention._written: a hold a JOIN or a SUBSCRIBE set is written at once; synced as
+        Hold.sync_when_set says, or by the store itself in wal_mode fsync."""
+        if hold is None:
+            return False
+        self.holds_disk = dict(self.holds)
+        if hold.sync_when_set or self.wal_mode == "fsync":
+            self._holds_synced = set(self.holds_disk)
         return True
 
-    def _set_hold(self, uuid: str, vclock: dict[int, int], anon: bool, now: int) -> None:
-        """Retention._set: written at once (synced unless anonymous in wal_mode write)."""
-        self.holds[uuid] = Hold(dict(vclock), now, anon)
-        self.holds_disk = dict(self.holds)
-        if not anon or self.wal_mode == "fsync":
-            self._holds_synced = set(self.holds_disk)
-
     def hold_all(self, uuid: str, anon: bool, now: int) -> None:
-        """Retention.hold_all: a joiner about to read this node's snapshot holds all the WAL
-        still here until it subscribes and says where it is."""
-        if self.may_hold(uuid, anon):
-            self._set_hold(uuid, {k: v for k, v in self._gc_vc.items() if k}, anon, now)
+        """Retention.hold_all: from the start of the oldest WAL entry still here."""
+        if self._written(self.book.hold_all(uuid, anon, self._wal_start(), self.core.table, now)):
             self.joining.add(uuid)
 
     def on_subscribe(self, uuid: str, durable: dict[int, int], anon: bool, now: int) -> bool:
-        """Retention.on_subscribe: the hold is what the subscriber has on disk, forward or back."""
+        """Retention.on_subscribe; whether the hold was set."""
         self.joining.discard(uuid)
-        old = self.holds.get(uuid)
-        if old is not None and old.vclock == durable and old.anon == anon:
-            return False
-        if not self.may_hold(uuid, anon):
-            return False
-        self._set_hold(uuid, durable, anon, now)
-        return True
+        return self._written(self.book.on_subscribe(uuid, durable, anon, self.core.table, now))
 
     def on_ack(self, uuid: str, durable: dict[int, int], anon: bool, now: int) -> None:
-        """Retention.on_ack: the subscriber has `durable` on disk."""
-        if uuid in self.holds or self.may_hold(uuid, anon):
-            self.holds[uuid] = advance_hold(self.holds.get(uuid), durable, now, anon)
-
-    def hold_for_new_members(self, now: int) -> None:
-        """Retention._hold_for_new_members: every registered member without a hold holds all
-        that is still in the WAL (from the start of its oldest entry)."""
-        start = {k: v for k, v in self._gc_vc.items() if k}
-        for mem in self.core.table.members():
-            if mem.state == STATE_MEMBER and mem.uuid != self.uuid and mem.uuid not in self.holds:
-                self.holds[mem.uuid] = Hold(dict(start), now, False)
+        """Retention.on_ack."""
+        self.book.on_ack(uuid, durable, anon, self.core.table, now)
 
     def checkpoint(self, now: int, anon_ttl: int, reading: list[int], new_members: bool = True) -> int:
         """Retention.checkpoint: the state becomes the base (synced), the holds are written,
@@ -360,8 +353,8 @@ class SimNode:
         self.durable = max(self.durable, self.base_pos)
         core.mark_synced(VClock(synced))
         if new_members:
-            self.hold_for_new_members(now)
-        keep = keep_vclock(synced, hold_positions(self.holds, core.table, now, anon_ttl))
+            self.book.hold_for_new_members(self.uuid, core.table, self._wal_start, now)
+        keep = keep_vclock(synced, self.book.positions(core.table, now, anon_ttl))
         limit = min([len(self.wal) - 1] + reading)     # the current segment, segments being read
         i, vc = self.wal_gc, dict(self._gc_vc)
         while i < limit:
@@ -370,7 +363,7 @@ class SimNode:
                 c = 0 if t.group == GROUP_LOCAL else t.replica_id
                 if t.last_lsn > nxt.get(c, 0):
                     nxt[c] = t.last_lsn
-            if not all(lsn <= keep.get(rid, 0) for rid, lsn in nxt.items()):
+            if not collectable_before(nxt, keep):
                 break
             i, vc = i + 1, nxt
         self.holds_disk = dict(self.holds)

@@ -1,7 +1,10 @@
 """Seeded runs and scripted scenarios that showed the shell's membership bugs of the issue 16
 work (each was pinned as a strict xfail, with a workaround in the simulation, until node/ was
 fixed); node/ now keeps each rule, the simulation follows it with no workaround, and each run
-must keep every invariant and converge. The seeds are the ones that showed each bug alone.
+must keep every invariant and converge. The seeds are the ones that showed each bug alone, under
+the simulation's own copy of the link protocol; since the simulation runs the production link
+machines (issue 18) the same seed makes another schedule, so a test that needs its bug's
+situation to happen asserts that it did, with a seed that reaches it now.
 """
 from __future__ import annotations
 
@@ -15,15 +18,16 @@ from tests.sim.workload import run_seed
 # (behaviour kept, seed, REPLOG_SIM_MIX=full?, the shell function that once broke it)
 SEEDED = [
     ("a_power_fenced_node_replays_its_own_registrations", 0, False, "node/fence.py FenceKeeper.set (rebuilt)"),
-    ("a_relay_holds_its_wal_from_what_a_subscriber_has_on_disk", 359, False, "node/retention.py on_subscribe"),
-    ("a_subscriber_registered_elsewhere_is_held", 100, False, "node/retention.py _may_hold"),
+    ("a_relay_holds_its_wal_from_what_a_subscriber_has_on_disk", 359, False, "node/core/holds.py Holds.on_subscribe"),
+    ("a_subscriber_registered_elsewhere_is_held", 100, False, "node/core/holds.py Holds.may_hold"),
     ("a_node_that_lost_rows_waits_only_for_an_upstream_that_has_them", 62, False, "node/rejoin.py Rejoiner._fed"),
     ("a_rebuild_takes_only_a_donor_that_has_the_collected_rows", 706, False, "node/rejoin.py Rejoiner.attempt"),
-    ("a_fenced_node_takes_the_row_expelling_it_after_its_fence", 70, True, "node/core/replicaset.py _fenced_cluster_change"),
+    ("a_fenced_node_takes_the_row_expelling_it_after_its_fence", 70, True,
+     "node/core/cluster_rows.py _fenced_cluster_change"),
     ("an_anonymous_replica_rebuilds_without_its_own_component", 358, True, "node/rejoin.py Rejoiner._mine"),
-    ("a_peers_earlier_incarnation_rows_teach_no_ids", 681, True, "node/core/replicaset.py Peer.history_lsn"),
+    ("a_peers_earlier_incarnation_rows_teach_no_ids", 681, True, "node/core/cluster_rows.py Peer.history_lsn"),
     ("a_fence_hears_every_member_any_greeting_lists", 1180, True, "node/core/membership.py OwnRowsFence.known"),
-    ("a_member_gone_for_good_is_expelled_when_every_member_is_fenced", 450, True, "node/server.py expel (give_up)"),
+    ("a_member_gone_for_good_is_expelled_when_every_member_is_fenced", 420, True, "node/server.py expel (give_up)"),
     ("a_store_fenced_after_a_power_loss_keeps_its_registrations_across_a_restart", 31, False,
      "node/storage/store.py Store.__init__ (own_history_lsn)"),
     ("a_store_fenced_after_a_power_loss_keeps_its_registrations_across_a_restart", 248, False,
@@ -171,7 +175,7 @@ def test_an_upstream_that_claimed_a_fenced_nodes_rows_and_lost_them_does_not_hol
     """A and B run in wal_mode write; A writes two rows B takes, neither syncs, and A loses
     power: fenced, it hears B say it holds them. Then B loses power too, and the rows are
     nowhere. B's relay catches A up and heartbeats without them: the claim was false
-    (Applier._check_claim, Node.disprove_claim), so it holds neither A's fence (its heard
+    (ApplierMachine's claim check, node.core.lifecycle_fence.disprove_claim), so it holds neither A's fence (its heard
     falls to what came) nor A's writes, and A writes again (6852e81; before it, for ever
     fenced)."""
     c = Cluster(45)
@@ -253,7 +257,7 @@ def test_a_node_that_catches_up_while_its_rejoin_attempt_runs_does_not_rebuild()
     (once, it rebuilt from a snapshot it no longer needed: its WAL emptied, its subscribers
     told to rejoin, its ids now the donor's)."""
     from tests.sim.test_scenarios import case_a
-    c = Cluster(11)
+    c = Cluster(5)
     case_a(c)
     for i in range(3):
         c.put("C", f"c{i}")
@@ -264,3 +268,12 @@ def test_a_node_that_catches_up_while_its_rejoin_attempt_runs_does_not_rebuild()
     assert c.stats["rejoins"] == 0, "a node rebuilt though it had caught up"
     assert c.stats["refused_need_rejoin"] > 0 and c.stats["rebuilds_skipped_caught_up"] > 0
     finish(c)
+
+
+def test_the_simulation_catches_a_rebuild_without_its_last_look(monkeypatch):
+    """The rule above lives in the production rejoin machine (RejoinMachine.rebuild_gains):
+    turned back there, the same run rebuilds B though it had caught up, and the run says so."""
+    from node.core.lifecycle_rejoin import RejoinMachine
+    monkeypatch.setattr(RejoinMachine, "rebuild_gains", lambda self: True)
+    with pytest.raises(AssertionError, match="a node rebuilt though it had caught up"):
+        test_a_node_that_catches_up_while_its_rejoin_attempt_runs_does_not_rebuild()

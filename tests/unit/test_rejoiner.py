@@ -1,21 +1,26 @@
-"""The rejoin's last look before it rebuilds (node/rejoin.py Rejoiner._rebuild): an attempt may
-probe donors and wait for cover a long while, and meanwhile another upstream may stream the
-collected rows this node lacked. A node that caught up past every upstream's `needed` keeps its
-store (a rebuild would empty its WAL and take the donor's ids); one still lacking them goes on.
+"""The rejoin's driver (node/rejoin.py Rejoiner) acting on its machine's Ready
+(node/core/lifecycle_rejoin.py): an attempt may probe donors and wait for cover a long while,
+and meanwhile another upstream may stream the collected rows this node lacked. A node that
+caught up past every upstream's `needed` keeps its store (a rebuild would empty its WAL and
+take the donor's ids); one still lacking them takes its links down and asks for a snapshot.
 
 The node is a stand-in holding the real parts the rebuild reads first: a NodeCore over a real
 table and vclock, a real Store (LMDB) in a temporary directory; its links and the donor's JOIN
-are recorded (the stand-in donor answers nothing, so a rebuild that goes on stops cleanly at the
-JOIN, keeping the store, as when a real donor refuses)."""
+are recorded, and the network is a stand-in too: a probe answers the greeting the test gives
+(the stand-in donor answers no JOIN, so a rebuild that goes on stops cleanly at the JOIN,
+keeping the store, as when a real donor refuses)."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
 from node.core.replicaset import NodeCore
 from node.core.vclock import VClock
+from node import limits, rejoin
+from node.core.lifecycle_rejoin import RejoinState
 from node.rejoin import REJOIN_DIR, Rejoiner
 from node.storage.store import Store
 from tests.unit.helpers import STORE_MAP_BYTES, UUID_A, UUID_B, UUID_C
@@ -42,8 +47,13 @@ class _Journal:
     pending = 0
 
 
+class _Relay:
+    def __init__(self, uuid: str) -> None:
+        self.uuid = uuid
+
+
 class _Node:
-    """What Rejoiner._rebuild touches before the JOIN, A's view: B is id 2 here."""
+    """What Rejoiner touches before the JOIN, A's view: B is id 2 here; C subscribes to A."""
 
     def __init__(self, tmp_path, b_lsn: int) -> None:
         table = ClusterTable([Member(UUID_A, 1, "127.0.0.1:7301", STATE_MEMBER),
@@ -55,13 +65,20 @@ class _Node:
         self.data_dir = str(tmp_path)
         self.store = Store(str(tmp_path / "store"), map_size=STORE_MAP_BYTES)
         self.peers = [ADDR_B, ADDR_C]
+        self.appliers: dict = {ADDR_C: _Applier(ADDR_C)}
+        self.relays = [_Relay(UUID_C)]
+        self.http_session = None
         self.links: list[list[str]] = []              # each set_peers call
-        # as Rejoiner.attempt leaves it when the donor received this node's rows
-        self.status, self.status_reason = "rejoining", WAITING
+        self.status, self.status_reason = "running", ""
 
     def set_peers(self, peers: list[str]) -> list:
         self.links.append(list(peers))
         return []                                     # no link tasks to wait for
+
+
+class _Applier:
+    def __init__(self, address: str) -> None:
+        self.address, self.status, self.peer_vclock, self.error = address, "need_rejoin", {}, ""
 
 
 @pytest.fixture
@@ -76,32 +93,111 @@ def make_node(tmp_path):
         n.store.close()
 
 
+@pytest.fixture
+def greetings(monkeypatch):
+    """address -> the greeting its probe answers (the network's stand-in); each probe recorded."""
+    answers: dict[str, dict] = {}
+    asked: list[str] = []
+
+    async def probe(node, session, address, timeout):
+        asked.append(address)
+        return answers[address]
+    monkeypatch.setattr(rejoin, "probe", probe)
+    return answers, asked
+
+
+def _greeting(uuid: str, vclock_uuid: dict[str, int]) -> dict:
+    return {"uuid": uuid, "cluster_uuid": "c-1", "status": "running", "vclock_uuid": vclock_uuid}
+
+
 def _told_to_rejoin(node: _Node, collected: dict[str, int]) -> Rejoiner:
     rj = Rejoiner(node)
     rj.on_need_rejoin(ADDR_C, "C collected rows this node needs", collected)
     return rj
 
 
+async def _in_cover_wait(node: _Node, rj: Rejoiner, greetings) -> None:
+    """C lacks A's row 4 and receives A's rows: writes pause while it catches up."""
+    answers, _ = greetings
+    answers[ADDR_C] = _greeting(UUID_C, {UUID_A: 3, UUID_B: 8, UUID_C: 2})
+    rj.machine.tick(time.monotonic())
+    await rj._act()
+    assert rj.machine.state is RejoinState.COVER_WAIT and (node.status, node.status_reason) == ("rejoining", WAITING)
+    answers[ADDR_C] = _greeting(UUID_C, {UUID_A: 4, UUID_B: 11, UUID_C: 2})   # it has A's rows now
+    rj.machine.tick(time.monotonic() + limits.rejoin_cover_poll_s)   # the driver's clock
+    await rj._act()
+
+
 @pytest.mark.parametrize("b_lsn", [8, 11])
-async def test_a_node_that_caught_up_past_what_was_collected_while_its_attempt_ran_keeps_its_store(make_node, b_lsn):
-    node = make_node(b_lsn)
+async def test_a_node_that_caught_up_past_what_was_collected_while_its_attempt_ran_keeps_its_store(
+        make_node, greetings, b_lsn):
+    node = make_node(7)
     rj = _told_to_rejoin(node, COLLECTED)
-    await rj._rebuild(ADDR_C)
+    node.core.vclock = VClock({1: 4, 2: 7, 3: 2})
+    answers, asked = greetings
+    answers[ADDR_C] = _greeting(UUID_C, {UUID_A: 3, UUID_B: 8, UUID_C: 2})
+    rj.machine.tick(time.monotonic())
+    await rj._act()
+    assert rj.machine.state is RejoinState.COVER_WAIT
+    node.core.vclock = VClock({1: 4, 2: b_lsn, 3: 2})    # B's rows came from another upstream meanwhile
+    answers[ADDR_C] = _greeting(UUID_C, {UUID_A: 4, UUID_B: 11, UUID_C: 2})
+    rj.machine.tick(time.monotonic() + limits.rejoin_cover_poll_s)   # the driver's clock
+    await rj._act()
+    assert asked == [ADDR_C, ADDR_C]
     assert node.links == []                           # its links were never taken down
     assert node.join.joins == []                      # no JOIN: no snapshot asked for
     assert (node.status, node.status_reason) == ("running", "")
     assert not os.path.exists(os.path.join(node.data_dir, REJOIN_DIR))
-    assert node.core.vclock.get(2) == b_lsn and rj.blocked == ""
+    assert node.core.vclock.get(2) == b_lsn and rj.blocked == "" and not rj.running
 
 
 @pytest.mark.parametrize("b_lsn,collected", [(7, COLLECTED), (11, {})],
                          ids=["it still lacks the collected rows", "the upstream did not say what it collected"])
-async def test_a_node_still_lacking_what_was_collected_goes_on_to_rebuild(make_node, b_lsn, collected):
+async def test_a_node_still_lacking_what_was_collected_goes_on_to_rebuild(make_node, greetings, b_lsn, collected):
     node = make_node(b_lsn)
     rj = _told_to_rejoin(node, collected)
-    await rj._rebuild(ADDR_C)
+    await _in_cover_wait(node, rj, greetings)
     assert node.links[0] == []                        # links down for the rebuild
     assert node.join.joins == [ADDR_C]                # it asked the donor for a snapshot
     # the stand-in donor answered nothing: the store is kept and the links come back
     assert node.links[-1] == node.peers and (node.status, node.status_reason) == ("running", "")
-    assert rj.blocked.startswith(f"rebuilding from {ADDR_C} failed")
+    assert rj.blocked.startswith(f"rebuilding from {ADDR_C} failed") and not rj.running
+    assert node.appliers[ADDR_C].error == ""          # a failed rebuild is not shown on the link
+
+
+async def test_an_attempt_with_no_donor_shows_why_on_the_refusing_link(make_node, greetings):
+    node = make_node(7)
+    rj = _told_to_rejoin(node, COLLECTED)
+    answers, asked = greetings
+    answers[ADDR_C] = _greeting(UUID_C, {UUID_A: 4, UUID_B: 7, UUID_C: 2})    # lacks what it collected
+    answers[ADDR_B] = {"uuid": UUID_B, "cluster_uuid": "", "status": "joining", "vclock_uuid": {}}
+    rj.machine.tick(time.monotonic())
+    await rj._act()
+    assert asked == [ADDR_C, ADDR_B] and node.links == [] and node.join.joins == []
+    assert rj.blocked == "no reachable peer has the collected rows this node lacks, to give a snapshot of"
+    assert node.appliers[ADDR_C].error == f"C collected rows this node needs; {rj.blocked}"
+
+
+async def test_a_watch_that_fails_mid_attempt_resumes_writes_and_leaves_the_machine_ready_to_try_again(
+        make_node, greetings, monkeypatch):
+    node = make_node(7)
+    rj = _told_to_rejoin(node, COLLECTED)
+    await _in_cover_wait(node, rj, greetings)       # the stand-in donor refuses the JOIN: running again
+    rj.on_need_rejoin(ADDR_C, "C collected rows this node needs", COLLECTED)
+    answers, _ = greetings
+    answers[ADDR_C] = _greeting(UUID_C, {UUID_A: 3, UUID_B: 8, UUID_C: 2})
+    monkeypatch.setattr(limits, "rejoin_watch_s", 0.0)
+    monkeypatch.setattr(limits, "rejoin_cover_poll_s", 0.0)
+    rj.machine.retry_s = 0.0                         # the second attempt at once
+
+    calls = []
+
+    async def probe_then_break(node_, session, address, timeout):
+        calls.append(address)
+        if len(calls) > 1:
+            raise RuntimeError("a bug in the probe")
+        return answers[address]
+    monkeypatch.setattr(rejoin, "probe", probe_then_break)
+    with pytest.raises(RuntimeError, match="a bug in the probe"):
+        await rj.watch()
+    assert not rj.running and (node.status, node.status_reason) == ("running", "")

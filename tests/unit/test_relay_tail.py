@@ -1,6 +1,6 @@
 """The relay's two read paths over one real WAL: the journal's in-memory tail and the file.
 
-A real Journal writes a real WAL (node/journal.py); a WalCursor (node/applier/relay.py)
+A real Journal writes a real WAL (node/journal.py); a WalCursor (node/applier/walcursor.py)
 reads it the way Relay._send_loop does: from the tail when it is exactly at a batch the
 tail holds, else from the file. Whatever mix of paths it takes, what it hands out must be
 exactly what a cursor reading only the file hands out: the same frames, in WAL order, once
@@ -11,7 +11,7 @@ import os
 import pytest
 
 from node import limits
-from node.applier.relay import WalCursor
+from node.applier.walcursor import WalCursor
 from node.core import rowscan
 from node.core.rows import GROUP_DEFAULT, GROUP_LOCAL, OP_PUT, OP_SPACE, Op
 from node.journal import Journal

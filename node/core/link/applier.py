@@ -73,7 +73,8 @@ class ApplierContext(Protocol):
         """Entries submitted to the journal and not durable yet."""
 
     def own_claim(self, peer_uuid: str) -> int:
-        """How far the peer's greeting said it holds this node's own rows (0: no claim)."""
+        """How far the peer said it holds this node's own rows: its greeting's claim, or what a
+        fence heard from it (node.core.lifecycle_fence.claim_of; 0: no claim)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,8 +262,7 @@ class ApplierMachine:
             self._claim_checked = True
             core = self.core
             have = core.claimed.get(core.self_id)
-            claimed = max(self.host.own_claim(self.peer_uuid),  # type: ignore[arg-type]
-                          core.fence.heard.get(self.peer_uuid, 0) if core.fence is not None else 0)
+            claimed = self.host.own_claim(self.peer_uuid)  # type: ignore[arg-type]
             if claimed > have:
                 self._out.apply.append(DisproveClaim(self.peer_uuid, have))  # type: ignore[arg-type]
         self._resubscribe_check()

@@ -78,7 +78,7 @@ EMPTY = Ready()
 class Outbox:
     """A machine's pending Ready and the one handed out and not advanced yet."""
 
-    __slots__ = ("persist", "send", "apply", "effects", "_out")
+    __slots__ = ("persist", "send", "apply", "effects", "_out", "_claims_out")
 
     def __init__(self) -> None:
         self.persist: list = []
@@ -86,14 +86,18 @@ class Outbox:
         self.apply: list = []
         self.effects: list = []
         self._out: list[Ready] = []     # handed out, not advanced yet
+        self._claims_out = 0            # how many of those carry claimed rows (persist)
 
     def take(self) -> Ready:
-        assert not any(r.persist for r in self._out), "claimed rows are still being persisted: advance first"
+        assert not self._claims_out, "claimed rows are still being persisted: advance first"
         if not (self.persist or self.send or self.apply or self.effects):
             return EMPTY
-        rd = Ready(tuple(self.persist), tuple(self.send), tuple(self.apply), tuple(self.effects))
+        persist = self.persist
+        rd = Ready(tuple(persist), tuple(self.send), tuple(self.apply), tuple(self.effects))
         self.persist, self.send, self.apply, self.effects = [], [], [], []
         self._out.append(rd)
+        if persist:
+            self._claims_out += 1
         return rd
 
     def advance(self, rd: Ready) -> None:
@@ -102,10 +106,12 @@ class Outbox:
         for i, r in enumerate(self._out):
             if r is rd:
                 del self._out[i]
+                if rd.persist:
+                    self._claims_out -= 1
                 return
         raise AssertionError("advance() of a Ready this machine did not hand out, or twice")
 
     def assert_claims_taken(self) -> None:
         """Rows claimed for the last message are handed over before the next is taken."""
         assert not self.persist, "claimed rows not handed over: ready() and persist before the next step"
-        assert not any(r.persist for r in self._out), "claimed rows not advanced before the next step"
+        assert not self._claims_out, "claimed rows not advanced before the next step"

@@ -1,0 +1,68 @@
+"""How an applier's link ended, and what the applier does next: the one map from an error to
+the link's status, its log line and the wait before the next try (node/applier/applier.py acts
+on it).
+
+Rules kept here:
+- Every error has a next step. A peer's bad input arrives as RemoteProtocolError (the decoders
+  and the core's checks raise nothing else for it); a refusal (PeerRefused) is a lasting
+  reason, retried slowly, except `need_rejoin`, which goes to the rejoiner (node/rejoin.py
+  decides; this link is tried again and serves once the node is past what the upstream
+  collected); a broken network is retried with capped exponential backoff; our own state asking
+  for a fresh SUBSCRIBE (Resubscribe) retries at once; the disk failing (StorageError) stops the
+  node; anything else is a bug here: this link stops, the node serves on.
+- Backoff doubles per failed try up to `reconnect_backoff_max_s` and starts again from the
+  minimum after a link that lived for a while."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import aiohttp
+
+from node import limits
+from node.core.link.applier import Resubscribe
+from node.errors import PeerRefused, RemoteProtocolError, StorageError
+
+RETRY, REJOIN, FATAL, END = "retry", "rejoin", "fatal", "end"
+
+
+@dataclass(frozen=True, slots=True)
+class After:
+    then: str                  # RETRY, REJOIN (tell the rejoiner, then retry), FATAL (the node stops), END
+    status: str | None         # the link's status from now (None: as it was)
+    error: str                 # the link's last error, as /v1/info shows it
+    delay: float               # seconds before the next try (the driver jitters it)
+    level: int = logging.INFO  # of the log line saying why
+    line: str = ""             # the log line (empty: none)
+
+
+def after_link(e: BaseException | None, backoff: float) -> After:
+    """What follows a link that ended with `e` (None: the peer said BYE)."""
+    if e is None:
+        return After(RETRY, None, "", limits.reconnect_backoff_min_s)   # come back soon
+    if isinstance(e, Resubscribe):
+        return After(RETRY, "resubscribing", str(e), 0.0, logging.INFO, str(e))
+    if isinstance(e, PeerRefused):
+        if e.code == "need_rejoin":
+            return After(REJOIN, "need_rejoin", str(e), limits.rejoin_retry_s, logging.WARNING, str(e))
+        # A lasting reason (secret, cluster, options, expelled, this node itself, a second address of
+        # a member already followed): said once per try, slowly.
+        return After(RETRY, e.code if e.code in ("self", "duplicate") else "refused", str(e),
+                      limits.refused_backoff_s, logging.ERROR, f"refused: {e}")
+    if isinstance(e, RemoteProtocolError):     # something we cannot use, or the link broke mid-message
+        return After(RETRY, "disconnected", str(e), backoff, logging.WARNING, str(e))
+    if isinstance(e, (ConnectionError, OSError, asyncio.TimeoutError, aiohttp.ClientError)):
+        text = str(e) or type(e).__name__
+        return After(RETRY, "disconnected", text, backoff, logging.INFO, text)
+    if isinstance(e, StorageError):            # the disk failed us (the journal has usually said so)
+        return After(FATAL, "failed", str(e), 0.0)
+    return After(END, "failed", f"{type(e).__name__}: {e}", 0.0)
+
+
+def next_backoff(backoff: float, lived_s: float) -> float:
+    """The wait after the next failed try: doubled, capped, or the minimum again after a link
+    that was healthy for a while."""
+    if lived_s > 10 * limits.reconnect_backoff_max_s:
+        return limits.reconnect_backoff_min_s
+    return min(backoff * 2, limits.reconnect_backoff_max_s)

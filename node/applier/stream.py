@@ -1,0 +1,138 @@
+"""A subscribed link, the relay's streaming half (node/applier/relay.py hands a link here once
+the RelayMachine says Stream): rows out from a WalCursor (node/applier/walcursor.py) filtered
+by the machine's `sub` and `own`, in this node's ids, in WAL order, whole transactions, never
+rows of local spaces; the subscriber's ACKs in, stepped into the machine.
+
+Rules kept here:
+- One link per subscriber: the newest is the one it reads (an older one may be a half-open
+  connection the subscriber gave up on), so an older relay of the same uuid is closed first.
+- An anonymous subscriber of a `wal_mode write` node gets only rows on disk
+  (Journal.synced_position); everyone else reads from the journal's memory tail when it holds
+  the next chunk, else from the files.
+- Caught up, the machine's tick decides the heartbeats; a durable batch wakes the sender."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from node import limits
+from node.applier.conn import Conn
+from node.applier.walcursor import WalCursor
+from node.core.link.filter import rows_batches
+from node.core.link.relay import AckHold, RelayMachine
+from node.errors import PeerRefused, RemoteProtocolError
+
+if TYPE_CHECKING:
+    from node.process.ports import RelayHost
+
+__all__ = ["Relay"]
+log = logging.getLogger("replog.relay")
+
+
+class Relay:
+    """A subscribed link: rows out (the send loop), ACKs in (stepped into the machine)."""
+
+    def __init__(self, node: "RelayHost", conn: Conn, machine: RelayMachine):
+        self.node = node
+        self.conn = conn
+        self.machine = machine
+        self.uuid, self.address, self.anon = machine.uuid, machine.address, machine.anon
+        self.status = "subscribed"
+        self.error = ""
+        self.cursor = WalCursor(node.wal_dir, machine.sub, machine.own)
+        self._wake = asyncio.Event()     # set by the journal after each durable batch
+
+    lag_s = property(lambda self: self.machine.lag_s)
+    acked = property(lambda self: self.machine.acked)
+
+    def info(self) -> dict:
+        return {"uuid": self.uuid, "address": self.address, "status": self.status, "anon": self.anon,
+                "lag_s": round(self.lag_s, 6), "error": self.error,
+                "vclock": {str(k): v for k, v in sorted(self.acked.items())},
+                "rows_sent": self.cursor.rows,
+                "frames_from_memory": self.cursor.from_tail, "frames_from_file": self.cursor.from_file}
+
+    async def run(self) -> None:
+        node = self.node
+        for old in [r for r in node.relays if r.uuid == self.uuid]:
+            # One link per subscriber: the newest is the one it is reading (an older one may be a
+            # half-open connection the subscriber gave up on).
+            log.info("relay: %s subscribed again; closing its older link", self.uuid)
+            old.error = "replaced by a newer subscription"
+            await old.conn.close()
+        node.relays.add(self)
+        sender = asyncio.create_task(self._send_loop(), name=f"relay-send-{self.uuid[:8]}")
+        try:
+            await self._recv_loop(sender)
+        finally:
+            sender.cancel()
+            try:
+                await sender
+            except asyncio.CancelledError:
+                pass
+            except (ConnectionError, RemoteProtocolError, RuntimeError) as e:
+                self.error = str(e)
+            node.relays.discard(self)
+            self.machine.close()
+            self.status = "stopped"
+
+    async def _recv_loop(self, sender: asyncio.Task) -> None:
+        mach, retention = self.machine, self.node.retention
+        while not sender.done():
+            try:
+                msg = await self.conn.recv(timeout=limits.peer_timeout_s)
+            except PeerRefused as e:
+                msg = e
+            mach.step(msg, time.monotonic())
+            rd = mach.ready()
+            for a in rd.apply:
+                assert type(a) is AckHold, a
+                retention.on_ack(a.uuid, a.durable, a.anon)
+            mach.advance(rd)
+            stop = rd.stop
+            if stop is not None:
+                if stop.error is not None:
+                    raise stop.error
+                return
+        await sender  # re-raise its error
+
+    async def _send_loop(self) -> None:
+        journal, mach = self.node.journal, self.machine
+        loop = asyncio.get_running_loop()
+        wake, cursor = self._wake, self.cursor
+        journal.listen(wake)
+        try:
+            mach.sent_rows(loop.time())
+            while True:
+                wake.clear()         # before looking: a batch made durable from here on wakes us
+                if self.anon and journal.wal.mode == "write":
+                    # only rows on disk: the journal's memory tail runs ahead of that (Journal.synced_position)
+                    frames = await loop.run_in_executor(None, cursor.read, journal.synced_position,
+                                                        limits.relay_batch_bytes_max)
+                else:
+                    frames = cursor.read_tail(journal, limits.relay_batch_bytes_max)
+                    if frames is None:
+                        frames = await loop.run_in_executor(None, cursor.read, journal.position,
+                                                            limits.relay_batch_bytes_max)
+                if frames:
+                    for batch in rows_batches(frames):
+                        await self.conn.send_rows(batch)
+                    mach.sent_rows(loop.time())
+                    continue
+                mach.tick(loop.time(), time.time_ns() // 1000)
+                rd = mach.ready()
+                if rd.send:
+                    for s in rd.send:
+                        await self.conn.send(s.mtype, **s.body)
+                    mach.advance(rd)
+                    continue
+                mach.advance(rd)
+                timer = loop.call_at(mach.next_heartbeat_at(), wake.set)
+                try:
+                    await wake.wait()
+                finally:
+                    timer.cancel()
+        finally:
+            journal.unlisten(wake)

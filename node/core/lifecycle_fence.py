@@ -1,0 +1,130 @@
+"""The own-rows fence's decisions and the claims peers make on this node's own rows, with no IO
+(node/fence.py, node/process/peering.py and the simulation use them; the fence itself is
+node.core.membership's OwnRowsFence, fed and cleared through NodeCore).
+
+Rules kept here:
+- A loss this start must fence against (`loss_at_open`): the WAL directory gone while the store
+  holds data, or the machine restarted (a new boot id) while this node ran with wal_mode =
+  write and did not stop in order. A store already fenced keeps its fence as it is.
+- A member's greeting (`hear_greeting`) tells a standing fence how many of our rows it holds
+  and which members it knows; a peer that says it holds more of our own rows than we do has a
+  claim: writes wait until an upstream's claim is met (`own_rows_awaited`: only an upstream
+  can send them back, so only its claim is believed, and only while it is one). Anonymous
+  replicas are not members: the fence does not wait for them.
+- A claim the stream belied (`disprove_claim`: the upstream caught us up without the rows it
+  claimed) is dropped, the peer is not believed again while this node runs, and the fence
+  counts it as holding only what came.
+- The fence lifts (`may_lift`, then `lift`) once every member was heard and our own rows are
+  back; a rebuilt store's fence then states its table again (NodeCore.clear_fence).
+- How many peers a node remembers claims of is bounded (limits.members_max)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from node import limits
+from node.core.membership import OwnRowsFence
+from node.core.replicaset import NodeCore
+from node.core.rows import Txn
+
+Claims = dict[str, tuple[int, str]]     # peer uuid -> (the most of our rows it says it holds, its address)
+
+LOSS_NO_WAL = "the WAL directory is gone while the store holds data"
+LOSS_POWER = ("the machine restarted while this node ran with wal_mode = write: rows written but not on "
+              "disk may be lost here and held by peers")
+
+
+def loss_at_open(*, fenced: bool, wal_mode: str, wal_present: bool, was_running: bool,
+                 boot_before: str, boot_now: str) -> str | None:
+    """Before recovery, on a store with data: a loss this start must fence against (None: none).
+    `fenced`: the store holds a fence already; `was_running`: it did not stop in order; the boot
+    ids: the machine's when it last ran, and now ("" unknown)."""
+    if fenced:
+        return None                       # the fence it holds is taken up as it is
+    if wal_mode != "none" and not wal_present:
+        return LOSS_NO_WAL
+    if wal_mode == "write" and was_running and boot_before and boot_now and boot_before != boot_now:
+        return LOSS_POWER
+    return None
+
+
+def fence_from_meta(meta: dict | None, registered: set[str]) -> OwnRowsFence | None:
+    """The fence a store's `_meta` "own_fence" holds, with the members this node registered
+    itself (they may hold its rows though the donor never heard of them) and those the operator
+    gave up on."""
+    if not meta:
+        return None
+    fence = OwnRowsFence(str(meta.get("reason") or "an earlier loss"), rebuilt=bool(meta.get("rebuilt")))
+    fence.known |= registered
+    fence.given_up |= set(meta.get("given_up") or ())
+    return fence
+
+
+def hear_greeting(core: NodeCore | None, claims: Claims, disproved: set[str], theirs: dict, self_uuid: str) -> None:
+    """A peer's greeting, either direction: a standing fence hears a member, and a claim on our
+    own rows is noted (not from a peer whose claim a stream belied)."""
+    uuid = theirs["uuid"]
+    if uuid in disproved:
+        return
+    vu = theirs.get("vclock_uuid")
+    vu = vu if isinstance(vu, dict) else {}
+    if core is not None and core.fence is not None and not theirs.get("anon"):
+        core.observe_peer(uuid, vu, theirs.get("cluster") or [])
+    own = vu.get(self_uuid)
+    if isinstance(own, int) and own > claims.get(uuid, (0, ""))[0] \
+            and (uuid in claims or len(claims) < limits.members_max):
+        # A peer says it holds more of this node's own rows than this node does (a replacement
+        # container, a rejoin, or a lost unsynced tail): they come back by SUBSCRIBE, and
+        # writes wait for them so no lsn of ours is ever used twice.
+        claims[uuid] = (own, str(theirs.get("address") or ""))
+
+
+def claim_of(claims: Claims, fence: OwnRowsFence | None, uuid: str) -> int:
+    """How far `uuid` said it holds our own rows: its claim, or what a fence heard from it."""
+    return max(claims.get(uuid, (0, ""))[0], fence.heard.get(uuid, 0) if fence is not None else 0)
+
+
+def disprove_claim(claims: Claims, disproved: set[str], fence: OwnRowsFence | None, uuid: str, have: int) -> int:
+    """An upstream caught us up to `have` without the rows of ours it said it holds: it lied (or
+    its store lost them since), so its word neither holds writes nor raises a fence's target.
+    Returns what it had claimed."""
+    claim = claim_of(claims, fence, uuid)
+    claims.pop(uuid, None)
+    if len(disproved) < limits.members_max:
+        disproved.add(uuid)
+    if fence is not None:
+        fence.heard[uuid] = min(fence.heard.get(uuid, have), have)
+    return claim
+
+
+def own_rows_awaited(claims: Claims, have: int, upstreams: set[str]) -> tuple[int, str] | None:
+    """(lsn, who) of our own rows that one of our upstreams (by uuid or address) says it holds
+    past `have` (what we claimed); claims met are dropped (the rows came back)."""
+    best: tuple[int, str] | None = None
+    for uuid, (lsn, address) in list(claims.items()):
+        if lsn <= have:
+            del claims[uuid]
+        elif (uuid in upstreams or address in upstreams) and (best is None or lsn > best[0]):
+            best = (lsn, f"{address} ({uuid[:8]})")
+    return best
+
+
+def may_lift(core: NodeCore) -> bool:
+    """Every member was heard and our own rows are back (OwnRowsFence.can_clear)."""
+    return core.fence_state()[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Lifted:
+    """A lifted fence: what to persist (the fence gone, `own_history_lsn`), the restating txn to
+    submit at once (a rebuilt store's), and the expels that waited for it."""
+    target: int
+    restate: Txn | None
+    own_history_lsn: int
+    given_up: list[str]
+
+
+def lift(core: NodeCore, wall_us: int, given_up) -> Lifted:
+    """Clear the fence (the caller asked may_lift): claimed, with no await before its persist."""
+    target = core.fence.target()
+    restate = core.clear_fence(wall_us)
+    return Lifted(target, restate, core.own_history_lsn, sorted(set(given_up or ())))

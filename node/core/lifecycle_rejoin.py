@@ -1,0 +1,372 @@
+"""The rejoin's decisions as a sans-IO machine: whether a node told `need_rejoin` rebuilds its
+store from a snapshot, from which donor, and when (node/rejoin.py and the simulation drive it).
+
+An upstream that collected WAL a subscriber still needs answers `need_rejoin` (`note_need`).
+That alone decides nothing: while another upstream streams what was collected (`fed`), or
+once this node has caught up past it (`caught_up`), the links serve again. Otherwise, at most
+every `retry_s`, an attempt probes donors (the refusing upstreams first, then every peer): a
+donor is taken only if it has the collected rows this node lacks (`wanted`) and covers every
+replicated component this node holds (`mine`), or a snapshot of it would discard rows only
+this node has. A donor that lacks some of this node's rows but receives them from it gets
+`cover_wait_s` with this node's writes paused (status "rejoining") to catch up, asked again
+every `cover_poll_s`. Just before a rebuild, an attempt that meanwhile caught up rebuilds
+nothing. An attempt that finds no donor says why (`blocked`) and keeps the store.
+
+Interface (as the link machines', node/core/link/): `tick(now)` (the watch), `step(event,
+now)` with the driver's answers (`Probed`, `Rebuilt`, `RebuildFailed`), `ready()` -> Ready
+with `apply` (`Status`, `Blocked`, `NoRebuild`: what the node shows) and `effects`
+(`ProbeDonor`, `Rebuild`: what the driver does), then `advance(ready)`. The driver reads the
+rest of the node through `RejoinContext`, synchronous and in memory.
+
+Rules kept here: one attempt at a time; states are enums and a transition the driver should
+never ask for asserts; the snapshot a rebuild received must cover `mine` taken after the
+journal drained (`snapshot_uncovered`); an anonymous replica keeps its id if it can
+(`anon_rejoin_id`)."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from node import limits
+from node.cluster_space.table import ClusterTable
+from node.core.link.ready import Outbox, Ready
+from node.core.membership import describe_uncovered, expel_bounds, uncovered
+from node.core.replicaset import NodeCore
+
+
+class RejoinState(enum.Enum):
+    IDLE = "idle"                    # no attempt under way: the watch decides on each tick
+    PROBING = "probing"              # an attempt asked a donor's greeting (ProbeDonor), awaits Probed
+    COVER_WAIT = "cover_wait"        # writes paused: the donor receives this node's rows
+    COVER_PROBING = "cover_probing"  # ... and its greeting was asked again
+    REBUILDING = "rebuilding"        # Rebuild handed out, Rebuilt / RebuildFailed awaited
+
+
+_NEXT = {
+    RejoinState.IDLE: {RejoinState.PROBING},
+    RejoinState.PROBING: {RejoinState.PROBING, RejoinState.COVER_WAIT, RejoinState.REBUILDING, RejoinState.IDLE},
+    RejoinState.COVER_WAIT: {RejoinState.COVER_PROBING, RejoinState.PROBING, RejoinState.REBUILDING,
+                             RejoinState.IDLE},
+    RejoinState.COVER_PROBING: {RejoinState.COVER_WAIT},
+    RejoinState.REBUILDING: {RejoinState.IDLE},
+}
+
+
+class RejoinContext(Protocol):
+    """What the rejoin machine reads of the rest of the node."""
+
+    def core(self) -> NodeCore | None: ...
+
+    def may_rejoin(self) -> bool:
+        """The node runs (not starting, stopping or rebuilding) with a core."""
+
+    def upstreams(self) -> dict[str, tuple[bool, dict[str, int]]]:
+        """Every applier in effect: address -> (it follows, its upstream's vclock by uuid)."""
+
+    def peers(self) -> list[str]: ...
+
+    def journal_pending(self) -> int: ...
+
+
+# --- what the driver tells the machine --------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Probed:
+    """A probe's answer: `vclock` the donor's by uuid, None if the probe failed (unreachable,
+    refused); `serving`: it is a running member of a cluster (else it cannot be a donor);
+    `receiving`: it subscribes to this node (it gets our rows)."""
+    address: str
+    vclock: dict | None
+    serving: bool = True
+    receiving: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Rebuilt:
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildFailed:
+    """The rebuild stopped with the store kept; `why` None: not the donor's doing (the node
+    stops), nothing is shown."""
+    address: str
+    why: str | None
+
+
+# --- what the machine hands the driver -------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ProbeDonor:
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rebuild:
+    """Links down, journal drained, a snapshot from `address` into a side store that must cover
+    `mine()` (snapshot_uncovered), then the swap; answer Rebuilt or RebuildFailed."""
+    address: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """The node's status and reason ("rejoining" pauses writes)."""
+    status: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """The attempt found no donor (`on_links`: `why` is shown on the refusing links), or the
+    rebuild failed."""
+    why: str
+    on_links: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class NoRebuild:
+    """It caught up past what was collected while the attempt probed and waited: no rebuild."""
+
+
+def anon_rejoin_id(table: ClusterTable, uuid: str, prev_id: int) -> int:
+    """An anonymous replica's id in a donor's snapshot: a REGISTER that went through (its answer
+    lost), else its id from before if free there, else the lowest free one."""
+    known = table.get(uuid)
+    if known is not None:
+        return known.id
+    return prev_id if table.by_id(prev_id) is None else table.lowest_free_id()
+
+
+class RejoinMachine:
+    def __init__(self, host: RejoinContext, retry_s: float = limits.rejoin_retry_s,
+                 cover_wait_s: float = limits.rejoin_cover_wait_s, cover_poll_s: float = limits.rejoin_cover_poll_s):
+        self.host = host
+        self.retry_s, self.cover_wait_s, self.cover_poll_s = retry_s, cover_wait_s, cover_poll_s
+        self.state = RejoinState.IDLE
+        self.need: dict[str, str] = {}                 # upstream address -> why it told us to rejoin
+        self.needed: dict[str, dict[str, int]] = {}    # upstream address -> what it collected, by uuid
+        self.blocked = ""                              # why the last attempt could not rebuild
+        self.attempts = 0
+        self.last_try = 0.0
+        # the attempt under way
+        self._order: list[str] = []
+        self._at = 0                                   # the donor probed is _order[_at - 1]
+        self._mine: dict[str, int] = {}
+        self._wanted: dict[str, int] = {}
+        self._best: dict | None = None                 # the fewest rows a probed donor lacked
+        self._donor = ""
+        self._theirs: dict[str, int] = {}
+        self._missing: dict = {}                       # what the donor lacked at the last look
+        self._deadline = self._next_probe = 0.0
+        self._check_due = False
+        self._out = Outbox()
+
+    # --- the machine's interface ---------------------------------------------------------
+    def ready(self) -> Ready:
+        return self._out.take()
+
+    def advance(self, rd: Ready) -> None:
+        self._out.advance(rd)
+
+    @property
+    def running(self) -> bool:
+        """An attempt is under way (probing, waiting for cover or rebuilding)."""
+        return self.state is not RejoinState.IDLE
+
+    def note_need(self, address: str, reason: str, collected: dict[str, int] | None) -> None:
+        self.need[address] = reason
+        self.needed[address] = dict(collected or {})
+
+    def note_follow(self, address: str) -> None:
+        self.need.pop(address, None)
+        self.needed.pop(address, None)
+
+    def status_of(self, address: str) -> str:
+        why = self.need.get(address, "")
+        return f"{why}; {self.blocked}" if self.blocked and why else why
+
+    def tick(self, now: float) -> None:
+        """The watch: start an attempt if one is due; in a cover wait, look again."""
+        if self.state is RejoinState.COVER_WAIT:
+            return self._cover_tick(now)
+        if self.state is not RejoinState.IDLE or not self.need:
+            return
+        upstreams = self.host.upstreams()
+        self.need = {a: r for a, r in self.need.items() if a in upstreams}
+        self.needed = {a: n for a, n in self.needed.items() if a in self.need}
+        if not self.need or not self.host.may_rejoin():
+            return
+        if self.caught_up():
+            return                         # caught up past what they collected: the links serve again
+        if self.fed(self.wanted()):
+            return                         # the rows come from a streaming upstream
+        if self.attempts and now - self.last_try < self.retry_s:
+            return
+        self.last_try = now
+        self.attempts += 1
+        self._mine, self._wanted = self.mine(), self.wanted()
+        self._order = list(self.need) + [a for a in self.host.peers() if a not in self.need]
+        self._at, self._best = 0, None
+        self._to(RejoinState.PROBING)
+        self._probe_next()
+
+    def step(self, event, now: float) -> None:
+        st = self.state
+        if type(event) is Probed:
+            assert st in (RejoinState.PROBING, RejoinState.COVER_PROBING), f"Probed in state {st.name}"
+            if st is RejoinState.COVER_PROBING:
+                return self._cover_probed(event, now)
+            return self._probed(event, now)
+        assert st is RejoinState.REBUILDING, f"{type(event).__name__} in state {st.name}"
+        self._to(RejoinState.IDLE)
+        if type(event) is Rebuilt:
+            self.need.clear()
+            self.blocked = ""
+            return
+        assert type(event) is RebuildFailed, f"unknown event {event!r}"
+        self._out.apply.append(Status("running"))
+        if event.why is not None:
+            self.blocked = f"rebuilding from {event.address} failed: {event.why}"
+            self._out.apply.append(Blocked(self.blocked, on_links=False))
+
+    def abort(self) -> None:
+        """The driver failed unexpectedly mid-attempt (a bug, or the node stops): the attempt is
+        over, writes paused for a cover wait resume, and the watch may try again later."""
+        paused = self.state in (RejoinState.COVER_WAIT, RejoinState.COVER_PROBING)
+        self._out = Outbox()                    # what was handed out will not be acted on
+        if paused:
+            self._out.apply.append(Status("running"))
+        self.state = RejoinState.IDLE           # from any state: the driver's answer will not come
+
+    # --- the rules -----------------------------------------------------------------------
+    def mine(self) -> dict[str, int]:
+        """What a snapshot must cover: this node's replicated components by uuid, expelled
+        members' only up to their bound, and not an anonymous replica's own (its private
+        component: `_cluster` rows nobody else has or needs)."""
+        core = self.host.core()
+        mine = core.vclock_by_uuid()
+        if core.anon:
+            mine.pop(core.uuid, None)
+        return {u: n for u, (n, _) in uncovered(mine, {}, expel_bounds(core.table)).items()}
+
+    def wanted(self) -> dict[str, int]:
+        """The collected rows this node still lacks: uuid -> the lsn it needs to reach."""
+        have = self.host.core().vclock_by_uuid()
+        out: dict[str, int] = {}
+        for collected in self.needed.values():
+            for u, lsn in collected.items():
+                if lsn > have.get(u, 0):
+                    out[u] = max(out.get(u, 0), lsn)
+        return out
+
+    def caught_up(self) -> bool:
+        """Every upstream that told this node to rejoin said what it collected, and this node
+        has all of it now (from another upstream): the links serve it again."""
+        return not self.wanted() and all(self.needed.get(a) for a in self.need)
+
+    def fed(self, wanted: dict[str, int]) -> bool:
+        """A streaming upstream has what this node lacks (or some need was not said): wait for it."""
+        following = [vclock for ok, vclock in self.host.upstreams().values() if ok]
+        if not following:
+            return False
+        if not wanted:
+            return True          # an older relay said nothing of what it collected: give the stream time
+        return any(all(v.get(u, 0) >= lsn for u, lsn in wanted.items()) for v in following)
+
+    def uncovered(self, have: dict[str, int], theirs: dict[str, int]) -> dict[str, tuple[int, int]]:
+        """What of `have` a snapshot of `theirs` would discard (node.core.membership.uncovered)."""
+        return uncovered(have, theirs)
+
+    def snapshot_uncovered(self, mine: dict[str, int], by_uuid: dict[str, int]) -> str | None:
+        """The rebuild's check of the snapshot it received (`by_uuid`: its vclock by member uuid)
+        against `mine()` taken with the journal drained: why it may not replace the store."""
+        missing = self.uncovered(mine, by_uuid)
+        return f"does not cover this node ({describe_uncovered(missing)})" if missing else None
+
+    # --- transitions ---------------------------------------------------------------------
+    def _to(self, state: RejoinState) -> None:
+        assert state in _NEXT[self.state], f"rejoin: {self.state.name} -> {state.name}"
+        self.state = state
+
+    def _probe_next(self) -> None:
+        if self._at < len(self._order):
+            self._at += 1
+            self._out.effects.append(ProbeDonor(self._order[self._at - 1]))
+            return
+        self._to(RejoinState.IDLE)
+        if self._best is not None:
+            self.blocked = (f"a snapshot would discard rows no reachable peer has ({describe_uncovered(self._best)}): "
+                            f"this node keeps its store and asks again every {self.retry_s:.0f} s")
+        else:
+            self.blocked = "no reachable peer has the collected rows this node lacks, to give a snapshot of"
+        self._out.apply.append(Blocked(self.blocked))
+
+    def _probed(self, ev: Probed, now: float) -> None:
+        assert ev.address == self._order[self._at - 1], f"Probed {ev.address}, asked {self._order[self._at - 1]}"
+        if ev.vclock is None or not ev.serving or self.uncovered(self._wanted, ev.vclock):
+            return self._probe_next()    # it cannot be a donor, or lacks the collected rows too
+        missing = self.uncovered(self._mine, ev.vclock)
+        if not missing:
+            return self._rebuild(ev.address)
+        if ev.receiving:
+            # It is receiving our rows: pause writes so that it can have all of them.
+            self._to(RejoinState.COVER_WAIT)
+            self._out.apply.append(Status("rejoining", f"waiting for {ev.address} to receive this node's rows"))
+            self._donor, self._theirs = ev.address, ev.vclock
+            self._deadline, self._check_due = now + self.cover_wait_s, True
+            return self._cover_tick(now)
+        self._not_this_donor(missing)
+
+    def _not_this_donor(self, missing: dict) -> None:
+        if self._best is None or len(missing) < len(self._best):
+            self._best = missing
+        if self.state is not RejoinState.PROBING:
+            self._to(RejoinState.PROBING)
+        self._probe_next()
+
+    def _cover_tick(self, now: float) -> None:
+        """Writes are paused: once the journal is drained, does the donor have every row this
+        node has? If not, ask it again every cover_poll_s until cover_wait_s is over."""
+        if not self._check_due:
+            if now >= self._next_probe:
+                self._to(RejoinState.COVER_PROBING)
+                self._out.effects.append(ProbeDonor(self._donor))
+            return
+        if self.host.journal_pending():
+            return
+        self._check_due = False
+        missing = self._missing = self.uncovered(self.mine(), self._theirs)
+        if not missing:
+            return self._rebuild(self._donor)
+        if now > self._deadline:
+            return self._give_up_cover(missing)
+        self._next_probe = now + self.cover_poll_s
+
+    def _cover_probed(self, ev: Probed, now: float) -> None:
+        assert ev.address == self._donor, f"Probed {ev.address}, asked {self._donor}"
+        self._to(RejoinState.COVER_WAIT)
+        if ev.vclock is None:
+            return self._give_up_cover(self._missing)
+        self._theirs, self._check_due = ev.vclock, True
+        self._cover_tick(now)
+
+    def _give_up_cover(self, missing: dict) -> None:
+        self._out.apply.append(Status("running"))
+        self._not_this_donor(missing)
+
+    def rebuild_gains(self) -> bool:
+        """The last look before a rebuild: an attempt probes and waits for cover a while, and
+        meanwhile another upstream may have streamed what was collected; then a snapshot would
+        gain nothing (and empty the WAL, and take the donor's ids)."""
+        return not self.caught_up()
+
+    def _rebuild(self, address: str) -> None:
+        if not self.rebuild_gains():
+            self._to(RejoinState.IDLE)
+            self._out.apply.append(Status("running"))
+            self._out.apply.append(NoRebuild())
+            return
+        reason = self.need.get(address) or "an upstream collected rows this node needs"
+        self._to(RejoinState.REBUILDING)
+        self._out.apply.append(Status("rejoining", reason))
+        self._out.effects.append(Rebuild(address, reason))

@@ -1,0 +1,170 @@
+"""The simulated network (a mixin of tests/sim/harness.Cluster): connections, the messages in
+flight, and the appliers' connecting and reconnecting (Peering.set_peers, Applier.run's
+backoff).
+
+Rules kept here:
+- one connection per applier or request; each direction is FIFO (a WebSocket) and carries
+  encoded messages (node.core.messages); messages of different connections interleave in any
+  order, each taking 0..delay_max ticks (plus a slow link's extra);
+- a partition or a drop breaks the connection and loses what it carried; a broken link
+  releases its member (claims.release_link), `drop_peer`s the map its greeting built, and is
+  tried again after a backoff;
+- the appliers in effect are exactly the addresses in effect (none during a rebuild)."""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from node.core import messages as m
+from node.core.link import claims
+from tests.sim import shell
+from tests.sim.links import SERVER
+from tests.sim.simnode import Applier, SimNode
+
+if TYPE_CHECKING:
+    from tests.sim.harness import Cluster
+
+ENCODED_MAX = 256      # greetings whose encoding is kept (the cache is emptied when full)
+
+
+@dataclass(eq=False)
+class Conn:
+    id: int
+    kind: str                 # "sub" | "join" | "fetch" | "register" | "rejoin"
+    client: str               # the subscriber / joiner
+    server: str               # the upstream / donor
+    addr: str = ""            # "sub": the applier's address (a key of client.appliers)
+    open: bool = True
+    relay: Any = None         # the server end: node.core.link.relay.RelayMachine
+    applier: Any = None       # "sub": the client end, node.core.link.applier.ApplierMachine
+    streaming: bool = False   # relay side: SUBSCRIBED went, rows stream (the machine's Stream)
+    cursor: int = 0           # relay side: next WAL entry to read
+    wait_durable: int | None = None   # JOIN/REGISTER: donor entries that must be durable first
+    snapshot: Any = None      # JOIN/FETCH client side: the snapshot being received (a Base)
+    acked_sig: int = -1       # client side: core.synced's signature when the last ACK went
+    tick_key: tuple = ()      # client side: what the applier's last tick saw (Cluster._acks)
+    core_peer: Any = None     # client side: the core's Peer its greeting built (Applier._drop_peer)
+    last_at_client: int = 0   # the tick the last message to the client arrives (Network.send)
+    last_at_server: int = 0   # ... to the server
+
+    @property
+    def fenced(self) -> bool:
+        """Client side: subscribed for its own rows only (fenced)."""
+        return self.applier is not None and self.applier.fenced
+
+
+class Network:
+    def reachable(self: "Cluster", a: str, b: str) -> bool:
+        return frozenset((a, b)) not in self.blocked
+
+    def _open(self: "Cluster", kind: str, client: SimNode, server: SimNode, addr: str = "") -> Conn:
+        self._conn_ids += 1
+        c = Conn(self._conn_ids, kind, client.name, server.name, addr)
+        self.conns[c.id] = c
+        return c
+
+    def send(self: "Cluster", c: Conn, to: str, mtype: int | None, body: Any, delay: int | None = None) -> None:
+        """One message on the wire, encoded (`body`: a ROWS message's bytes, else its fields;
+        `mtype` None: the sender closes the connection after what it sent). `delay`: ticks it
+        takes, drawn from the seed's stream when None."""
+        if not c.open:
+            return
+        if delay is None:
+            delay = int(self.rng.random() * (self.delay_max + 1))
+        at = self.now + delay
+        if self.slow:
+            at += self.slow.get((c.client, c.server), 0)
+        if to == SERVER:                     # messages on one direction of a link keep their order
+            at = c.last_at_server = max(at, c.last_at_server)
+        else:
+            at = c.last_at_client = max(at, c.last_at_client)
+        self._seq += 1
+        if mtype is None or mtype == m.ROWS:
+            data = body
+        elif mtype == m.GREETING:            # a node's greeting is one object while it holds (shell.greeting)
+            hit = self._encoded.get(id(body))
+            if hit is None or hit[0] is not body:
+                if len(self._encoded) >= ENCODED_MAX:
+                    self._encoded.clear()
+                hit = self._encoded[id(body)] = (body, m.encode(mtype, **body))
+            data = hit[1]
+        else:
+            data = m.encode(mtype, **body)
+        heapq.heappush(self._heap, (at, self._seq, c.id, to, mtype, data))
+
+    def break_conn(self: "Cluster", c: Conn, why: str, backoff: int | None = None) -> None:
+        if not c.open:
+            return
+        c.open = False
+        c.relay.close()
+        self.conns.pop(c.id, None)
+        s, p = self.nodes[c.client], self.nodes[c.server]
+        delay = backoff if backoff is not None else self.rng.randint(1, 4)
+        self.stats["link_breaks"] += 1
+        if c.kind != "sub" and not why.endswith("(BYE)"):
+            # a JOIN, rejoin, FETCH or REGISTER cut short: what it carried is lost
+            self.stats[f"lost {c.kind} link"] += 1
+        if c.kind == "sub":
+            a = c.applier.host.a
+            if a.conn is c:
+                a.conn, a.retry_at = None, self.now + delay
+                if a.status == "follow":
+                    a.status = ""
+            claims.release_link(s.followers, a.peer_uuid, a)  # Applier.release
+            c.applier.stop()
+            if s.ready and c.core_peer is not None:         # Applier._drop_peer
+                s.core.drop_peer(p.uuid, c.core_peer)
+        elif s.proc_conn is c:
+            s.proc_conn, s.proc_retry_at = None, self.now + delay
+        self.log(f"link {s.name}<-{p.name} ({c.kind}) breaks: {why}")
+
+    def in_flight(self: "Cluster") -> int:
+        return sum(1 for m in self._heap if m[2] in self.conns)
+
+    def apply_links(self: "Cluster", s: SimNode) -> None:
+        """Node.set_peers: the appliers are exactly the addresses in effect."""
+        links = s.links()
+        key = (tuple(links), len(s.appliers))
+        if key == s.links_applied:
+            return
+        s.links_applied = key
+        for addr in list(s.appliers):
+            if addr not in links:
+                a = s.appliers.pop(addr)
+                if a.conn is not None:
+                    self.break_conn(a.conn, "removed from peers")
+
+    def _connect(self: "Cluster") -> None:
+        for s in self.nodes.values():
+            if not s.up:
+                continue
+            if s.proc and s.proc_conn is None and self.now >= s.proc_retry_at:
+                self._start_request(s)
+            if s.ready:
+                self.apply_links(s)
+            if not s.ready or s.proc:
+                continue
+            for addr in s.links():
+                a = s.appliers.get(addr)
+                if a is None:
+                    a = s.appliers[addr] = Applier(addr)
+                    s.links_applied = ()
+                if a.conn is not None or self.now < a.retry_at:
+                    continue
+                p = self.nodes[shell.resolve(addr)]
+                if not p.up or not self.reachable(s.name, p.name):
+                    a.retry_at = self.now + 1 + int(self.rng.random() * 4)
+                    continue
+                a.conn = self.open_request("sub", s, p, addr)
+
+    def _start_request(self: "Cluster", s: SimNode) -> None:
+        if s.proc_via is not None and not self.nodes[s.proc_via].retired:
+            donors = [self.nodes[s.proc_via]]
+        else:
+            donors = [m for m in self.members() if m is not s and m.ready]
+        donors = [d for d in donors if d.up and self.reachable(s.name, d.name)]
+        if not donors:
+            s.proc_retry_at = self.now + self.rng.randint(1, 4)
+            return
+        s.proc_conn = self.open_request(s.proc, s, self.rng.choice(donors))
