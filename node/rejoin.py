@@ -27,8 +27,6 @@ import shutil
 import time
 from typing import TYPE_CHECKING
 
-import aiohttp
-
 from node import limits
 from node.applier.handshake import PROBE_ERRORS, open_link, probe
 from node.cluster_space.table import STATE_ANON, Member
@@ -38,7 +36,7 @@ from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFa
                                         RejoinState, Status, anon_rejoin_id)
 from node.core.membership import greeting_vclock
 from node.core.validate import timestamp_ahead_error
-from node.errors import PeerRefused, RemoteProtocolError
+from node.errors import RemoteProtocolError
 from node.identity import identity_file as idf
 from node.storage.store import Store
 
@@ -259,8 +257,7 @@ class Rejoiner:
             if new is not None:
                 new.close()
             shutil.rmtree(side, ignore_errors=True)
-            known = isinstance(e, (PeerRefused, RemoteProtocolError, ConnectionError, OSError,
-                                   asyncio.TimeoutError, aiohttp.ClientError))
+            known = isinstance(e, PROBE_ERRORS)     # the donor's or the network's doing
             self.machine.step(RebuildFailed(address, str(e) if known else None), time.monotonic())
             self._show_ready()                 # running again, and why, before the links come back
             node.set_peers(list(node.peers))

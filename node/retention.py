@@ -21,12 +21,12 @@ import logging
 import os
 import time
 
-from node.core.holds import Hold, Holds
+from node.core.holds import Hold, Holds, keep_vclock
 from node.core.vclock import VClock
 from node.errors import NoSpaceError
 from node.faults import fault
 from node.ops.backup import wal_holds
-from node.wal.gc import collectable, keep_vclock
+from node.wal.gc import collectable
 from node.wal.reader import list_segments, read_header
 
 log = logging.getLogger("replog.retention")

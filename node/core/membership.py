@@ -15,14 +15,12 @@ Rules kept here (docs/replication.md, "Membership never loses or forks a write")
 - A node's WAL is held for a registered member from the moment the member joined through it
   or first subscribed to it, at the member's durable position (what it has on disk, not what
   it has applied), persisted, and released only by its expel; anonymous replicas hold it
-  only within their TTL (the rules of holds live in node/core/holds.py; `Hold`,
-  `hold_positions` and `advance_hold` are imported from here too)."""
+  only within their TTL (the rules of holds live in node/core/holds.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable
-from node.core.holds import Hold, advance_hold, hold_positions  # noqa: F401  (imported from here too)
 
 
 def greeting_vclock(greeting: dict) -> dict[str, int]:

@@ -95,7 +95,7 @@ class Hold:
 
 def wal_holds(data_dir: str) -> list[dict[int, int]]:
     """The positions live backups hold the WAL at ({}: all of it), for the checkpoint
-    (node/wal/gc.py keep_vclock). Hold files nobody has locked belong to backups that died:
+    (node/core/holds.py keep_vclock). Hold files nobody has locked belong to backups that died:
     they are removed here."""
     try:
         names = os.listdir(data_dir)

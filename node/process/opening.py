@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from node import limits
-from node.applier.handshake import open_link
+from node.applier.handshake import PROBE_ERRORS, open_link
 from node.cluster_space.table import STATE_ANON, STATE_MEMBER, Member
 from node.core import messages as m
 from node.core.replicaset import NodeCore, cluster_op
 from node.core.rows import GROUP_CLUSTER
-from node.errors import ConfigError, PeerRefused, RemoteProtocolError, StorageError
+from node.errors import ConfigError, RemoteProtocolError, StorageError
 from node.fence import wal_present
 from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
 from node.journal import Journal
@@ -147,8 +147,7 @@ class Opening:
             for address in node.peers:
                 try:
                     conn, theirs = await open_link(node, node.http_session, address)
-                except (PeerRefused, RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
-                        aiohttp.ClientError) as e:
+                except PROBE_ERRORS as e:
                     log.info("anon: %s not usable yet: %s", address, e)
                     continue
                 try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from node.core.holds import collectable_before, keep_vclock  # noqa: F401  (the rules; imported from here too)
+from node.core.holds import collectable_before
 from node.wal.reader import list_segments, read_header
 
 

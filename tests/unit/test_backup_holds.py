@@ -1,12 +1,12 @@
 """The WAL hold of a backup (node/ops/backup.py): while a backup process holds its hold file's lock,
-the checkpoint collects nothing (node/wal/gc.py keep_vclock with the hold's position); a hold left
+the checkpoint collects nothing (node/core/holds.py keep_vclock with the hold's position); a hold left
 by a backup that died is removed, not obeyed for ever."""
 import fcntl
 import multiprocessing
 import os
 
 from node.ops.backup import Hold, wal_holds
-from node.wal.gc import keep_vclock
+from node.core.holds import keep_vclock
 
 
 def _hold_then_die(data_dir: str, ready) -> None:

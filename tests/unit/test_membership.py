@@ -9,8 +9,8 @@ import pytest
 from node import limits
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core.apply import apply_txn
-from node.core.membership import (Hold, OwnRowsFence, advance_hold, describe_uncovered, greeting_vclock,
-                                  hold_positions, uncovered)
+from node.core.holds import Hold, advance_hold, hold_positions
+from node.core.membership import OwnRowsFence, describe_uncovered, greeting_vclock, uncovered
 from node.core.replicaset import NodeCore, cluster_op
 from node.core.rows import CLUSTER_SPACE, GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_CLUSTER, OP_PUT, Op, Txn
 from node.core.vclock import VClock

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
-from node.core.membership import (Hold, OwnRowsFence, advance_hold, describe_uncovered, greeting_vclock,
-                                  hold_positions, uncovered)
+from node.core.holds import Hold, advance_hold, hold_positions
+from node.core.membership import OwnRowsFence, describe_uncovered, greeting_vclock, uncovered
 from node.core.replicaset import NodeCore
 from node.core.rows import CLUSTER_SPACE, GROUP_CLUSTER, OP_CLUSTER, Op, Txn
 from node.core.vclock import VClock
