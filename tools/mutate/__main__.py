@@ -32,8 +32,8 @@ STATE = ROOT / ".mutate"
 TEST_DIRS: tuple[str, ...] = ("tests/unit", "tests/sim")
 SELF_TEST = "tests/unit/test_mutation_runner.py"     # runs the runner: never part of a mutation run
 GROUPS = {
-    "core": sorted(str(p.relative_to(REPO)) for p in (REPO / "node/core").glob("*.py")
-                   if p.name != "__init__.py"),
+    "core": sorted(str(p.relative_to(REPO)) for p in (REPO / "node/core").rglob("*.py")
+                   if p.name != "__init__.py"),      # with node/core/link/
     "cluster_space": ["node/cluster_space/idmap.py", "node/cluster_space/resolver.py",
                       "node/cluster_space/table.py"],
     "wal_format": ["node/wal/format.py"],
