@@ -30,7 +30,7 @@ from node.core.link.greeting import check_greeting
 from node.core.link.ready import Outbox, Persist, Ready, Send, Stop
 from node.core.membership import describe_uncovered, greeting_vclock, uncovered
 from node.core.replicaset import NodeCore, Peer
-from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT
+from node.core.rows import GROUP_DEFAULT
 from node.core.entry import PackedEntry, TxnEntry
 from node.errors import PeerRefused, RemoteProtocolError
 
@@ -328,17 +328,13 @@ class ApplierMachine:
                     entry_rows += rows
                     continue
                 i += 1
-                out = core.receive(peer, txn, wall_us)
+                out = core.receive(peer, txn, wall_us)   # a _cluster txn (a local one raised)
                 if out:
                     self.rows += len(txn.ops)
-                    if len(out) == 1 and txn.group != GROUP_CLUSTER:
-                        entry.append(out[0])
-                        entry_rows += len(txn.ops)
-                    else:                                 # with our own _cluster row: one frame
-                        if entry:
-                            persist.append(Persist(TxnEntry(entry, entry_rows)))
-                            entry, entry_rows = [], 0
-                        persist.append(Persist(TxnEntry(out)))
+                    if entry:                             # it and our own answer: a frame of their own
+                        persist.append(Persist(TxnEntry(entry, entry_rows)))
+                        entry, entry_rows = [], 0
+                    persist.append(Persist(TxnEntry(out)))
             if bad is not None:
                 raise bad
         except RemoteProtocolError as e:
