@@ -113,3 +113,42 @@ def test_a_txn_no_message_can_carry_stops_the_link_naming_it():
 def test_a_frame_of_one_txn_of_exactly_txn_bytes_max_is_sent():
     frame = _frame(_txn(1, limits.txn_bytes_max))
     assert _txns_of(p for g in rows_batches([frame]) for p in g) == msgpack.unpackb(frame, raw=False)[1]
+
+
+def _filler(lsn: int) -> list[Txn]:
+    """Txns enough to take a frame past the alone bound, each a third of a batch and a byte."""
+    each = limits.relay_batch_bytes_max // 3 + 1
+    return [_txn(lsn + i, each) for i in range(limits.relay_frame_alone_bytes_max // each + 1)]
+
+
+def _payload_sizes(frame: bytes) -> list[list[int]]:
+    return [[len(codec.pack(t)) for t in _txns_of([p])] for g in rows_batches([frame]) for p in g]
+
+
+def test_a_first_frame_over_the_batch_bound_goes_alone_with_no_empty_message_before_it():
+    big = _frame_of(limits.relay_batch_bytes_max + 1)
+    assert rows_batches([big, _frame_of(100, 2)]) == [[big], [_frame_of(100, 2)]]
+
+
+def test_after_a_message_is_cut_the_next_holds_exactly_the_batch_bound_and_no_byte_more():
+    b, h = limits.relay_batch_bytes_max, limits.relay_batch_bytes_max // 2
+    a = _frame_of(b)
+    assert rows_batches([a, _frame_of(h, 2), _frame_of(b - h, 3)]) == [[a], [_frame_of(h, 2), _frame_of(b - h, 3)]]
+    assert rows_batches([a, _frame_of(h, 2), _frame_of(b - h + 1, 3)]) == [[a], [_frame_of(h, 2)],
+                                                                            [_frame_of(b - h + 1, 3)]]
+
+
+def test_a_split_frames_payloads_hold_exactly_the_batch_bound_of_txns_and_no_byte_more():
+    b, h = limits.relay_batch_bytes_max, limits.relay_batch_bytes_max // 2
+    exact_first = _frame(_txn(1, h), _txn(2, b - h), _txn(3, h), _txn(4, b - h + 1), _txn(5, h), _txn(6, b - h),
+                         *_filler(7))
+    assert _payload_sizes(exact_first)[:4] == [[h, b - h], [h], [b - h + 1], [h, b - h]]
+    over_first = _frame(_txn(1, h), _txn(2, b - h + 1), *_filler(3))
+    sizes = _payload_sizes(over_first)
+    assert sizes[0] == [h] and sizes[1][0] == b - h + 1
+
+
+def test_a_split_frame_whose_first_txn_is_over_the_batch_bound_makes_no_empty_payload():
+    b = limits.relay_batch_bytes_max
+    sizes = _payload_sizes(_frame(_txn(1, b + 1), _txn(2, 100), *_filler(3)))
+    assert sizes[0] == [b + 1] and all(sizes)
