@@ -18,7 +18,7 @@ from node.cluster_space.table import STATE_MEMBER, Member
 from node.core.replicaset import cluster_op
 from node.core.rows import GROUP_CLUSTER, Txn
 from node.errors import PeerRefused, RemoteProtocolError
-from tests.unit.test_link_applier_machine import (NOW, OTHER, SELF, UP, UP_ROWS, WALL_US, _persisted, following,
+from tests.unit.test_link_applier_machine import (NOW, SELF, UP, UP_ROWS, WALL_US, _persisted, following,
                                                   greeted, greeting, machine, new_core, put, rows)
 
 
