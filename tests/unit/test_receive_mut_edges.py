@@ -67,14 +67,16 @@ def _scan(*txns: Txn):
 def test_a_scanned_run_wholly_past_an_expelled_bound_claims_nothing():
     core = _core(5)
     ranges: list = []
-    assert core.receive_scan(PEER, _scan(Txn(3, 6, GROUP_DEFAULT, WALL, (Op(OP_PUT, "s", "k", 1),))), ranges, WALL) == 0
+    scan = _scan(Txn(3, 6, GROUP_DEFAULT, WALL, (Op(OP_PUT, "s", "k", 1),)))
+    assert core.receive_scan(PEER, scan, ranges, WALL) == 0
     assert ranges == [] and core.claimed.get(3) == 5
 
 
 def test_the_scanner_path_takes_a_timestamp_exactly_at_the_clock_limit():
     core = _core(None)
     ranges: list = []
-    assert core.receive_scan(PEER, _scan(Txn(7, 6, GROUP_DEFAULT, AHEAD, (Op(OP_PUT, "s", "k", 1),))), ranges, WALL) == 1
+    scan = _scan(Txn(7, 6, GROUP_DEFAULT, AHEAD, (Op(OP_PUT, "s", "k", 1),)))
+    assert core.receive_scan(PEER, scan, ranges, WALL) == 1
     assert core.claimed.get(2) == 6
 
 
