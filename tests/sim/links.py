@@ -259,9 +259,9 @@ class Links:
         past the cursor, as the production filter cuts them, or a heartbeat when due."""
         for c in [c for c in self.conns.values() if c.streaming]:
             p, mach = self.nodes[c.server], c.relay
-            now = p.wall_us() / 1e6
             # an anonymous subscriber of a wal_mode write node gets only rows on disk
             end = p.durable if mach.anon and p.wal_mode == "write" else p.applied_pos
+            now = p.wall_us() / 1e6
             if c.cursor >= end:
                 if now >= mach.next_heartbeat_at():     # (the driver's timer)
                     mach.tick(now, int(now * 1e6))
