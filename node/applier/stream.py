@@ -1,7 +1,8 @@
 """What a relay sends in bulk (node/applier/relay.py hands a link here when the RelayMachine
-says so): this node's snapshot (SendSnapshot), and a subscribed link (Stream): rows out from a WalCursor (node/applier/walcursor.py) filtered
-by the machine's `sub` and `own`, in this node's ids, in WAL order, whole transactions, never
-rows of local spaces; the subscriber's ACKs in, stepped into the machine.
+says so): this node's snapshot (SendSnapshot), and a subscribed link (Stream): rows out from a
+WalCursor (node/applier/walcursor.py) filtered by the machine's `sub` and `own`, in this node's
+ids, in WAL order, whole transactions, never rows of local spaces; the subscriber's ACKs in,
+stepped into the machine.
 
 Rules kept here:
 - One link per subscriber: the newest is the one it reads (an older one may be a half-open
