@@ -34,7 +34,7 @@ log = logging.getLogger("replog.applier")
 
 
 class Applier(Upstream):
-    def __init__(self, node: "ApplierHost", address: str):
+    def __init__(self, node: "ApplierHost", address: str):   # named: its reads are checked against the port
         super().__init__(node, address)
 
     def start(self) -> None:
