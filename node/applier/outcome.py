@@ -1,6 +1,7 @@
-"""How an applier's link ended, and what the applier does next: the one map from an error to
-the link's status, its log line and the wait before the next try (node/applier/applier.py acts
-on it).
+"""How a link ended, and what its driver does next: for an applier, the one map from an error
+to the link's status, its log line and the wait before the next try (`after_link`, with the
+backoff kept by `Retry`; node/applier/applier.py acts on it); for a relay, the one map from an
+error to its log line and the ERROR answered (`relay_end`; node/applier/relay.py acts on it).
 
 Rules kept here:
 - Every error has a next step. A peer's bad input arrives as RemoteProtocolError (the decoders
@@ -11,11 +12,16 @@ Rules kept here:
   for a fresh SUBSCRIBE (Resubscribe) retries at once; the disk failing (StorageError) stops the
   node; anything else is a bug here: this link stops, the node serves on.
 - Backoff doubles per failed try up to `reconnect_backoff_max_s` and starts again from the
-  minimum after a link that lived for a while."""
+  minimum after a link that lived for a while; every wait is jittered (0.5x to 1.5x), so links
+  that broke together do not come back together.
+- A relay answers the peer's refusal with its code, a peer's bad input with `protocol`, and a
+  bug of ours with `internal` (logged with its traceback by the node); a lost connection gets
+  no answer."""
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from dataclasses import dataclass
 
 import aiohttp
@@ -66,3 +72,44 @@ def next_backoff(backoff: float, lived_s: float) -> float:
     if lived_s > 10 * limits.reconnect_backoff_max_s:
         return limits.reconnect_backoff_min_s
     return min(backoff * 2, limits.reconnect_backoff_max_s)
+
+
+class Retry:
+    """An applier's backoff across its links: `begin` when a link starts, `end` when it ended
+    (what follows it, by after_link), `jitter` the wait before the next."""
+
+    def __init__(self, rng: random.Random | None = None):
+        self.backoff = limits.reconnect_backoff_min_s
+        self.started = 0.0
+        self._rng = rng or random.Random()
+
+    def begin(self, now: float) -> None:
+        self.started = now
+
+    def end(self, e: BaseException | None, now: float) -> After:
+        nxt = after_link(e, self.backoff)
+        self.backoff = next_backoff(self.backoff, now - self.started)
+        return nxt
+
+    def jitter(self, delay: float) -> float:
+        return delay * (0.5 + self._rng.random())
+
+
+@dataclass(frozen=True, slots=True)
+class RelayEnd:
+    level: int                 # of the log line
+    line: str                  # the log line ("" for a bug: the node reports it, with its traceback)
+    code: str | None           # the ERROR answered (None: none, the link is gone)
+    message: str = ""
+    bug: bool = False          # ours, not the peer's: node.note_failure
+
+
+def relay_end(e: Exception, peer: str) -> RelayEnd:
+    """What a relay does about the error that ended its link to `peer` (how logs name it)."""
+    if isinstance(e, PeerRefused):            # a lasting reason (a second ERROR after the greeting's is harmless)
+        return RelayEnd(logging.WARNING, f"relay: refused {peer}: {e}", e.code, e.message)
+    if isinstance(e, RemoteProtocolError):    # the peer sent something we cannot use
+        return RelayEnd(logging.INFO, f"relay: link to {peer} dropped: {e}", "protocol", str(e))
+    if isinstance(e, (ConnectionError, asyncio.TimeoutError)):     # nobody to answer
+        return RelayEnd(logging.INFO, f"relay: link to {peer} lost: {e}", None)
+    return RelayEnd(logging.ERROR, "", "internal", f"{type(e).__name__}: {e}", bug=True)
