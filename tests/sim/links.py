@@ -52,7 +52,7 @@ BACKOFF = {"not_ready": 2, "anon": 5, "need_rejoin": shell.REJOIN_RETRY}
 
 
 class RelayHost:
-    """node/core/link/relay.py RelayContext over a simulated node (node/applier/relay.py _Host)."""
+    """node/core/link/relay.py RelayContext over a simulated node (node/applier/hosts.py NodeRelayContext)."""
     __slots__ = ("n",)
 
     def __init__(self, n: "SimNode"):
@@ -79,7 +79,7 @@ class RelayHost:
 
 
 class ApplierHost:
-    """node/core/link/applier.py ApplierContext over a simulated node (node/applier/applier.py)."""
+    """node/core/link/applier.py ApplierContext over a simulated node (node/applier/hosts.py NodeApplierContext)."""
     __slots__ = ("n", "a")
 
     def __init__(self, n: "SimNode", a: "Applier"):
@@ -233,7 +233,7 @@ class Links:
             self._relay_step(c, Registered(True, p.core.table.id_of(s.uuid)))
 
     def _send_snapshot(self, c: "Conn", p: "SimNode") -> None:
-        """node/applier/relay.py send_snapshot: SNAPSHOT {meta}, SNAPSHOT_ROWS*, SNAPSHOT_END."""
+        """node/applier/stream.py send_snapshot: SNAPSHOT {meta}, SNAPSHOT_ROWS*, SNAPSHOT_END."""
         b = p.snapshot()
         self.send(c, CLIENT, m.SNAPSHOT, {"vclock": b.vclock, "cluster": b.table_rows,
                                           "spaces": {n: {"local": d[0], "conflict": d[1]} for n, d in b.spaces.items()}})
