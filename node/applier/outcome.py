@@ -19,12 +19,10 @@ Rules kept here:
   no answer."""
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
+import sys
 from dataclasses import dataclass
-
-import aiohttp
 
 from node import limits
 from node.core.link.applier import Resubscribe
@@ -58,12 +56,20 @@ def after_link(e: BaseException | None, backoff: float) -> After:
                       limits.refused_backoff_s, logging.ERROR, f"refused: {e}")
     if isinstance(e, RemoteProtocolError):     # something we cannot use, or the link broke mid-message
         return After(RETRY, "disconnected", str(e), backoff, logging.WARNING, str(e))
-    if isinstance(e, (ConnectionError, OSError, asyncio.TimeoutError, aiohttp.ClientError)):
+    if isinstance(e, _network_errors()):
         text = str(e) or type(e).__name__
         return After(RETRY, "disconnected", text, backoff, logging.INFO, text)
     if isinstance(e, StorageError):            # the disk failed us (the journal has usually said so)
         return After(FATAL, "failed", str(e), 0.0)
     return After(END, "failed", f"{type(e).__name__}: {e}", 0.0)
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    """A link's network failures: the OS's, timeouts (asyncio's TimeoutError is the builtin one,
+    an OSError) and aiohttp's. aiohttp is asked for only once imported: an error of it cannot exist
+    before (the simulation, which runs after_link, never imports it)."""
+    aio = sys.modules.get("aiohttp")
+    return (OSError,) if aio is None else (OSError, aio.ClientError)     # (ConnectionError, TimeoutError: OSErrors)
 
 
 def next_backoff(backoff: float, lived_s: float) -> float:
@@ -110,6 +116,6 @@ def relay_end(e: Exception, peer: str) -> RelayEnd:
         return RelayEnd(logging.WARNING, f"relay: refused {peer}: {e}", e.code, e.message)
     if isinstance(e, RemoteProtocolError):    # the peer sent something we cannot use
         return RelayEnd(logging.INFO, f"relay: link to {peer} dropped: {e}", "protocol", str(e))
-    if isinstance(e, (ConnectionError, asyncio.TimeoutError)):     # nobody to answer
+    if isinstance(e, (ConnectionError, TimeoutError)):     # nobody to answer
         return RelayEnd(logging.INFO, f"relay: link to {peer} lost: {e}", None)
     return RelayEnd(logging.ERROR, "", "internal", f"{type(e).__name__}: {e}", bug=True)
