@@ -52,7 +52,7 @@ BACKOFF = {"not_ready": 2, "anon": 5, "need_rejoin": shell.REJOIN_RETRY}
 
 
 class RelayHost:
-    """node/core/link/relay.py RelayContext over a simulated node (node/applier/relay.py _Host)."""
+    """node/core/link/relay.py RelayContext over a simulated node (node/applier/hosts.py NodeRelayContext)."""
     __slots__ = ("n",)
 
     def __init__(self, n: "SimNode"):
@@ -79,7 +79,7 @@ class RelayHost:
 
 
 class ApplierHost:
-    """node/core/link/applier.py ApplierContext over a simulated node (node/applier/applier.py)."""
+    """node/core/link/applier.py ApplierContext over a simulated node (node/applier/hosts.py NodeApplierContext)."""
     __slots__ = ("n", "a")
 
     def __init__(self, n: "SimNode", a: "Applier"):
@@ -98,6 +98,21 @@ class ApplierHost:
 
     def own_claim(self, peer_uuid: str) -> int:
         return claim_of(self.n.own_claims, self.n.core.fence, peer_uuid)
+
+
+_PAYLOADS: dict[int, tuple[list, bytes]] = {}
+PAYLOADS_MAX = 8192     # WAL entries whose frame payload is kept (emptied when full)
+
+
+def _payload(entry: list) -> bytes:
+    """A WAL entry's frame payload, as the journal wrote it (node.wal.format): packed once per
+    entry, not once per relay that reads it (an entry is never changed once in a WAL)."""
+    hit = _PAYLOADS.get(id(entry))
+    if hit is None or hit[0] is not entry:
+        if len(_PAYLOADS) >= PAYLOADS_MAX:
+            _PAYLOADS.clear()
+        hit = _PAYLOADS[id(entry)] = (entry, codec.pack([0, entry]))
+    return hit[1]
 
 
 def _refusal(msg: m.Message) -> PeerRefused:
@@ -218,7 +233,7 @@ class Links:
             self._relay_step(c, Registered(True, p.core.table.id_of(s.uuid)))
 
     def _send_snapshot(self, c: "Conn", p: "SimNode") -> None:
-        """node/applier/relay.py send_snapshot: SNAPSHOT {meta}, SNAPSHOT_ROWS*, SNAPSHOT_END."""
+        """node/applier/stream.py send_snapshot: SNAPSHOT {meta}, SNAPSHOT_ROWS*, SNAPSHOT_END."""
         b = p.snapshot()
         self.send(c, CLIENT, m.SNAPSHOT, {"vclock": b.vclock, "cluster": b.table_rows,
                                           "spaces": {n: {"local": d[0], "conflict": d[1]} for n, d in b.spaces.items()}})
@@ -244,9 +259,9 @@ class Links:
         past the cursor, as the production filter cuts them, or a heartbeat when due."""
         for c in [c for c in self.conns.values() if c.streaming]:
             p, mach = self.nodes[c.server], c.relay
-            now = p.wall_us() / 1e6
             # an anonymous subscriber of a wal_mode write node gets only rows on disk
             end = p.durable if mach.anon and p.wal_mode == "write" else p.applied_pos
+            now = p.wall_us() / 1e6
             if c.cursor >= end:
                 if now >= mach.next_heartbeat_at():     # (the driver's timer)
                     mach.tick(now, int(now * 1e6))
@@ -256,7 +271,7 @@ class Links:
                 end = min(end, c.cursor + 1 + int(self.rng.random() * self.relay_batch_max))
             frames = []
             for entry in p.wal[c.cursor:end]:
-                frame, _ = txns_relay_frame(entry, codec.pack([0, entry]), 0, mach.sub, mach.own)
+                frame, _ = txns_relay_frame(entry, _payload(entry), 0, mach.sub, mach.own)
                 if frame is not None:
                     frames.append(frame)
             c.cursor = end

@@ -21,8 +21,9 @@ Rules kept here:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from node import limits
 from node.core import messages as m
@@ -77,16 +78,14 @@ class ApplierContext(Protocol):
         fence heard from it (node.core.lifecycle_fence.claim_of; 0: no claim)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Followed:
+class Followed(msgspec.Struct, frozen=True):
     """SUBSCRIBED came: the link follows the upstream from `vclock` (in its ids)."""
     peer_uuid: str
     vclock: dict
     fenced: bool
 
 
-@dataclass(frozen=True, slots=True)
-class DisproveClaim:
+class DisproveClaim(msgspec.Struct, frozen=True):
     """The upstream caught us up without our own rows it claimed: its claim is not believed."""
     peer_uuid: str
     have: int
@@ -163,6 +162,18 @@ class ApplierMachine:
         due, and notice a fence or an expel bound that asks for a fresh SUBSCRIBE."""
         if self.state is ApplierState.FOLLOW and self._resubscribe_check():
             self._ack(now)
+
+    def recv_timeout_s(self) -> float:
+        """How long the driver waits for the next message: a handshake answer comes at once;
+        a following link hears at least a heartbeat every heartbeat_interval_s."""
+        return limits.peer_timeout_s if self.state is ApplierState.FOLLOW else limits.handshake_timeout_s
+
+    def holds_reading(self, pending_rows: int, no_space: bool) -> bool:
+        """Back-pressure: while following, read no further message while the journal holds more
+        than applier_pending_rows_max rows not durable yet, or the disk has no room (NOSPACE).
+        The link stays: the driver ticks meanwhile, so what becomes durable is acknowledged
+        and the relay does not time the link out."""
+        return self.state is ApplierState.FOLLOW and (pending_rows > limits.applier_pending_rows_max or no_space)
 
     def stop(self) -> None:
         """The driver ends the link (stop(), the connection broke): nothing more is taken."""
