@@ -93,7 +93,7 @@ def test_a_frame_past_the_alone_bound_is_split_into_whole_txns_in_order_each_pay
 
 
 def test_the_largest_txn_a_split_frame_carries_goes_in_a_payload_of_its_own():
-    largest = limits.relay_frame_alone_bytes_max - 32
+    largest = limits.txn_bytes_max
     frame = _frame(_txn(1, 100), _txn(2, largest))
     assert len(frame) > limits.relay_frame_alone_bytes_max
     out = rows_batches([frame])
@@ -108,10 +108,9 @@ def test_a_txn_no_message_can_carry_stops_the_link_naming_it():
     assert e.value.message.startswith(f"txn 1:2 in this node's WAL encodes to {limits.txn_bytes_max + 1} bytes")
 
 
-@pytest.mark.xfail(strict=True, reason="defect left to the lead: _split refuses a txn within 32 bytes of "
-                   "relay_frame_alone_bytes_max (= txn_bytes_max), though the write path and the wire accept it")
-def test_a_frame_of_one_txn_of_exactly_txn_bytes_max_is_sent():
+def test_a_frame_of_one_txn_of_exactly_txn_bytes_max_goes_alone_as_stored():
     frame = _frame(_txn(1, limits.txn_bytes_max))
+    assert rows_batches([frame]) == [[frame]]
     assert _txns_of(p for g in rows_batches([frame]) for p in g) == msgpack.unpackb(frame, raw=False)[1]
 
 
