@@ -12,11 +12,11 @@ import pytest
 from node import limits
 from node.core import codec, rowscan
 from node.core import messages as m
-from node.core.link.applier import ApplierState, DisproveClaim, Resubscribe
+from node.core.link.applier import ApplierState, DisproveClaim, Followed, Resubscribe
 from node.core.membership import OwnRowsFence
 from node.cluster_space.table import STATE_MEMBER, Member
 from node.core.replicaset import cluster_op
-from node.core.rows import GROUP_CLUSTER, Txn
+from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, OP_PUT, Op, Txn
 from node.errors import PeerRefused, RemoteProtocolError
 from tests.unit.test_link_applier_machine import (NOW, SELF, UP, UP_ROWS, WALL_US, _persisted, following,
                                                   greeted, greeting, machine, new_core, put, rows)
@@ -205,8 +205,8 @@ def _at(txn: Txn, t: float) -> Txn:
 
 
 def test_an_ack_of_something_changed_goes_exactly_an_ack_interval_after_the_last_and_not_before():
-    t0 = 500.0                                            # s: (t0 + ack_interval_s) - t0 is not short of it here
-    assert (t0 + limits.ack_interval_s) - t0 >= limits.ack_interval_s
+    t0 = limits.ack_interval_s                            # s: (t0 + ack_interval_s) - t0 is exactly it here
+    assert (t0 + limits.ack_interval_s) - t0 == limits.ack_interval_s
     mach = following()
     mach.step(rows(_at(put(1, 6), t0)), t0)
     rd = mach.ready()
@@ -252,3 +252,26 @@ def test_plain_txns_after_a_cluster_txn_count_their_own_rows_only():
     mach = following()
     mach.step(rows(put(1, 6, 4), _registration(10), put(1, 11, 2)), NOW)
     assert [n for _, n in _persisted(mach.ready())][-1] == 2
+
+
+def test_the_notes_a_machine_hands_out_are_values_that_cannot_change_on_the_way():
+    mach = following()
+    mach.host.own[UP] = 99
+    mach.step(m.Message(m.HEARTBEAT, {"now_us": WALL_US}), NOW)
+    (note,) = mach.ready().apply
+    assert isinstance(note, DisproveClaim)
+    with pytest.raises(AttributeError):
+        note.have = 99
+    followed = Followed(UP, {1: 2}, False)
+    with pytest.raises(AttributeError):
+        followed.fenced = True
+    assert hash(note) == hash(DisproveClaim(UP, note.have))
+
+
+def test_rows_claimed_in_a_run_before_a_refused_txn_are_counted():
+    mach = following()
+    bad = Txn(1, 8, GROUP_DEFAULT, WALL_US, (Op(OP_PUT, "nope", "k", 1),))    # no such space here
+    mach.step(rows(put(1, 6, 2), bad), NOW)
+    rd = mach.ready()
+    assert isinstance(rd.stop.error, RemoteProtocolError) and mach.rows == 2
+    assert [n for _, n in _persisted(rd)] == [2]
