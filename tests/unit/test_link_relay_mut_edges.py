@@ -11,11 +11,12 @@ import pytest
 from node.cluster_space.table import STATE_ANON, Member
 from node.core import messages as m
 from node.core.link.ready import Send, Stop
-from node.core.link.relay import _NEXT, Registered, RelayState, behind
+from node.core.link.relay import (_NEXT, AckHold, Register, Registered, RelayState, SendSnapshot, Shutdown, SnapshotSent,
+                                  Stream, behind)
 from node.core.membership import OwnRowsFence
 from node.errors import PeerRefused, RemoteProtocolError
 from tests.unit.test_lifecycle_rejoin_mut_edges import check_transitions
-from tests.unit.test_link_relay_machine import NEW, NOW, SUB, Host, greeted, greeting, relay, streaming, subscribe
+from tests.unit.test_link_relay_machine import GONE, NEW, NOW, SUB, Host, greeted, greeting, relay, streaming, subscribe
 
 
 @pytest.mark.parametrize("sub, gc, out", [
@@ -155,3 +156,24 @@ def test_a_subscribe_with_no_core_is_a_drivers_bug_and_asserts():
     host.core = None
     with pytest.raises(AssertionError):
         mach.step(subscribe({1: 9}), NOW)
+
+
+def test_a_refusal_the_driver_logs_carries_the_code_and_message_the_subscriber_was_sent():
+    mach = relay(who=GONE)
+    mach.step(m.Message(m.GREETING, greeting(GONE)), NOW)
+    rd = mach.ready()
+    error = rd.stop.error
+    assert (error.code, error.message) == ("expelled", f"{GONE} was expelled from this cluster")
+    assert rd.send[0].body == {"code": error.code, "message": error.message}
+
+
+@pytest.mark.parametrize("value", [Registered(True, 2), SnapshotSent(), Register({}, {}), SendSnapshot(),
+                                   Shutdown({}), Stream(), AckHold(SUB, {1: 2}, False)],
+                         ids=lambda v: type(v).__name__)
+def test_what_a_relay_machine_takes_and_hands_out_are_values_that_cannot_change_on_the_way(value):
+    fields = type(value).__struct_fields__
+    if fields:
+        with pytest.raises(AttributeError):
+            setattr(value, fields[0], None)
+    else:
+        assert hash(value) == hash(type(value)())          # a frozen struct: a value, hashable
