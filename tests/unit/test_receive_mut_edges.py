@@ -115,3 +115,12 @@ def test_one_space_short_of_the_stores_capacity_a_second_new_space_is_refused_na
                                                   f"{limits.store_spaces_max + 1}"):
         core.receive_run(PEER, [_plain(_space("a"), _space("b"))], 0, [], WALL)
     assert "a" not in core.spaces and core.claimed.get(2) == 5
+
+
+def test_a_scanned_run_wholly_past_a_bound_does_not_end_the_message_for_the_next_origin():
+    core = _core(5)
+    ranges: list = []
+    scan = _scan(Txn(3, 6, GROUP_DEFAULT, WALL, (Op(OP_PUT, "s", "k", 1),)),
+                 Txn(7, 6, GROUP_DEFAULT, WALL, (Op(OP_PUT, "s", "k", 2),)))
+    assert core.receive_scan(PEER, scan, ranges, WALL) == 1
+    assert ranges == [(1, 2, 2)] and core.claimed.get(3) == 5 and core.claimed.get(2) == 6
