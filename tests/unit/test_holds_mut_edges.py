@@ -5,6 +5,8 @@ replica promoted, its row still on its way); the start of the WAL is asked for o
 members a checkpoint finds without a hold."""
 from __future__ import annotations
 
+import pytest
+
 from node import limits
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core.holds import Hold, Holds
@@ -49,3 +51,10 @@ def test_a_checkpoint_asks_for_the_start_of_the_wal_once_for_several_new_members
     added, at = book.hold_for_new_members(SELF, table, start, 5.0)
     assert sorted(added) == [NEW1, NEW2] and at == {1: 1} and asked == [1]
     assert book.by_uuid[NEW1] == book.by_uuid[NEW2] == Hold({1: 1}, 5.0, False)
+
+
+def test_a_hold_handed_out_is_a_value_that_cannot_change_on_the_way():
+    book = Holds()
+    hold = book.on_subscribe(PEER, {1: 3}, False, _table(), 1.0)
+    with pytest.raises(AttributeError):
+        hold.vclock = {}
