@@ -82,7 +82,7 @@ def test_knowledge_of_a_member_not_in_the_table_teaches_nothing_and_the_row_is_r
     core.knowledge[(PEER, NEW)] = 12
     with pytest.raises(RemoteProtocolError, match="id 12 is unknown"):
         core.receive_run(PEER, [Txn(12, 1, GROUP_DEFAULT, WALL, (Op(OP_PUT, "s", "k", 1),))], 0, [], WALL)
-    assert core.peers[PEER].map.to_local.get(12) is None
+    assert 12 not in core.peers[PEER].map.to_local
 
 
 def _fenced_with(address: str):
@@ -104,3 +104,19 @@ def test_while_fenced_a_members_own_row_that_moves_it_waits_for_the_fence():
     with pytest.raises(RemoteProtocolError, match="taken after the fence"):
         core.receive(PEER, _txn(3, 6, _row(OTHER, 3, address="h:2")), WALL)
     assert core.claimed.get(3) == 5
+
+
+def test_a_row_about_this_node_teaches_the_peers_map_only_from_the_peer_itself_and_not_its_history():
+    core = _core(None)
+    core.receive(PEER, _txn(3, 6, _row(SELF, 9)), WALL)                 # OTHER's row, relayed
+    assert 9 not in core.peers[PEER].map.to_local
+    core.peers[PEER].history_lsn = 6
+    core.receive(PEER, _txn(7, 6, _row(SELF, 9)), WALL)                 # the peer's earlier incarnation's
+    assert 9 not in core.peers[PEER].map.to_local
+
+
+@pytest.mark.parametrize("stated, bound", [(None, 0), (4, 4)])
+def test_a_member_first_learned_expelled_keeps_the_bound_its_row_states_or_0(stated, bound):
+    core = _core(None)
+    core.receive(PEER, _txn(7, 6, _row(NEW, 11, state="expelled", expelled_lsn=stated)), WALL)
+    assert (core.table.get(NEW).state, core.table.get(NEW).expelled_lsn) == ("expelled", bound)
