@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from node import limits
 from node.applier.handshake import PROBE_ERRORS, probe
 from node.cluster_space.table import STATE_MEMBER
+from node.core.lifecycle_join import refusal_notes, wrong_store
 from node.core.membership import greeting_vclock
 from node.errors import ConfigError, PeerRefused, StorageError
 from node.identity import identity_file as idf
@@ -135,10 +136,6 @@ class Lifecycle:
         found = idf.load_identity(node.data_dir) or idf.load_pending(node.data_dir)
         return found.cluster_uuid if found else None
 
-    def may_bootstrap(self) -> bool:
-        """Only a node that never registered anywhere may found a cluster."""
-        return self.member_cluster_uuid() is None
-
     # --- status exchange -----------------------------------------------------------------------------
     def my_status(self) -> MemberStatus:
         node = self.node
@@ -205,21 +202,15 @@ class Lifecycle:
 
     @staticmethod
     def notes(polled: dict[str, dict | BaseException]) -> str:
-        refused = [f"{a} refused: {e}" for a, e in polled.items() if isinstance(e, PeerRefused)]
-        return ("; " + "; ".join(refused)) if refused else ""
+        return refusal_notes(polled)
 
     def check_wrong_store(self, polled: dict[str, dict | BaseException]) -> None:
-        """Peers that answered all belong to another cluster than ours: abort (Qpid: wrong store)."""
-        mine = self.member_cluster_uuid()
-        if mine is None:
-            return
-        ours = [a for a, g in polled.items() if isinstance(g, dict) and g.get("cluster_uuid") in (mine, None)]
-        other = {a: (g.get("cluster_uuid") if isinstance(g, dict) else str(g)) for a, g in polled.items()
-                 if (isinstance(g, dict) and g.get("cluster_uuid") not in (mine, None))
-                 or (isinstance(g, PeerRefused) and g.code == "wrong_cluster")}
-        if other and not ours:
-            what = "; ".join(f"{a}: {c}" for a, c in sorted(other.items()))
-            raise Aborted(f"wrong store: this node belongs to cluster {mine}, the peers it found do not ({what})",
+        """Peers that answered all belong to another cluster than ours: abort (Qpid: wrong store;
+        the rule: node.core.lifecycle_join.wrong_store)."""
+        what = wrong_store(self.member_cluster_uuid(), polled)
+        if what is not None:
+            raise Aborted(f"wrong store: this node belongs to cluster {self.member_cluster_uuid()}, the peers it "
+                          f"found do not ({what})",
                           "start it with an empty data dir to join them, or point --peers at its own cluster")
 
     def check_must_match(self, polled: dict[str, dict | BaseException]) -> None:

@@ -15,7 +15,8 @@ What stays here is what the drivers do with IO, over the simulation's fakes:
   filter (node.core.entry txns_relay_frame, relay_wants) with the machine's `sub` and `own`,
   batched by node.core.link.filter rows_batches;
 - the client side of JOIN, FETCH_SNAPSHOT and REGISTER (node/join.py's requests): greet, ask,
-  take REGISTERED / the snapshot.
+  take REGISTERED / the snapshot, each answer stepped into the production join machine
+  (node.core.lifecycle_join), which decides what to install (the fence, the anonymous id).
 Time: a machine's `now` is its node's wall clock in seconds (SimNode.wall_us; a tick is TICK_US).
 """
 from __future__ import annotations
@@ -23,12 +24,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from node import limits
-from node.cluster_space.table import STATE_ANON, ClusterTable, Member
+from node.cluster_space.table import STATE_ANON
 from node.applier.outcome import END, REJOIN, after_link
 from node.core import codec, rowscan
 from node.core import messages as m
 from node.core.entry import txns_relay_frame
 from node.core.lifecycle_fence import claim_of
+from node.core.lifecycle_join import (EXPELLED, REFUSED, Abort, Ask, AskFailed, BecomeMember, Install, Installed,
+                                      JoinMachine, IdGranted, SnapshotReceived, WipePartial)
 from node.core.link import claims
 from node.core.link.applier import ApplierMachine, ApplierState, DisproveClaim, Followed, Resubscribe
 from node.core.link.filter import rows_batches
@@ -98,6 +101,36 @@ class ApplierHost:
 
     def own_claim(self, peer_uuid: str) -> int:
         return claim_of(self.n.own_claims, self.n.core.fence, peer_uuid)
+
+
+class JoinHost:
+    """node/core/lifecycle_join.py JoinContext over a simulated node (node/join.py Join): the
+    simulation names each request's donor (the operator's `via`, or any member), so the
+    machine only asks; there is no status exchange (`decide`), and one cluster."""
+    __slots__ = ("n",)
+    wait_for, proposal, data_dir = 0, ("", 0.0), ""
+
+    def __init__(self, n: "SimNode"):
+        self.n = n
+
+    @property
+    def uuid(self) -> str:
+        return self.n.uuid
+
+    def peers(self) -> list[str]:
+        return list(self.n.peers)
+
+    def member_cluster_uuid(self) -> str | None:
+        return None
+
+    def went_active(self) -> bool | None:
+        return self.n.identity_active          # its identity file says so (kept with a lost store)
+
+    def decide(self):
+        raise AssertionError("the simulation names the donor: no status exchange")
+
+    def members_seen(self) -> int:
+        return 1
 
 
 def _refusal(msg: m.Message) -> PeerRefused:
@@ -353,17 +386,33 @@ class Links:
                 mach.tick(self.nodes[c.client].wall_us() / 1e6)
                 self._applier_act(c, mach.ready())
 
-    # --- the client side of JOIN, FETCH_SNAPSHOT, REGISTER -----------------------------------
+    # --- the client side of JOIN, FETCH_SNAPSHOT, REGISTER (node/join.py Join) ----------------
     def _request_step(self, c: "Conn", msg: Any) -> None:
+        """The driver's IO of one request: greet, ask, take REGISTERED and the snapshot. A
+        request the node's join wants (its proc) is the join machine's (node.core.lifecycle_join,
+        as node/join.py drives it); a rebuild's snapshot is the rejoiner's (node/rejoin.py)."""
         s, p = self.nodes[c.client], self.nodes[c.server]
+        j = s.joiner if s.proc_conn is c else None
         if isinstance(msg, PeerRefused):
             self.stats[f"refused_{msg.code}"] += 1
-            return self.break_conn(c, f"refused: {msg.code}", BACKOFF.get(msg.code, 20))
+            if j is not None and j.asking == p.addr:
+                j.step(AskFailed(p.addr, msg.message, EXPELLED if msg.code == "expelled" else REFUSED), self.now)
+            self.break_conn(c, f"refused: {msg.code}", BACKOFF.get(msg.code, 20))
+            return self._join_act(c, s, p, j)
         if msg.type == m.GREETING:
-            self.send(c, SERVER, REQUESTS[c.kind], {})
+            if s.proc_conn is not c:
+                return self.send(c, SERVER, REQUESTS[c.kind], {})
+            if j is None or j.done:
+                j = s.joiner = JoinMachine(JoinHost(s))
+            elif j.asking is not None:        # the last request's link broke before it was answered
+                j.step(AskFailed(j.asking, "the link broke"), self.now)
+                self._join_act(c, s, p, j)
+            j.ask(p.addr, REQUESTS[c.kind], msg.body)
+            self._join_act(c, s, p, j)
         elif msg.type == m.REGISTERED:
-            if c.kind == "register":
-                self._registered(c, s, p)
+            if j is not None:
+                j.step(IdGranted(p.addr, msg["id"]), self.now)
+                self._join_act(c, s, p, j)
         elif msg.type == m.SNAPSHOT:
             c.snapshot = Base([list(r) for r in msg["cluster"]], dict(msg["vclock"]),
                               {n: (d.get("local", False), d.get("conflict", "lww")) for n, d in msg["spaces"].items()}, {})
@@ -373,9 +422,40 @@ class Links:
             base, c.snapshot = c.snapshot, None
             for name in base.spaces:
                 base.data.setdefault(name, {})
-            self._snapshot_received(c, s, p, base)
+            self.break_conn(c, "snapshot received (BYE)", 0)
+            if j is None:
+                s.rejoiner.snapshot = base       # node/rejoin.py receive_snapshot
+                return
+            c.snapshot = base                    # (what Install makes the store)
+            j.step(SnapshotReceived(p.addr, base.table_rows, base.vclock), self.now)
+            self._join_act(c, s, p, j)
         else:
             self.break_conn(c, f"unexpected {msg.name}")
+
+    def _join_act(self, c: "Conn", s: "SimNode", p: "SimNode", j: "JoinMachine | None") -> None:
+        """Join._drive: the machine's effects, in order (its status notes: a simulated node shows none)."""
+        if j is None:
+            return
+        while rd := j.ready():
+            for e in rd.effects:
+                t = type(e)
+                if t is Ask:
+                    self.send(c, SERVER, e.kind, {})
+                elif t is Install:
+                    self._install(c, s, p, e)
+                    j.step(Installed(e.address), self.now)
+                elif t is BecomeMember:
+                    self._registered(c, s, p)
+                elif t is WipePartial:           # (a simulated store is installed whole or not at all)
+                    if c.snapshot is not None:
+                        self.stats["join_unregistered_snapshot"] += 1
+                        self.log(f"{s}: {p}'s snapshot does not register it; retrying")
+                else:
+                    assert type(e) is Abort, e   # start-up stops
+                    s.proc = ""
+                    self.stats["joins_aborted"] += 1
+                    self.log(f"{s} stops joining: {e.message}")
+            j.advance(rd)
 
     def _registered(self, c: "Conn", s: "SimNode", p: "SimNode") -> None:
         self.break_conn(c, "registered (BYE)", 0)
@@ -388,41 +468,27 @@ class Links:
         self.log(f"{s} registered via {p}; its own id stays {s.core.self_id}")
         self._on_member(s)
 
-    def _snapshot_received(self, c: "Conn", s: "SimNode", p: "SimNode", base: Base) -> None:
-        self.break_conn(c, "snapshot received (BYE)", 0)
-        if c.kind == "rejoin" or (s.rejoiner is not None and s.rejoiner.conn is c):
-            s.rejoiner.snapshot = base       # node/rejoin.py receive_snapshot
-            return
-        self._install_snapshot(c, s, p, base)
-
-    def _install_snapshot(self, c: "Conn", s: "SimNode", p: "SimNode", base: Base) -> None:
-        """Node._fetch_snapshot: JOIN (a member; fenced if its uuid wrote before) or FETCH."""
-        if c.kind == "join":
-            me = next((r for r in base.table_rows if r[0] == s.uuid), None)
-            if me is None:
-                self.stats["join_unregistered_snapshot"] += 1
-                self.log(f"{s}: {p}'s snapshot does not register it; retrying")
-                return
-            existed = s.identity_active or bool(base.vclock.get(me[1]))
-            s.meta = {"running": True}
-            if existed and self.rules["fence"]:
-                shell.set_fence(s, f"{s.uuid} rejoined with an empty store", kind="rejoin")
-                self.stats["fenced_joins"] += 1
-            s.install(base)
-            s.gc_vclock = {k: v for k, v in base.vclock.items() if k}   # a subscriber behind it rejoins
+    def _install(self, c: "Conn", s: "SimNode", p: "SimNode", e: Install) -> None:
+        """Opening.install_snapshot, as the join machine's Install says (`rules["fence"]` False:
+        never fenced)."""
+        base, c.snapshot = c.snapshot, None
+        join = e.anon_id is None
+        if not join:
+            base.table_rows.append([s.uuid, e.anon_id, s.addr, STATE_ANON, 0])
+        s.meta = {"running": True}
+        if e.fence is not None and self.rules["fence"]:
+            shell.set_fence(s, e.fence, kind="rejoin")
+            self.stats["fenced_joins"] += 1
+        s.install(base)
+        s.gc_vclock = dict(e.gc_vclock)         # a subscriber behind it rejoins
+        if join:
             s.identity_active = True            # Lifecycle.go_active -> mark_active
             self.checker.on_held(p, s)          # joined through p (a rebuild's once swapped in)
-        else:
-            tbl = ClusterTable(Member.from_row(r) for r in base.table_rows)
-            base.table_rows.append([s.uuid, tbl.lowest_free_id(), s.addr, STATE_ANON, 0])
-            s.meta = {"running": True}
-            s.install(base)
-            s.gc_vclock = {k: v for k, v in base.vclock.items() if k}
         s.rejoiner = shell.Rejoiner(self, s)
         s.proc = ""
         s.donor_uuid, s.installed_at = p.uuid, self.now
-        self.stats["joins" if c.kind == "join" else "anon_fetches"] += 1
-        self.log(f"{s} {'joined' if c.kind == 'join' else 'fetched a snapshot'} via {p}: "
+        self.stats["joins" if join else "anon_fetches"] += 1
+        self.log(f"{s} {'joined' if join else 'fetched a snapshot'} via {p}: "
                  f"id {s.core.self_id}, vclock {s.core.vclock}" + (" (fenced)" if s.core.fence else ""))
         self.checker.on_install(s)
         self._on_member(s)
