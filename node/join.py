@@ -32,9 +32,11 @@ import aiohttp
 from node import limits
 from node.applier.handshake import PROBE_ERRORS, open_link
 from node.core import messages as m
-from node.core.lifecycle_join import (BROKEN, EXPELLED, IDENTITY_REJECTED, PENDING, REFUSED, Abort, Ask, AskFailed,
-                                      BecomeMember, Bootstrap, Bootstrapped, Install, Installed, JoinMachine,
-                                      JoinState, PollPeers, Polled, IdGranted, SnapshotReceived, WipePartial)
+from node.core.lifecycle_join import JoinMachine, JoinState
+from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, PENDING, REFUSED, Abort, Activated,
+                                             Ask, AskFailed, BecomeMember, Bootstrap, Bootstrapped, CatchUp, CaughtUp,
+                                             IdGranted, Install, Installed, PollPeers, Polled, SnapshotReceived,
+                                             WipePartial)
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
 from node.fence import remember_registration
 from node.identity import identity_file as idf
@@ -107,12 +109,24 @@ class Join:
     def members_seen(self) -> int:
         return len(self.life.peers_seen) + 1
 
+    def my_status(self):
+        return self.life.my_status()
+
+    def seen(self, uuid: str) -> dict:
+        return self.life.peers_seen[uuid]
+
     # --- no store: join a cluster, or found one ------------------------------------------------------
     async def join_or_bootstrap(self) -> None:
         """Join through a running peer; if every peer is fresh too, the lowest uuid among all
         of us bootstraps (after `cluster_wait_for` members exchanged status) and the others join it."""
         mach = JoinMachine(self)
         mach.start(time.monotonic())
+        await self._drive(mach)
+
+    async def initialize_from_store(self) -> None:
+        """A member with a store (node/lifecycle.py initialize_from_store): the Qpid exchange."""
+        mach = JoinMachine(self)
+        mach.start_with_store(time.monotonic())
         await self._drive(mach)
 
     async def fetch_anon(self) -> None:
@@ -164,7 +178,7 @@ class Join:
     async def _perform(self, mach: JoinMachine, e) -> None:
         node, t = self.node, type(e)
         if t is PollPeers:
-            polled = await self.life.poll_peers()
+            polled = await self.life.poll_peers(e.timeout_s)
             self.life.check_wrong_store(polled)
             self.life.check_must_match(polled)
             mach.step(Polled(polled), time.monotonic())
@@ -181,6 +195,11 @@ class Join:
                 log.info("join: %s", e.why)
             await node.opening.bootstrap_new_cluster(e.initial)
             mach.step(Bootstrapped(), time.monotonic())
+        elif t is CatchUp:
+            await self.life.catch_up(e.theirs)
+            mach.step(CaughtUp(), time.monotonic())
+        elif t is Activated:
+            log.info("%s", e.why)
         elif t is BecomeMember:
             _, txn = node.core.register_member(node.uuid, self.cfg.address, node.wall_us())
             if txn is not None:

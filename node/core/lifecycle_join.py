@@ -1,8 +1,8 @@
 """Joining a cluster and founding one, as a sans-IO machine: whom to ask, whether to found the
 cluster instead, when to try again or give up, and how a donor's snapshot is installed
-(node/join.py drives it for a process, tests/sim/links.py for the simulation). With it, the
-start-up rules that the process and the simulation share: a fence the store holds taken up at
-open, an expel the operator asks for while fenced, and the `own_history_lsn` a greeting gives.
+(node/join.py drives it, and tests/sim/links.py). Beside it, start-up rules the process and
+the simulation share: a stored fence taken up at open, an expel asked for while fenced, the
+greeting's `own_history_lsn`.
 
 A member with no store (`start`) polls its peers' greetings (`PollPeers` -> `Polled`), asks
 the running ones in turn (`Ask` -> `IdGranted`, `SnapshotReceived` or `AskFailed`) and
@@ -10,13 +10,16 @@ installs the first snapshot that registers it (`Install` -> `Installed`). If non
 the Qpid exchange decides (node/identity/signature.py, through the context's `decide`): found
 the cluster (`Bootstrap` -> `Bootstrapped`; only the lowest uuid among fresh nodes, and only
 a node that never registered anywhere), wait (status "waiting"), or stop (`Abort`). A round
-that joined nobody waits `retry_at` (a doubling backoff) before the next poll (`tick`). One
-request alone (`ask`: an anonymous replica's FETCH_SNAPSHOT, its REGISTER, or a simulated
-join) ends in DONE, or back in IDLE for its driver to try again.
+that joined nobody waits `retry_at` (a doubling backoff) before the next poll (`tick`). A
+member with a store (`start_with_store`) polls too: a running member of another formation is a
+wrong store; with `cluster_wait_for` it catches up with a running member (`CatchUp`), or the
+Qpid decision says wait, stop, catch up or go active. One request alone (`ask`: an anonymous
+replica's FETCH_SNAPSHOT or REGISTER, a simulated join) ends in DONE, or in IDLE for its
+driver to try again.
 
-Interface (as node/core/lifecycle_rejoin.py's): `start(now)` / `ask(...)`, `step(event, now)`,
-`tick(now)`, `ready()` -> Ready with `apply` (`Status`: what the node shows) and `effects`
-(what the driver does, in order), then `advance(ready)`.
+Interface (as RejoinMachine's): `start` / `start_with_store` / `ask`, `step(event, now)`,
+`tick(now)`, `ready()` -> Ready with `apply` (`Status` notes) and `effects` (in order), then
+`advance(ready)`; events and effects: node/core/lifecycle_join_events.py.
 
 Rules kept here:
 - Only a node that never registered anywhere founds a cluster; among fresh nodes only the
@@ -35,25 +38,21 @@ Rules kept here:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
 from node import limits
 from node.cluster_space.table import ClusterTable, Member
 from node.core import messages as m
 from node.core.lifecycle_fence import fence_from_meta
+from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, REFUSED, Abort, Activated, Ask,
+                                             AskFailed, BecomeMember, Bootstrap, Bootstrapped, CatchUp, CaughtUp,
+                                             IdGranted, Install, Installed, PollPeers, Polled, SnapshotReceived,
+                                             Status, WipePartial)
 from node.core.link.ready import Outbox, Ready
 from node.core.membership import OwnRowsFence
 from node.core.replicaset import NodeCore
 from node.errors import PeerRefused
-from node.identity.signature import InitialSignature, Outcome
-
-# why an ask failed (AskFailed.code)
-BROKEN = "broken"                      # the link broke or the donor's answer was wrong: wipe, next donor
-PENDING = "pending"                    # the registration's outcome is unknown (RegistrationPending): next donor
-REFUSED = "refused"                    # the donor refused (its reason logged): next donor
-EXPELLED = "expelled"                  # the donor says this uuid was expelled: stop
-IDENTITY_REJECTED = "identity_rejected"  # the donor refuses this node's final registration: stop
+from node.identity.signature import InitialSignature, Outcome, decide_join, initial_from_wire
 
 
 class JoinState(enum.Enum):
@@ -62,18 +61,21 @@ class JoinState(enum.Enum):
     ASKING = "asking"                  # Ask handed out: IdGranted / SnapshotReceived / AskFailed awaited
     INSTALLING = "installing"          # Install handed out, Installed awaited
     BOOTSTRAPPING = "bootstrapping"    # Bootstrap handed out, Bootstrapped awaited
+    CATCHING_UP = "catching_up"        # a store: CatchUp handed out, CaughtUp awaited
     WAITING = "waiting"                # a round joined nobody: tick() polls again from retry_at
     DONE = "done"                      # joined, fetched, registered or founded
     FAILED = "failed"                  # Abort handed out: start-up stops
 
 
 _NEXT = {
-    JoinState.IDLE: {JoinState.POLLING, JoinState.ASKING, JoinState.BOOTSTRAPPING, JoinState.FAILED},
-    JoinState.POLLING: {JoinState.ASKING, JoinState.BOOTSTRAPPING, JoinState.WAITING, JoinState.FAILED},
+    JoinState.IDLE: {JoinState.POLLING, JoinState.ASKING, JoinState.BOOTSTRAPPING, JoinState.FAILED, JoinState.DONE},
+    JoinState.POLLING: {JoinState.ASKING, JoinState.BOOTSTRAPPING, JoinState.WAITING, JoinState.FAILED,
+                        JoinState.CATCHING_UP, JoinState.DONE},
     JoinState.ASKING: {JoinState.ASKING, JoinState.INSTALLING, JoinState.DONE, JoinState.WAITING, JoinState.FAILED,
                        JoinState.IDLE},
     JoinState.INSTALLING: {JoinState.DONE},
     JoinState.BOOTSTRAPPING: {JoinState.DONE},
+    JoinState.CATCHING_UP: {JoinState.DONE},
     JoinState.WAITING: {JoinState.POLLING},
     JoinState.DONE: set(),
     JoinState.FAILED: set(),
@@ -88,8 +90,7 @@ class JoinContext(Protocol):
     proposal: tuple[str, float]            # (cluster uuid, creation time) should this node found one
     data_dir: str                          # named in messages
 
-    def peers(self) -> list[str]:
-        """The configured peers other than this node."""
+    def peers(self) -> list[str]: ...                  # the configured peers other than this node
 
     def member_cluster_uuid(self) -> str | None:
         """The cluster this node belongs to (its store's, else its identity files'), None if none."""
@@ -98,113 +99,13 @@ class JoinContext(Protocol):
         """This uuid went active in a cluster before (its identity file says so); None: the node
         keeps no identity files (a lease slot), and the donor's `_cluster` tells."""
 
-    def decide(self) -> Any:
-        """The Qpid initialization decision over the statuses exchanged (signature.Decision)."""
+    def decide(self) -> Any: ...                       # the Qpid decision over the statuses seen (Decision)
 
-    def members_seen(self) -> int:
-        """Members whose status this node has seen, itself included."""
+    def members_seen(self) -> int: ...                 # members whose status was seen, this node included
 
+    def my_status(self) -> Any: ...                    # this node's store status, signatures (MemberStatus)
 
-# --- what the driver tells the machine --------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Polled:
-    """Every peer's greeting by address, or the error polling it gave (a PeerRefused: its reason)."""
-    greetings: dict
-
-
-@dataclass(frozen=True, slots=True)
-class IdGranted:
-    """REGISTERED: the donor registered this node as `replica_id` (JOIN: its snapshot follows)."""
-    address: str
-    replica_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotReceived:
-    """The donor's snapshot is in (records not installed yet): its `_cluster` rows and its
-    vclock (the donor's ids), `rows` records."""
-    address: str
-    table_rows: list
-    vclock: dict
-    rows: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class AskFailed:
-    address: str
-    why: str
-    code: str = BROKEN
-
-
-@dataclass(frozen=True, slots=True)
-class Installed:
-    address: str
-
-
-@dataclass(frozen=True, slots=True)
-class Bootstrapped:
-    pass
-
-
-# --- what the machine hands the driver --------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class PollPeers:
-    """One handshake with every configured peer (greetings only); answer Polled."""
-
-
-@dataclass(frozen=True, slots=True)
-class Ask:
-    """Open a link to `address` and ask: m.JOIN (register, then the snapshot), m.FETCH_SNAPSHOT
-    or m.REGISTER. `requested_id`: the id a new registration asks for (the lowest free in the
-    donor's `_cluster`, None if it could not tell)."""
-    address: str
-    kind: int
-    theirs: dict
-    requested_id: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class WipePartial:
-    """An interrupted join may have left records: an empty store again, keeping the uuid."""
-
-
-@dataclass(frozen=True, slots=True)
-class Install:
-    """Make the snapshot received from `address` this node's store: `fence` the reason to fence
-    it (persisted before the store is complete), `anon_id` this anonymous replica's id in it
-    (None: a member, registered by the snapshot), `gc_vclock` where its WAL starts."""
-    address: str
-    fence: str | None
-    anon_id: int | None
-    gc_vclock: dict
-    rows: int
-
-
-@dataclass(frozen=True, slots=True)
-class Bootstrap:
-    """Found the cluster with this initial signature; `why` is worth a log line."""
-    initial: InitialSignature
-    why: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class BecomeMember:
-    """The REGISTER went through: this anonymous replica states itself as a member."""
-    address: str
-
-
-@dataclass(frozen=True, slots=True)
-class Abort:
-    """Start-up cannot go on without an operator: one line (and a hint), exit 1."""
-    message: str
-    hint: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    """What the node shows while it joins; `status` None keeps the status, changes the reason."""
-    status: str | None
-    reason: str
+    def seen(self, uuid: str) -> dict: ...             # the last greeting seen from member `uuid`
 
 
 # --- the rules ---------------------------------------------------------------------------------
@@ -290,6 +191,8 @@ class JoinMachine:
         self.backoff_min_s, self.backoff_max_s = backoff_min_s, backoff_max_s
         self.state = JoinState.IDLE
         self.rounds = False                  # started by start(): failures go on to the next donor
+        self.with_store = False              # started by start_with_store(): the Qpid exchange of a store
+        self._why = ""                       # the Activated note a catch-up ends with
         self.delay = backoff_min_s
         self.retry_at = 0.0
         self.joined_via = ""
@@ -313,8 +216,7 @@ class JoinMachine:
         return self.state in (JoinState.DONE, JoinState.FAILED)
 
     @property
-    def asking(self) -> str | None:
-        """The donor asked, while a request is under way."""
+    def asking(self) -> str | None:              # the donor asked, while a request is under way
         return self._running[0][0] if self.state is JoinState.ASKING else None
 
     def start(self, now: float) -> None:
@@ -331,6 +233,17 @@ class JoinMachine:
                                    "start it with --peers of its cluster, or remove the identity files to found a "
                                    "new cluster")
             return self._bootstrap(InitialSignature(host.proposal[0], host.proposal[1], (host.uuid,)))
+        self._poll()
+
+    def start_with_store(self, now: float) -> None:
+        """A member with a store (not anonymous, no lease slot): with peers, check it belongs to
+        the cluster they run (Qpid: wrong store), and with `cluster_wait_for` wait for the
+        initial members' statuses, then go active, after taking the updates a clean store has."""
+        assert self.state is JoinState.IDLE, f"start_with_store in state {self.state.name}"
+        self.with_store = True
+        if not self.host.peers() and self.host.wait_for == 0:
+            return self._to(JoinState.DONE)
+        self._out.apply.append(Status("waiting", "exchanging status with the peers"))
         self._poll()
 
     def ask(self, address: str, kind: int, theirs: dict) -> None:
@@ -357,6 +270,9 @@ class JoinMachine:
         if t is Bootstrapped:
             assert st is JoinState.BOOTSTRAPPING, f"Bootstrapped in state {st.name}"
             return self._to(JoinState.DONE)
+        if t is CaughtUp:
+            assert st is JoinState.CATCHING_UP, f"CaughtUp in state {st.name}"
+            return self._activate(self._why)
         assert st is JoinState.ASKING, f"{t.__name__} in state {st.name}"
         assert event.address == self._running[0][0], f"{t.__name__} from {event.address}, asked {self._running[0][0]}"
         if t is IdGranted:
@@ -380,7 +296,18 @@ class JoinMachine:
 
     def _poll(self) -> None:
         self._to(JoinState.POLLING)
-        self._out.effects.append(PollPeers())
+        quick = self.with_store and not self.host.wait_for     # a missing peer is not waited for
+        self._out.effects.append(PollPeers(limits.peer_poll_quick_timeout_s if quick else limits.peer_poll_timeout_s))
+
+    def _wait(self, now: float) -> None:
+        self._to(JoinState.WAITING)
+        self.retry_at = now + self.delay
+        self.delay = min(self.delay * 2, self.backoff_max_s)
+
+    def _activate(self, why: str) -> None:
+        self._to(JoinState.DONE)
+        if why:
+            self._out.effects.append(Activated(why))
 
     def _abort(self, message: str, hint: str = "") -> None:
         self._to(JoinState.FAILED)
@@ -391,6 +318,8 @@ class JoinMachine:
         self._out.effects.append(Bootstrap(initial, why))
 
     def _polled_in(self, polled: dict, now: float) -> None:
+        if self.with_store:
+            return self._store_polled(polled, now)
         self._polled, self._failed = polled, []
         running = [(a, g) for a, g in polled.items()
                    if isinstance(g, dict) and g.get("cluster_uuid") and g.get("status") == "running"]
@@ -481,6 +410,41 @@ class JoinMachine:
         else:
             self._out.apply.append(Status(None, f"waiting for a booted peer ({len(fresh)} of {len(peers)} peers "
                                                 f"fresh){notes}"))
-        self._to(JoinState.WAITING)
-        self.retry_at = now + self.delay
-        self.delay = min(self.delay * 2, self.backoff_max_s)
+        self._wait(now)
+
+    def _store_polled(self, polled: dict, now: float) -> None:
+        """A store's round of the exchange: a running member of the same cluster lets this node
+        go active (after catching up with it, if it waits for its peers); else the Qpid decision
+        over the statuses seen."""
+        host = self.host
+        active = [g for g in polled.values()
+                  if isinstance(g, dict) and g.get("cluster_uuid") and g.get("status") == "running"]
+        if active:
+            theirs = active[0]
+            their_initial = initial_from_wire((theirs.get("store") or {}).get("initial"))
+            mine = host.my_status()
+            if their_initial is not None and mine.initial is not None:
+                jd = decide_join(their_initial, mine.status, mine.initial)
+                if not jd.update:
+                    return self._abort(jd.message)
+            if host.wait_for:
+                return self._catch_up(theirs, "")
+            return self._to(JoinState.DONE)
+        if not host.wait_for:
+            return self._to(JoinState.DONE)
+        d = host.decide()
+        if d.outcome is Outcome.WAIT:
+            self._out.apply.append(Status("waiting", d.message + refusal_notes(polled)))
+            return self._wait(now)
+        if d.outcome is Outcome.ABORT:
+            return self._abort(d.message, d.hint)
+        why = (f"initialization: {d.outcome.value}; {len(d.active) + len(d.catch_up)} initial members; this node "
+               "goes active")
+        if d.outcome is Outcome.CATCH_UP and host.uuid not in d.active:
+            return self._catch_up(host.seen(d.source_for(host.uuid)), why)
+        self._activate(why)
+
+    def _catch_up(self, theirs: dict, why: str) -> None:
+        self._to(JoinState.CATCHING_UP)
+        self._why = why
+        self._out.effects.append(CatchUp(theirs))

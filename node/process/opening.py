@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from node.cluster_space.table import STATE_ANON, STATE_MEMBER, Member
 from node.core import messages as m
-from node.core.lifecycle_join import Install
+from node.core.lifecycle_join_events import Install
 from node.core.replicaset import NodeCore, cluster_op
 from node.core.rows import GROUP_CLUSTER
 from node.errors import ConfigError, StorageError

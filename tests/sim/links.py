@@ -30,8 +30,9 @@ from node.core import codec, rowscan
 from node.core import messages as m
 from node.core.entry import txns_relay_frame
 from node.core.lifecycle_fence import claim_of
-from node.core.lifecycle_join import (EXPELLED, REFUSED, Abort, Ask, AskFailed, BecomeMember, Install, Installed,
-                                      JoinMachine, IdGranted, SnapshotReceived, WipePartial)
+from node.core.lifecycle_join import JoinMachine
+from node.core.lifecycle_join_events import (EXPELLED, REFUSED, Abort, Ask, AskFailed, BecomeMember, IdGranted, Install,
+                                             Installed, SnapshotReceived, WipePartial)
 from node.core.link import claims
 from node.core.link.applier import ApplierMachine, ApplierState, DisproveClaim, Followed, Resubscribe
 from node.core.link.filter import rows_batches

@@ -11,16 +11,17 @@ import pytest
 from node import limits
 from node.cluster_space.table import STATE_ANON, STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
-from node.core.lifecycle_join import (BROKEN, EXPELLED, IDENTITY_REJECTED, PENDING, REFUSED, Abort, Ask, AskFailed,
-                                      BecomeMember, Bootstrap, Bootstrapped, IdGranted, Install, Installed,
-                                      JoinMachine, JoinState, PollPeers, Polled, SnapshotReceived, Status,
-                                      WipePartial, anon_id, give_up, join_fence, own_history_lsn, refusal_notes,
-                                      requested_id, take_up_fence, wrong_store)
+from node.core.lifecycle_join import (JoinMachine, JoinState, anon_id, give_up, join_fence, own_history_lsn,
+                                      refusal_notes, requested_id, take_up_fence, wrong_store)
+from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, PENDING, REFUSED, Abort, Activated,
+                                             Ask, AskFailed, BecomeMember, Bootstrap, Bootstrapped, CatchUp, CaughtUp,
+                                             IdGranted, Install, Installed, PollPeers, Polled, SnapshotReceived,
+                                             Status, WipePartial)
 from node.core.membership import OwnRowsFence
 from node.core.replicaset import NodeCore
 from node.core.vclock import VClock
 from node.errors import PeerRefused
-from node.identity.signature import Decision, InitialSignature, Outcome
+from node.identity.signature import Decision, InitialSignature, MemberStatus, Outcome, StoreStatus, initial_to_wire
 from tests.unit.helpers import UUID_A, UUID_B, UUID_C
 
 ADDR_B, ADDR_C = "b.example:1", "c.example:1"
@@ -415,6 +416,10 @@ def test_every_transition_in_the_table_is_taken_by_some_path_through_the_machine
     test_a_snapshot_that_registers_a_new_member_is_installed_unfenced_with_its_wal_starting_there()
     test_a_register_that_goes_through_makes_the_anonymous_replica_a_member()
     test_a_lone_request_that_fails_leaves_the_machine_idle_for_its_driver_to_ask_again(BROKEN, True)
+    test_a_store_with_no_peers_that_waits_for_nobody_goes_active_at_once()
+    test_a_store_that_does_not_wait_for_its_peers_polls_them_quickly_and_goes_active_among_running_ones()
+    test_a_store_waiting_for_the_initial_members_waits_its_backoff_then_polls_again()
+    test_a_store_that_waits_for_its_peers_catches_up_with_a_running_member_before_going_active()
     table = {(a, b) for a, nexts in lj._NEXT.items() for b in nexts}
     assert taken == table, f"not taken: {table - taken}; not in the table: {taken - table}"
 
@@ -484,3 +489,110 @@ def test_giving_up_on_a_member_stops_the_fence_waiting_and_lists_it_once():
     assert give_up(fence, None, UUID_C) == [UUID_C]
     assert give_up(fence, [UUID_C, UUID_B], UUID_C) == sorted([UUID_B, UUID_C])
     assert fence.given_up == {UUID_C}
+
+
+# --- a store: the Qpid exchange before going active -------------------------------------------
+class StoreHost(Host):
+    """A with a store: its status and initial signature, and the greetings it has seen."""
+
+    def __init__(self, *, initial: InitialSignature | None = INITIAL, **kw):
+        super().__init__(**kw)
+        self.initial = initial
+        self.greetings = {UUID_B: running()}
+
+    def my_status(self):
+        return MemberStatus(UUID_A, StoreStatus.DIRTY, self.initial, None, "digest")
+
+    def seen(self, uuid: str) -> dict:
+        return self.greetings[uuid]
+
+
+def store_machine(**kw) -> JoinMachine:
+    return JoinMachine(StoreHost(**kw), backoff_min_s=MIN_S, backoff_max_s=MAX_S)
+
+
+def store_polled(j: JoinMachine, polled: dict, now: float = 0.0):
+    j.start_with_store(now)
+    rd = take(j)
+    assert rd.apply == (Status("waiting", "exchanging status with the peers"),)
+    (poll,) = rd.effects
+    j.step(Polled(polled), now)
+    return poll, take(j)
+
+
+def with_initial(g: dict, initial: InitialSignature) -> dict:
+    return dict(g, store={"initial": initial_to_wire(initial)})
+
+
+def test_a_store_with_no_peers_that_waits_for_nobody_goes_active_at_once():
+    j = store_machine(peers=())
+    j.start_with_store(0.0)
+    assert j.state is JoinState.DONE and not j.ready()
+
+
+def test_a_store_that_does_not_wait_for_its_peers_polls_them_quickly_and_goes_active_among_running_ones():
+    poll, rd = store_polled(j := store_machine(), {ADDR_B: with_initial(running(), INITIAL)})
+    assert poll == PollPeers(limits.peer_poll_quick_timeout_s)
+    assert j.state is JoinState.DONE and rd.effects == ()
+
+
+def test_a_store_that_does_not_wait_goes_active_when_no_peer_runs():
+    _, rd = store_polled(j := store_machine(), {ADDR_B: fresh(UUID_B), ADDR_C: ConnectionError("x")})
+    assert j.state is JoinState.DONE and rd.effects == ()
+
+
+def test_a_store_of_another_formation_than_the_running_cluster_stops_with_wrong_store():
+    other = InitialSignature("another", 7.0, (UUID_B,))
+    _, rd = store_polled(j := store_machine(), {ADDR_B: with_initial(running(), other)})
+    (e,) = rd.effects
+    assert j.state is JoinState.FAILED and type(e) is Abort and e.message.startswith("wrong store")
+
+
+def test_a_store_that_waits_for_its_peers_catches_up_with_a_running_member_before_going_active():
+    poll, rd = store_polled(j := store_machine(wait_for=2), {ADDR_B: with_initial(running(), INITIAL)})
+    assert poll == PollPeers(limits.peer_poll_timeout_s)
+    assert rd.effects == (CatchUp(with_initial(running(), INITIAL)),) and j.state is JoinState.CATCHING_UP
+    j.step(CaughtUp(), 0.0)
+    assert j.state is JoinState.DONE and not j.ready()
+
+
+def test_a_store_waiting_for_the_initial_members_waits_its_backoff_then_polls_again():
+    j = store_machine(wait_for=3, decision=Decision(Outcome.WAIT, message="2 of 3 initial members"))
+    _, rd = store_polled(j, {ADDR_B: fresh(UUID_B), ADDR_C: PeerRefused("secret", "bad")})
+    assert rd.apply == (Status("waiting", f"2 of 3 initial members; {ADDR_C} refused: secret: bad"),)
+    assert j.state is JoinState.WAITING and j.retry_at == MIN_S
+    j.tick(MIN_S)
+    assert effects(j) == [PollPeers(limits.peer_poll_timeout_s)]
+
+
+def test_a_store_whose_qpid_decision_aborts_stops():
+    j = store_machine(wait_for=2, decision=Decision(Outcome.ABORT, "no_clean_store", "Cannot recover", "compare"))
+    _, rd = store_polled(j, {ADDR_B: fresh(UUID_B)})
+    assert j.state is JoinState.FAILED and rd.effects == (Abort("Cannot recover", "compare"),)
+
+
+def test_an_activated_formation_goes_active_at_once_and_says_so():
+    j = store_machine(wait_for=2, decision=Decision(Outcome.ACTIVATE, initial=INITIAL, active=(UUID_A, UUID_B)))
+    _, rd = store_polled(j, {ADDR_B: fresh(UUID_B)})
+    assert j.state is JoinState.DONE
+    assert rd.effects == (Activated("initialization: activate; 2 initial members; this node goes active"),)
+
+
+def test_a_member_without_a_clean_store_takes_the_update_of_its_source_then_goes_active():
+    decision = Decision(Outcome.CATCH_UP, initial=INITIAL, active=(UUID_B,), catch_up=((UUID_A, UUID_B),))
+    j = store_machine(wait_for=2, decision=decision)
+    _, rd = store_polled(j, {ADDR_B: fresh(UUID_B)})
+    assert rd.effects == (CatchUp(running()),) and j.state is JoinState.CATCHING_UP
+    j.step(CaughtUp(), 0.0)
+    assert effects(j) == [Activated("initialization: catch_up; 2 initial members; this node goes active")]
+
+
+def test_a_clean_store_member_of_a_catch_up_goes_active_without_catching_up():
+    decision = Decision(Outcome.CATCH_UP, initial=INITIAL, active=(UUID_A,), catch_up=((UUID_B, UUID_A),))
+    _, rd = store_polled(j := store_machine(wait_for=2, decision=decision), {ADDR_B: fresh(UUID_B)})
+    assert j.state is JoinState.DONE and [type(e) for e in rd.effects] == [Activated]
+
+
+def test_a_catch_up_answer_with_no_catch_up_under_way_asserts():
+    with pytest.raises(AssertionError):
+        store_machine().step(CaughtUp(), 0.0)
