@@ -26,15 +26,15 @@ Rules kept here:
   that (`collectable_before`). Local rows (component 0) are held by the store alone."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
+
+import msgspec
 
 from node import limits
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable
 
 
-@dataclass(frozen=True, slots=True)
-class Hold:
+class Hold(msgspec.Struct, frozen=True):
     """One subscriber's hold on this node's WAL: its durable position in this node's ids."""
     vclock: dict[int, int]
     seen_s: float
@@ -70,9 +70,11 @@ def advance_hold(old: Hold | None, durable: dict[int, int], now_s: float, anon: 
     is still held from its older durable position, or it is told to rejoin)."""
     if old is None or old.anon != anon:
         return Hold(dict(durable), now_s, anon)
-    merged = {rid: max(lsn, old.vclock.get(rid, 0)) for rid, lsn in durable.items()}
-    for rid, lsn in old.vclock.items():
-        merged.setdefault(rid, lsn)
+    merged = dict(old.vclock)
+    have = merged.get
+    for rid, lsn in durable.items():
+        if lsn > have(rid, -1):
+            merged[rid] = lsn
     return Hold(merged, now_s, anon)
 
 

@@ -31,7 +31,6 @@ its body is {"txns": [Txn, ...] up to the first bad one, "error": that RemotePro
 or, for an applier that passes a scanner, {"scan": ...} (node.core.rowscan: no Txn per row)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 import msgpack
@@ -92,8 +91,7 @@ SCHEMA: dict[int, dict[str, tuple]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(msgspec.Struct, frozen=True):
     type: int
     body: dict[str, Any]
 
@@ -131,6 +129,7 @@ class _RowsBody(msgspec.Struct):
 
 
 _ROWS_HEAD = b"\x92" + _packer.pack(ROWS) + b"\x81" + _packer.pack("frames")
+_ROWS_TYPE = _ROWS_HEAD[:2]      # [ROWS, ...: the fast path's first guess
 _fast_rows = msgspec.msgpack.Decoder(tuple[Literal[ROWS], _RowsBody], ext_hook=no_ext).decode
 
 
@@ -167,11 +166,11 @@ def decode(data: bytes, scan_rows: Callable[[bytes], Any] | None = None) -> Mess
         raise RemoteProtocolError("replication messages are binary")
     if len(data) > limits.message_bytes_max:
         raise RemoteProtocolError(f"message of {len(data)} bytes exceeds {limits.message_bytes_max}")
-    if scan_rows is not None and data[:len(_ROWS_HEAD)] == _ROWS_HEAD:
+    if scan_rows is not None and data.startswith(_ROWS_HEAD):
         scan = scan_rows(data)
         if scan is not None:
             return Message(ROWS, {"scan": scan, "data": data})
-    if data[:2] == _ROWS_HEAD[:2]:
+    if data.startswith(_ROWS_TYPE):
         try:
             _, body = _fast_rows(data)
             txns = [t for _, frame in body.frames for t in frame]

@@ -135,24 +135,25 @@ class NodeCore(Receiving):
         if new and len(self.table) + new > limits.members_max:
             raise RemoteProtocolError(f"{peer_uuid}'s greeting would grow _cluster past members_max "
                                       f"({limits.members_max})")
-        for row in peer_rows:
-            m = Member.from_row(row)
-            if m.state == STATE_ANON and m.uuid != peer_uuid:
+        for row in peer_rows:            # [uuid, id, address, state(, lsn(, expelled_lsn))], checked by decode
+            uuid, rid, state = row[0], row[1], row[3]
+            if state == STATE_ANON and uuid != peer_uuid:
                 continue            # the peer's private entry for someone else: not ours
-            local = self.table.get(m.uuid)
+            local = self.table.get(uuid)
             if local is None and self.fence is not None:
                 # Registering writes a row under our own id: not while fenced. Its rows cannot be
                 # translated on this link, and the fenced subscription asks for none of them.
                 continue
             if local is None:
+                m = Member.from_row(row)
                 res = resolve_cluster_replace(self.table, m.uuid, m.id, m.address, m.state, from_self=False,
                                               expelled_lsn=m.expelled_lsn)
                 self.table.upsert(res.member)
                 own_ops.append(cluster_op(res.member))
                 log.info("_cluster: %s %s as id %d (from %s's greeting)", res.reason, m.uuid, res.local_id, peer_uuid)
                 local = res.member
-            self.knowledge[(peer_uuid, m.uuid)] = m.id
-            peer.map.learn(m.id, local.id)
+            self.knowledge[(peer_uuid, uuid)] = rid
+            peer.map.learn(rid, local.id)
         self.peers[peer_uuid] = peer
         if own_ops:
             txn = self.local_txn(own_ops, GROUP_CLUSTER, wall_us)

@@ -142,20 +142,26 @@ def lsn_error(lsn: Any, what: str = "lsn") -> str | None:
     return None
 
 
+_CLUSTER_KEYS = frozenset(("id", "address", "state", "expelled_lsn"))
+
+
 def cluster_value_error(v: Any) -> str | None:
     """The value of a `_cluster` row: {"id", "address", "state"[, "expelled_lsn"]} in its origin's ids."""
-    if type(v) is not dict or not {"id", "state"} <= set(v) or \
-            not set(v) <= {"id", "address", "state", "expelled_lsn"}:
+    if type(v) is not dict or "id" not in v or "state" not in v or not _CLUSTER_KEYS.issuperset(v):
         return '_cluster rows are {"id", "address", "state"[, "expelled_lsn"]}'
-    i = v["id"]
+    return cluster_fields_error(v["id"], v.get("address"), v["state"], v.get("expelled_lsn"))
+
+
+def cluster_fields_error(i: Any, a: Any, state: Any, e: Any) -> str | None:
+    """A `_cluster` member's fields, as a row's value holds them (cluster_value_error) or a
+    `_cluster` tuple (node.core.validate_msgs.cluster_row_error): id 1..replica_id_max, an
+    address (or "" / null), a known state, an lsn or null as expelled_lsn."""
     if type(i) is not int or not 1 <= i <= limits.replica_id_max:
         return f"_cluster id {str(i)[:20]} is not 1..{limits.replica_id_max}"
-    a = v.get("address")
     if a not in ("", None) and address_error(a) is not None:
         return f"_cluster address: {address_error(a)}"
-    if v["state"] not in STATES:
-        return f"_cluster state {str(v['state'])[:40]!r} is not one of {', '.join(STATES)}"
-    e = v.get("expelled_lsn")
+    if state not in STATES:
+        return f"_cluster state {str(state)[:40]!r} is not one of {', '.join(STATES)}"
     if e is not None and lsn_error(e) is not None:
         return "_cluster expelled_lsn: " + lsn_error(e)
     return None

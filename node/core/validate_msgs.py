@@ -11,7 +11,7 @@ from typing import Any
 
 from node import limits
 from node.core import record
-from node.core.validate import (address_error, cluster_value_error, is_uuid, key_error, lsn_error, space_def_error,
+from node.core.validate import (address_error, cluster_fields_error, is_uuid, key_error, lsn_error, space_def_error,
                                 space_name_error, value_error)
 
 
@@ -23,11 +23,9 @@ def cluster_row_error(row: Any) -> str | None:
         return "a _cluster row is [uuid, id, address, state, lsn, expelled_lsn]"
     if not is_uuid(row[0]):
         return f"_cluster uuid {str(row[0])[:80]!r} is not a canonical uuid"
-    v = {"id": row[1], "address": row[2], "state": row[3]}
-    if len(row) > 5:
-        v["expelled_lsn"] = row[5]
-    err = cluster_value_error(v)
-    if err is None and len(row) > 4 and lsn_error(row[4]) is not None:
+    n = len(row)
+    err = cluster_fields_error(row[1], row[2], row[3], row[5] if n > 5 else None)
+    if err is None and n > 4 and lsn_error(row[4]) is not None:
         err = "_cluster lsn: " + lsn_error(row[4])
     return err
 

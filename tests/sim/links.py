@@ -104,6 +104,21 @@ class ApplierHost:
         return claim_of(self.n.own_claims, self.n.core.fence, peer_uuid)
 
 
+_PAYLOADS: dict[int, tuple[list, bytes]] = {}
+PAYLOADS_MAX = 8192     # WAL entries whose frame payload is kept (emptied when full)
+
+
+def _payload(entry: list) -> bytes:
+    """A WAL entry's frame payload, as the journal wrote it (node.wal.format): packed once per
+    entry, not once per relay that reads it (an entry is never changed once in a WAL)."""
+    hit = _PAYLOADS.get(id(entry))
+    if hit is None or hit[0] is not entry:
+        if len(_PAYLOADS) >= PAYLOADS_MAX:
+            _PAYLOADS.clear()
+        hit = _PAYLOADS[id(entry)] = (entry, codec.pack([0, entry]))
+    return hit[1]
+
+
 class JoinHost:
     """node/core/lifecycle_join.py JoinContext over a simulated node (node/join.py Join): the
     simulation names each request's donor (the operator's `via`, or any member), so the
@@ -127,8 +142,10 @@ class JoinHost:
     def went_active(self) -> bool | None:
         return self.n.identity_active          # its identity file says so (kept with a lost store)
 
-    def decide(self):
+    def decide(self, *_):
         raise AssertionError("the simulation names the donor: no status exchange")
+
+    my_status = seen = decide              # (no store's Qpid exchange either)
 
     def members_seen(self) -> int:
         return 1
@@ -290,7 +307,7 @@ class Links:
                 end = min(end, c.cursor + 1 + int(self.rng.random() * self.relay_batch_max))
             frames = []
             for entry in p.wal[c.cursor:end]:
-                frame, _ = txns_relay_frame(entry, codec.pack([0, entry]), 0, mach.sub, mach.own)
+                frame, _ = txns_relay_frame(entry, _payload(entry), 0, mach.sub, mach.own)
                 if frame is not None:
                     frames.append(frame)
             c.cursor = end

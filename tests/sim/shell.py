@@ -55,11 +55,12 @@ def greeting(n: "SimNode") -> dict:
 
 def greeting_key(n: "SimNode") -> tuple:
     """What a greeting is made of: the node's identity and status, and its core's clocks
-    (vclock_by_uuid), table (a `_cluster` change is a claim: `claimed` grows) and fence."""
+    (vclock_by_uuid), table (a `_cluster` change is a claim: `claimed` grows) and fence. A core's
+    clocks only grow, so their signatures (sums) stand for them."""
     core = n.core
     if core is None:
         return (None, n.uuid, n.anon, n.addr)
-    return (core, n.uuid, n.anon, n.addr, n.status, n.cluster.cluster_uuid, core.vclock.copy(), core.claimed.copy(),
+    return (core, n.uuid, n.anon, n.addr, n.status, n.cluster.cluster_uuid, core.vclock.signature, core.claimed.signature,
             len(core.table), core.fence is not None and core.fence.rebuilt, core.own_history_lsn)
 
 

@@ -21,8 +21,9 @@ Rules kept here:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from node import limits
 from node.core import messages as m
@@ -77,16 +78,14 @@ class ApplierContext(Protocol):
         fence heard from it (node.core.lifecycle_fence.claim_of; 0: no claim)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Followed:
+class Followed(msgspec.Struct, frozen=True):
     """SUBSCRIBED came: the link follows the upstream from `vclock` (in its ids)."""
     peer_uuid: str
     vclock: dict
     fenced: bool
 
 
-@dataclass(frozen=True, slots=True)
-class DisproveClaim:
+class DisproveClaim(msgspec.Struct, frozen=True):
     """The upstream caught us up without our own rows it claimed: its claim is not believed."""
     peer_uuid: str
     have: int

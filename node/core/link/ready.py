@@ -15,13 +15,12 @@ Rules kept here:
   (`Outbox.assert_claims_taken`): check, claim and submit happen with no await between."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from node.core.entry import Entry
 
 
-@dataclass(frozen=True, slots=True)
-class Persist:
+class Persist(msgspec.Struct, frozen=True):
     """One journal entry (one WAL frame; node.core.entry): `journal.submit_entry_nowait(entry)`."""
     entry: Entry
 
@@ -30,8 +29,7 @@ class Persist:
         return self.entry.rows
 
 
-@dataclass(frozen=True, slots=True)
-class Hold:
+class Hold(msgspec.Struct, frozen=True):
     """A WAL hold for a subscriber, on disk before the answer goes: `durable` None holds all
     that is here (a joiner about to read a snapshot), else the subscriber's durable vclock."""
     uuid: str
@@ -39,23 +37,20 @@ class Hold:
     durable: dict | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
+class Send(msgspec.Struct, frozen=True):
     """One message to the peer."""
     mtype: int
     body: dict
 
 
-@dataclass(frozen=True, slots=True)
-class Stop:
+class Stop(msgspec.Struct, frozen=True):
     """End the link: `error` None is a clean end (BYE, a finished request); else the driver
     raises it after acting on the rest of the Ready (its one place maps it to a next step)."""
     error: BaseException | None = None
     note: str = ""            # a quiet end worth a log line (the driver logs it)
 
 
-@dataclass(frozen=True, slots=True)
-class Ready:
+class Ready(msgspec.Struct, frozen=True):
     persist: tuple = ()
     send: tuple = ()
     apply: tuple = ()

@@ -21,8 +21,9 @@ Rules kept here:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from node import limits
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER
@@ -76,8 +77,7 @@ class RelayContext(Protocol):
         """Up to where this node's WAL was collected."""
 
 
-@dataclass(frozen=True, slots=True)
-class Registered:
+class Registered(msgspec.Struct, frozen=True):
     """Input: what applying the registration of a JOIN / REGISTER gave (node/lifecycle.py)."""
     ok: bool
     id: int = 0
@@ -85,36 +85,30 @@ class Registered:
     next_id: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotSent:
+class SnapshotSent(msgspec.Struct, frozen=True):
     """Input: the driver sent the whole snapshot (SNAPSHOT, SNAPSHOT_ROWS*, SNAPSHOT_END)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Register:
+class Register(msgspec.Struct, frozen=True):
     """Effect: apply the registration the joiner asked for, then step `Registered`."""
     greeting: dict
     body: dict
 
 
-@dataclass(frozen=True, slots=True)
-class SendSnapshot:
+class SendSnapshot(msgspec.Struct, frozen=True):
     """Effect: send this node's snapshot, then step `SnapshotSent`."""
 
 
-@dataclass(frozen=True, slots=True)
-class Shutdown:
+class Shutdown(msgspec.Struct, frozen=True):
     """Effect: run one phase of an orderly cluster shutdown and answer it (node/cluster_shutdown.py)."""
     body: dict
 
 
-@dataclass(frozen=True, slots=True)
-class Stream:
+class Stream(msgspec.Struct, frozen=True):
     """Effect: SUBSCRIBED went; replace an older link of this subscriber and stream rows."""
 
 
-@dataclass(frozen=True, slots=True)
-class AckHold:
+class AckHold(msgspec.Struct, frozen=True):
     """Apply: the subscriber has `durable` on disk (retention moves its hold)."""
     uuid: str
     durable: dict
