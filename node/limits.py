@@ -141,8 +141,11 @@ journal_inline_rows_max = 256        # a batch this small is persisted on the ev
 relay_batch_txns_max = 1024          # txns per relay message
 relay_batch_bytes_max = 1024 * 1024  # bytes per relay message (before framing); a frame larger than
                                      # this goes alone, split by whole txns if it must (each fits)
-relay_frame_alone_bytes_max = message_bytes_max - message_margin_bytes  # a WAL frame this large still
-                                     # travels in one ROWS message; a larger one is split by whole txns
+frame_head_bytes_max = 16            # a frame payload's own framing around its txns: [written_us, [...]]
+                                     # (two array heads and a uint64)
+relay_frame_alone_bytes_max = txn_bytes_max + frame_head_bytes_max  # a WAL frame this large still travels
+                                     # in one ROWS message (the margin holds the message's own head);
+                                     # a larger one is split by whole txns, each of which fits
 relay_file_read_bytes_min = 1024 * 1024  # a relay behind reads the WAL file at least this much at a time
 relay_tail_bytes_max = 4 * 1024 * 1024  # WAL frames the journal keeps in memory for caught-up relays
                                      # (a few seconds at 10k rows/s); a relay behind that reads the file
@@ -275,6 +278,7 @@ assert snapshot_chunk_bytes_max + record_bytes_max + message_margin_bytes <= mes
     "a snapshot chunk (one record past its byte bound at most) fits in one message"
 assert relay_batch_bytes_max + message_margin_bytes <= message_bytes_max
 assert txn_bytes_max <= relay_frame_alone_bytes_max, "a frame split into single txns always travels"
+assert relay_frame_alone_bytes_max + 64 <= message_bytes_max, "a frame that goes alone fits in its ROWS message"
 assert members_max * cluster_row_bytes_max + message_margin_bytes <= segment_header_bytes_max, \
     "a segment header holds the whole _cluster"
 assert members_max * cluster_row_bytes_max + message_margin_bytes <= message_bytes_max, \

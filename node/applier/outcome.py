@@ -1,6 +1,7 @@
-"""How an applier's link ended, and what the applier does next: the one map from an error to
-the link's status, its log line and the wait before the next try (node/applier/applier.py acts
-on it).
+"""How a link ended, and what its driver does next: for an applier, the one map from an error
+to the link's status, its log line and the wait before the next try (`after_link`, with the
+backoff kept by `Retry`; node/applier/applier.py acts on it); for a relay, the one map from an
+error to its log line and the ERROR answered (`relay_end`; node/applier/relay.py acts on it).
 
 Rules kept here:
 - Every error has a next step. A peer's bad input arrives as RemoteProtocolError (the decoders
@@ -11,14 +12,17 @@ Rules kept here:
   for a fresh SUBSCRIBE (Resubscribe) retries at once; the disk failing (StorageError) stops the
   node; anything else is a bug here: this link stops, the node serves on.
 - Backoff doubles per failed try up to `reconnect_backoff_max_s` and starts again from the
-  minimum after a link that lived for a while."""
+  minimum after a link that lived for a while; every wait is jittered (0.5x to 1.5x), so links
+  that broke together do not come back together.
+- A relay answers the peer's refusal with its code, a peer's bad input with `protocol`, and a
+  bug of ours with `internal` (logged with its traceback by the node); a lost connection gets
+  no answer."""
 from __future__ import annotations
 
-import asyncio
 import logging
+import random
+import sys
 from dataclasses import dataclass
-
-import aiohttp
 
 from node import limits
 from node.core.link.applier import Resubscribe
@@ -52,12 +56,20 @@ def after_link(e: BaseException | None, backoff: float) -> After:
                       limits.refused_backoff_s, logging.ERROR, f"refused: {e}")
     if isinstance(e, RemoteProtocolError):     # something we cannot use, or the link broke mid-message
         return After(RETRY, "disconnected", str(e), backoff, logging.WARNING, str(e))
-    if isinstance(e, (ConnectionError, OSError, asyncio.TimeoutError, aiohttp.ClientError)):
+    if isinstance(e, _network_errors()):
         text = str(e) or type(e).__name__
         return After(RETRY, "disconnected", text, backoff, logging.INFO, text)
     if isinstance(e, StorageError):            # the disk failed us (the journal has usually said so)
         return After(FATAL, "failed", str(e), 0.0)
     return After(END, "failed", f"{type(e).__name__}: {e}", 0.0)
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    """A link's network failures: the OS's, timeouts (asyncio's TimeoutError is the builtin one,
+    an OSError) and aiohttp's. aiohttp is asked for only once imported: an error of it cannot exist
+    before (the simulation, which runs after_link, never imports it)."""
+    aio = sys.modules.get("aiohttp")
+    return (OSError,) if aio is None else (OSError, aio.ClientError)     # (ConnectionError, TimeoutError: OSErrors)
 
 
 def next_backoff(backoff: float, lived_s: float) -> float:
@@ -66,3 +78,44 @@ def next_backoff(backoff: float, lived_s: float) -> float:
     if lived_s > 10 * limits.reconnect_backoff_max_s:
         return limits.reconnect_backoff_min_s
     return min(backoff * 2, limits.reconnect_backoff_max_s)
+
+
+class Retry:
+    """An applier's backoff across its links: `begin` when a link starts, `end` when it ended
+    (what follows it, by after_link), `jitter` the wait before the next."""
+
+    def __init__(self, rng: random.Random | None = None):
+        self.backoff = limits.reconnect_backoff_min_s
+        self.started = 0.0
+        self._rng = rng or random.Random()
+
+    def begin(self, now: float) -> None:
+        self.started = now
+
+    def end(self, e: BaseException | None, now: float) -> After:
+        nxt = after_link(e, self.backoff)
+        self.backoff = next_backoff(self.backoff, now - self.started)
+        return nxt
+
+    def jitter(self, delay: float) -> float:
+        return delay * (0.5 + self._rng.random())
+
+
+@dataclass(frozen=True, slots=True)
+class RelayEnd:
+    level: int                 # of the log line
+    line: str                  # the log line ("" for a bug: the node reports it, with its traceback)
+    code: str | None           # the ERROR answered (None: none, the link is gone)
+    message: str = ""
+    bug: bool = False          # ours, not the peer's: node.note_failure
+
+
+def relay_end(e: Exception, peer: str) -> RelayEnd:
+    """What a relay does about the error that ended its link to `peer` (how logs name it)."""
+    if isinstance(e, PeerRefused):            # a lasting reason (a second ERROR after the greeting's is harmless)
+        return RelayEnd(logging.WARNING, f"relay: refused {peer}: {e}", e.code, e.message)
+    if isinstance(e, RemoteProtocolError):    # the peer sent something we cannot use
+        return RelayEnd(logging.INFO, f"relay: link to {peer} dropped: {e}", "protocol", str(e))
+    if isinstance(e, (ConnectionError, TimeoutError)):     # nobody to answer
+        return RelayEnd(logging.INFO, f"relay: link to {peer} lost: {e}", None)
+    return RelayEnd(logging.ERROR, "", "internal", f"{type(e).__name__}: {e}", bug=True)

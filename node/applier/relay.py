@@ -4,7 +4,8 @@ node/core/link/relay.py's RelayMachine, which makes every protocol decision.
 Once the link is authenticated (node/applier/accept.py) each message is stepped and its Ready
 acted on in order: persist (WAL holds), send, apply, effects (apply a registration, send the
 snapshot, run a shutdown phase, stream: node/applier/stream.py), advance. `serve_link` is the
-one place that maps a link's errors to a log line and an ERROR answer."""
+one place that catches a link's errors; node/applier/outcome.py's relay_end says what each gets
+(a log line, an ERROR answer). The machine's host over the node is node/applier/hosts.py's."""
 from __future__ import annotations
 
 import asyncio
@@ -12,46 +13,21 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from node import limits
 from node.applier.conn import Conn
-from node.applier.stream import Relay
+from node.applier.hosts import NodeRelayContext
+from node.applier.outcome import relay_end
+from node.applier.stream import Relay, send_snapshot
 from node.core import messages as m
 from node.core.link.ready import Hold, Ready
 from node.core.link.relay import Register, Registered, RelayMachine, RelayState, SendSnapshot, Shutdown, SnapshotSent, Stream
-from node.errors import ClientError, PeerRefused, RemoteProtocolError
+from node.errors import ClientError, PeerRefused
 from node.faults import fault
 
 if TYPE_CHECKING:
     from node.process.ports import RelayHost
 
-__all__ = ["send_snapshot", "serve_link"]
+__all__ = ["serve_link"]
 log = logging.getLogger("replog.relay")
-
-
-class _Host:
-    """The machine's host (node/core/link/relay.py RelayContext) over the node."""
-
-    def __init__(self, node: "RelayHost"):
-        self.node = node
-
-    @property
-    def core(self):
-        return self.node.core
-
-    def greeting(self) -> dict:
-        return self.node.greeting()
-
-    def check_peer_greeting(self, theirs: dict) -> None:
-        self.node.check_peer_greeting(theirs)
-
-    def status(self) -> tuple[str, str]:
-        return self.node.status, self.node.status_reason
-
-    def serves_wal(self) -> bool:
-        return self.node.journal is not None and self.node.journal.wal is not None
-
-    def gc_vclock(self) -> dict[int, int]:
-        return self.node.store.get_meta("gc_vclock") or {}
 
 
 def _take(node: "RelayHost", mach: RelayMachine, inp, now: float) -> Ready:
@@ -72,29 +48,26 @@ def _take(node: "RelayHost", mach: RelayMachine, inp, now: float) -> Ready:
 async def serve_link(node: "RelayHost", conn: Conn) -> None:
     """An authenticated inbound link (node/applier/accept.py): greetings, then the one request
     it came for."""
-    mach = RelayMachine(_Host(node), conn.session.peer_uuid if conn.session else None, conn.peer)
+    mach = RelayMachine(NodeRelayContext(node), conn.session.peer_uuid if conn.session else None, conn.peer)
     try:
         inp = None
         while mach.state is not RelayState.CLOSED:
             if inp is None:
                 try:
-                    inp = await conn.recv(timeout=limits.handshake_timeout_s)
+                    inp = await conn.recv(timeout=mach.recv_timeout_s())
                 except PeerRefused as e:
                     inp = e                      # the peer's ERROR: the machine decides
             rd = _take(node, mach, inp, time.monotonic())
             conn.peer = mach.peer
             inp = await _act(node, conn, mach, rd)
-    except PeerRefused as e:
-        log.warning("relay: refused %s: %s", conn.peer, e)
-        await conn.refuse(e.code, e.message)        # (a second ERROR after the greeting's is harmless)
-    except RemoteProtocolError as e:
-        log.info("relay: link to %s dropped: %s", conn.peer, e)
-        await conn.refuse("protocol", str(e))
-    except (ConnectionError, asyncio.TimeoutError) as e:
-        log.info("relay: link to %s lost: %s", conn.peer, e)
-    except Exception as e:  # noqa: BLE001 - the relay's one place: anything else is our bug, not the peer's
-        node.note_failure(f"relay to {conn.peer}", e)
-        await conn.refuse("internal", f"{type(e).__name__}: {e}")
+    except Exception as e:  # noqa: BLE001 - the relay's one place: relay_end maps every error, our bugs included
+        end = relay_end(e, conn.peer)
+        if end.bug:
+            node.note_failure(f"relay to {conn.peer}", e)
+        elif end.line:
+            log.log(end.level, "%s", end.line)
+        if end.code is not None:
+            await conn.refuse(end.code, end.message)
     finally:
         mach.close()
 
@@ -132,18 +105,3 @@ async def _act(node: "RelayHost", conn: Conn, mach: RelayMachine, rd: Ready):
             if e.error is not None:
                 raise e.error
     return nxt
-
-
-async def send_snapshot(node: "RelayHost", conn: Conn) -> None:
-    loop = asyncio.get_running_loop()
-    it = node.store.snapshot()
-    kind, meta = await loop.run_in_executor(None, next, it)
-    assert kind == "meta"
-    await conn.send(m.SNAPSHOT, **meta)
-    while True:
-        item = await loop.run_in_executor(None, next, it, None)
-        if item is None:
-            break
-        space, rows = item[1]
-        await conn.send(m.SNAPSHOT_ROWS, space=space, rows=rows)
-    await conn.send(m.SNAPSHOT_END)

@@ -1,7 +1,8 @@
-"""A subscribed link, the relay's streaming half (node/applier/relay.py hands a link here once
-the RelayMachine says Stream): rows out from a WalCursor (node/applier/walcursor.py) filtered
-by the machine's `sub` and `own`, in this node's ids, in WAL order, whole transactions, never
-rows of local spaces; the subscriber's ACKs in, stepped into the machine.
+"""What a relay sends in bulk (node/applier/relay.py hands a link here when the RelayMachine
+says so): this node's snapshot (SendSnapshot), and a subscribed link (Stream): rows out from a
+WalCursor (node/applier/walcursor.py) filtered by the machine's `sub` and `own`, in this node's
+ids, in WAL order, whole transactions, never rows of local spaces; the subscriber's ACKs in,
+stepped into the machine.
 
 Rules kept here:
 - One link per subscriber: the newest is the one it reads (an older one may be a half-open
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from node import limits
 from node.applier.conn import Conn
 from node.applier.walcursor import WalCursor
+from node.core import messages as m
 from node.core.link.filter import rows_batches
 from node.core.link.relay import AckHold, RelayMachine
 from node.errors import PeerRefused, RemoteProtocolError
@@ -27,7 +29,7 @@ from node.errors import PeerRefused, RemoteProtocolError
 if TYPE_CHECKING:
     from node.process.ports import RelayHost
 
-__all__ = ["Relay"]
+__all__ = ["Relay", "send_snapshot"]
 log = logging.getLogger("replog.relay")
 
 
@@ -82,7 +84,7 @@ class Relay:
         mach, retention = self.machine, self.node.retention
         while not sender.done():
             try:
-                msg = await self.conn.recv(timeout=limits.peer_timeout_s)
+                msg = await self.conn.recv(timeout=mach.recv_timeout_s())
             except PeerRefused as e:
                 msg = e
             mach.step(msg, time.monotonic())
@@ -136,3 +138,19 @@ class Relay:
                     timer.cancel()
         finally:
             journal.unlisten(wake)
+
+
+async def send_snapshot(node: "RelayHost", conn: Conn) -> None:
+    """SNAPSHOT {meta}, SNAPSHOT_ROWS per chunk, SNAPSHOT_END: the store read off the loop."""
+    loop = asyncio.get_running_loop()
+    it = node.store.snapshot()
+    kind, meta = await loop.run_in_executor(None, next, it)
+    assert kind == "meta"
+    await conn.send(m.SNAPSHOT, **meta)
+    while True:
+        item = await loop.run_in_executor(None, next, it, None)
+        if item is None:
+            break
+        space, rows = item[1]
+        await conn.send(m.SNAPSHOT_ROWS, space=space, rows=rows)
+    await conn.send(m.SNAPSHOT_END)

@@ -110,6 +110,11 @@ _packer = msgpack.Packer(use_bin_type=True)
 
 
 def encode(mtype: int, **body: Any) -> bytes:
+    return encode_body(mtype, body)
+
+
+def encode_body(mtype: int, body: dict[str, Any]) -> bytes:
+    """encode() of a body already built as a dict (no copy of it as keyword arguments)."""
     assert mtype in SCHEMA, mtype
     return _packer.pack([mtype, body])
 

@@ -75,7 +75,7 @@ class Node:
         self.stopped = asyncio.Event()
         self.started_at = time.time()
         self.appliers: dict = {}     # peer address -> Applier (set_peers)
-        self.followers: dict = {}    # member uuid -> the one applier linked to it (Applier.claim)
+        self.followers: dict = {}    # member uuid -> the one applier linked to it (claims.claim_link)
         self.relays: set = set()     # subscribed relays (node/applier/relay.py)
         self.links: set = set()      # every inbound replication link, from accept (relays: subscribed ones)
         self.link_guard = LinkGuard()    # bounds on links still in their handshake (node/applier/accept.py)

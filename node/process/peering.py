@@ -90,7 +90,7 @@ class Peering:
 
     def set_peers(self, peers: list[str]) -> list[asyncio.Task]:
         """Make the appliers exactly `peers` (one per address; two addresses of one member keep
-        one link: Applier.claim); returns the tasks stopping removed appliers (awaited by
+        one link: claims.claim_link); returns the tasks stopping removed appliers (awaited by
         `PUT /v1/admin/peers` so the answer means the links are down)."""
         node = self.node
         appliers = node.appliers

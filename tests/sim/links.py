@@ -56,7 +56,7 @@ BACKOFF = {"not_ready": 2, "anon": 5, "need_rejoin": shell.REJOIN_RETRY}
 
 
 class RelayHost:
-    """node/core/link/relay.py RelayContext over a simulated node (node/applier/relay.py _Host)."""
+    """node/core/link/relay.py RelayContext over a simulated node (node/applier/hosts.py NodeRelayContext)."""
     __slots__ = ("n",)
 
     def __init__(self, n: "SimNode"):
@@ -83,7 +83,7 @@ class RelayHost:
 
 
 class ApplierHost:
-    """node/core/link/applier.py ApplierContext over a simulated node (node/applier/applier.py)."""
+    """node/core/link/applier.py ApplierContext over a simulated node (node/applier/hosts.py NodeApplierContext)."""
     __slots__ = ("n", "a")
 
     def __init__(self, n: "SimNode", a: "Applier"):
@@ -269,7 +269,7 @@ class Links:
             self._relay_step(c, Registered(True, p.core.table.id_of(s.uuid)))
 
     def _send_snapshot(self, c: "Conn", p: "SimNode") -> None:
-        """node/applier/relay.py send_snapshot: SNAPSHOT {meta}, SNAPSHOT_ROWS*, SNAPSHOT_END."""
+        """node/applier/stream.py send_snapshot: SNAPSHOT {meta}, SNAPSHOT_ROWS*, SNAPSHOT_END."""
         b = p.snapshot()
         self.send(c, CLIENT, m.SNAPSHOT, {"vclock": b.vclock, "cluster": b.table_rows,
                                           "spaces": {n: {"local": d[0], "conflict": d[1]} for n, d in b.spaces.items()}})
@@ -295,9 +295,9 @@ class Links:
         past the cursor, as the production filter cuts them, or a heartbeat when due."""
         for c in [c for c in self.conns.values() if c.streaming]:
             p, mach = self.nodes[c.server], c.relay
-            now = p.wall_us() / 1e6
             # an anonymous subscriber of a wal_mode write node gets only rows on disk
             end = p.durable if mach.anon and p.wal_mode == "write" else p.applied_pos
+            now = p.wall_us() / 1e6
             if c.cursor >= end:
                 if now >= mach.next_heartbeat_at():     # (the driver's timer)
                     mach.tick(now, int(now * 1e6))

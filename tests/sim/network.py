@@ -87,10 +87,10 @@ class Network:
             if hit is None or hit[0] is not body:
                 if len(self._encoded) >= ENCODED_MAX:
                     self._encoded.clear()
-                hit = self._encoded[id(body)] = (body, m.encode(mtype, **body))
+                hit = self._encoded[id(body)] = (body, m.encode_body(mtype, body))
             data = hit[1]
         else:
-            data = m.encode(mtype, **body)
+            data = m.encode_body(mtype, body)
         heapq.heappush(self._heap, (at, self._seq, c.id, to, mtype, data))
 
     def break_conn(self: "Cluster", c: Conn, why: str, backoff: int | None = None) -> None:

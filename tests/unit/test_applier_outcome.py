@@ -1,13 +1,15 @@
-"""What an applier does after its link ends (node/applier/outcome.py): every way a link can end
-has its next step, and the backoff grows, caps, and starts again after a healthy link."""
+"""What a driver does after its link ends (node/applier/outcome.py): every way an applier's link
+can end has its next step, the backoff grows, caps, starts again after a healthy link and is
+jittered; every way a relay's link can end has its log line and its answer."""
 import asyncio
 import logging
+import random
 
 import aiohttp
 import pytest
 
 from node import limits
-from node.applier.outcome import END, FATAL, REJOIN, RETRY, after_link, next_backoff
+from node.applier.outcome import END, FATAL, REJOIN, RETRY, Retry, after_link, next_backoff, relay_end
 from node.core.link.applier import Resubscribe
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
 
@@ -59,3 +61,54 @@ def test_backoff_doubles_caps_and_starts_over_after_a_link_that_lived():
     assert next_backoff(limits.reconnect_backoff_max_s, 10 * limits.reconnect_backoff_max_s + 1) \
         == limits.reconnect_backoff_min_s
     assert next_backoff(1.0, 10 * limits.reconnect_backoff_max_s) == min(2.0, limits.reconnect_backoff_max_s)
+
+
+def test_retry_maps_each_end_with_the_backoff_it_had_then_doubles_it_for_the_next():
+    r = Retry(random.Random(1))
+    r.begin(100.0)
+    first = r.end(ConnectionResetError(), 100.5)
+    assert first.delay == limits.reconnect_backoff_min_s
+    r.begin(101.0)
+    assert r.end(ConnectionResetError(), 101.5).delay == next_backoff(limits.reconnect_backoff_min_s, 0.5)
+
+
+def test_retry_starts_the_backoff_over_after_a_link_that_lived():
+    r = Retry(random.Random(1))
+    r.backoff = limits.reconnect_backoff_max_s
+    r.begin(0.0)
+    r.end(ConnectionResetError(), 10 * limits.reconnect_backoff_max_s + 1)
+    assert r.backoff == limits.reconnect_backoff_min_s
+
+
+def test_retry_jitters_every_wait_between_half_and_one_and_a_half_times_it():
+    r = Retry(random.Random(7))
+    waits = [r.jitter(2.0) for _ in range(500)]
+    assert 1.0 <= min(waits) < 1.1 and 2.9 < max(waits) < 3.0
+    assert r.jitter(0.0) == 0.0, "a resubscribe goes at once"
+
+
+def test_a_relay_answers_a_refusal_with_its_code_and_says_it_as_a_warning():
+    e = PeerRefused("expelled", "gone")
+    end = relay_end(e, "b:1 (0badc0de)")
+    assert (end.level, end.code, end.message, end.bug) == (logging.WARNING, "expelled", "gone", False)
+    assert end.line == f"relay: refused b:1 (0badc0de): {e}"
+
+
+def test_a_relay_answers_a_peers_bad_input_as_a_protocol_error():
+    end = relay_end(RemoteProtocolError("junk"), "b:1")
+    assert (end.level, end.code, end.message, end.bug) == (logging.INFO, "protocol", "junk", False)
+    assert end.line == "relay: link to b:1 dropped: junk"
+
+
+@pytest.mark.parametrize("e", [ConnectionResetError("reset"), asyncio.TimeoutError()])
+def test_a_relay_answers_nobody_when_the_link_is_gone(e):
+    end = relay_end(e, "b:1")
+    assert (end.level, end.code, end.bug) == (logging.INFO, None, False)
+    assert end.line.startswith("relay: link to b:1 lost: ")
+
+
+@pytest.mark.parametrize("e", [KeyError("k"), OSError("not a connection error"), AssertionError("broken")])
+def test_a_relay_reports_its_own_bug_to_the_node_and_answers_internal(e):
+    end = relay_end(e, "b:1")
+    assert (end.code, end.bug, end.line) == ("internal", True, "")
+    assert end.message.startswith(f"{type(e).__name__}: ")

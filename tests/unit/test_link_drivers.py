@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from node.applier.applier import Applier
+from node.applier.hosts import NodeApplierContext
 from node.applier.relay import _take as relay_take
 from node.core import messages as m
 from node.core.link.applier import ApplierMachine, ApplierState
@@ -63,7 +64,7 @@ def applier() -> tuple[Applier, list]:
     node = Node(events)
     a = Applier(node, "2.example:1")
     a.conn = Conn(events)
-    a.machine = ApplierMachine(node.core, a, a.address, UP)
+    a.machine = ApplierMachine(node.core, NodeApplierContext(node, a), a.address, UP)
     return a, events
 
 

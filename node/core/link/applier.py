@@ -163,6 +163,18 @@ class ApplierMachine:
         if self.state is ApplierState.FOLLOW and self._resubscribe_check():
             self._ack(now)
 
+    def recv_timeout_s(self) -> float:
+        """How long the driver waits for the next message: a handshake answer comes at once;
+        a following link hears at least a heartbeat every heartbeat_interval_s."""
+        return limits.peer_timeout_s if self.state is ApplierState.FOLLOW else limits.handshake_timeout_s
+
+    def holds_reading(self, pending_rows: int, no_space: bool) -> bool:
+        """Back-pressure: while following, read no further message while the journal holds more
+        than applier_pending_rows_max rows not durable yet, or the disk has no room (NOSPACE).
+        The link stays: the driver ticks meanwhile, so what becomes durable is acknowledged
+        and the relay does not time the link out."""
+        return self.state is ApplierState.FOLLOW and (pending_rows > limits.applier_pending_rows_max or no_space)
+
     def stop(self) -> None:
         """The driver ends the link (stop(), the connection broke): nothing more is taken."""
         if self.state is not ApplierState.STOPPED:

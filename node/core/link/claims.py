@@ -1,5 +1,5 @@
 """Who a node's links are with: the one-link-per-member rule the hosts of the link machines keep
-(node/applier/applier.py, tests/sim/links.py and network.py), in one place so the simulation
+(node/applier/hosts.py, tests/sim/links.py and network.py), in one place so the simulation
 runs it too. Pure: the hosts own the dict. (What a peer claims to hold of this node's own rows
 is node/core/lifecycle_fence.py's.)
 

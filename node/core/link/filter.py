@@ -48,7 +48,7 @@ def _split(payload) -> list[bytes]:
     size = 0
     for t in txns:
         n = len(_pack(t))
-        if n > limits.relay_frame_alone_bytes_max - 32:
+        if n > limits.txn_bytes_max:
             raise PeerRefused("txn_too_large", f"txn {t[0]}:{t[1]} in this node's WAL encodes to {n} bytes, "
                               f"more than one message carries: written before txn_bytes_max was checked, "
                               "it cannot be replicated")

@@ -199,6 +199,11 @@ class RelayMachine:
         assert self.state is RelayState.STREAMING
         self.last_sent_at = now
 
+    def recv_timeout_s(self) -> float:
+        """How long the driver waits for the subscriber's next message: its request comes at
+        once; a subscribed one ACKs at least every heartbeat_interval_s."""
+        return limits.peer_timeout_s if self.state is RelayState.STREAMING else limits.handshake_timeout_s
+
     def next_heartbeat_at(self) -> float:
         return self.last_sent_at + limits.heartbeat_interval_s
 
