@@ -65,6 +65,7 @@ from node.core.link import claims
 from tests.sim import shell
 from tests.sim.checkers import Checker
 from tests.sim.faults import Faults
+from tests.sim.joins import Joins
 from tests.sim.links import Links
 from tests.sim.network import Conn, Network
 from tests.sim.simnode import TICK_US, Base, SimNode
@@ -82,7 +83,7 @@ class SimFailure(AssertionError):
     """An invariant or liveness check failed; the message names the seed and the repro."""
 
 
-class Cluster(Faults, Network, Links):
+class Cluster(Faults, Network, Links, Joins):
     def __init__(self, seed: int, *, repro: str = "", verbose: bool = False):
         self.seed = seed
         self.repro = repro
