@@ -23,7 +23,8 @@ import logging
 import os
 
 from node import limits
-from node.core.lifecycle_fence import fence_from_meta, lift, loss_at_open, may_lift
+from node.core.lifecycle_fence import lift, loss_at_open, may_lift
+from node.core.lifecycle_join import give_up, take_up_fence
 
 log = logging.getLogger("replog.fence")
 
@@ -77,26 +78,21 @@ class FenceKeeper:
     def restore(self) -> None:
         """The core was just built: take up a fence the store holds, with the members this node
         registered itself (they may hold its rows though the donor never heard of them) and
-        those the operator gave up on."""
+        those the operator gave up on (node.core.lifecycle_join.take_up_fence)."""
         node = self.node
-        if node.core is None or node.core.anon:
+        if node.core is None:
             return
-        fence = fence_from_meta(node.store.get_meta(FENCE_META), registered_members(node.data_dir))
-        if fence is None:
-            return
-        node.core.fence = fence
-        if fence.rebuilt:
+        if take_up_fence(node.core, node.store.get_meta(FENCE_META), registered_members(node.data_dir)):
             node.store.own_history_lsn = limits.lsn_max
 
     def give_up(self, uuid: str) -> None:
         """The operator expels a member while this node is fenced: the fence stops waiting for it
         now, and the expel row (a row under our own id) is written once the fence is lifted."""
-        store, fence = self.node.store, self.node.core.fence
+        store = self.node.store
         meta = dict(store.get_meta(FENCE_META) or {})
-        meta["given_up"] = sorted(set(meta.get("given_up") or ()) | {uuid})
+        meta["given_up"] = give_up(self.node.core.fence, meta.get("given_up"), uuid)
         store.set_meta(**{FENCE_META: meta})
         store.sync()
-        fence.given_up.add(uuid)
         log.warning("fence: the operator expels %s; this node stops waiting for it and writes the expel once its "
                     "fence is lifted", uuid)
 

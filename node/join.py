@@ -2,21 +2,21 @@
 registration after RocketMQ (identity.temp durable before JOIN leaves, the donor applies
 idempotently per uuid + register code) and the Qpid rule for who founds a formation.
 
-The decisions come from node/identity/identity_file.py (register codes) and
-node/identity/signature.py (decide_initialization); the status exchange they read (polled
-greetings, peers seen, this node's proposal) is node/lifecycle.py's. The process calls:
-  start-up task    join_or_bootstrap() (no store) | register_anon() (an anonymous replica
-                   restarted without --anon)
+Whom to ask, whether to found the cluster, when to try again or stop, and how a snapshot is
+installed are the join machine's (node/core/lifecycle_join.py, which the simulation drives
+too); `Join` is its driver, over the network, the identity files (node/identity/
+identity_file.py: register codes) and the store (node/process/opening.py). The status
+exchange the machine reads (polled greetings, peers seen, this node's proposal) is
+node/lifecycle.py's. The process calls:
+  start-up task    join_or_bootstrap() (no store) | fetch_anon() (an anonymous replica with no
+                   store) | register_anon() (an anonymous replica restarted without --anon)
   relay            apply_registration() for JOIN/REGISTER (through Lifecycle)
   rejoin           apply_once() (node/rejoin.py)
 
 Rules kept here:
 - The joiner's identity.temp is durable before JOIN leaves; the donor applies idempotently for
   one uuid + register code (codes kept in the donor's `_meta`); an unknown outcome retries with
-  the same code; only an explicit rejection starts over. A node with an identity or an
-  unfinished registration never bootstraps a new cluster.
-- Among fresh nodes only the lowest uuid bootstraps, and only once `cluster_wait_for` members
-  exchanged status; the others join it.
+  the same code; only an explicit rejection starts over.
 - Registrations on the donor are serialized (one lock): check, grant and submit the `_cluster`
   row for one uuid at a time."""
 from __future__ import annotations
@@ -30,13 +30,16 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 
 from node import limits
-from node.applier.handshake import open_link
-from node.cluster_space.table import ClusterTable, Member
+from node.applier.handshake import PROBE_ERRORS, open_link
 from node.core import messages as m
+from node.core.lifecycle_join import JoinMachine, JoinState
+from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, PENDING, REFUSED, Abort, Activated,
+                                             Ask, AskFailed, BecomeMember, Bootstrap, Bootstrapped, CatchUp, CaughtUp,
+                                             IdGranted, Install, Installed, PollPeers, Polled, SnapshotReceived,
+                                             WipePartial)
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
 from node.fence import remember_registration
 from node.identity import identity_file as idf
-from node.identity.signature import InitialSignature, Outcome
 
 if TYPE_CHECKING:
     from node.process.ports import JoinHost, StatusExchange
@@ -67,119 +70,186 @@ class ApplyResult:
 
 
 class Join:
+    """The driver of the join machine (node.core.lifecycle_join) for the process, and its
+    context: it polls peers, registers, receives and installs snapshots, founds the cluster,
+    and shows the machine's status."""
+
     def __init__(self, node: "JoinHost", life: "StatusExchange"):
         self.node = node
         self.life = life
         self._register_lock = asyncio.Lock()
+        self._asked: Ask | None = None          # the request under way
+        self._conn = None                        # fetch_anon: the link the request goes over
 
     @property
     def cfg(self):
         return self.node.cfg
 
+    # --- what the machine reads (JoinContext) ---------------------------------------------------
+    uuid = property(lambda self: self.node.uuid)
+    wait_for = property(lambda self: self.cfg.cluster_wait_for)
+    proposal = property(lambda self: self.life.proposal)
+    data_dir = property(lambda self: self.node.data_dir)
+
+    def peers(self) -> list[str]:
+        return [a for a in self.node.peers if a != self.cfg.address]
+
+    def member_cluster_uuid(self) -> str | None:
+        return self.life.member_cluster_uuid()
+
+    def went_active(self) -> bool | None:
+        if not self.life.uses_identity_files:
+            return None
+        ident = idf.load_identity(self.node.data_dir)
+        return ident is not None and ident.active
+
+    def decide(self):
+        return self.life.decide()
+
+    def members_seen(self) -> int:
+        return len(self.life.peers_seen) + 1
+
+    def my_status(self):
+        return self.life.my_status()
+
+    def seen(self, uuid: str) -> dict:
+        return self.life.peers_seen[uuid]
+
     # --- no store: join a cluster, or found one ------------------------------------------------------
     async def join_or_bootstrap(self) -> None:
         """Join through a running peer; if every peer is fresh too, the lowest uuid among all
         of us bootstraps (after `cluster_wait_for` members exchanged status) and the others join it."""
-        node, cfg = self.node, self.cfg
-        wait_for = cfg.cluster_wait_for
-        node.status, node.status_reason = "joining", "looking for a booted peer"
-        peers = [a for a in node.peers if a != cfg.address]
-        if not peers and wait_for <= 1:
-            if not self.life.may_bootstrap():
-                raise Aborted(f"this node is a member of cluster {self.life.member_cluster_uuid()} (identity file in "
-                              f"{node.data_dir}) but has an empty store and no peers to rejoin through",
-                              "start it with --peers of its cluster, or remove the identity files to found a new cluster")
-            await node.opening.bootstrap_new_cluster(InitialSignature(self.life.proposal[0], self.life.proposal[1], (node.uuid,)))
-            return
-        delay = limits.reconnect_backoff_min_s
+        mach = JoinMachine(self)
+        mach.start(time.monotonic())
+        await self._drive(mach)
+
+    async def initialize_from_store(self) -> None:
+        """A member with a store (node/lifecycle.py initialize_from_store): the Qpid exchange."""
+        mach = JoinMachine(self)
+        mach.start_with_store(time.monotonic())
+        await self._drive(mach)
+
+    async def fetch_anon(self) -> None:
+        """An anonymous replica without a store: a snapshot from the first running peer."""
+        node = self.node
+        node.status, node.status_reason = "joining", "fetching a snapshot (anonymous)"
+        mach = JoinMachine(self)
         while True:
-            polled = await self.life.poll_peers()
+            for address in node.peers:
+                try:
+                    conn, theirs = await open_link(node, node.http_session, address)
+                except PROBE_ERRORS as e:
+                    log.info("anon: %s not usable yet: %s", address, e)
+                    continue
+                try:
+                    if theirs["cluster_uuid"] and theirs["status"] == "running":
+                        self._conn = conn
+                        mach.ask(address, m.FETCH_SNAPSHOT, theirs)
+                        await self._drive(mach)
+                        if mach.done:
+                            return
+                    else:
+                        await conn.send(m.BYE)
+                finally:
+                    self._conn = None
+                    await conn.close()
+            await asyncio.sleep(limits.join_retry_s)
+
+    async def _drive(self, mach: JoinMachine) -> None:
+        """Act on the machine's Ready until it is done, or idle (a lone request that failed):
+        effects in order, each answer stepped in; between rounds, wait out its backoff."""
+        while True:
+            rd = mach.ready()
+            if rd:
+                for note in rd.apply:
+                    self.node.status_reason = note.reason
+                    if note.status is not None:
+                        self.node.status = note.status
+                for e in rd.effects:
+                    await self._perform(mach, e)
+                mach.advance(rd)
+                continue
+            if mach.done or mach.state is JoinState.IDLE:
+                return
+            assert mach.state is JoinState.WAITING, mach.state
+            await asyncio.sleep(max(0.0, mach.retry_at - time.monotonic()))
+            mach.tick(time.monotonic())
+
+    async def _perform(self, mach: JoinMachine, e) -> None:
+        node, t = self.node, type(e)
+        if t is PollPeers:
+            polled = await self.life.poll_peers(e.timeout_s)
             self.life.check_wrong_store(polled)
             self.life.check_must_match(polled)
-            running = [(a, g) for a, g in polled.items()
-                       if isinstance(g, dict) and g.get("cluster_uuid") and g.get("status") == "running"]
-            failed: list[str] = []
-            for address, theirs in running:
-                try:
-                    await self.join_via(address, theirs)
-                    return
-                except idf.RegistrationPending as e:
-                    log.warning("join via %s: %s", address, e)
-                    failed.append(f"{address}: {e}")
-                except PeerRefused as e:
-                    if e.code == "expelled":
-                        raise Aborted(f"this node ({node.uuid}) was expelled from cluster "
-                                      f"{theirs['cluster_uuid']}: {e.message}") from None
-                    log.warning("join via %s refused: %s", address, e)
-                    failed.append(f"{address} refused: {e}")
-                except (RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError,
-                        aiohttp.ClientError) as e:
-                    log.warning("join via %s failed: %s; retrying", address, e)
-                    failed.append(f"{address}: {e}")
-                    node.opening.wipe_partial_join()
-            if failed:
-                node.status, node.status_reason = "joining", "join failed, retrying: " + "; ".join(failed)
-            notes = self.life.notes(polled)
-            fresh = {a: g["uuid"] for a, g in polled.items() if isinstance(g, dict) and not g.get("cluster_uuid")}
-            all_fresh_lowest = len(fresh) == len(peers) and all(node.uuid < u for u in fresh.values())
-            if not running and not self.life.may_bootstrap():
-                node.status_reason = f"waiting for a running member of cluster {self.life.member_cluster_uuid()}{notes}"
-            elif not running and wait_for >= 1:
-                d = self.life.decide()
-                if d.outcome is Outcome.ABORT and d.code in ("no_clean_store", "different_shutdowns"):
-                    # This store is empty: it can only join. Peers whose stores are dirty may be
-                    # members that founded or joined this very formation a moment ago and are not
-                    # running yet; if they really cannot recover, they abort themselves.
-                    node.status = "waiting"
-                    node.status_reason = f"{d.message} among the peers; waiting for a running member{notes}"
-                elif d.outcome is Outcome.ABORT:
-                    raise Aborted(d.message, d.hint)
-                elif d.outcome is Outcome.WAIT:
-                    node.status = "waiting"
-                    node.status_reason = d.message + notes
-                elif d.outcome is Outcome.ACTIVATE and all_fresh_lowest:
-                    log.info("join: %d initial members exchanged status; this node has the lowest uuid: "
-                             "bootstrapping", len(d.active))
-                    await node.opening.bootstrap_new_cluster(d.initial)
-                    return
-                else:
-                    node.status = "joining"
-                    node.status_reason = (f"{len(d.active) or len(self.life.peers_seen) + 1} initial members exchanged "
-                                          f"status; waiting for a running member to join{notes}")
-            elif not running and all_fresh_lowest:
-                log.info("join: every peer is fresh and this node has the lowest uuid: bootstrapping")
-                founders = tuple(fresh.values()) + (node.uuid,)
-                await node.opening.bootstrap_new_cluster(InitialSignature(self.life.proposal[0], self.life.proposal[1], founders))
-                return
-            elif not running:
-                node.status_reason = f"waiting for a booted peer ({len(fresh)} of {len(peers)} peers fresh){notes}"
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, limits.join_wait_backoff_s_max)
+            mach.step(Polled(polled), time.monotonic())
+        elif t is Ask:
+            self._asked = e
+            mach.step(await self._ask(e), time.monotonic())
+        elif t is WipePartial:
+            node.opening.wipe_partial_join()
+        elif t is Install:
+            await node.opening.install_snapshot(self._asked.theirs, e)
+            mach.step(Installed(e.address), time.monotonic())
+        elif t is Bootstrap:
+            if e.why:
+                log.info("join: %s", e.why)
+            await node.opening.bootstrap_new_cluster(e.initial)
+            mach.step(Bootstrapped(), time.monotonic())
+        elif t is CatchUp:
+            await self.life.catch_up(e.theirs)
+            mach.step(CaughtUp(), time.monotonic())
+        elif t is Activated:
+            log.info("%s", e.why)
+        elif t is BecomeMember:
+            _, txn = node.core.register_member(node.uuid, self.cfg.address, node.wall_us())
+            if txn is not None:
+                await node.journal.submit([txn])
+            node.store.set_meta(anon=False)
+            log.info("node: registered as a member via %s", e.address)
+        else:
+            assert t is Abort, e
+            raise Aborted(e.message, e.hint)
 
-    async def join_via(self, address: str, theirs: dict) -> None:
+    async def _ask(self, e: Ask):
+        """One request; what came of it, as the machine's event. Every failure a donor or the
+        network can cause is an answer; anything else is a bug or a storage error and stops."""
+        address = e.address
+        try:
+            if e.kind == m.JOIN:
+                return await self.join_via(address, e.theirs, e.requested_id)
+            if e.kind == m.FETCH_SNAPSHOT:
+                n = await self.node.opening.receive_snapshot(self._conn, e.theirs, join=False)
+                return SnapshotReceived(address, self.node.store.table.rows(), dict(self.node.store.vclock.items()), n)
+            return await self._register_via(address)
+        except idf.RegistrationPending as x:
+            log.warning("join via %s: %s", address, x)
+            return AskFailed(address, str(x), PENDING)
+        except PeerRefused as x:
+            if x.code != "expelled":
+                log.warning("join via %s refused: %s", address, x)
+            return AskFailed(address, x.message if x.code == "expelled" else str(x),
+                             EXPELLED if x.code == "expelled" else REFUSED)
+        except (RemoteProtocolError, ConnectionError, OSError, asyncio.TimeoutError, aiohttp.ClientError) as x:
+            log.warning("%s via %s failed: %s; retrying", "join" if e.kind == m.JOIN else "snapshot", address, x)
+            return AskFailed(address, str(x), BROKEN)
+
+    async def join_via(self, address: str, theirs: dict, requested: int | None):
         """Register through the donor (identity.temp first, idempotent apply, identity after),
         then take its snapshot over the same link."""
         node = self.node
         cluster_uuid = theirs["cluster_uuid"]
-        mine = self.life.member_cluster_uuid()
-        if mine is not None and mine != cluster_uuid:
-            raise Aborted(f"wrong store: this node's identity belongs to cluster {mine}, {address} to {cluster_uuid}")
         held: dict[str, Any] = {}
-        # A uuid that was a member before may have written rows its peers still hold: fenced.
-        existed = node.uuid in {r[0] for r in theirs.get("cluster") or ()}
         if not self.life.uses_identity_files:
             conn, answer = await self.apply_once(address, m.JOIN, None, None)
             if not isinstance(answer, idf.ApplyOk):
                 raise RemoteProtocolError(f"JOIN via {address}: {answer}")
         else:
             ident = idf.load_identity(node.data_dir)
-            existed = ident is not None and ident.active
             if ident is not None:
                 # a member re-joining with an empty store: its registration is final
                 conn, answer = await self.apply_once(address, m.JOIN, ident.register_code, None)
                 if isinstance(answer, idf.ApplyRejected):
-                    raise Aborted(f"identity: {address} refuses this node's registration: {answer.reason}",
-                                  "another node may be running with a copy of this data dir")
+                    return AskFailed(address, answer.reason, IDENTITY_REJECTED)
                 if not isinstance(answer, idf.ApplyOk):
                     raise RemoteProtocolError(f"JOIN via {address}: {answer.reason}")
                 if answer.replica_id != ident.replica_id:
@@ -193,10 +263,6 @@ class Join:
                     return a
 
                 try:
-                    requested = ClusterTable(Member.from_row(r) for r in theirs["cluster"]).lowest_free_id()
-                except (ValueError, TypeError, IndexError, AssertionError):
-                    requested = None
-                try:
                     ident = await idf.register(node.data_dir, apply, new_uuid=node.uuid, cluster_uuid=cluster_uuid,
                                                requested_id=requested, now_s=time.time())
                 except BaseException:
@@ -206,9 +272,10 @@ class Join:
                 conn = held.pop("conn")
                 log.info("identity: registered as id %d of cluster %s via %s", ident.replica_id, cluster_uuid, address)
         try:
-            await node.opening.install_snapshot(conn, theirs, join=True, existed=existed)
+            n = await node.opening.receive_snapshot(conn, theirs, join=True)
         finally:
             await conn.close()
+        return SnapshotReceived(address, node.store.table.rows(), dict(node.store.vclock.items()), n)
 
     async def apply_once(self, address: str, kind: int, code: str | None,
                          requested_id: int | None):
@@ -241,40 +308,44 @@ class Join:
     async def register_anon(self) -> None:
         """An anonymous replica restarted without --anon becomes a member through the same
         crash-safe exchange (REGISTER carries the code); it keeps its uuid, local id and rows."""
-        node, cfg = self.node, self.cfg
+        node = self.node
         node.status, node.status_reason = "registering", "registering an anonymous replica"
-        cluster_uuid = node.store.get_meta("cluster_uuid")
+        mach = JoinMachine(self)
         while True:
             for address in node.peers:
-                async def apply(p: idf.PendingRegistration, address: str = address) -> idf.ApplyAnswer:
-                    c, a = await self.apply_once(address, m.REGISTER, p.register_code, p.requested_id)
-                    if c is not None:
-                        try:
-                            await c.send(m.BYE)
-                        except (ConnectionError, RuntimeError, aiohttp.ClientError):
-                            pass
-                        await c.close()
-                    return a
-
-                try:
-                    if self.life.uses_identity_files:
-                        await idf.register(node.data_dir, apply, new_uuid=node.uuid, cluster_uuid=cluster_uuid,
-                                           requested_id=None, now_s=time.time())
-                    else:
-                        c, a = await self.apply_once(address, m.REGISTER, None, None)
-                        if c is None:
-                            raise RemoteProtocolError(str(a))
-                        await c.close()
-                except (idf.RegistrationPending, PeerRefused, RemoteProtocolError) as e:
-                    log.warning("register via %s failed: %s", address, e)
-                    continue
-                _, txn = node.core.register_member(node.uuid, cfg.address, node.wall_us())
-                if txn is not None:
-                    await node.journal.submit([txn])
-                node.store.set_meta(anon=False)
-                log.info("node: registered as a member via %s", address)
-                return
+                mach.ask(address, m.REGISTER, {})
+                await self._drive(mach)
+                if mach.done:
+                    return
             await asyncio.sleep(limits.join_retry_s)
+
+    async def _register_via(self, address: str):
+        node = self.node
+        cluster_uuid = node.store.get_meta("cluster_uuid")
+
+        async def apply(p: idf.PendingRegistration) -> idf.ApplyAnswer:
+            c, a = await self.apply_once(address, m.REGISTER, p.register_code, p.requested_id)
+            if c is not None:
+                try:
+                    await c.send(m.BYE)
+                except (ConnectionError, RuntimeError, aiohttp.ClientError):
+                    pass
+                await c.close()
+            return a
+
+        try:
+            if self.life.uses_identity_files:
+                ident = await idf.register(node.data_dir, apply, new_uuid=node.uuid, cluster_uuid=cluster_uuid,
+                                           requested_id=None, now_s=time.time())
+                return IdGranted(address, ident.replica_id)
+            c, a = await self.apply_once(address, m.REGISTER, None, None)
+            if c is None:
+                raise RemoteProtocolError(str(a))
+            await c.close()
+            return IdGranted(address, a.replica_id)
+        except (idf.RegistrationPending, PeerRefused, RemoteProtocolError) as e:
+            log.warning("register via %s failed: %s", address, e)
+            return AskFailed(address, str(e), REFUSED)
 
     # --- donor side of JOIN / REGISTER ---------------------------------------------------------------
     async def apply_registration(self, theirs: dict, body: dict) -> ApplyResult:

@@ -4,9 +4,11 @@ active, and following a member's new address. Joining and the donor's side of JO
 are node/join.py's; an orderly cluster shutdown is node/cluster_shutdown.py's (fault points for
 tests of all this: node/faults.py).
 
-The decisions come from node/identity/signature.py (decide_initialization, decide_join); this
-module gathers their inputs from greetings and the store and performs the effects. The process
-(node/process/node.py) calls it at fixed places:
+The decisions are the join machine's (node/core/lifecycle_join.py: whether to wait, catch up,
+go active or stop, and the wrong-store rule) over node/identity/signature.py's Qpid rules; this
+module gathers their inputs from greetings and the store (the machine's context, through
+node/join.py, which drives it) and performs the effects. The process (node/process/node.py)
+calls it at fixed places:
   start            open_identity() before the store opens, after_open() once it is open
   every handshake  greeting_fields() into our greeting, observe_greeting() on theirs
   start-up task    initialize_from_store() (a store; no store: node/join.py); then go_active()
@@ -34,12 +36,13 @@ from typing import TYPE_CHECKING
 from node import limits
 from node.applier.handshake import PROBE_ERRORS, probe
 from node.cluster_space.table import STATE_MEMBER
+from node.core.lifecycle_join import refusal_notes, wrong_store
 from node.core.membership import greeting_vclock
 from node.errors import ConfigError, PeerRefused, StorageError
 from node.identity import identity_file as idf
 from node.identity.signature import (
-    Decision, MemberStatus, Outcome, StoreStatus, decide_initialization, decide_join, final_to_wire,
-    initial_from_wire, initial_to_wire, member_status_from_greeting, stored_status,
+    Decision, MemberStatus, StoreStatus, decide_initialization, final_to_wire, initial_to_wire,
+    member_status_from_greeting, stored_status,
 )
 from node.join import Aborted, ApplyResult
 
@@ -135,10 +138,6 @@ class Lifecycle:
         found = idf.load_identity(node.data_dir) or idf.load_pending(node.data_dir)
         return found.cluster_uuid if found else None
 
-    def may_bootstrap(self) -> bool:
-        """Only a node that never registered anywhere may found a cluster."""
-        return self.member_cluster_uuid() is None
-
     # --- status exchange -----------------------------------------------------------------------------
     def my_status(self) -> MemberStatus:
         node = self.node
@@ -205,21 +204,15 @@ class Lifecycle:
 
     @staticmethod
     def notes(polled: dict[str, dict | BaseException]) -> str:
-        refused = [f"{a} refused: {e}" for a, e in polled.items() if isinstance(e, PeerRefused)]
-        return ("; " + "; ".join(refused)) if refused else ""
+        return refusal_notes(polled)
 
     def check_wrong_store(self, polled: dict[str, dict | BaseException]) -> None:
-        """Peers that answered all belong to another cluster than ours: abort (Qpid: wrong store)."""
-        mine = self.member_cluster_uuid()
-        if mine is None:
-            return
-        ours = [a for a, g in polled.items() if isinstance(g, dict) and g.get("cluster_uuid") in (mine, None)]
-        other = {a: (g.get("cluster_uuid") if isinstance(g, dict) else str(g)) for a, g in polled.items()
-                 if (isinstance(g, dict) and g.get("cluster_uuid") not in (mine, None))
-                 or (isinstance(g, PeerRefused) and g.code == "wrong_cluster")}
-        if other and not ours:
-            what = "; ".join(f"{a}: {c}" for a, c in sorted(other.items()))
-            raise Aborted(f"wrong store: this node belongs to cluster {mine}, the peers it found do not ({what})",
+        """Peers that answered all belong to another cluster than ours: abort (Qpid: wrong store;
+        the rule: node.core.lifecycle_join.wrong_store)."""
+        what = wrong_store(self.member_cluster_uuid(), polled)
+        if what is not None:
+            raise Aborted(f"wrong store: this node belongs to cluster {self.member_cluster_uuid()}, the peers it "
+                          f"found do not ({what})",
                           "start it with an empty data dir to join them, or point --peers at its own cluster")
 
     def check_must_match(self, polled: dict[str, dict | BaseException]) -> None:
@@ -262,47 +255,13 @@ class Lifecycle:
 
     # --- a store: initialization (Qpid) or joining an active cluster ---------------------------------
     async def initialize_from_store(self) -> None:
+        """A member's store: the Qpid exchange before going active, as the join machine decides
+        it (node.core.lifecycle_join start_with_store, driven by node/join.py). An anonymous
+        replica and a lease slot take no part in it."""
         node, cfg = self.node, self.cfg
         if cfg.anon or node.core.anon or node.lease is not None:
             return
-        wait_for = cfg.cluster_wait_for
-        if not [a for a in node.peers if a != cfg.address] and wait_for == 0:
-            return
-        node.status, node.status_reason = "waiting", "exchanging status with the peers"
-        delay = limits.reconnect_backoff_min_s
-        while True:
-            polled = await self.poll_peers(limits.peer_poll_timeout_s if wait_for else limits.peer_poll_quick_timeout_s)
-            self.check_wrong_store(polled)
-            self.check_must_match(polled)
-            mine = self.my_status()
-            active = [g for g in polled.values()
-                      if isinstance(g, dict) and g.get("cluster_uuid") and g.get("status") == "running"]
-            if active:
-                theirs = active[0]
-                their_initial = initial_from_wire((theirs.get("store") or {}).get("initial"))
-                if their_initial is not None and mine.initial is not None:
-                    jd = decide_join(their_initial, mine.status, mine.initial)
-                    if not jd.update:
-                        raise Aborted(jd.message)
-                if wait_for:
-                    await self.catch_up(theirs)
-                return
-            if not wait_for:
-                return
-            d = self.decide()
-            if d.outcome is Outcome.WAIT:
-                node.status, node.status_reason = "waiting", d.message + self.notes(polled)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, limits.join_wait_backoff_s_max)
-                continue
-            if d.outcome is Outcome.ABORT:
-                raise Aborted(d.message, d.hint)
-            if d.outcome is Outcome.CATCH_UP and node.uuid not in d.active:
-                source = d.source_for(node.uuid)
-                await self.catch_up(self.peers_seen[source])
-            log.info("initialization: %s; %d initial members; this node goes active", d.outcome.value,
-                     len(d.active) + len(d.catch_up))
-            return
+        await node.join.initialize_from_store()
 
     async def catch_up(self, theirs: dict) -> None:
         """Take the updates a member with a clean store (or an active one) has, then go active."""

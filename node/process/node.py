@@ -214,7 +214,7 @@ class Node:
         try:
             if self.core is None:
                 if cfg.anon:
-                    await self.opening.bootstrap_anon()
+                    await self.join.fetch_anon()
                 else:
                     await self.join.join_or_bootstrap()
             else:

@@ -14,7 +14,6 @@ Rules kept here:
   subscriber behind it is told to rejoin, never given a gap."""
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import shutil
@@ -22,15 +21,12 @@ import time
 import uuid as uuidlib
 from typing import TYPE_CHECKING
 
-import aiohttp
-
-from node import limits
-from node.applier.handshake import PROBE_ERRORS, open_link
 from node.cluster_space.table import STATE_ANON, STATE_MEMBER, Member
 from node.core import messages as m
+from node.core.lifecycle_join_events import Install
 from node.core.replicaset import NodeCore, cluster_op
 from node.core.rows import GROUP_CLUSTER
-from node.errors import ConfigError, RemoteProtocolError, StorageError
+from node.errors import ConfigError, StorageError
 from node.fence import wal_present
 from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
 from node.journal import Journal
@@ -139,62 +135,37 @@ class Opening:
         await node.journal.submit([txn])
         log.info("node: bootstrapped cluster %s as id 1", cluster_uuid)
 
-    async def bootstrap_anon(self) -> None:
-        """An anonymous replica without a store: a snapshot from the first running peer."""
-        node = self.node
-        node.status, node.status_reason = "joining", "fetching a snapshot (anonymous)"
-        while True:
-            for address in node.peers:
-                try:
-                    conn, theirs = await open_link(node, node.http_session, address)
-                except PROBE_ERRORS as e:
-                    log.info("anon: %s not usable yet: %s", address, e)
-                    continue
-                try:
-                    if theirs["cluster_uuid"] and theirs["status"] == "running":
-                        await self.install_snapshot(conn, theirs, join=False)
-                        return
-                    await conn.send(m.BYE)
-                except (RemoteProtocolError, ConnectionError, asyncio.TimeoutError, aiohttp.ClientError) as e:
-                    log.warning("anon: fetching a snapshot from %s failed: %s", address, e)
-                    self.wipe_partial_join()
-                finally:
-                    await conn.close()
-            await asyncio.sleep(limits.join_retry_s)
-
-    async def install_snapshot(self, conn, theirs: dict, *, join: bool, existed: bool = False) -> None:
-        """Install the donor's snapshot. join=True: JOIN was sent and REGISTERED received
-        already (node/join.py join_via); otherwise FETCH_SNAPSHOT is sent here. `existed`: this
-        uuid was a member before (identity kept, store lost): the store is fenced (node/fence.py)."""
-        node = self.node
-        store = node.store
+    async def receive_snapshot(self, conn, theirs: dict, *, join: bool) -> int:
+        """The donor's snapshot into the empty store (not complete yet); how many records came.
+        join=True: JOIN was sent and REGISTERED received already (node/join.py join_via);
+        otherwise FETCH_SNAPSHOT is sent here."""
         if not join:
             await conn.send(m.FETCH_SNAPSHOT)
-        vclock, n = await receive_snapshot(conn, theirs, store, node.wall_us)
-        if join:
-            me = store.table.get(node.uuid)
-            if me is None:
-                raise RemoteProtocolError("the donor's snapshot does not register this node")
-            if store.vclock.get(me.id):
-                existed = True       # the snapshot already holds rows of this node's own origin
-        else:
-            store.put_cluster_member(Member(node.uuid, store.table.lowest_free_id(), node.cfg.address, STATE_ANON))
+        _, n = await receive_snapshot(conn, theirs, self.node.store, self.node.wall_us)
+        return n
+
+    async def install_snapshot(self, theirs: dict, inst: Install) -> None:
+        """Complete the received snapshot as the join machine said (node/core/lifecycle_join.py
+        Install): an anonymous replica's id, the fence, where the WAL starts; then open it."""
+        node = self.node
+        store = node.store
+        join = inst.anon_id is None
+        if not join:
+            store.put_cluster_member(Member(node.uuid, inst.anon_id, node.cfg.address, STATE_ANON))
         initial = initial_from_wire((theirs.get("store") or {}).get("initial"))
         if initial is not None:   # the cluster's initial signature, set once at its creation
             store.set_meta(created_s=initial.created_s, founders=list(initial.founders),
                            initial_signature=initial_to_wire(initial))
-        # A subscriber behind the snapshot is told to rejoin here, never given a gap (this WAL
-        # starts at the snapshot).
-        store.set_meta(anon=not join, store_status="dirty", gc_vclock={k: v for k, v in store.vclock.items() if k})
-        if join and existed:
-            node.fence.set(f"this node ({node.uuid}) rejoined with an empty store: its peers may hold rows it wrote "
-                           "before", rebuilt=True)
+        store.set_meta(anon=not join, store_status="dirty", gc_vclock=inst.gc_vclock)
+        if inst.fence is not None:
+            node.fence.set(inst.fence, rebuilt=True)
         store.set_meta(cluster_uuid=theirs["cluster_uuid"])   # last: a store is non-empty from here on
         self.open_bootstrapped()
         node.life.after_open()
         node.journal.wal and node.journal.wal.rotate(store.vclock.to_dict(), store.table.rows())
         log.info("node: %s via %s: %d rows at vclock %s; this node is id %d",
-                 "joined" if join else "fetched a snapshot", theirs["address"], n, vclock, node.core.self_id)
+                 "joined" if join else "fetched a snapshot", theirs["address"], inst.rows, store.vclock,
+                 node.core.self_id)
 
     async def reopen_after_rejoin(self, swap) -> None:
         """The rejoin's new store is complete: close everything that reads the old one, swap it

@@ -11,9 +11,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from node import limits
 from node.applier.applier import Applier
 from node.core.lifecycle_fence import disprove_claim, hear_greeting, own_rows_awaited
+from node.core.lifecycle_join import own_history_lsn
 
 if TYPE_CHECKING:
     from node.process.ports import PeeringHost
@@ -55,10 +55,7 @@ class Peering:
         }
 
     def own_history_lsn(self) -> int:
-        core = self.node.core
-        if core is None:
-            return 0
-        return limits.lsn_max if core.fence is not None and core.fence.rebuilt else core.own_history_lsn
+        return own_history_lsn(self.node.core)
 
     def check_peer_greeting(self, theirs: dict) -> None:
         """Checks beyond check_greeting: lease fencing (raises PeerRefused); then what the

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from node.cluster_space.table import STATE_EXPELLED
+from node.core.lifecycle_join import give_up
 from tests.sim import shell
 
 if TYPE_CHECKING:
@@ -120,8 +121,7 @@ class Faults:
         if core.table.get(x.uuid) is None and (core.fence is None or x.uuid not in core.fence.waiting_for(core.table, m.uuid)):
             return False                       # 404 no_such_member
         if core.fence is not None and not shell.try_lift(self, m):
-            m.meta["given_up"] = sorted(set(m.meta.get("given_up") or ()) | {x.uuid})
-            core.fence.given_up.add(x.uuid)
+            m.meta["given_up"] = give_up(core.fence, m.meta.get("given_up"), x.uuid)
             self.stats["expels_pending_fence"] += 1
             self.log(f"{m} is fenced: it gives up waiting for {x}, its expel is written once the fence lifts")
         else:

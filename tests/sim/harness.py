@@ -20,14 +20,15 @@ Rules the harness keeps, each the same as the shell it stands in for:
 - restart (server._open_bootstrapped + wal.recovery): state from the base plus the WAL on
   disk; a power loss in wal_mode write fences the node (FenceKeeper.loss_at_open); a node
   whose store was lost but whose identity file says it went active joins again with its
-  uuid and is fenced (Node._fetch_snapshot, `existed`);
+  uuid and is fenced (the join machine's fenced-join rule, node.core.lifecycle_join);
 - applier and relay: the machines decide (tests/sim/links.py says what its drivers do around
   them: the journal, the WAL holds, the registration, reading the WAL); every broken link
   `drop_peer`s the map its greeting built and reconnects after a backoff with a fresh
   greeting; `need_rejoin` goes to the node's Rejoiner (shell.py);
-- JOIN (store.install_snapshot): the joiner's WAL starts empty, its `gc_vclock` at the
-  snapshot's vclock; after FETCH_SNAPSHOT the anonymous node adds itself as STATE_ANON with the
-  lowest free id; after REGISTER it re-states itself;
+- JOIN, FETCH_SNAPSHOT, REGISTER: the production join machine (node.core.lifecycle_join)
+  decides what a snapshot installs (tests/sim/links.py drives it): the joiner's WAL starts
+  empty, its `gc_vclock` at the snapshot's vclock; after FETCH_SNAPSHOT the anonymous node adds
+  itself as STATE_ANON with the lowest free id; after REGISTER it re-states itself;
 - peers (Node.configure_peers / set_peers): a node's configured peers are addresses ("B", or
   "B'", another spelling of B, or the node itself); duplicates collapse; the appliers in
   effect are exactly the configured ones (none during a rebuild);
@@ -64,6 +65,7 @@ from node.core.link import claims
 from tests.sim import shell
 from tests.sim.checkers import Checker
 from tests.sim.faults import Faults
+from tests.sim.joins import Joins
 from tests.sim.links import Links
 from tests.sim.network import Conn, Network
 from tests.sim.simnode import TICK_US, Base, SimNode
@@ -81,7 +83,7 @@ class SimFailure(AssertionError):
     """An invariant or liveness check failed; the message names the seed and the repro."""
 
 
-class Cluster(Faults, Network, Links):
+class Cluster(Faults, Network, Links, Joins):
     def __init__(self, seed: int, *, repro: str = "", verbose: bool = False):
         self.seed = seed
         self.repro = repro

@@ -14,8 +14,7 @@ What stays here is what the drivers do with IO, over the simulation's fakes:
 - the relay's WAL reading: entries from the simulated WAL, each filtered by the production
   filter (node.core.entry txns_relay_frame, relay_wants) with the machine's `sub` and `own`,
   batched by node.core.link.filter rows_batches;
-- the client side of JOIN, FETCH_SNAPSHOT and REGISTER (node/join.py's requests): greet, ask,
-  take REGISTERED / the snapshot.
+- the client side of JOIN, FETCH_SNAPSHOT and REGISTER is tests/sim/joins.py's.
 Time: a machine's `now` is its node's wall clock in seconds (SimNode.wall_us; a tick is TICK_US).
 """
 from __future__ import annotations
@@ -23,7 +22,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from node import limits
-from node.cluster_space.table import STATE_ANON, ClusterTable, Member
 from node.applier.outcome import END, REJOIN, after_link
 from node.core import codec, rowscan
 from node.core import messages as m
@@ -38,14 +36,12 @@ from node.core.link.relay import (AckHold, Register, Registered, RelayMachine, R
 from node.errors import PeerRefused, RemoteProtocolError
 from tests.sim import shell
 from tests.sim.wire import decode
-from tests.sim.simnode import Base
 
 if TYPE_CHECKING:
     from tests.sim.network import Conn
     from tests.sim.simnode import Applier, SimNode
 
 CLIENT, SERVER = "client", "server"
-REQUESTS = {"join": m.JOIN, "rejoin": m.JOIN, "fetch": m.FETCH_SNAPSHOT, "register": m.REGISTER}
 # ticks before a refused link is tried again, by the refusal's code (limits.refused_backoff_s,
 # rejoin_retry_s, ... scaled down); a code not here: 20
 BACKOFF = {"not_ready": 2, "anon": 5, "need_rejoin": shell.REJOIN_RETRY}
@@ -367,77 +363,3 @@ class Links:
                 c.tick_key = key
                 mach.tick(self.nodes[c.client].wall_us() / 1e6)
                 self._applier_act(c, mach.ready())
-
-    # --- the client side of JOIN, FETCH_SNAPSHOT, REGISTER -----------------------------------
-    def _request_step(self, c: "Conn", msg: Any) -> None:
-        s, p = self.nodes[c.client], self.nodes[c.server]
-        if isinstance(msg, PeerRefused):
-            self.stats[f"refused_{msg.code}"] += 1
-            return self.break_conn(c, f"refused: {msg.code}", BACKOFF.get(msg.code, 20))
-        if msg.type == m.GREETING:
-            self.send(c, SERVER, REQUESTS[c.kind], {})
-        elif msg.type == m.REGISTERED:
-            if c.kind == "register":
-                self._registered(c, s, p)
-        elif msg.type == m.SNAPSHOT:
-            c.snapshot = Base([list(r) for r in msg["cluster"]], dict(msg["vclock"]),
-                              {n: (d.get("local", False), d.get("conflict", "lww")) for n, d in msg["spaces"].items()}, {})
-        elif msg.type == m.SNAPSHOT_ROWS:
-            c.snapshot.data.setdefault(msg["space"], {}).update((k, r) for k, r in msg["rows"])
-        elif msg.type == m.SNAPSHOT_END:
-            base, c.snapshot = c.snapshot, None
-            for name in base.spaces:
-                base.data.setdefault(name, {})
-            self._snapshot_received(c, s, p, base)
-        else:
-            self.break_conn(c, f"unexpected {msg.name}")
-
-    def _registered(self, c: "Conn", s: "SimNode", p: "SimNode") -> None:
-        self.break_conn(c, "registered (BYE)", 0)
-        _, txn = s.core.register_member(s.uuid, s.addr, s.wall_us())
-        if txn is not None:
-            s.submit([txn])
-        s.anon, s.proc = False, ""
-        s.identity_active = True
-        self.stats["anon_registrations"] += 1
-        self.log(f"{s} registered via {p}; its own id stays {s.core.self_id}")
-        self._on_member(s)
-
-    def _snapshot_received(self, c: "Conn", s: "SimNode", p: "SimNode", base: Base) -> None:
-        self.break_conn(c, "snapshot received (BYE)", 0)
-        if c.kind == "rejoin" or (s.rejoiner is not None and s.rejoiner.conn is c):
-            s.rejoiner.snapshot = base       # node/rejoin.py receive_snapshot
-            return
-        self._install_snapshot(c, s, p, base)
-
-    def _install_snapshot(self, c: "Conn", s: "SimNode", p: "SimNode", base: Base) -> None:
-        """Node._fetch_snapshot: JOIN (a member; fenced if its uuid wrote before) or FETCH."""
-        if c.kind == "join":
-            me = next((r for r in base.table_rows if r[0] == s.uuid), None)
-            if me is None:
-                self.stats["join_unregistered_snapshot"] += 1
-                self.log(f"{s}: {p}'s snapshot does not register it; retrying")
-                return
-            existed = s.identity_active or bool(base.vclock.get(me[1]))
-            s.meta = {"running": True}
-            if existed and self.rules["fence"]:
-                shell.set_fence(s, f"{s.uuid} rejoined with an empty store", kind="rejoin")
-                self.stats["fenced_joins"] += 1
-            s.install(base)
-            s.gc_vclock = {k: v for k, v in base.vclock.items() if k}   # a subscriber behind it rejoins
-            s.identity_active = True            # Lifecycle.go_active -> mark_active
-            self.checker.on_held(p, s)          # joined through p (a rebuild's once swapped in)
-        else:
-            tbl = ClusterTable(Member.from_row(r) for r in base.table_rows)
-            base.table_rows.append([s.uuid, tbl.lowest_free_id(), s.addr, STATE_ANON, 0])
-            s.meta = {"running": True}
-            s.install(base)
-            s.gc_vclock = {k: v for k, v in base.vclock.items() if k}
-        s.rejoiner = shell.Rejoiner(self, s)
-        s.proc = ""
-        s.donor_uuid, s.installed_at = p.uuid, self.now
-        self.stats["joins" if c.kind == "join" else "anon_fetches"] += 1
-        self.log(f"{s} {'joined' if c.kind == 'join' else 'fetched a snapshot'} via {p}: "
-                 f"id {s.core.self_id}, vclock {s.core.vclock}" + (" (fenced)" if s.core.fence else ""))
-        self.checker.on_install(s)
-        self._on_member(s)

@@ -76,9 +76,13 @@ class Network:
         if self.slow:
             at += self.slow.get((c.client, c.server), 0)
         if to == SERVER:                     # messages on one direction of a link keep their order
-            at = c.last_at_server = max(at, c.last_at_server)
+            if at < c.last_at_server:
+                at = c.last_at_server
+            c.last_at_server = at
         else:
-            at = c.last_at_client = max(at, c.last_at_client)
+            if at < c.last_at_client:
+                at = c.last_at_client
+            c.last_at_client = at
         self._seq += 1
         if mtype is None or mtype == m.ROWS:
             data = body

@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, ClusterTable, Member
-from node import limits
 from node.core import lifecycle_fence as fence_rules
 from node.core.lifecycle_fence import hear_greeting
+from node.core.lifecycle_join import own_history_lsn
 from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
                                         Status, anon_rejoin_id)
 
@@ -72,7 +72,7 @@ def _greeting(n: "SimNode") -> dict:
     if core is not None:
         g.update(cluster_uuid=n.cluster.cluster_uuid, status=n.status, vclock_uuid=core.vclock_by_uuid(),
                  cluster=core.table.rows(),
-                 own_history_lsn=limits.lsn_max if core.fence is not None and core.fence.rebuilt else core.own_history_lsn)
+                 own_history_lsn=own_history_lsn(core))
     return g
 
 

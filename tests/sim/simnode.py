@@ -40,7 +40,7 @@ from node import limits
 from node.cluster_space.table import ClusterTable, Member
 from node.core.apply import apply_txn
 from node.core.holds import Hold, Holds, collectable_before, keep_vclock
-from node.core.membership import OwnRowsFence
+from node.core.lifecycle_join import take_up_fence
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_LOCAL, Txn
 from node.core.vclock import VClock
@@ -170,6 +170,7 @@ class SimNode:
         self.proc_conn: Conn | None = None
         self.proc_retry_at = 0
         self.rejoiner = None                  # tests.sim.shell.Rejoiner, once bootstrapped
+        self.joiner = None                    # node.core.lifecycle_join.JoinMachine of its requests (links.py)
         self.power_lost = False               # the next start sees a new boot id (node/fence.py)
         self.greetings = 0                    # greetings taken by the core (the checker's cue)
         # node/fence.py registered_members: members this node registered, beside its identity
@@ -258,12 +259,9 @@ class SimNode:
         self.core = NodeCore(self.uuid, self.state.table.copy(), self.state.vclock, hlc_last=hlc,
                              spaces={n: d[0] for n, d in self.state.spaces.items()}, own_history_lsn=history)
         self.core.knowledge = dict(self.state.knowledge)
-        if fence and not self.core.anon:           # FenceKeeper.restore
-            f = OwnRowsFence(str(fence), rebuilt=rebuilt)
-            f.known |= self.registered
-            f.given_up |= set(self.meta.get("given_up") or ())
-            self.core.fence = f
-            if rebuilt:
+        if fence:                                   # FenceKeeper.restore
+            meta = {"reason": fence, "rebuilt": rebuilt, "given_up": self.meta.get("given_up")}
+            if take_up_fence(self.core, meta, self.registered):
                 self.state.own_history_lsn = limits.lsn_max
         self.holds = dict(self.holds_disk)         # Retention.load
         self.status = "running"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sim.harness import Cluster
+from tests.sim.harness import Cluster, SimFailure
 from tests.sim.liveness import check_acknowledged, check_converged
 from tests.sim.steps import flushed, form, own_lsn, ready
 from tests.sim.workload import run_seed
@@ -107,14 +107,12 @@ def test_a_rebuilt_fenced_node_keeps_its_fence_and_gets_its_own_rows_back_from_i
     assert own_lsn(c, "D", "D") == own_lsn(c, "C", "D")
 
 
-def test_a_lost_store_still_waits_for_a_member_only_it_had_registered():
+def lost_store_joins_again(c: Cluster) -> int:
     """X joins through D while D is cut off from A, B, C: only D's store knows X, and X's
     snapshot holds D's rows. D writes two more rows (X takes them), then loses its store, and X
-    is cut off from everyone. D joins again through A: its table (A's) has no X, yet D noted
-    beside its identity that it registered X (node/fence.py registered_members): the fence
-    waits for X, D refuses writes meanwhile, and once X is heard D's rows come back and D
-    writes past them."""
-    form(c := Cluster(42), "A", "B", "C", "D")
+    is cut off from everyone. D joins again through A, whose snapshot has neither X nor those
+    rows. Returns the last lsn of D's that X holds."""
+    form(c, "A", "B", "C", "D")
     c.add_node("X")
     c.partition(["A", "B", "C"], ["D", "X"])
     c.join("X", via="D")
@@ -129,6 +127,15 @@ def test_a_lost_store_still_waits_for_a_member_only_it_had_registered():
     c.partition(["X"], ["A", "B", "C", "D"])
     c.restart("D")
     c.run_until(lambda: c.nodes["D"].ready and not c.nodes["D"].proc, what="D joined again")
+    return top
+
+
+def test_a_lost_store_still_waits_for_a_member_only_it_had_registered():
+    """D joins again (lost_store_joins_again): its table (A's) has no X, yet D noted beside its
+    identity that it registered X (node/fence.py registered_members): the fence waits for X, D
+    refuses writes meanwhile, and once X is heard D's rows come back and D writes past them."""
+    c = Cluster(42)
+    top = lost_store_joins_again(c)
     c.run(100)
     d = c.nodes["D"]
     assert d.core.fence is not None and c.nodes["X"].uuid in d.core.fence.waiting_for(d.core.table, d.uuid)
@@ -138,6 +145,24 @@ def test_a_lost_store_still_waits_for_a_member_only_it_had_registered():
     assert own_lsn(c, "D", "D") >= top
     assert c.put("D", "past-the-lost-rows")
     finish(c)
+
+
+def test_the_simulation_catches_a_join_that_does_not_fence_a_member_that_wrote_before(monkeypatch):
+    """The fenced-join rule lives in the production join machine (node.core.lifecycle_join
+    join_fence, which node/join.py and the simulation both step): turned back there (a store
+    joined under an identity that went active is never fenced), D writes at once under lsns
+    whose rows X holds, and the run says so when X's rows meet D's."""
+    from node.core import lifecycle_join
+    monkeypatch.setattr(lifecycle_join, "join_fence", lambda *args: None)
+    c = Cluster(42)
+    lost_store_joins_again(c)
+    assert c.nodes["D"].core.fence is None
+    with pytest.raises(SimFailure, match=r"invariant 1 broken .*differs"):
+        for i in range(3):
+            assert c.put("D", f"second-d{i}")
+            c.run(1)
+        c.heal()
+        c.settle()
 
 
 def test_an_anonymous_replica_of_a_wal_mode_write_node_gets_only_rows_on_disk():
