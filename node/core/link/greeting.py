@@ -27,10 +27,11 @@ def check_greeting(mine: dict, theirs: dict, peer: str, authenticated: str | Non
         raise _must_match("cluster_name", mine["cluster_name"], f"{peer} has cluster_name {theirs['cluster_name']!r}, "
                           f"this node {mine['cluster_name']!r}")
     if mine["options_digest"] != theirs["options_digest"]:
-        ours, others = mine.get("options") or {}, theirs.get("options") or {}
-        if not isinstance(others, dict):
-            others = {}
-        name = first_mismatch(ours, others)
+        ours, others = mine.get("options"), theirs.get("options")
+        # an option is named only when both sides sent their options: read against an absent
+        # map, every option would seem to differ and the first named (cluster_name) be blamed
+        both = isinstance(ours, dict) and isinstance(others, dict) and bool(ours) and bool(others)
+        name = first_mismatch(ours, others) if both else None
         if name is None:
             raise PeerRefused("options", f"{peer} has different must-match options (digest "
                               f"{theirs['options_digest']}, this node {mine['options_digest']})")
