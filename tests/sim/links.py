@@ -35,7 +35,7 @@ from node.core.link.relay import (AckHold, Register, Registered, RelayMachine, R
                                   SnapshotSent, Stream, behind)
 from node.errors import PeerRefused, RemoteProtocolError
 from tests.sim import shell
-from tests.sim.wire import decode
+from tests.sim.wire import decode, encoded_once
 
 if TYPE_CHECKING:
     from tests.sim.network import Conn
@@ -103,12 +103,11 @@ PAYLOADS_MAX = 8192     # WAL entries whose frame payload is kept (emptied when 
 def _payload(entry: list) -> bytes:
     """A WAL entry's frame payload, as the journal wrote it (node.wal.format): packed once per
     entry, not once per relay that reads it (an entry is never changed once in a WAL)."""
-    hit = _PAYLOADS.get(id(entry))
-    if hit is None or hit[0] is not entry:
-        if len(_PAYLOADS) >= PAYLOADS_MAX:
-            _PAYLOADS.clear()
-        hit = _PAYLOADS[id(entry)] = (entry, codec.pack([0, entry]))
-    return hit[1]
+    return encoded_once(_PAYLOADS, entry, _pack_entry, PAYLOADS_MAX)
+
+
+def _pack_entry(entry: list) -> bytes:
+    return codec.pack([0, entry])
 
 
 def _refusal(msg: m.Message) -> PeerRefused:

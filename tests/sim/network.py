@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from node.core import messages as m
@@ -21,10 +22,12 @@ from node.core.link import claims
 from tests.sim import shell
 from tests.sim.links import SERVER
 from tests.sim.simnode import Applier, SimNode
+from tests.sim.wire import encoded_once
 
 if TYPE_CHECKING:
     from tests.sim.harness import Cluster
 
+_encode_greeting = partial(m.encode_body, m.GREETING)
 ENCODED_MAX = 256      # greetings whose encoding is kept (the cache is emptied when full)
 
 
@@ -87,12 +90,7 @@ class Network:
         if mtype is None or mtype == m.ROWS:
             data = body
         elif mtype == m.GREETING:            # a node's greeting is one object while it holds (shell.greeting)
-            hit = self._encoded.get(id(body))
-            if hit is None or hit[0] is not body:
-                if len(self._encoded) >= ENCODED_MAX:
-                    self._encoded.clear()
-                hit = self._encoded[id(body)] = (body, m.encode_body(mtype, body))
-            data = hit[1]
+            data = encoded_once(self._encoded, body, _encode_greeting, ENCODED_MAX)
         else:
             data = m.encode_body(mtype, body)
         heapq.heappush(self._heap, (at, self._seq, c.id, to, mtype, data))

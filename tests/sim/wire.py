@@ -10,7 +10,7 @@ Rules kept here:
   of what decoding the same bytes again would give."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from node.core import messages as m
 
@@ -40,6 +40,17 @@ def decode(mtype: int, data: bytes, scan: Any) -> m.Message:
             _DECODED.clear()
         _DECODED[data] = msg
     return msg
+
+
+def encoded_once(cache: dict[int, tuple[Any, bytes]], obj: Any, encode: Callable[[Any], bytes], most: int) -> bytes:
+    """`encode(obj)` for an object never changed once built (a greeting while it holds, a WAL
+    entry), kept by the object's identity: `cache` holds at most `most`, emptied when full."""
+    hit = cache.get(id(obj))
+    if hit is None or hit[0] is not obj:
+        if len(cache) >= most:
+            cache.clear()
+        hit = cache[id(obj)] = (obj, encode(obj))
+    return hit[1]
 
 
 def _keep(seen: set[bytes], data: bytes) -> None:
