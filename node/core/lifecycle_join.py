@@ -195,8 +195,6 @@ class JoinMachine:
         self._why = ""                       # the Activated note a catch-up ends with
         self.delay = backoff_min_s
         self.retry_at = 0.0
-        self.joined_via = ""
-        self.replica_id = 0
         self._polled: dict = {}
         self._running: list[tuple[str, dict]] = []   # this round's running peers, the one asked first
         self._failed: list[str] = []
@@ -250,7 +248,6 @@ class JoinMachine:
         """One request to one donor whose greeting is `theirs`; it ends in DONE or back in IDLE."""
         assert self.state is JoinState.IDLE, f"ask in state {self.state.name}"
         assert kind in (m.JOIN, m.FETCH_SNAPSHOT, m.REGISTER), kind
-        self.rounds = False
         self._kind = kind
         self._ask([(address, theirs)])
 
@@ -277,9 +274,7 @@ class JoinMachine:
         assert event.address == self._running[0][0], f"{t.__name__} from {event.address}, asked {self._running[0][0]}"
         if t is IdGranted:
             assert self._kind != m.FETCH_SNAPSHOT, "REGISTERED for FETCH_SNAPSHOT"
-            self.replica_id = event.replica_id
             if self._kind == m.REGISTER:
-                self.joined_via = event.address
                 self._to(JoinState.DONE)
                 self._out.effects.append(BecomeMember(event.address))
             return None
@@ -350,7 +345,6 @@ class JoinMachine:
                                     ev.vclock), None
         else:
             fence, aid = None, anon_id(table)
-        self.joined_via = ev.address
         self._to(JoinState.INSTALLING)
         self._out.effects.append(Install(ev.address, fence, aid, {k: v for k, v in ev.vclock.items() if k}, ev.rows))
 
@@ -429,7 +423,6 @@ class JoinMachine:
                     return self._abort(jd.message)
             if host.wait_for:
                 return self._catch_up(theirs, "")
-            return self._to(JoinState.DONE)
         if not host.wait_for:
             return self._to(JoinState.DONE)
         d = host.decide()
