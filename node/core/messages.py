@@ -91,7 +91,7 @@ SCHEMA: dict[int, dict[str, tuple]] = {
 }
 
 
-class Message(msgspec.Struct, frozen=True):
+class Message(msgspec.Struct, frozen=True, gc=False):
     type: int
     body: dict[str, Any]
 
