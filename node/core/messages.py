@@ -91,7 +91,7 @@ SCHEMA: dict[int, dict[str, tuple]] = {
 }
 
 
-class Message(msgspec.Struct, frozen=True, gc=False):
+class Message(msgspec.Struct, frozen=True):
     type: int
     body: dict[str, Any]
 
