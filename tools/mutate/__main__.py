@@ -373,6 +373,14 @@ def _earlier_kills(path: Path) -> dict[tuple, str]:
     return out
 
 
+def _lines(text: str) -> list[int]:
+    """--line's value: one line number, or several separated by commas."""
+    try:
+        return [int(n) for n in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected line numbers such as 134 or 134,150, got {text!r}") from None
+
+
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tools.mutate", description=__doc__.split("\n\n")[0])
     p.add_argument("targets", nargs="*", help="files (node/core/vclock.py) or groups: " + ", ".join(GROUPS)
@@ -382,7 +390,7 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--sim-variants", type=int, default=12,
                    help="at most this many seeds of one seeded simulation test per mutant, the fastest (default 12)")
     p.add_argument("--examples", default="50", help="hypothesis examples per property test (default 50)")
-    p.add_argument("--line", type=int, help="only mutants on this line (with one file)")
+    p.add_argument("--line", type=_lines, help="only mutants on this line, or these lines: 134,150 (with one file)")
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
     p.add_argument("--remap", action="store_true", help="record the test map again even if nothing changed")
     p.add_argument("--json", help="also write every outcome to this file")
@@ -420,7 +428,7 @@ def main() -> int:
     for m in mutants:
         keys[m.key] = keys.get(m.key, 0) + 1
     if a.line is not None:
-        mutants = [m for m in mutants if m.line <= a.line <= m.end_line]
+        mutants = [m for m in mutants if any(m.line <= n <= m.end_line for n in a.line)]
     if a.list:
         print("\n".join(m.describe() for m in mutants))
         return 0
