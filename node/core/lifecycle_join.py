@@ -149,6 +149,16 @@ def wrong_store(mine: str | None, polled: dict) -> str | None:
     return "; ".join(f"{a}: {c}" for a, c in sorted(other.items()))
 
 
+def founders(uuid: str, polled: dict, peers: list[str]) -> tuple[str, ...] | None:
+    """Who founds the cluster with this fresh node, if it does (`cluster_wait_for` 0): every
+    peer answered fresh (a peer that did not answer may run a cluster) and this node has the
+    lowest uuid among them; the founders, its own uuid last. None: it does not found."""
+    fresh = [g["uuid"] for g in polled.values() if isinstance(g, dict) and not g.get("cluster_uuid")]
+    if len(fresh) != len(peers) or not all(uuid < u for u in fresh):
+        return None
+    return tuple(fresh) + (uuid,)
+
+
 def refusal_notes(polled: dict) -> str:
     """The peers' refusals, appended to a status reason."""
     refused = [f"{a} refused: {e}" for a, e in polled.items() if isinstance(e, PeerRefused)]
@@ -378,7 +388,8 @@ class JoinMachine:
         notes = refusal_notes(polled)
         peers = host.peers()
         fresh = {a: g["uuid"] for a, g in polled.items() if isinstance(g, dict) and not g.get("cluster_uuid")}
-        all_fresh_lowest = len(fresh) == len(peers) and all(host.uuid < u for u in fresh.values())
+        founding = founders(host.uuid, polled, peers)
+        all_fresh_lowest = founding is not None
         cu = host.member_cluster_uuid()
         if running:
             pass                         # running members refused or failed: ask them again
@@ -404,8 +415,7 @@ class JoinMachine:
                                                          f"exchanged status; waiting for a running member to "
                                                          f"join{notes}"))
         elif all_fresh_lowest:
-            founders = tuple(fresh.values()) + (host.uuid,)
-            return self._bootstrap(InitialSignature(host.proposal[0], host.proposal[1], founders),
+            return self._bootstrap(InitialSignature(host.proposal[0], host.proposal[1], founding),
                                    "every peer is fresh and this node has the lowest uuid: bootstrapping")
         else:
             self._out.apply.append(Status(None, f"waiting for a booted peer ({len(fresh)} of {len(peers)} peers "
