@@ -65,6 +65,18 @@ class JoinHost:
 
 
 class Joins:
+    def _start_request(self: "Cluster", s: "SimNode") -> None:
+        """The node wants a request and none is under way (Network._connect): which donor."""
+        if s.proc_via is not None and not self.nodes[s.proc_via].retired:
+            donors = [self.nodes[s.proc_via]]
+        else:
+            donors = [m for m in self.members() if m is not s and m.ready]
+        donors = [d for d in donors if d.up and self.reachable(s.name, d.name)]
+        if not donors:
+            s.proc_retry_at = self.now + self.rng.randint(1, 4)
+            return
+        s.proc_conn = self.open_request(s.proc, s, self.rng.choice(donors))
+
     def _request_step(self: "Cluster", c: "Conn", msg: Any) -> None:
         """The driver's IO of one request: greet, ask, take REGISTERED and the snapshot. A
         request the node's join wants (its proc) is the join machine's (node.core.lifecycle_join,
