@@ -42,6 +42,7 @@ class Faults:
         self.stats["lost_entries"] += lost
         n.up = False
         n.state, n.core, n.rejoiner = None, None, None
+        n.joiner, n.polls = None, {}          # a join under way starts over with the process
         n.joining.clear()
         n.own_claims, n.claims_disproved = {}, set()
         n.status, n.in_effect = "running", None
