@@ -115,7 +115,7 @@ def test_acknowledging_claimed_rows_would_let_collection_outrun_a_member():
     """The simulation persists asynchronously, so an ACK of what is claimed (not what is on
     disk) is caught: a relay collects rows its subscriber then loses in a crash."""
     caught = []
-    for seed in (26, 42):                # each passes in the default run (the durable rule)
+    for seed in (3, 50, 55):             # each passes in the default run (the durable rule)
         try:
             run_seed(seed, rules={"ack": "claimed"})
         except SimFailure as e:

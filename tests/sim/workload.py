@@ -1,7 +1,8 @@
 """The random schedule of one seeded simulation run.
 
 A run: three masters form a cluster calmly (started fresh with each other as peers, the
-join machine's exchange has the lowest uuid found it and the other two join it); then tens of
+join machine's exchange has the lowest uuid found it and the other two join it, sometimes
+while two of them are cut apart); then tens of
 chaos steps mix writes on random nodes (concurrent writes to a few shared keys, deletes,
 multi-row txns, a local space), joins of 2-4 new nodes (often two at once through
 different donors, often under a partition so they get the same id), crashes that lose
@@ -45,6 +46,12 @@ def run_seed(seed: int, *, verbose: bool = False, repro: str = "", full: bool = 
     anon = c.add_node("R", anon=True).name if rng.random() < 0.3 else None
 
     c.start_fresh("A", "B", "C")
+    if rng.random() < 0.2:
+        # two of them cut apart while they exchange status: neither hears every peer, so nobody
+        # founds the cluster before the cut heals (unless the lowest uuid is not one of them)
+        c.cut(*rng.sample(["A", "B", "C"], 2))
+        c.run(rng.randint(4, 12))
+        c.heal()
     c.run_until_quiet()
 
     c.delay_max = rng.randint(1, 4)
