@@ -43,6 +43,8 @@ class Faults:
         n.up = False
         n.state, n.core, n.rejoiner = None, None, None
         n.joiner, n.polls = None, {}          # a join under way starts over with the process
+        if n.proc == "start":                 # (and so does a start's exchange)
+            n.proc = ""
         n.joining.clear()
         n.own_claims, n.claims_disproved = {}, set()
         n.status, n.in_effect = "running", None
@@ -101,6 +103,8 @@ class Faults:
             n.recover()
             n.rejoiner = shell.Rejoiner(self, n)
             self.checker.on_restart(n)
+            if not n.anon:
+                self.initialize_from_store(n)      # server._start_replication: the exchange, then active
         elif n.identity_active and not n.proc:
             n.proc, n.proc_via = "join", None      # an empty store and an identity: join again
         for a in n.appliers.values():

@@ -4,8 +4,12 @@ tests/sim/harness.Cluster), as node/join.py's `Join` drives the production join 
 its store) runs the machine's rounds (JoinMachine.start): it polls its peers (a greeting
 exchange with each over the simulated network, as Lifecycle.poll_peers), and the machine
 decides from what came back: ask the running peers in turn, found the cluster (the lowest
-uuid, once every peer answered fresh), wait its backoff and poll again, or stop. An anonymous
-replica's FETCH_SNAPSHOT and REGISTER are one request to one donor each (`ask`), as
+uuid, once every peer answered fresh), wait its backoff and poll again, or stop. A member
+restarted with its store (`proc` "start") runs the machine's exchange of a store
+(JoinMachine.start_with_store, as Lifecycle.initialize_from_store): a quick poll of its peers
+before it goes active. With `cluster_wait_for` 0 and one cluster, the Qpid decision over store
+statuses and the wrong-store stop are not reached here (tests/unit/test_lifecycle_join.py reaches them). An
+anonymous replica's FETCH_SNAPSHOT and REGISTER are one request to one donor each (`ask`), as
 Join.fetch_anon and register_anon make them; which donor is the simulation's (the
 operator's `via`, or any member), as are the waits before a retry (BACKOFF). A rebuild's
 snapshot is the rejoiner's (tests/sim/shell.py Rejoiner, as node/rejoin.py's).
@@ -25,10 +29,11 @@ from node import limits
 from node.cluster_space.table import STATE_ANON
 from node.core import messages as m
 from node.core.lifecycle_join import JoinMachine, JoinState
-from node.core.lifecycle_join_events import (BROKEN, EXPELLED, REFUSED, Abort, Ask, AskFailed, BecomeMember,
+from node.core.lifecycle_join_events import (EXPELLED, REFUSED, Abort, Activated, Ask, AskFailed, BecomeMember,
                                              Bootstrap, Bootstrapped, IdGranted, Install, Installed, PollPeers,
                                              Polled, SnapshotReceived, WipePartial)
 from node.errors import PeerRefused
+from node.identity.signature import InitialSignature, MemberStatus, StoreStatus
 from tests.sim import shell
 from tests.sim.links import BACKOFF, SERVER
 from tests.sim.simnode import Base
@@ -78,7 +83,13 @@ class JoinHost:
     def decide(self, *_):
         raise AssertionError("cluster_wait_for is 0 in the simulation: no Qpid exchange of stores")
 
-    my_status = seen = decide
+    seen = decide
+
+    def my_status(self) -> MemberStatus:
+        """A member's store: dirty from its first start. (The simulation's greetings carry no
+        store status, so the machine never compares the initial signature this stands in for.)"""
+        return MemberStatus(self.n.uuid, StoreStatus.DIRTY, InitialSignature(self.n.cluster.cluster_uuid, 0.0,
+                                                                             (self.n.uuid,)), None, "")
 
     def members_seen(self) -> int:
         return 1
@@ -95,7 +106,7 @@ class Joins:
     def _start_request(self: "Cluster", s: "SimNode") -> None:
         """The node wants a request and none is under way (Network._connect, each tick from
         proc_retry_at): a join's next step, or a fetch's or a register's next try."""
-        if s.proc == "join":
+        if s.proc in ("join", "start"):
             return self._join_round(s)
         if s.proc_via is not None and not self.nodes[s.proc_via].retired:
             donors = [self.nodes[s.proc_via]]
@@ -109,9 +120,22 @@ class Joins:
         s.proc_conn = self.open_request(s.proc, s, d, d.name)
 
     # --- a join's rounds (Join.join_or_bootstrap, Join._drive) ------------------------------------
+    def initialize_from_store(self: "Cluster", s: "SimNode") -> None:
+        """Lifecycle.initialize_from_store, at a start with a store (an anonymous replica takes
+        no part): the machine's exchange of a store (JoinMachine.start_with_store: a quick poll
+        of the peers). Until it is over the node is not active: status "waiting", no writes,
+        no appliers (`proc` "start"); its relays serve."""
+        j = s.joiner = JoinMachine(JoinHost(s), JOIN_BACKOFF_MIN, JOIN_BACKOFF_MAX)
+        j.start_with_store(self.now)
+        if not j.done:
+            s.proc, s.proc_via = "start", None
+        self._join_act(s, j)
+
     def _join_round(self: "Cluster", s: "SimNode") -> None:
         j = s.joiner
-        if j is None or j.done or not j.rounds:   # the process starts (again): a new machine
+        if s.proc == "start" and (j is None or j.done):
+            return self.initialize_from_store(s)
+        if s.proc == "join" and (j is None or j.done or not j.rounds):   # the process starts (again)
             if not s.peers and not s.identity_active:
                 # the operator starts a new node with the cluster's members as its peers (the one
                 # it named first); once joined, the mesh makes them its peers, or, without the
@@ -245,6 +269,9 @@ class Joins:
         none); `c` the link of the request the machine heard of last. A round that joined nobody
         waits the machine's backoff (proc_retry_at)."""
         while rd := j.ready():
+            for note in rd.apply:
+                if note.status is not None:
+                    s.status = note.status
             for e in rd.effects:
                 t = type(e)
                 if t is PollPeers:
@@ -266,10 +293,16 @@ class Joins:
                 elif t is Bootstrap:
                     self._found(s, e)
                     j.step(Bootstrapped(), self.now)
+                elif t is Activated:
+                    self.log(f"{s}: {e.why}")
                 else:
                     assert type(e) is Abort, e
                     self._stop_joining(s, e.message)
             j.advance(rd)
+        if s.proc == "start" and j.state is JoinState.DONE:     # Lifecycle.go_active
+            s.proc, s.status = "", "running"
+            self.stats["starts after the status exchange"] += 1
+            self.log(f"{s} goes active after polling its peers")
         if j.state is JoinState.WAITING:
             s.proc_retry_at = max(self.now + 1, int(j.retry_at + 0.999))
         elif j.state is JoinState.POLLING:
@@ -279,7 +312,7 @@ class Joins:
         """Abort: start-up stops, and with it the process (the CLI prints one line and exits
         1). The operator starts it again once it fixed what the line says (its peers: the
         workload's last step), unless it expelled the member: then it is down for good."""
-        s.proc = ""
+        s.proc, s.status = "", "running"
         self.stats["joins_aborted"] += 1
         self.log(f"{s} stops joining: {why}")
         for c in [c for c in self.conns.values() if s.name in (c.client, c.server)]:

@@ -27,7 +27,7 @@ SEEDED = [
     ("an_anonymous_replica_rebuilds_without_its_own_component", 358, True, "node/rejoin.py Rejoiner._mine"),
     ("a_peers_earlier_incarnation_rows_teach_no_ids", 681, True, "node/core/cluster_rows.py Peer.history_lsn"),
     ("a_fence_hears_every_member_any_greeting_lists", 1180, True, "node/core/membership.py OwnRowsFence.known"),
-    ("a_member_gone_for_good_is_expelled_when_every_member_is_fenced", 102, True, "node/server.py expel (give_up)"),
+    ("a_member_gone_for_good_is_expelled_when_every_member_is_fenced", 96, True, "node/server.py expel (give_up)"),
     ("a_store_fenced_after_a_power_loss_keeps_its_registrations_across_a_restart", 31, False,
      "node/storage/store.py Store.__init__ (own_history_lsn)"),
     ("a_store_fenced_after_a_power_loss_keeps_its_registrations_across_a_restart", 248, False,
@@ -309,7 +309,7 @@ def test_the_simulation_catches_a_fresh_node_that_founds_without_hearing_every_p
     peer answered its poll, fresh, and it has the lowest uuid. Turned back there (a peer that
     did not answer is not waited for), a seeded run founds a second cluster, and says so."""
     from tests.sim.test_scenarios_membership import founders_of_whoever_answered
-    run_seed(5)                               # passes with the rule as it is
+    run_seed(1)                               # passes with the rule as it is
     founders_of_whoever_answered(monkeypatch)
     with pytest.raises(SimFailure, match="two clusters"):
-        run_seed(5)
+        run_seed(1)
