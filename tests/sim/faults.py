@@ -1,8 +1,10 @@
 """The faults a simulated cluster suffers (a mixin of tests/sim/harness.Cluster): process
 kills and power losses, a store and WAL lost with the identity kept, a member down for good,
 restarts, expels, peer-list changes and partitions. Each copies what the shell does around it
-(server.start for a restart, server.expel, Node.configure_peers); the checkers hear of every
-loss first (tests/sim/checkers.py), so they can tell what may be gone from what must not.
+(server.start for a restart: the store opened, then the join machine's exchange of a store
+before it goes active, tests/sim/joins.py; server.expel, Node.configure_peers); the checkers
+hear of every loss first (tests/sim/checkers.py), so they can tell what may be gone from what
+must not.
 """
 from __future__ import annotations
 
