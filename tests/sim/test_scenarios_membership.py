@@ -314,15 +314,12 @@ def test_a_member_that_lost_its_store_and_has_no_peers_stops_and_joins_again_onc
     finish(c)
 
 
-@pytest.mark.xfail(strict=True, raises=SimFailure,
-                   reason="a member whose store was lost greets as a fresh node (node/process/peering.py greeting: "
-                          "cluster_uuid from the store only), so a new node whose only peer it is founds a second "
-                          "cluster (lifecycle_join founders reads every peer as fresh)")
 def test_a_new_node_whose_only_peer_lost_its_store_does_not_found_a_second_cluster(make_cluster):
     """C loses its store and starts again, cut off from A and B (it keeps its identity and
     waits to join again). J, with a lower uuid, is started with C alone as its peer: C greets
-    without a cluster, J takes it for a fresh node and founds a cluster of its own, which the
-    simulation's one-cluster check refuses. (C, once it polls J, stops: wrong store.)"""
+    without a store but `member_of` its cluster, so J does not take it for a fresh node and
+    waits; once the cut heals C rejoins and J joins through it. (Before, J founded a second
+    cluster, which the simulation's one-cluster check refuses; C, polling J, then stopped.)"""
     c = make_cluster(40)
     form(c, "A", "B", "C")
     c.add_node("J")
