@@ -180,7 +180,8 @@ _ports_given: set[int] = set()
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the kernel had free a moment ago (the server binds it right after), never one
     this process handed out before: the kernel may offer a just-closed port again, and two
-    servers told the same port would fail in ways that look like replication bugs."""
+    servers told the same port would fail in ways that look like replication bugs. Another
+    process may be handed it too until something binds it: PortReservation holds one."""
     for _ in range(1000):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))
