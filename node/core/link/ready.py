@@ -20,7 +20,7 @@ import msgspec
 from node.core.entry import Entry
 
 
-class Persist(msgspec.Struct, frozen=True):
+class Persist(msgspec.Struct, frozen=True, gc=False):
     """One journal entry (one WAL frame; node.core.entry): `journal.submit_entry_nowait(entry)`."""
     entry: Entry
 
@@ -29,7 +29,7 @@ class Persist(msgspec.Struct, frozen=True):
         return self.entry.rows
 
 
-class Hold(msgspec.Struct, frozen=True):
+class Hold(msgspec.Struct, frozen=True, gc=False):
     """A WAL hold for a subscriber, on disk before the answer goes: `durable` None holds all
     that is here (a joiner about to read a snapshot), else the subscriber's durable vclock."""
     uuid: str
@@ -37,7 +37,7 @@ class Hold(msgspec.Struct, frozen=True):
     durable: dict | None = None
 
 
-class Send(msgspec.Struct, frozen=True):
+class Send(msgspec.Struct, frozen=True, gc=False):
     """One message to the peer."""
     mtype: int
     body: dict
@@ -87,12 +87,20 @@ class Outbox:
         assert not self._claims_out, "claimed rows are still being persisted: advance first"
         if not (self.persist or self.send or self.apply or self.effects):
             return EMPTY
-        persist = self.persist
-        rd = Ready(tuple(persist), tuple(self.send), tuple(self.apply), tuple(self.effects))
-        self.persist, self.send, self.apply, self.effects = [], [], [], []
-        self._out.append(rd)
+        # an empty list stays here (and the Ready gets ()); a non-empty one is emptied
+        persist, send, apply, effects = self.persist, self.send, self.apply, self.effects
+        rd = Ready(tuple(persist) if persist else (), tuple(send) if send else (),
+                   tuple(apply) if apply else (), tuple(effects) if effects else ())
         if persist:
+            persist.clear()
             self._claims_out += 1
+        if send:
+            send.clear()
+        if apply:
+            apply.clear()
+        if effects:
+            effects.clear()
+        self._out.append(rd)
         return rd
 
     def advance(self, rd: Ready) -> None:
