@@ -149,14 +149,21 @@ class Lifecycle:
 
     def greeting_fields(self) -> dict:
         node = self.node
+        # A member whose store was lost (its identity files name its cluster) is no fresh node:
+        # it says so, and a newcomer polling it waits for that cluster instead of founding its own
+        # (node.core.lifecycle_join is_fresh).
+        member_of = None if node.store is not None and node.store.get_meta("cluster_uuid") \
+            else self.member_cluster_uuid()
+        fields = {"member_of": member_of} if member_of else {}
         if node.store is None:
-            return {}
+            return fields
         st = self.my_status()
         return {
             "store": {"status": st.status.value, "initial": initial_to_wire(st.initial),
                       "final": final_to_wire(st.final), "proposal": list(st.proposal) if st.proposal else None},
             "vclock_uuid": node.core.vclock_by_uuid() if node.core else {},
             "wait_for": self.cfg.cluster_wait_for,
+            **fields,
         }
 
     def observe_greeting(self, theirs: dict) -> None:

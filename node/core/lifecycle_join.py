@@ -149,6 +149,23 @@ def wrong_store(mine: str | None, polled: dict) -> str | None:
     return "; ".join(f"{a}: {c}" for a, c in sorted(other.items()))
 
 
+def is_fresh(g: Any) -> bool:
+    """A polled peer's greeting says it belongs to no cluster: no store of one, and no identity
+    of a member (a member whose store was lost says `member_of` its cluster: it only rejoins)."""
+    return isinstance(g, dict) and not g.get("cluster_uuid") and not g.get("member_of")
+
+
+def founders(uuid: str, polled: dict, peers: list[str]) -> tuple[str, ...] | None:
+    """Who founds the cluster with this fresh node, if it does (`cluster_wait_for` 0): every
+    peer answered fresh (a peer that did not answer may run a cluster, a member that lost its
+    store belongs to one) and this node has the lowest uuid among them; the founders, its own
+    uuid last. None: it does not found."""
+    fresh = [g["uuid"] for g in polled.values() if is_fresh(g)]
+    if len(fresh) != len(peers) or not all(uuid < u for u in fresh):
+        return None
+    return tuple(fresh) + (uuid,)
+
+
 def refusal_notes(polled: dict) -> str:
     """The peers' refusals, appended to a status reason."""
     refused = [f"{a} refused: {e}" for a, e in polled.items() if isinstance(e, PeerRefused)]
@@ -377,8 +394,14 @@ class JoinMachine:
             self._out.apply.append(Status("joining", "join failed, retrying: " + "; ".join(self._failed)))
         notes = refusal_notes(polled)
         peers = host.peers()
-        fresh = {a: g["uuid"] for a, g in polled.items() if isinstance(g, dict) and not g.get("cluster_uuid")}
-        all_fresh_lowest = len(fresh) == len(peers) and all(host.uuid < u for u in fresh.values())
+        fresh = {a: g["uuid"] for a, g in polled.items() if is_fresh(g)}
+        lost = {a: g["member_of"] for a, g in polled.items() if isinstance(g, dict) and not g.get("cluster_uuid")
+                and g.get("member_of")}
+        if lost:
+            notes += "; " + "; ".join(f"{a} lost its store (a member of cluster {cu}): waiting for it to rejoin"
+                                      for a, cu in sorted(lost.items()))
+        founding = founders(host.uuid, polled, peers)
+        all_fresh_lowest = founding is not None
         cu = host.member_cluster_uuid()
         if running:
             pass                         # running members refused or failed: ask them again
@@ -404,8 +427,7 @@ class JoinMachine:
                                                          f"exchanged status; waiting for a running member to "
                                                          f"join{notes}"))
         elif all_fresh_lowest:
-            founders = tuple(fresh.values()) + (host.uuid,)
-            return self._bootstrap(InitialSignature(host.proposal[0], host.proposal[1], founders),
+            return self._bootstrap(InitialSignature(host.proposal[0], host.proposal[1], founding),
                                    "every peer is fresh and this node has the lowest uuid: bootstrapping")
         else:
             self._out.apply.append(Status(None, f"waiting for a booted peer ({len(fresh)} of {len(peers)} peers "

@@ -103,6 +103,8 @@ def greeting_error(g: dict) -> str | None:
         return f"uuid {g['uuid'][:80]!r} is not a canonical uuid"
     if g["cluster_uuid"] is not None and not is_uuid(g["cluster_uuid"]):
         return "cluster_uuid is not a canonical uuid"
+    if g.get("member_of") is not None and not is_uuid(g["member_of"]):
+        return "member_of is not a canonical uuid"
     if not 0 < len(g["cluster_name"]) <= limits.cluster_name_chars_max or \
             len(g["options_digest"]) > limits.greeting_field_chars_max or len(g["status"]) > limits.greeting_field_chars_max:
         return "cluster_name, options_digest or status too long"

@@ -1,8 +1,10 @@
 """The faults a simulated cluster suffers (a mixin of tests/sim/harness.Cluster): process
 kills and power losses, a store and WAL lost with the identity kept, a member down for good,
 restarts, expels, peer-list changes and partitions. Each copies what the shell does around it
-(server.start for a restart, server.expel, Node.configure_peers); the checkers hear of every
-loss first (tests/sim/checkers.py), so they can tell what may be gone from what must not.
+(server.start for a restart: the store opened, then the join machine's exchange of a store
+before it goes active, tests/sim/joins.py; server.expel, Node.configure_peers); the checkers
+hear of every loss first (tests/sim/checkers.py), so they can tell what may be gone from what
+must not.
 """
 from __future__ import annotations
 
@@ -42,6 +44,9 @@ class Faults:
         self.stats["lost_entries"] += lost
         n.up = False
         n.state, n.core, n.rejoiner = None, None, None
+        n.joiner, n.polls = None, {}          # a join under way starts over with the process
+        if n.proc == "start":                 # (and so does a start's exchange)
+            n.proc = ""
         n.joining.clear()
         n.own_claims, n.claims_disproved = {}, set()
         n.status, n.in_effect = "running", None
@@ -100,6 +105,8 @@ class Faults:
             n.recover()
             n.rejoiner = shell.Rejoiner(self, n)
             self.checker.on_restart(n)
+            if not n.anon:
+                self.initialize_from_store(n)      # server._start_replication: the exchange, then active
         elif n.identity_active and not n.proc:
             n.proc, n.proc_via = "join", None      # an empty store and an identity: join again
         for a in n.appliers.values():

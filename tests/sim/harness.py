@@ -26,7 +26,8 @@ Rules the harness keeps, each the same as the shell it stands in for:
   `drop_peer`s the map its greeting built and reconnects after a backoff with a fresh
   greeting; `need_rejoin` goes to the node's Rejoiner (shell.py);
 - JOIN, FETCH_SNAPSHOT, REGISTER: the production join machine (node.core.lifecycle_join)
-  decides what a snapshot installs (tests/sim/links.py drives it): the joiner's WAL starts
+  polls a joiner's peers, decides whom it asks or whether it founds the cluster, and what a
+  snapshot installs (tests/sim/joins.py drives it): the joiner's WAL starts
   empty, its `gc_vclock` at the snapshot's vclock; after FETCH_SNAPSHOT the anonymous node adds
   itself as STATE_ANON with the lowest free id; after REGISTER it re-states itself;
 - peers (Node.configure_peers / set_peers): a node's configured peers are addresses ("B", or

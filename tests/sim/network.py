@@ -159,14 +159,3 @@ class Network:
                     a.retry_at = self.now + 1 + int(self.rng.random() * 4)
                     continue
                 a.conn = self.open_request("sub", s, p, addr)
-
-    def _start_request(self: "Cluster", s: SimNode) -> None:
-        if s.proc_via is not None and not self.nodes[s.proc_via].retired:
-            donors = [self.nodes[s.proc_via]]
-        else:
-            donors = [m for m in self.members() if m is not s and m.ready]
-        donors = [d for d in donors if d.up and self.reachable(s.name, d.name)]
-        if not donors:
-            s.proc_retry_at = self.now + self.rng.randint(1, 4)
-            return
-        s.proc_conn = self.open_request(s.proc, s, self.rng.choice(donors))

@@ -59,7 +59,7 @@ def greeting_key(n: "SimNode") -> tuple:
     clocks only grow, so their signatures (sums) stand for them."""
     core = n.core
     if core is None:
-        return (None, n.uuid, n.anon, n.addr)
+        return (None, n.uuid, n.anon, n.addr, n.identity_active)
     return (core, n.uuid, n.anon, n.addr, n.status, n.cluster.cluster_uuid, core.vclock.signature, core.claimed.signature,
             len(core.table), core.fence is not None and core.fence.rebuilt, core.own_history_lsn)
 
@@ -73,6 +73,8 @@ def _greeting(n: "SimNode") -> dict:
         g.update(cluster_uuid=n.cluster.cluster_uuid, status=n.status, vclock_uuid=core.vclock_by_uuid(),
                  cluster=core.table.rows(),
                  own_history_lsn=own_history_lsn(core))
+    elif n.identity_active:               # its store lost, its identity kept (Lifecycle.greeting_fields)
+        g["member_of"] = n.cluster.cluster_uuid
     return g
 
 

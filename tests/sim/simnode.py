@@ -169,8 +169,11 @@ class SimNode:
         self.proc_via: str | None = None      # the donor the operator named, if any
         self.proc_conn: Conn | None = None
         self.proc_retry_at = 0
+        self.join_peers: list[str] = []       # the peers a new node was started with to join (none: `peers`)
+        self.polls: dict = {}                 # a join's poll: peer address -> its link, or what it gave
+        self.poll_until = 0                   # ... the tick its unanswered polls time out
         self.rejoiner = None                  # tests.sim.shell.Rejoiner, once bootstrapped
-        self.joiner = None                    # node.core.lifecycle_join.JoinMachine of its requests (links.py)
+        self.joiner = None                    # node.core.lifecycle_join.JoinMachine of its requests (joins.py)
         self.power_lost = False               # the next start sees a new boot id (node/fence.py)
         self.greetings = 0                    # greetings taken by the core (the checker's cue)
         # node/fence.py registered_members: members this node registered, beside its identity

@@ -27,7 +27,7 @@ SEEDED = [
     ("an_anonymous_replica_rebuilds_without_its_own_component", 358, True, "node/rejoin.py Rejoiner._mine"),
     ("a_peers_earlier_incarnation_rows_teach_no_ids", 681, True, "node/core/cluster_rows.py Peer.history_lsn"),
     ("a_fence_hears_every_member_any_greeting_lists", 1180, True, "node/core/membership.py OwnRowsFence.known"),
-    ("a_member_gone_for_good_is_expelled_when_every_member_is_fenced", 420, True, "node/server.py expel (give_up)"),
+    ("a_member_gone_for_good_is_expelled_when_every_member_is_fenced", 96, True, "node/server.py expel (give_up)"),
     ("a_store_fenced_after_a_power_loss_keeps_its_registrations_across_a_restart", 31, False,
      "node/storage/store.py Store.__init__ (own_history_lsn)"),
     ("a_store_fenced_after_a_power_loss_keeps_its_registrations_across_a_restart", 248, False,
@@ -77,9 +77,8 @@ def rebuild_of_a_fenced_node(c: Cluster) -> None:
     c.run_until(lambda: own_lsn(c, "C", "D") == own_lsn(c, "D", "D"), what="C holds D's last row")
     c.crash("C")                              # C, the only other holder of D's last row, is down
     c.lose_disk("D")
-    c.configure_peers("D", [])
     c.heal()
-    c.partition(["A", "D"], ["B"])            # D joins through A before A has D's rows 4-5
+    c.partition(["A", "D"], ["B"])            # D joins through A before A has D's rows 4-5 (C is down)
     c.restart("D")
     c.run_until(lambda: c.nodes["D"].ready and not c.nodes["D"].proc, what="D joined through A")
     assert c.nodes["D"].core.fence is not None
@@ -282,7 +281,7 @@ def test_a_node_that_catches_up_while_its_rejoin_attempt_runs_does_not_rebuild()
     (once, it rebuilt from a snapshot it no longer needed: its WAL emptied, its subscribers
     told to rejoin, its ids now the donor's)."""
     from tests.sim.test_scenarios import case_a
-    c = Cluster(5)
+    c = Cluster(6)
     case_a(c)
     for i in range(3):
         c.put("C", f"c{i}")
@@ -302,3 +301,28 @@ def test_the_simulation_catches_a_rebuild_without_its_last_look(monkeypatch):
     monkeypatch.setattr(RejoinMachine, "rebuild_gains", lambda self: True)
     with pytest.raises(AssertionError, match="a node rebuilt though it had caught up"):
         test_a_node_that_catches_up_while_its_rejoin_attempt_runs_does_not_rebuild()
+
+
+def test_the_simulation_catches_a_fresh_node_that_founds_without_hearing_every_peer(monkeypatch):
+    """The founding rule of the join machine's rounds (node.core.lifecycle_join founders, which
+    node/join.py and the simulation both step): a fresh node founds the cluster only once every
+    peer answered its poll, fresh, and it has the lowest uuid. Turned back there (a peer that
+    did not answer is not waited for), a seeded run founds a second cluster, and says so."""
+    from tests.sim.test_scenarios_membership import founders_of_whoever_answered
+    run_seed(1)                               # passes with the rule as it is
+    founders_of_whoever_answered(monkeypatch)
+    with pytest.raises(SimFailure, match="two clusters"):
+        run_seed(1)
+
+
+def test_the_simulation_catches_a_newcomer_that_takes_a_member_without_its_store_for_a_fresh_node(monkeypatch):
+    """A member whose store was lost greets `member_of` its cluster (node/lifecycle.py
+    greeting_fields), and node.core.lifecycle_join is_fresh does not count it fresh. Turned back
+    (a peer without a store is fresh, whatever its identity), a newcomer whose only peer it is
+    founds a second cluster, and the scenario that guards the rule fails saying so."""
+    from node.core import lifecycle_join
+    from tests.sim.test_scenarios_membership import \
+        test_a_new_node_whose_only_peer_lost_its_store_does_not_found_a_second_cluster as guarded
+    monkeypatch.setattr(lifecycle_join, "is_fresh", lambda g: isinstance(g, dict) and not g.get("cluster_uuid"))
+    with pytest.raises(SimFailure, match="two clusters"):
+        guarded(lambda seed: Cluster(seed))

@@ -1,6 +1,9 @@
 """Scripted simulation scenarios for issue 16: membership paths never lose or fork an
 acknowledged write. One scenario per defect of the issue (the sixth, a must-match option,
-is a start-up matter the simulation does not model), plus a rejoin under collection pressure.
+is a start-up matter the simulation does not model), plus a rejoin under collection pressure,
+and the join machine's status exchange (issue 18): one founder, the lowest uuid, even while
+two members are cut apart; a joiner asks its running peers in turn; a member with an empty
+store and no peers stops.
 
 Each runs the real rules (NodeCore, node.core.membership) through the harness, under the
 invariants checked after every tick (tests/sim/checkers.py: 1 one history, 2 vclocks never
@@ -8,12 +11,14 @@ go back, 11 one link per member, 12 WAL holds) and the end-of-run checks
 (tests/sim/liveness.py: convergence, every acknowledged write kept), and asserts what its
 name says. `test_each_scenario_catches_the_rule_it_guards` runs each one again with its
 rule turned back (a Cluster.rules switch, or, for a rule that lives in node/, its production
-function monkeypatched) and checks that it fails, and on which invariant.
+function monkeypatched) and checks that it fails, and on which invariant (or, for the
+founding rule, the simulation's one-cluster check: tests/sim/joins.py).
 """
 from __future__ import annotations
 
 import pytest
 
+from node.core import lifecycle_join
 from node.core.holds import Holds
 from tests.sim.harness import LOC, Cluster, SimFailure
 from tests.sim.liveness import check_acknowledged, check_converged
@@ -255,6 +260,81 @@ def test_a_rejoin_under_collection_pressure_keeps_local_rows_and_converges(make_
     rejoin_under_gc_pressure(make_cluster(37))
 
 
+# --- 7: the status exchange founds one cluster; a joiner asks its running peers in turn ----------------
+def formation_while_cut(c: Cluster) -> None:
+    """A, B and C start fresh with each other as peers (node/join.py join_or_bootstrap: the join
+    machine's rounds). The lowest uuid is cut off from the middle one: neither hears every peer
+    answer, so neither founds (and the highest is not the lowest); healed, the lowest founds
+    the cluster and the other two join it."""
+    for n in "ABC":
+        c.add_node(n)
+    low, mid, _ = sorted("ABC", key=lambda n: c.nodes[n].uuid)
+    c.cut(low, mid)
+    c.start_fresh("A", "B", "C")
+    c.run(40)
+    assert c.stats["join polls"] >= 6 and not any(c.nodes[n].base for n in "ABC"), "founded while cut"
+    c.heal()
+    c.run_until(lambda: all(ready(c, n) for n in "ABC"), what="the cluster formed")
+    assert c.stats["clusters founded by the exchange"] == 1 and c.nodes[low].core.self_id == 1
+
+
+def test_a_cluster_started_fresh_while_two_of_its_members_are_cut_apart_has_one_founder_the_lowest_uuid(make_cluster):
+    c = make_cluster(38)
+    formation_while_cut(c)
+    finish(c)
+
+
+def test_a_joiner_whose_first_peer_is_down_joins_through_the_next_running_one(make_cluster):
+    c = make_cluster(39)
+    form(c, "A", "B", "C")
+    c.add_node("J")
+    c.crash("A")
+    c.join("J")                               # started with the members as its peers: A (first), B, C
+    c.run_until(lambda: ready(c, "J"), what="J joined")
+    assert c.stats["polls of a peer down or cut off"] >= 1
+    assert c.nodes["J"].donor_uuid == c.nodes["B"].uuid
+    finish(c)
+
+
+def test_a_member_that_lost_its_store_and_has_no_peers_stops_and_joins_again_once_given_peers(make_cluster):
+    """Join's start-up stops (Abort: the process exits with one line) when a member with an
+    identity and an empty store has no peer to join again through; the operator gives it
+    its peers and starts it: it joins again, fenced (its identity went active before)."""
+    c = make_cluster(40)
+    form(c, "A", "B", "C")
+    c.configure_peers("C", [])
+    c.lose_disk("C")
+    c.restart("C")
+    c.run(5)
+    assert not c.nodes["C"].up and c.stats["joins_aborted"] == 1
+    c.configure_peers("C", ["A", "B"])
+    c.restart("C")
+    c.run_until(lambda: ready(c, "C"), what="C joined again")
+    assert c.stats["fenced_joins"] == 1
+    finish(c)
+
+
+def test_a_new_node_whose_only_peer_lost_its_store_does_not_found_a_second_cluster(make_cluster):
+    """C loses its store and starts again, cut off from A and B (it keeps its identity and
+    waits to join again). J, with a lower uuid, is started with C alone as its peer: C greets
+    without a store but `member_of` its cluster, so J does not take it for a fresh node and
+    waits; once the cut heals C rejoins and J joins through it. (Before, J founded a second
+    cluster, which the simulation's one-cluster check refuses; C, polling J, then stopped.)"""
+    c = make_cluster(40)
+    form(c, "A", "B", "C")
+    c.add_node("J")
+    assert c.nodes["J"].uuid < c.nodes["C"].uuid
+    c.partition(["A", "B"], ["C", "J"])
+    c.lose_disk("C")
+    c.restart("C")
+    c.nodes["J"].peers = ["C"]                # the operator starts J with --peers C
+    c.join("J")
+    c.run(60)
+    c.heal()
+    c.run_until(lambda: ready(c, "J") and ready(c, "C"), what="J and C joined")
+    finish(c)
+
+
 # --- each scenario catches the rule it guards -------------------------------------------------------
 def holds_from_the_first_ack(monkeypatch) -> None:
     """The hold rule before issue 16, turned back where it lives now (node/core/holds.py, which
@@ -263,6 +343,20 @@ def holds_from_the_first_ack(monkeypatch) -> None:
     monkeypatch.setattr(Holds, "hold_all", lambda self, *args: None)
     monkeypatch.setattr(Holds, "on_subscribe", lambda self, *args: None)
     monkeypatch.setattr(Holds, "hold_for_new_members", lambda self, *args: ([], {}))
+
+
+def founders_of_whoever_answered(monkeypatch) -> None:
+    """The founding rule turned back where it lives (node/core/lifecycle_join.py founders,
+    which node/join.py's rounds and the simulation's both step): a peer that did not answer is
+    not waited for; a fresh node founds when every peer that answered is fresh and has a
+    higher uuid."""
+    def founders(uuid: str, polled: dict, peers: list[str]) -> tuple[str, ...] | None:
+        answered = [g for g in polled.values() if isinstance(g, dict)]
+        fresh = [g["uuid"] for g in answered if not g.get("cluster_uuid")]
+        if len(fresh) != len(answered) or not all(uuid < u for u in fresh):
+            return None
+        return tuple(fresh) + (uuid,)
+    monkeypatch.setattr(lifecycle_join, "founders", founders)
 
 
 FLIPS = [
@@ -274,13 +368,15 @@ FLIPS = [
     (briefly_down_member, ("ack", "applied"), "invariant 12"),
     (registration_then_collection, holds_from_the_first_ack, "invariant 12"),
     (rejoin_under_gc_pressure, ("keep_local", False), "invariant 2"),
+    (formation_while_cut, founders_of_whoever_answered, "two clusters"),
 ]
 
 
 @pytest.mark.parametrize("scenario,rule,caught", FLIPS, ids=[f[0].__name__ for f in FLIPS])
 def test_each_scenario_catches_the_rule_it_guards(make_cluster, monkeypatch, scenario, rule, caught):
     seed = {rejoin_keeps_uncovered_rows: 31, lost_store_waits_for_every_member: 32, peer_churn: 34,
-            briefly_down_member: 35, registration_then_collection: 36, rejoin_under_gc_pressure: 37}[scenario]
+            briefly_down_member: 35, registration_then_collection: 36, rejoin_under_gc_pressure: 37,
+            formation_while_cut: 38}[scenario]
     c = make_cluster(seed)
     if callable(rule):
         rule(monkeypatch)

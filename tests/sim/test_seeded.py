@@ -85,6 +85,10 @@ FAULT_CLASSES = {
     "crash between persist and send": (
         "crash: on disk, not sent", "crash: registration on disk, not answered", "crash: on disk, not acknowledged"),
     "lost messages during JOIN and rejoin": ("lost join link", "lost rejoin link", "rejoins"),
+    "the join machine's status exchange: polls lost, a peer down while polled, two joiners at once, the founder "
+    "it chooses, a restart that goes active after polling": (
+        "lost poll link", "polls of a peer down or cut off", "joins while another node joins",
+        "clusters founded by the exchange", "starts after the status exchange"),
     "lost messages during an anonymous replica's FETCH and REGISTER": (
         "lost fetch link", "lost register link", "anon_registrations"),
     "peer-list changes": ("peer_changes", "refused_duplicate", "refused_self"),
@@ -112,7 +116,7 @@ def test_acknowledging_claimed_rows_would_let_collection_outrun_a_member():
     """The simulation persists asynchronously, so an ACK of what is claimed (not what is on
     disk) is caught: a relay collects rows its subscriber then loses in a crash."""
     caught = []
-    for seed in (4, 36, 43, 47):         # each passes in the default run (the durable rule)
+    for seed in (3, 16, 51):             # each passes in the default run (the durable rule)
         try:
             run_seed(seed, rules={"ack": "claimed"})
         except SimFailure as e:

@@ -1,6 +1,8 @@
 """The random schedule of one seeded simulation run.
 
-A run: three masters form a cluster calmly (A bootstraps, B and C join); then tens of
+A run: three masters form a cluster calmly (started fresh with each other as peers, the
+join machine's exchange has the lowest uuid found it and the other two join it, sometimes
+while two of them are cut apart); then tens of
 chaos steps mix writes on random nodes (concurrent writes to a few shared keys, deletes,
 multi-row txns, a local space), joins of 2-4 new nodes (often two at once through
 different donors, often under a partition so they get the same id), crashes that lose
@@ -43,10 +45,13 @@ def run_seed(seed: int, *, verbose: bool = False, repro: str = "", full: bool = 
         c.add_node(name, wal_mode="write" if rng.random() < write_p else "fsync")
     anon = c.add_node("R", anon=True).name if rng.random() < 0.3 else None
 
-    c.bootstrap("A")
-    c.join("B")
-    c.run_until_quiet()
-    c.join("C")
+    c.start_fresh("A", "B", "C")
+    if rng.random() < 0.2:
+        # two of them cut apart while they exchange status: neither hears every peer, so nobody
+        # founds the cluster before the cut heals (unless the lowest uuid is not one of them)
+        c.cut(*rng.sample(["A", "B", "C"], 2))
+        c.run(rng.randint(4, 12))
+        c.heal()
     c.run_until_quiet()
 
     c.delay_max = rng.randint(1, 4)
@@ -238,8 +243,8 @@ def _restore_peers(c: Cluster) -> None:
     rng = c.rng
     members = [m.name for m in c.members()]
     for n in c.nodes.values():
-        if n.base is None and not n.proc:
-            continue
+        if n.base is None and not n.proc and not n.identity_active:
+            continue                           # (a member whose store was lost is started again)
         peers = [m for m in members if m != n.name]
         if peers and rng.random() < 0.3:
             peers.append(rng.choice(peers) + "'")
