@@ -1,5 +1,5 @@
 """Helpers shared by the benchmarks: a description of the machine the figures came from,
-medians and percentiles, a free loopback port, and a plain-text table.
+medians and percentiles, a free (or reserved) loopback port, and a plain-text table.
 
 Benchmarks print figures; they never assert on timing. Every figure is reported with the
 machine it was measured on, because a number without its machine means little."""
@@ -180,7 +180,8 @@ _ports_given: set[int] = set()
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the kernel had free a moment ago (the server binds it right after), never one
     this process handed out before: the kernel may offer a just-closed port again, and two
-    servers told the same port would fail in ways that look like replication bugs."""
+    servers told the same port would fail in ways that look like replication bugs. Another
+    process may be handed it too until something binds it: PortReservation holds one."""
     for _ in range(1000):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))
@@ -189,6 +190,34 @@ def free_port(host: str = "127.0.0.1") -> int:
             _ports_given.add(port)
             return port
     raise RuntimeError("no free port the kernel would give that was not given before")
+
+
+class PortReservation:
+    """A loopback port held by this process until close(): a socket bound to it, not listening,
+    with SO_REUSEADDR set after the bind. The kernel gives the port to no other process's
+    bind(0) or connect() while it is held (free_port's answer is free only within one process:
+    two pytest workers, or two test runs, may be handed the same port a moment apart), and a
+    server that binds with SO_REUSEADDR, as replog's listeners do, still binds and listens on it."""
+
+    def __init__(self, host: str = "127.0.0.1"):
+        for _ in range(1000):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))              # plain: a port no socket at all has, reserved or not
+            port = s.getsockname()[1]
+            if port not in _ports_given:
+                _ports_given.add(port)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                self.port, self._sock = port, s
+                return
+            s.close()
+        raise RuntimeError("no free port the kernel would give that was not given before")
+
+    def close(self) -> None:
+        sock = getattr(self, "_sock", None)    # None: __init__ found no port
+        if sock is not None:
+            sock.close()
+
+    __del__ = close
 
 
 # --- output ------------------------------------------------------------------------------

@@ -1,8 +1,13 @@
 """Real `replog serve` processes on 127.0.0.1 for integration tests.
 
-Processes are started with a free port and a data dir under the test's tmp_path, waited
-for through /v1/health with a deadline (never a bare sleep), killed with SIGKILL for
-crash tests or stopped with SIGTERM. Logs go to a file that failures print."""
+Processes are started with a port of their own and a data dir under the test's tmp_path,
+waited for through /v1/health with a deadline (never a bare sleep), killed with SIGKILL for
+crash tests or stopped with SIGTERM. Logs go to a file that failures print.
+
+A port the harness picks is reserved (bench/common.py PortReservation) from then until the
+test ends, so no other test process is handed it; and a node counts as healthy only once its
+own process listens on its port: a 200 from whatever else holds the port is never taken for
+the node's answer (a node that cannot listen exits, and the failure shows its log)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +18,7 @@ import time
 import urllib.error
 from typing import Any, Callable
 
-from bench.common import free_port  # noqa: F401  (tests import it from here)
+from bench.common import PortReservation, free_port  # noqa: F401  (tests import free_port from here)
 from node.client import request  # noqa: F401  (tests import it from here)
 from node.logsetup import file_tail
 
@@ -37,13 +42,18 @@ def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condit
 
 class ReplogProcess:
     def __init__(self, tmp, name: str, *, port: int | None = None, peers: list["ReplogProcess"] | list[str] = (),
-                 extra: list[str] | None = None, token: str | None = None, tls=None, client_auth: bool = False):
-        """`tls`: a bench.throwaway_ca.NodeTls; the node serves TLS and the harness speaks https."""
+                 extra: list[str] | None = None, token: str | None = None, tls=None, client_auth: bool = False,
+                 reservation: PortReservation | None = None):
+        """`tls`: a bench.throwaway_ca.NodeTls; the node serves TLS and the harness speaks https.
+        No `port`: a reserved one (`reservation`'s, else a new one), held until release_port()."""
         self.name = name
         self.dir = os.path.join(str(tmp), name)
         os.makedirs(self.dir, exist_ok=True)
         self.data_dir = os.path.join(self.dir, "data")
-        self.port = port or free_port()
+        if port is None and reservation is None:
+            reservation = PortReservation()
+        self.reservation = reservation
+        self.port = port or reservation.port
         self.peers = [p.address if isinstance(p, ReplogProcess) else p for p in peers]
         self.extra = list(extra or [])
         self.token = token
@@ -88,7 +98,11 @@ class ReplogProcess:
         def ok():
             if self.proc and self.proc.poll() is not None:
                 raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
-            return self.get("/v1/health")[0] == 200
+            # another process's 200 is not this node's: until this process listens, wait (it
+            # either listens or exits, "cannot listen", and the check above says so)
+            if self.get("/v1/health")[0] != 200 or self.proc is None:
+                return False
+            return listens_on(self.proc.pid, self.port) is not False
         try:
             wait_for(ok, timeout, f"{self.name} healthy")
         except AssertionError as e:
@@ -110,6 +124,11 @@ class ReplogProcess:
                 self.proc.kill()
                 self.proc.wait(5)
         return self.proc.returncode
+
+    def release_port(self) -> None:
+        """The end of the test: the reserved port goes back to the kernel."""
+        if self.reservation is not None:
+            self.reservation.close()
 
     def log_tail(self, n: int = 60) -> str:
         return file_tail(self.log_path, n)
@@ -166,6 +185,29 @@ class ReplogProcess:
         assert s == 200, (s, d)
 
 
+def listens_on(pid: int, port: int) -> bool | None:
+    """Does process `pid` hold a listening TCP socket on `port`? None: this system has no
+    /proc to tell (the check is skipped there)."""
+    inodes = set()
+    tables = [t for t in ("/proc/net/tcp", "/proc/net/tcp6") if os.path.exists(t)]
+    if not tables or not os.path.isdir(f"/proc/{pid}/fd"):
+        return None
+    for table in tables:
+        with open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()            # sl local_address rem_address st ... inode
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:   # 0A: LISTEN
+                    inodes.add(f"socket:[{fields[9]}]")
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def vclocks_converged(nodes: list[ReplogProcess], ignore: set[str] = frozenset()) -> bool:
     vcs = []
     for n in nodes:
@@ -177,11 +219,11 @@ def vclocks_converged(nodes: list[ReplogProcess], ignore: set[str] = frozenset()
 def mesh(tmp, n: int, extra: list[str] | None = None, **kw) -> list[ReplogProcess]:
     """n fresh nodes listing each other: they form one cluster (simultaneous join). `kw`
     goes to every ReplogProcess (tls, client_auth, token)."""
-    ports = [free_port() for _ in range(n)]
+    ports = [PortReservation() for _ in range(n)]
     nodes = []
     for i in range(n):
-        peers = [f"127.0.0.1:{p}" for j, p in enumerate(ports) if j != i]
-        nodes.append(ReplogProcess(tmp, f"n{i + 1}", port=ports[i], peers=peers, extra=extra, **kw))
+        peers = [f"127.0.0.1:{p.port}" for j, p in enumerate(ports) if j != i]
+        nodes.append(ReplogProcess(tmp, f"n{i + 1}", reservation=ports[i], peers=peers, extra=extra, **kw))
     for node in nodes:
         node.start(wait=False)
     for node in nodes:

@@ -127,6 +127,7 @@ def test_a_backup_under_write_load_restores_every_write_acknowledged_before_its_
     assert restored["uuid"] == man["uuid"]
     procs.append(r)
     r.start()
+    assert r.uuid() == man["uuid"], "the node answering is the restored one"
     have = keys_of(r)
     missing = must - set(have)
     assert not missing, f"{len(missing)} writes acknowledged before the backup are missing: {sorted(missing)[:5]}"
