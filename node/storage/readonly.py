@@ -3,8 +3,9 @@ its `_meta` and `_cluster` for `replog admin` (`read_only_view`), a consistent c
 backup (`copy_store`).
 
 Rules kept here: nothing here writes to the store; LMDB readers of several processes share its
-lock file (on a read-only file system, none is taken), so what is read is as consistent as the
-node's own reads; a store of a format this replog does not know is refused
+lock file, so what is read is as consistent as the node's own reads; only on a read-only file
+system (where no writer can be) is a store read without a reader slot, and a lock file that
+cannot be used anywhere else refuses the read; a store of a format this replog does not know is refused
 (node/storage/layout.py `check_format`)."""
 from __future__ import annotations
 
@@ -27,11 +28,23 @@ def _open_read_only(path: str):
               max_readers=limits.store_readers_max)
     try:
         return lmdb.open(path, lock=True, **kw)
-    except lmdb.Error:
-        try:   # a read-only file system: no reader slot to take
-            return lmdb.open(path, lock=False, **kw)
-        except lmdb.Error as e:
-            raise StorageError(f"cannot open store {path}: {e}") from None
+    except lmdb.Error as e:
+        if not _read_only_fs(path):
+            # Without a reader slot a writer may reuse the pages being read: refused, never
+            # read (or copied for a backup) inconsistently.
+            raise StorageError(f"cannot open store {path} as a reader (its lock file lock.mdb: {e}); "
+                               "a read without a reader slot could be inconsistent") from None
+    try:   # a read-only file system: no reader slot to take, and no writer either
+        return lmdb.open(path, lock=False, **kw)
+    except lmdb.Error as e:
+        raise StorageError(f"cannot open store {path}: {e}") from None
+
+
+def _read_only_fs(path: str) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def read_only_view(path: str) -> dict:
