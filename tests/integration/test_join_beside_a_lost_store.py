@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from tests.integration.harness import ReplogProcess, free_port, mesh, wait_for
+from tests.integration.harness import PortReservation, ReplogProcess, mesh, wait_for
 from tests.integration.oracles import Acked, acked_everywhere, no_fork, replicated_spaces, restart_all
 
 
@@ -17,15 +17,19 @@ def newcomer_below(tmp_path, procs: list, members: list[ReplogProcess]) -> tuple
     """A fresh node J (stopped) whose uuid is below some member's (that member returned as C):
     J first starts with a peer that never answers, so it neither founds nor joins while its
     uuid is read; its empty store keeps that uuid for its next start."""
-    for attempt in range(20):
-        j = ReplogProcess(tmp_path, f"j{attempt}", peers=[f"127.0.0.1:{free_port()}"])
-        procs.append(j)
-        j.start(wait=False)
-        ju = wait_for(lambda: j.info()["uuid"], 30, "J answering")
-        j.kill9()
-        above = [m for m in members if m.uuid() > ju]
-        if above:
-            return j, above[0]
+    silent = PortReservation()             # held, never listening: no other test's node takes it
+    try:
+        for attempt in range(20):
+            j = ReplogProcess(tmp_path, f"j{attempt}", peers=[f"127.0.0.1:{silent.port}"])
+            procs.append(j)
+            j.start(wait=False)
+            ju = wait_for(lambda: j.info()["uuid"], 30, "J answering")
+            j.kill9()
+            above = [m for m in members if m.uuid() > ju]
+            if above:
+                return j, above[0]
+    finally:
+        silent.close()
     raise AssertionError("no fresh node drew a uuid below a member's in 20 tries")
 
 
