@@ -23,8 +23,7 @@ import logging
 import os
 
 from node import limits
-from node.core.lifecycle_fence import lift, loss_at_open, may_lift
-from node.core.lifecycle_join import give_up, take_up_fence
+from node.core.lifecycle_fence import give_up, lift, loss_at_open, may_lift, take_up_fence
 
 log = logging.getLogger("replog.fence")
 
@@ -78,7 +77,7 @@ class FenceKeeper:
     def restore(self) -> None:
         """The core was just built: take up a fence the store holds, with the members this node
         registered itself (they may hold its rows though the donor never heard of them) and
-        those the operator gave up on (node.core.lifecycle_join.take_up_fence)."""
+        those the operator gave up on (node.core.lifecycle_fence.take_up_fence)."""
         node = self.node
         if node.core is None:
             return

@@ -16,10 +16,14 @@ Rules kept here:
   counts it as holding only what came.
 - The fence lifts (`may_lift`, then `lift`) once every member was heard and our own rows are
   back; a rebuilt store's fence then states its table again (NodeCore.clear_fence).
-- How many peers a node remembers claims of is bounded (limits.members_max)."""
+- How many peers a node remembers claims of is bounded (limits.members_max).
+- At open, a fence the store's meta holds stands again (`take_up_fence`); an expel asked for
+  while fenced gives that member up (`give_up`); a greeting says up to which lsn this node's own
+  `_cluster` rows are an earlier incarnation's (`own_history_lsn`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from node import limits
 from node.core.membership import OwnRowsFence
@@ -128,3 +132,33 @@ def lift(core: NodeCore, wall_us: int, given_up) -> Lifted:
     target = core.fence.target()
     restate = core.clear_fence(wall_us)
     return Lifted(target, restate, core.own_history_lsn, sorted(set(given_up or ())))
+
+
+# --- at start-up and on an expel (node/fence.py, node/process/peering.py) -----------------------
+def own_history_lsn(core: NodeCore | None) -> int:
+    """What a greeting says of this node's own `_cluster` rows: up to here they are an earlier
+    incarnation's (all of them while a rebuilt store is fenced: its ids are the donor's), and
+    peers take no ids from them."""
+    if core is None:
+        return 0
+    return limits.lsn_max if core.fence is not None and core.fence.rebuilt else core.own_history_lsn
+
+
+def take_up_fence(core: NodeCore, meta: dict | None, registered: set[str]) -> bool:
+    """At open, with the core just built: the fence the store's meta holds stands again, with
+    the members this node registered itself and those the operator gave up on (an anonymous
+    replica has none). Whether every own row is history while it stands (a rebuilt store's)."""
+    if core.anon:
+        return False
+    fence = fence_from_meta(meta, registered)
+    if fence is None:
+        return False
+    core.fence = fence
+    return fence.rebuilt
+
+
+def give_up(fence: OwnRowsFence, given_up: Iterable[str] | None, uuid: str) -> list[str]:
+    """The operator expels `uuid` while this node is fenced: the fence stops waiting for it now
+    (the expel row waits for the fence). The members given up on, to persist with the fence."""
+    fence.given_up.add(uuid)
+    return sorted(set(given_up or ()) | {uuid})

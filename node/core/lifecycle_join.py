@@ -1,8 +1,8 @@
 """Joining a cluster and founding one, as a sans-IO machine: whom to ask, whether to found the
 cluster instead, when to try again or give up, and how a donor's snapshot is installed
-(node/join.py drives it, and tests/sim/links.py). Beside it, start-up rules the process and
-the simulation share: a stored fence taken up at open, an expel asked for while fenced, the
-greeting's `own_history_lsn`.
+(node/join.py drives it, and tests/sim/joins.py). The start-up rules of the own-rows fence
+(a stored fence taken up at open, an expel asked for while fenced, the greeting's
+`own_history_lsn`) are node/core/lifecycle_fence.py's.
 
 A member with no store (`start`) polls its peers' greetings (`PollPeers` -> `Polled`), asks
 the running ones in turn (`Ask` -> `IdGranted`, `SnapshotReceived` or `AskFailed`) and
@@ -43,14 +43,11 @@ from typing import Any, Iterable, Protocol
 from node import limits
 from node.cluster_space.table import ClusterTable, Member
 from node.core import messages as m
-from node.core.lifecycle_fence import fence_from_meta
 from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, REFUSED, Abort, Activated, Ask,
                                              AskFailed, BecomeMember, Bootstrap, Bootstrapped, CatchUp, CaughtUp,
                                              IdGranted, Install, Installed, PollPeers, Polled, SnapshotReceived,
                                              Status, WipePartial)
 from node.core.link.ready import Outbox, Ready
-from node.core.membership import OwnRowsFence
-from node.core.replicaset import NodeCore
 from node.errors import PeerRefused
 from node.identity.signature import InitialSignature, Outcome, decide_join, initial_from_wire
 
@@ -170,35 +167,6 @@ def refusal_notes(polled: dict) -> str:
     """The peers' refusals, appended to a status reason."""
     refused = [f"{a} refused: {e}" for a, e in polled.items() if isinstance(e, PeerRefused)]
     return ("; " + "; ".join(refused)) if refused else ""
-
-
-def own_history_lsn(core: NodeCore | None) -> int:
-    """What a greeting says of this node's own `_cluster` rows: up to here they are an earlier
-    incarnation's (all of them while a rebuilt store is fenced: its ids are the donor's), and
-    peers take no ids from them."""
-    if core is None:
-        return 0
-    return limits.lsn_max if core.fence is not None and core.fence.rebuilt else core.own_history_lsn
-
-
-def take_up_fence(core: NodeCore, meta: dict | None, registered: set[str]) -> bool:
-    """At open, with the core just built: the fence the store's meta holds stands again, with
-    the members this node registered itself and those the operator gave up on (an anonymous
-    replica has none). Whether every own row is history while it stands (a rebuilt store's)."""
-    if core.anon:
-        return False
-    fence = fence_from_meta(meta, registered)
-    if fence is None:
-        return False
-    core.fence = fence
-    return fence.rebuilt
-
-
-def give_up(fence: OwnRowsFence, given_up: Iterable[str] | None, uuid: str) -> list[str]:
-    """The operator expels `uuid` while this node is fenced: the fence stops waiting for it now
-    (the expel row waits for the fence). The members given up on, to persist with the fence."""
-    fence.given_up.add(uuid)
-    return sorted(set(given_up or ()) | {uuid})
 
 
 class JoinMachine:

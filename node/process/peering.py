@@ -12,8 +12,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from node.applier.applier import Applier
-from node.core.lifecycle_fence import disprove_claim, hear_greeting, own_rows_awaited
-from node.core.lifecycle_join import own_history_lsn
+from node.core.lifecycle_fence import disprove_claim, hear_greeting, own_history_lsn, own_rows_awaited
 
 if TYPE_CHECKING:
     from node.process.ports import PeeringHost

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from node.cluster_space.table import STATE_EXPELLED
-from node.core.lifecycle_join import give_up
+from node.core.lifecycle_fence import give_up
 from tests.sim import shell
 
 if TYPE_CHECKING:

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, ClusterTable, Member
 from node.core import lifecycle_fence as fence_rules
-from node.core.lifecycle_fence import hear_greeting
-from node.core.lifecycle_join import own_history_lsn
+from node.core.lifecycle_fence import hear_greeting, own_history_lsn
 from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
                                         Status, anon_rejoin_id)
 

@@ -40,7 +40,7 @@ from node import limits
 from node.cluster_space.table import ClusterTable, Member
 from node.core.apply import apply_txn
 from node.core.holds import Hold, Holds, collectable_before, keep_vclock
-from node.core.lifecycle_join import take_up_fence
+from node.core.lifecycle_fence import take_up_fence
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_LOCAL, Txn
 from node.core.vclock import VClock
