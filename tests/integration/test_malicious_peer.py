@@ -25,11 +25,11 @@ def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("liar")
     secret = tmp / "secret"
     secret.write_bytes(SECRET)
-    from tests.integration.harness import free_port
-    pa, pb = free_port(), free_port()
+    from tests.integration.harness import PortReservation
+    ra, rb = PortReservation(), PortReservation()     # held until the end: no other test's node takes them
     extra = ["--secret-file", str(secret)]
-    a = ReplogProcess(tmp, "a", port=pa, peers=[f"127.0.0.1:{pb}"], extra=extra)
-    b = ReplogProcess(tmp, "b", port=pb, peers=[f"127.0.0.1:{pa}"], extra=extra)
+    a = ReplogProcess(tmp, "a", reservation=ra, peers=[f"127.0.0.1:{rb.port}"], extra=extra)
+    b = ReplogProcess(tmp, "b", reservation=rb, peers=[f"127.0.0.1:{ra.port}"], extra=extra)
     nodes = [a, b]
     try:
         for n in nodes:
@@ -43,6 +43,7 @@ def cluster(tmp_path_factory):
     finally:
         for n in nodes:
             n.kill9()
+            n.release_port()
 
 
 def _upstream(node: ReplogProcess, address: str) -> dict:

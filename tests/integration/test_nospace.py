@@ -16,7 +16,7 @@ import lmdb
 import pytest
 
 from node import limits
-from tests.integration.harness import ReplogProcess, free_port, request, wait_for
+from tests.integration.harness import PortReservation, ReplogProcess, request, wait_for
 
 VALUE = "v" * 1500
 WRITE_ANSWER_S = 3.0         # a write not answered within this is the batch the node keeps
@@ -71,9 +71,9 @@ def all_there(node: ReplogProcess, acked: dict) -> bool:
 
 
 def test_a_full_map_refuses_writes_keeps_links_serves_reads_and_resumes_when_a_reader_lets_go(tmp_path, procs):
-    pa, pb = free_port(), free_port()
-    a = ReplogProcess(tmp_path, "a", port=pa, peers=[f"127.0.0.1:{pb}"], extra=["--map-size", str(1 << 21)])
-    b = ReplogProcess(tmp_path, "b", port=pb, peers=[f"127.0.0.1:{pa}"])
+    ra, rb = PortReservation(), PortReservation()     # held until the test ends (procs releases them)
+    a = ReplogProcess(tmp_path, "a", reservation=ra, peers=[f"127.0.0.1:{rb.port}"], extra=["--map-size", str(1 << 21)])
+    b = ReplogProcess(tmp_path, "b", reservation=rb, peers=[f"127.0.0.1:{ra.port}"])
     procs += [a, b]
     a.start(wait=False), b.start(wait=False)
     a.wait_healthy(60), b.wait_healthy(60)

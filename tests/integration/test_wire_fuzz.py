@@ -22,7 +22,7 @@ from node import limits
 from node.core import messages as m
 from node.core.rows import GROUP_CLUSTER, GROUP_LOCAL, OP_DELETE, OP_NOP, OP_PUT, OP_SPACE, Op
 from tests.integration.fakepeer import FakePeer, rows_message, running
-from tests.integration.harness import ReplogProcess, free_port, wait_for
+from tests.integration.harness import PortReservation, ReplogProcess, wait_for
 
 SECRET = b"fuzz secret"
 FUZZ_S = 20.0                              # the authenticated peer's rounds stop after this
@@ -33,10 +33,10 @@ def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wirefuzz")
     secret = tmp / "secret"
     secret.write_bytes(SECRET)
-    pa, pb = free_port(), free_port()
+    ra, rb = PortReservation(), PortReservation()     # held until the end: no other test's node takes them
     extra = ["--secret-file", str(secret)]
-    a = ReplogProcess(tmp, "a", port=pa, peers=[f"127.0.0.1:{pb}"], extra=extra)
-    b = ReplogProcess(tmp, "b", port=pb, peers=[f"127.0.0.1:{pa}"], extra=extra)
+    a = ReplogProcess(tmp, "a", reservation=ra, peers=[f"127.0.0.1:{rb.port}"], extra=extra)
+    b = ReplogProcess(tmp, "b", reservation=rb, peers=[f"127.0.0.1:{ra.port}"], extra=extra)
     try:
         for n in (a, b):
             n.start(wait=False)
@@ -46,8 +46,9 @@ def cluster(tmp_path_factory):
         wait_for(lambda: b.get("/v1/spaces/kv/keys")[0] == 200, 20, "kv on B")
         yield a, b
     finally:
-        a.kill9()
-        b.kill9()
+        for n in (a, b):
+            n.kill9()
+            n.release_port()
 
 
 def _alive_and_replicating(a: ReplogProcess, b: ReplogProcess, tag: str) -> None:
