@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from node import limits
 from node.applier.handshake import PROBE_ERRORS, probe
 from node.cluster_space.table import STATE_MEMBER
-from node.core.lifecycle_join import refusal_notes, wrong_store
+from node.core.lifecycle_join import wrong_store
 from node.core.membership import greeting_vclock
 from node.errors import ConfigError, PeerRefused, StorageError
 from node.identity import identity_file as idf
@@ -208,10 +208,6 @@ class Lifecycle:
 
         peers = [a for a in self.node.peers if a != self.cfg.address]
         return dict(await asyncio.gather(*(one(a) for a in peers)))
-
-    @staticmethod
-    def notes(polled: dict[str, dict | BaseException]) -> str:
-        return refusal_notes(polled)
 
     def check_wrong_store(self, polled: dict[str, dict | BaseException]) -> None:
         """Peers that answered all belong to another cluster than ours: abort (Qpid: wrong store;

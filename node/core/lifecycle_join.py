@@ -169,6 +169,15 @@ def refusal_notes(polled: dict) -> str:
     return ("; " + "; ".join(refused)) if refused else ""
 
 
+def lost_store_notes(polled: dict) -> str:
+    """The peers that lost their store (no store of a cluster, `member_of` one), appended to a
+    status reason: this node waits for them to rejoin."""
+    lost = [f"{a} lost its store (a member of cluster {g['member_of']}): waiting for it to rejoin"
+            for a, g in sorted(polled.items()) if isinstance(g, dict) and not g.get("cluster_uuid")
+            and g.get("member_of")]
+    return ("; " + "; ".join(lost)) if lost else ""
+
+
 class JoinMachine:
     def __init__(self, host: JoinContext, backoff_min_s: float = limits.reconnect_backoff_min_s,
                  backoff_max_s: float = limits.join_wait_backoff_s_max):
@@ -354,14 +363,9 @@ class JoinMachine:
         host, polled = self.host, self._polled
         if self._failed:
             self._out.apply.append(Status("joining", "join failed, retrying: " + "; ".join(self._failed)))
-        notes = refusal_notes(polled)
+        notes = refusal_notes(polled) + lost_store_notes(polled)
         peers = host.peers()
         fresh = {a: g["uuid"] for a, g in polled.items() if is_fresh(g)}
-        lost = {a: g["member_of"] for a, g in polled.items() if isinstance(g, dict) and not g.get("cluster_uuid")
-                and g.get("member_of")}
-        if lost:
-            notes += "; " + "; ".join(f"{a} lost its store (a member of cluster {cu}): waiting for it to rejoin"
-                                      for a, cu in sorted(lost.items()))
         founding = founders(host.uuid, polled, peers)
         all_fresh_lowest = founding is not None
         cu = host.member_cluster_uuid()
