@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,7 @@ KILLED = "killed"
 SURVIVED = "survived"
 UNCOVERED = "no test runs it"
 EQUIVALENT = "equivalent"
+TIMEOUT = "timeout"           # the `how` of a mutant killed by its deadline (counted killed, listed apart)
 SOURCES: Path | None = None   # this run's copy of the targets, as they were when it began
 ERROR = "error"
 
@@ -212,9 +214,19 @@ def _select(m: Mutant, tests: dict, variants_max: int, users: dict[str, list[str
     return out
 
 
-def _timeout_s(selected: list[str], tests: dict) -> float:
-    # map-run times are traced, so already slower than a mutant run; x3 for a loaded machine
-    return 20 + 3 * sum(tests[n]["seconds"] for n in selected)
+# A mutant's deadline is per test, relative to that test's unmutated run: a mutant that loops
+# forever in one test then costs at most max(DEADLINE_MIN_S, DEADLINE_FACTOR x its time), not the
+# whole selection's allowance (a validate.py mutant once waited out 9 minutes). The map's times
+# are traced, so already slower than a mutant's run; the factor covers a loaded machine.
+DEADLINE_FACTOR = 10.0
+DEADLINE_MIN_S = 30.0
+BACKSTOP_S = 30.0           # on top of the tests' deadlines: the parent's kill if the child's alarm fails
+FRESH_COLLECT_S = 300.0     # a fresh pytest collects its files (40 to 90 s loaded) before any test
+
+
+def deadlines_s(selected: list[str], tests: dict) -> dict[str, float]:
+    """Each selected test's deadline, in its order."""
+    return {n: round(max(DEADLINE_MIN_S, DEADLINE_FACTOR * tests[n]["seconds"]), 3) for n in selected}
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -232,8 +244,8 @@ def run_served(outcomes: list[Outcome], tests: dict, workers: int, progress) -> 
     for w, share in enumerate(shares):
         if not share:
             continue
-        jobs = [{"id": i, "path": o.mutant.path, "index": o.mutant.index, "tests": o.tests,
-                 "timeout_s": _timeout_s(o.tests, tests)} for i, o in share]
+        jobs = [{"id": i, "path": o.mutant.path, "index": o.mutant.index,
+                 "deadlines": deadlines_s(o.tests, tests), "backstop_s": BACKSTOP_S} for i, o in share]
         # named by this run's pid too: two runs (two modules) may share the state folder
         jobs_path, out_path = STATE / f"jobs-{os.getpid()}-{w}.json", STATE / f"out-{os.getpid()}-{w}.jsonl"
         jobs_path.write_text(json.dumps(jobs))
@@ -275,8 +287,8 @@ def _judge(status) -> tuple[str, str]:
         return SURVIVED, ""
     if status == 1:
         return KILLED, "a test failed"
-    if status == "timeout":
-        return KILLED, "timeout"
+    if status in ("timeout", -signal.SIGALRM):     # the parent's kill, or the child's own alarm
+        return KILLED, TIMEOUT
     if status == 2:
         return KILLED, "the module no longer imports or collects"
     return ERROR, f"exit status {status}"
@@ -302,12 +314,14 @@ def _fresh_stages(selected: list[str]) -> list[list[str]]:
 
 
 def _run_fresh_tests(o: Outcome, selected: list[str], tests: dict):
+    deadlines = deadlines_s(selected, tests)
     with tempfile.NamedTemporaryFile("w", dir=STATE, suffix=".json", delete=False) as f:
-        json.dump(selected, f)
+        json.dump(deadlines, f)
     failed_import = Path(f.name + ".import-failed")
     try:
         rc = subprocess.call(_pytest("-x", *_files_of(selected)), cwd=ROOT, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, timeout=_timeout_s(selected, tests) + 10,
+                             stderr=subprocess.DEVNULL,
+                             timeout=FRESH_COLLECT_S + sum(deadlines.values()) + BACKSTOP_S,
                              env=_env(MUTATE_MODE="fresh", MUTATE_PATH=o.mutant.path,
                                       MUTATE_INDEX=str(o.mutant.index), MUTATE_TESTS=f.name,
                                       MUTATE_IMPORT_FAILED=str(failed_import)))
@@ -337,18 +351,24 @@ def _score(os_: list[Outcome]) -> tuple[int, int, float]:
     return killed, len(counted), (100.0 * killed / len(counted)) if counted else 100.0
 
 
+def _timed_out(o: Outcome) -> bool:
+    return o.status == KILLED and o.how.startswith(TIMEOUT)
+
+
 def report(outcomes: list[Outcome], groups: dict[str, list[str]], elapsed: float) -> str:
     lines = []
     by_file: dict[str, list[Outcome]] = {}
     for o in outcomes:
         by_file.setdefault(o.mutant.path, []).append(o)
-    lines.append(f"{'module':44} {'killed':>7} {'of':>5} {'score':>7} {'surv.':>6} {'no test':>8} {'equiv.':>7}")
+    lines.append(f"{'module':44} {'killed':>7} {'of':>5} {'score':>7} {'surv.':>6} {'no test':>8} {'equiv.':>7}"
+                 f" {'timeout':>8}")
     for group, files in groups.items():
         for path in files:
             os_ = by_file.get(path, [])
             k, n, s = _score(os_)
             lines.append(f"{path:44} {k:7d} {n:5d} {s:6.1f}% {sum(o.status == SURVIVED for o in os_):6d} "
-                         f"{sum(o.status == UNCOVERED for o in os_):8d} {sum(o.status == EQUIVALENT for o in os_):7d}")
+                         f"{sum(o.status == UNCOVERED for o in os_):8d} {sum(o.status == EQUIVALENT for o in os_):7d}"
+                         f" {sum(_timed_out(o) for o in os_):8d}")
         if len(files) > 1:
             k, n, s = _score([o for p in files for o in by_file.get(p, [])])
             lines.append(f"{'= group ' + group:44} {k:7d} {n:5d} {s:6.1f}%")
@@ -358,6 +378,11 @@ def report(outcomes: list[Outcome], groups: dict[str, list[str]], elapsed: float
         if bad:
             lines.append(f"\n{title} ({len(bad)}):")
             lines += [o.mutant.describe() + (f"   [{o.how}]" if status == ERROR else "") for o in bad]
+    late = sorted((o for o in outcomes if _timed_out(o)), key=lambda o: (o.mutant.path, o.mutant.line))
+    if late:
+        # killed, but only by the clock: a loop that never ends, or a test made much slower
+        lines.append(f"\nkilled by their deadline, counted killed ({len(late)}):")
+        lines += [f"{o.mutant.describe()}   [{o.seconds:.0f} s]" for o in late]
     lines.append(f"\n{len(outcomes)} mutants in {elapsed:.0f} s; {len(errors)} errors")
     return "\n".join(lines)
 
@@ -381,6 +406,17 @@ def _lines(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected line numbers such as 134 or 134,150, got {text!r}") from None
 
 
+def _seconds(text: str) -> float:
+    """--deadline-*'s value: a number above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
+
+
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tools.mutate", description=__doc__.split("\n\n")[0])
     p.add_argument("targets", nargs="*", help="files (node/core/vclock.py) or groups: " + ", ".join(GROUPS)
@@ -390,6 +426,11 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--sim-variants", type=int, default=12,
                    help="at most this many seeds of one seeded simulation test per mutant, the fastest (default 12)")
     p.add_argument("--examples", default="50", help="hypothesis examples per property test (default 50)")
+    p.add_argument("--deadline-factor", type=_seconds, default=DEADLINE_FACTOR,
+                   help=f"a test's deadline under a mutant: this many times its unmutated (traced) time "
+                        f"(default {DEADLINE_FACTOR:g})")
+    p.add_argument("--deadline-min", type=_seconds, default=DEADLINE_MIN_S,
+                   help=f"and at least this many seconds (default {DEADLINE_MIN_S:g})")
     p.add_argument("--line", type=_lines, help="only mutants on this line, or these lines: 134,150 (with one file)")
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
     p.add_argument("--remap", action="store_true", help="record the test map again even if nothing changed")
@@ -404,8 +445,9 @@ def _parse() -> argparse.Namespace:
 
 
 def main() -> int:
-    global ROOT, STATE, TEST_DIRS, SOURCES
+    global ROOT, STATE, TEST_DIRS, SOURCES, DEADLINE_FACTOR, DEADLINE_MIN_S
     a = _parse()
+    DEADLINE_FACTOR, DEADLINE_MIN_S = a.deadline_factor, a.deadline_min
     if a.root:
         ROOT = Path(a.root).resolve()
         STATE = ROOT / ".mutate"
