@@ -181,3 +181,17 @@ def test_a_deadline_option_that_is_not_a_positive_number_is_refused_in_one_line(
                         "x.py"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "expected a number above 0, got '0'" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_fresh_mutant_first_runs_the_test_files_that_reach_most_of_its_module():
+    """A mutant of import-time code runs in a fresh pytest that collects every file it is given:
+    the files whose tests run the most lines of the module come first, the rest only if it survives."""
+    import tools.mutate.__main__ as runner
+    tests = {"t_other.py::fast": {"seconds": 0.01, "lines": {"m.py": [3]}},
+             "t_own.py::a": {"seconds": 0.2, "lines": {"m.py": [3, 4, 5, 6]}},
+             "t_own.py::b": {"seconds": 0.3, "lines": {"m.py": [7]}},
+             "t_near.py::c": {"seconds": 0.1, "lines": {"m.py": [3, 4]}},
+             "t_far.py::d": {"seconds": 0.05, "lines": {"m.py": [3]}}}
+    selected = sorted(tests, key=lambda n: tests[n]["seconds"])
+    assert runner._fresh_stages(selected, tests, "m.py") == [
+        ["t_near.py::c", "t_own.py::a", "t_own.py::b"], ["t_other.py::fast", "t_far.py::d"]]

@@ -294,19 +294,20 @@ def _judge(status) -> tuple[str, str]:
     return ERROR, f"exit status {status}"
 
 
-FRESH_FIRST_FILES = 2   # a fresh mutant runs the tests of its fastest files first (below)
+FRESH_FIRST_FILES = 2   # a fresh mutant first runs the tests of the files that reach its module most (below)
 
 
-def _fresh_stages(selected: list[str]) -> list[list[str]]:
-    """The selected tests (fastest first) in two stages: those of the first FRESH_FIRST_FILES
-    test files they come from, then the rest. A fresh pytest collects every file it is given
-    before it runs a test, and most mutants of import-time code fail in the first file: the
-    rest are collected only for a mutant that survives them."""
-    files: list[str] = []
+def _fresh_stages(selected: list[str], tests: dict, path: str) -> list[list[str]]:
+    """The selected tests (fastest first) in two stages: those of the FRESH_FIRST_FILES test
+    files whose tests run the most lines of the mutated module (its own tests, most often),
+    then the rest. A fresh pytest collects every file it is given before it runs a test, and
+    most mutants of import-time code fail in the module's own tests: the rest (often the whole
+    unit suite) are collected only for a mutant that survives them."""
+    reach: dict[str, set[int]] = {}
     for n in selected:
-        f = n.split("::", 1)[0]
-        if f not in files:
-            files.append(f)
+        reach.setdefault(n.split("::", 1)[0], set()).update(tests[n].get("lines", {}).get(path, ()))
+    files = list(reach)         # in the order of their fastest test
+    files.sort(key=lambda f: -len(reach[f]))     # stable: of files that reach as much, the fastest first
     first = set(files[:FRESH_FIRST_FILES])
     head = [n for n in selected if n.split("::", 1)[0] in first]
     rest = [n for n in selected if n.split("::", 1)[0] not in first]
@@ -336,7 +337,7 @@ def _run_fresh_tests(o: Outcome, selected: list[str], tests: dict):
 
 def run_fresh(o: Outcome, tests: dict) -> None:
     start = time.monotonic()
-    for selected in _fresh_stages(o.tests):
+    for selected in _fresh_stages(o.tests, tests, o.mutant.path):
         rc = _run_fresh_tests(o, selected, tests)
         if rc != 0:
             break
