@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from node.core import codec, rows, validate
+from node.errors import RemoteProtocolError
 from node.core.rows import GROUP_DEFAULT, GROUP_LOCAL, OP_DELETE, OP_NOP, OP_PUT, Op, Txn, Unusual, check_fast
 
 
@@ -64,3 +65,9 @@ def test_a_frame_whose_second_row_breaks_a_rule_after_a_flat_value_is_read_as_th
     raws = [[1, 1, GROUP_DEFAULT, 5, [[OP_PUT, "s", "k", {"a": 1}], [OP_DELETE, "s", "k2", 3]]]]
     w, txns, err = rows.frame_txns_upto(codec.pack([9, raws]))
     assert (w, txns) == (9, []) and "row 1:1" in str(err)
+
+
+def test_an_op_read_alone_holds_a_legacy_value_only_when_told_it_comes_from_this_nodes_wal():
+    with pytest.raises(RemoteProtocolError, match="binary data"):
+        rows.op_from_wire([OP_PUT, "s", "k", b"bin"])
+    assert rows.op_from_wire([OP_PUT, "s", "k", b"bin"], legacy=True) == Op(OP_PUT, "s", "k", b"bin")
