@@ -1,14 +1,15 @@
 """Edges of node/core/rows.py that its mutation score showed unpinned: a plain frame is read by
 the fast decoder (never the exact one), the values check_fast can be sure of on sight are taken
 without walking the value rule (the fast path's point), and a value taken on sight does not end
-the check of its transaction's later rows."""
+the check of its transaction's later rows, and op_from_wire read alone takes no legacy value
+unless told."""
 from __future__ import annotations
 
 import pytest
 
 from node.core import codec, rows, validate
-from node.errors import RemoteProtocolError
 from node.core.rows import GROUP_DEFAULT, GROUP_LOCAL, OP_DELETE, OP_NOP, OP_PUT, Op, Txn, Unusual, check_fast
+from node.errors import RemoteProtocolError
 
 
 def _no_exact(*_a, **_k):
