@@ -383,7 +383,9 @@ def report(outcomes: list[Outcome], groups: dict[str, list[str]], elapsed: float
     if late:
         # killed, but only by the clock: a loop that never ends, or a test made much slower
         lines.append(f"\nkilled by their deadline, counted killed ({len(late)}):")
-        lines += [f"{o.mutant.describe()}   [{o.seconds:.0f} s]" for o in late]
+        for o in late:
+            when = "earlier run" if o.how.endswith("(earlier run)") else f"{o.seconds:.0f} s"
+            lines.append(f"{o.mutant.describe()}   [{when}]")
     lines.append(f"\n{len(outcomes)} mutants in {elapsed:.0f} s; {len(errors)} errors")
     return "\n".join(lines)
 
