@@ -16,15 +16,15 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.mutate.operators import Mutant, mutants_of
+from tools.mutate.outcomes import (EQUIVALENT, ERROR, KILLED, UNCOVERED, Outcome, earlier_kills, equivalent_reason,
+                                   judge, load_equivalents, report)
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -39,54 +39,11 @@ GROUPS = {
                       "node/cluster_space/table.py"],
     "wal_format": ["node/wal/format.py"],
 }
-KILLED = "killed"
-SURVIVED = "survived"
-UNCOVERED = "no test runs it"
-EQUIVALENT = "equivalent"
-TIMEOUT = "timeout"           # the `how` of a mutant killed by its deadline (counted killed, listed apart)
 SOURCES: Path | None = None   # this run's copy of the targets, as they were when it began
-ERROR = "error"
-
-
-@dataclass
-class Outcome:
-    mutant: Mutant
-    status: str = ""
-    how: str = ""
-    tests: list[str] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-# --- the equivalent-mutant list -----------------------------------------------------------
-def load_equivalents(path: Path) -> dict[tuple[str, str, str], dict[int, str]]:
-    """Lines `path:line: label  | snippet  # reason` -> {key: {line: reason}}."""
-    out: dict[tuple[str, str, str], dict[int, str]] = {}
-    if not path.exists():
-        return out
-    for raw in path.read_text().splitlines():
-        if not raw.strip() or raw.startswith("#"):
-            continue
-        head, _, reason = raw.rpartition("  # ")   # the line itself may carry a comment
-        where, _, snippet = head.partition("  | ")
-        file_line, _, label = where.partition(": ")
-        file, _, line = file_line.rpartition(":")
-        out.setdefault((file, snippet.strip(), label.strip()), {})[int(line)] = reason.strip()
-    return out
-
-
-def equivalent_reason(m: Mutant, equivalents: dict, same_key: int) -> str | None:
-    """The key (file, mutation, text) names the mutant wherever its line moves; when the file
-    has several mutants with that key (`same_key`), only the listed lines are meant."""
-    listed = equivalents.get(m.key)
-    if not listed:
-        return None
-    if m.line in listed:
-        return listed[m.line]
-    return next(iter(listed.values())) if same_key == 1 else None
 
 
 # --- the map: which tests run which lines -------------------------------------------------------
@@ -270,7 +227,7 @@ def run_served(outcomes: list[Outcome], tests: dict, workers: int, progress) -> 
                 if r["status"] == 77:
                     retry.append(o)
                     continue
-                o.status, o.how = _judge(r["status"])
+                o.status, o.how = judge(r["status"])
                 progress(o)
         if not alive:
             break
@@ -280,18 +237,6 @@ def run_served(outcomes: list[Outcome], tests: dict, workers: int, progress) -> 
             o.status, o.how = ERROR, "its worker stopped before reporting it (see .mutate/worker-*.log)"
             progress(o)
     return retry
-
-
-def _judge(status) -> tuple[str, str]:
-    if status == 0:
-        return SURVIVED, ""
-    if status == 1:
-        return KILLED, "a test failed"
-    if status in ("timeout", -signal.SIGALRM):     # the parent's kill, or the child's own alarm
-        return KILLED, TIMEOUT
-    if status == 2:
-        return KILLED, "the module no longer imports or collects"
-    return ERROR, f"exit status {status}"
 
 
 FRESH_FIRST_FILES = 2   # a fresh mutant first runs the tests of the files that reach its module most (below)
@@ -342,63 +287,7 @@ def run_fresh(o: Outcome, tests: dict) -> None:
         if rc != 0:
             break
     o.seconds = time.monotonic() - start
-    o.status, o.how = _judge(rc)
-
-
-# --- report -----------------------------------------------------------------------------------
-def _score(os_: list[Outcome]) -> tuple[int, int, float]:
-    counted = [o for o in os_ if o.status != EQUIVALENT]
-    killed = sum(1 for o in counted if o.status == KILLED)
-    return killed, len(counted), (100.0 * killed / len(counted)) if counted else 100.0
-
-
-def _timed_out(o: Outcome) -> bool:
-    return o.status == KILLED and o.how.startswith(TIMEOUT)
-
-
-def report(outcomes: list[Outcome], groups: dict[str, list[str]], elapsed: float) -> str:
-    lines = []
-    by_file: dict[str, list[Outcome]] = {}
-    for o in outcomes:
-        by_file.setdefault(o.mutant.path, []).append(o)
-    lines.append(f"{'module':44} {'killed':>7} {'of':>5} {'score':>7} {'surv.':>6} {'no test':>8} {'equiv.':>7}"
-                 f" {'timeout':>8}")
-    for group, files in groups.items():
-        for path in files:
-            os_ = by_file.get(path, [])
-            k, n, s = _score(os_)
-            lines.append(f"{path:44} {k:7d} {n:5d} {s:6.1f}% {sum(o.status == SURVIVED for o in os_):6d} "
-                         f"{sum(o.status == UNCOVERED for o in os_):8d} {sum(o.status == EQUIVALENT for o in os_):7d}"
-                         f" {sum(_timed_out(o) for o in os_):8d}")
-        if len(files) > 1:
-            k, n, s = _score([o for p in files for o in by_file.get(p, [])])
-            lines.append(f"{'= group ' + group:44} {k:7d} {n:5d} {s:6.1f}%")
-    errors = [o for o in outcomes if o.status == ERROR]
-    for title, status in (("survivors", SURVIVED), ("no test runs these lines", UNCOVERED), ("errors", ERROR)):
-        bad = sorted((o for o in outcomes if o.status == status), key=lambda o: (o.mutant.path, o.mutant.line))
-        if bad:
-            lines.append(f"\n{title} ({len(bad)}):")
-            lines += [o.mutant.describe() + (f"   [{o.how}]" if status == ERROR else "") for o in bad]
-    late = sorted((o for o in outcomes if _timed_out(o)), key=lambda o: (o.mutant.path, o.mutant.line))
-    if late:
-        # killed, but only by the clock: a loop that never ends, or a test made much slower
-        lines.append(f"\nkilled by their deadline, counted killed ({len(late)}):")
-        for o in late:
-            when = "earlier run" if o.how.endswith("(earlier run)") else f"{o.seconds:.0f} s"
-            lines.append(f"{o.mutant.describe()}   [{when}]")
-    lines.append(f"\n{len(outcomes)} mutants in {elapsed:.0f} s; {len(errors)} errors")
-    return "\n".join(lines)
-
-
-def _earlier_kills(path: Path) -> dict[tuple, str]:
-    """The killed mutants of an earlier run's --json, keyed as main() numbers them."""
-    out, nth = {}, {}
-    for r in json.loads(path.read_text()):
-        where = (r["path"], r["line"], r["label"], r["snippet"])
-        nth[where] = nth.get(where, 0) + 1
-        if r["status"] == KILLED:
-            out[(*where, nth[where])] = r["how"] + " (earlier run)"
-    return out
+    o.status, o.how = judge(rc)
 
 
 def _lines(text: str) -> list[int]:
@@ -489,7 +378,7 @@ def main() -> int:
     users = importers(map_targets)
     equivalents = load_equivalents(Path(a.equivalents) if a.equivalents else HERE / "equivalent.txt")
     outcomes = [Outcome(m) for m in mutants]
-    earlier = _earlier_kills(Path(a.again)) if a.again else {}
+    earlier = earlier_kills(Path(a.again)) if a.again else {}
     todo = []
     nth: dict[tuple, int] = {}
     for o in outcomes:
