@@ -195,3 +195,25 @@ def test_a_fresh_mutant_first_runs_the_test_files_that_reach_most_of_its_module(
     selected = sorted(tests, key=lambda n: tests[n]["seconds"])
     assert runner._fresh_stages(selected, tests, "m.py") == [
         ["t_near.py::c", "t_own.py::a", "t_own.py::b"], ["t_other.py::fast", "t_far.py::d"]]
+
+
+def test_a_run_with_again_takes_the_earlier_kills_and_runs_none_of_them_again(tmp_path):
+    root = _tree(tmp_path)
+    base = [sys.executable, "-m", "tools.mutate", "--root", str(root), "--tests", "tests",
+            "--equivalents", str(root / "equivalent.txt"), "pkg/tiny.py"]
+    first = subprocess.run(base + ["--json", str(root / "one.json")], cwd=REPO, capture_output=True, text=True,
+                           timeout=120)
+    assert first.returncode == 0, first.stderr
+    again = subprocess.run(base + ["--again", str(root / "one.json"), "--json", str(root / "two.json")], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    import json
+    one = json.loads((root / "one.json").read_text())
+    two = json.loads((root / "two.json").read_text())
+    assert len(one) == len(two)
+    for a, b in zip(one, two):
+        if a["status"] == "killed":
+            assert (b["status"], b["how"]) == ("killed", a["how"] + " (earlier run)"), b
+        else:
+            assert b["status"] == a["status"], b
+    assert "0 mutants to run" in again.stderr, again.stderr
