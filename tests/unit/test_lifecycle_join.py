@@ -319,6 +319,22 @@ def test_an_anonymous_replica_takes_the_lowest_id_free_in_the_snapshot_it_fetche
     assert effects(j) == [Install(ADDR_B, None, 2, {1: 9, 3: 1}, 0)]
 
 
+def test_an_anonymous_replica_whose_identity_is_of_another_cluster_stops_with_wrong_store_before_fetching():
+    j = machine(cluster=CLUSTER)
+    j.ask(ADDR_B, m.FETCH_SNAPSHOT, running(cluster=OTHER))
+    assert j.state is JoinState.FAILED and j.done
+    (e,) = effects(j)
+    assert type(e) is Abort and e.message.startswith("wrong store") and CLUSTER in e.message and OTHER in e.message
+    assert ADDR_B in e.message and "--peers" in e.hint
+
+
+@pytest.mark.parametrize("cluster", [None, CLUSTER])
+def test_an_anonymous_replica_with_no_identity_or_one_of_the_donors_cluster_fetches_its_snapshot(cluster):
+    j = machine(cluster=cluster)
+    j.ask(ADDR_B, m.FETCH_SNAPSHOT, running())
+    assert effects(j) == [Ask(ADDR_B, m.FETCH_SNAPSHOT, running(), None)] and j.state is JoinState.ASKING
+
+
 def test_a_register_that_goes_through_makes_the_anonymous_replica_a_member():
     j = machine()
     j.ask(ADDR_B, m.REGISTER, {})
