@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
 from tests.integration.harness import ReplogProcess, mesh, wait_for
 from tests.integration.oracles import upstream
@@ -20,7 +21,7 @@ def file_bytes(path: str) -> bytes:
 def exit_code(p: ReplogProcess, timeout: float = 60.0) -> int:
     try:
         return p.proc.wait(timeout)
-    except Exception:
+    except subprocess.TimeoutExpired:
         raise AssertionError(f"{p.name} did not exit:\n{p.log_tail()}") from None
 
 
