@@ -10,8 +10,8 @@ Rules kept here:
 - each origin's rows are applied contiguously: a row past a gap is not applied (it will come
   again by a route that has the rows before it); a row already claimed is a duplicate; one
   overlapping what was claimed is a protocol error;
-- a gap in the peer's own rows is logged, once per gap on a link (`_own_gap`), unless this node caused
-  it: a fenced node asks a peer for its own rows from where the peer is
+- a gap in the peer's own rows is logged, once per gap on a link (`_own_gap`), unless this
+  node caused it: a fenced node asks a peer for its own rows from where the peer is
   (NodeCore.subscribe_vclock), and an expelled member's rows past its bound are not taken.
   Otherwise the origin skipped lsns of its own (its WAL lost rows it had, or it is broken or
   lying): not refused, since its rows past the gap may still come by another route;
