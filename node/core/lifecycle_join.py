@@ -318,13 +318,14 @@ class JoinMachine:
         self._round_over(now, running=False)
 
     def _ask(self, donors: list[tuple[str, dict]]) -> None:
-        """Ask the first of `donors` for a snapshot (JOIN, or an anonymous replica's
-        FETCH_SNAPSHOT); a donor of another cluster than ours: stop before anything is asked.
-        (REGISTER comes from a store, whose link's greeting check refuses another cluster.)"""
+        """Ask the first of `donors` (JOIN, an anonymous replica's FETCH_SNAPSHOT or REGISTER):
+        a donor of another cluster than ours stops this node before anything is asked. (A
+        REGISTER's driver passes no greeting: it comes from a store, whose link's greeting
+        check refuses another cluster.)"""
         self._running = donors
         address, theirs = donors[0]
         mine = self.host.member_cluster_uuid()
-        if self._kind != m.REGISTER and mine is not None and theirs.get("cluster_uuid") not in (mine, None):
+        if mine is not None and theirs.get("cluster_uuid") not in (mine, None):
             return self._abort(f"wrong store: this node's identity belongs to cluster {mine}, {address} to "
                                f"{theirs['cluster_uuid']}",
                                f"point --peers at cluster {mine}, or start it with an empty data dir (no identity "

@@ -1,5 +1,5 @@
 """A gap in a peer's own rows (node/core/receive.py `_own_gap`): logged once per gap and link, with
-the peer and the lsns, on each of the three paths (one txn, a run, a scanned message); not logged
+the peer and the lsns, on each of the three paths (one txn: a `_cluster` one; a run; a scanned message); not logged
 for a gap in rows the peer relays, nor for the two gaps this node causes itself (fenced, it
 asks a peer for its own rows from where the peer is; an expelled member's rows past its bound
 are not taken). A row past the gap is still not applied, and the link goes on.
@@ -24,8 +24,10 @@ def _scan(*txns: Txn):
 
 
 def by_receive(core, *txns: Txn) -> None:
+    """The exact path, one txn at a time: a `_cluster` txn (a plain one goes on as a run) of
+    the same origin and lsn, restating what the peer's greeting said of OTHER."""
     for t in txns:
-        assert core.receive(PEER, t, WALL) == [] or t.lsn == core.claimed.get(2)
+        core.receive(PEER, cluster(t.replica_id, t.lsn, (OTHER, 5, "c:1")), WALL)
 
 
 def by_run(core, *txns: Txn) -> None:
