@@ -192,32 +192,68 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise RuntimeError("no free port the kernel would give that was not given before")
 
 
+def client_port_of(port: int) -> int:
+    """A node's derived binary client port for HTTP port `port` (node/config.py client_address:
+    port + limits.client_port_offset, or - it past 65535)."""
+    from node import limits
+    p = port + limits.client_port_offset
+    return p if p <= 65535 else port - limits.client_port_offset
+
+
 class PortReservation:
     """A loopback port held by this process until close(): a socket bound to it, not listening,
     with SO_REUSEADDR set after the bind. The kernel gives the port to no other process's
     bind(0) or connect() while it is held (free_port's answer is free only within one process:
     two pytest workers, or two test runs, may be handed the same port a moment apart), and a
-    server that binds with SO_REUSEADDR, as replog's listeners do, still binds and listens on it."""
+    server that binds with SO_REUSEADDR, as replog's listeners do, still binds and listens on it.
 
-    def __init__(self, host: str = "127.0.0.1"):
+    A node listens on a second port it derives from its HTTP port (its binary client port,
+    `client_port_of`): that one is held too (`client_port`), else a node could take it while it
+    is reserved for another node's HTTP port, which then cannot listen. `client_port=False`: a
+    port held for something other than a node (a peer that never answers)."""
+
+    def __init__(self, host: str = "127.0.0.1", *, client_port: bool = True):
+        self._socks: list[socket.socket] = []
         for _ in range(1000):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.bind((host, 0))              # plain: a port no socket at all has, reserved or not
             port = s.getsockname()[1]
-            if port not in _ports_given:
-                _ports_given.add(port)
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                self.port, self._sock = port, s
-                return
-            s.close()
+            if port in _ports_given:
+                s.close()
+                continue
+            socks = [s]
+            if client_port:
+                c = _hold(host, client_port_of(port))
+                if c is None:              # the derived port is someone else's: another draw
+                    s.close()
+                    continue
+                socks.append(c)
+            for x in socks:
+                _ports_given.add(x.getsockname()[1])
+                x.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.port, self._socks = port, socks
+            self.client_port = client_port_of(port) if client_port else None
+            return
         raise RuntimeError("no free port the kernel would give that was not given before")
 
     def close(self) -> None:
-        sock = getattr(self, "_sock", None)    # None: __init__ found no port
-        if sock is not None:
+        for sock in getattr(self, "_socks", ()):    # none: __init__ found no port
             sock.close()
 
     __del__ = close
+
+
+def _hold(host: str, port: int) -> socket.socket | None:
+    """A plain bind to `port` (no other socket has it, reserved or not), or None."""
+    if port in _ports_given:
+        return None
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind((host, port))
+    except OSError:
+        s.close()
+        return None
+    return s
 
 
 # --- output ------------------------------------------------------------------------------

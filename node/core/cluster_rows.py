@@ -54,6 +54,8 @@ class Peer:
     # the peer's own `_cluster` rows up to this lsn are its earlier incarnation's (its greeting
     # says so: NodeCore.own_history_lsn there): they state ids it no longer uses
     history_lsn: int = 0
+    # this node's lsn of the peer's own rows when a gap in them was logged on this link (-1: none)
+    own_gap_at: int = -1
 
 
 def cluster_op(m: Member) -> Op:

@@ -25,7 +25,8 @@ Rules kept here:
 - Only a node that never registered anywhere founds a cluster; among fresh nodes only the
   lowest uuid, once every peer answered fresh (or, with `cluster_wait_for` >= 1, once the Qpid
   exchange says ACTIVATE); the others join it.
-- A donor of another cluster than this node's identity is a wrong store: stop. A donor that
+- A donor of another cluster than this node's identity is a wrong store, for a JOIN and for an
+  anonymous replica's FETCH_SNAPSHOT alike: stop before asking. A donor that
   says this node was expelled: stop. Any other failure tries the next running donor; a broken
   link first wipes what it left (`WipePartial`).
 - A joined store is fenced (`join_fence`) if this uuid went active before (its identity file
@@ -317,13 +318,18 @@ class JoinMachine:
         self._round_over(now, running=False)
 
     def _ask(self, donors: list[tuple[str, dict]]) -> None:
-        """Ask the first of `donors` (a donor of another cluster than ours: stop)."""
+        """Ask the first of `donors` (JOIN, an anonymous replica's FETCH_SNAPSHOT or REGISTER):
+        a donor of another cluster than ours stops this node before anything is asked. (A
+        REGISTER's driver passes no greeting: it comes from a store, whose link's greeting
+        check refuses another cluster.)"""
         self._running = donors
         address, theirs = donors[0]
         mine = self.host.member_cluster_uuid()
-        if self._kind == m.JOIN and mine is not None and theirs.get("cluster_uuid") not in (mine, None):
+        if mine is not None and theirs.get("cluster_uuid") not in (mine, None):
             return self._abort(f"wrong store: this node's identity belongs to cluster {mine}, {address} to "
-                               f"{theirs['cluster_uuid']}")
+                               f"{theirs['cluster_uuid']}",
+                               f"point --peers at cluster {mine}, or start it with an empty data dir (no identity "
+                               "files) to join or replicate that one")
         self._to(JoinState.ASKING)
         self._theirs = theirs
         req = requested_id(theirs) if self._kind == m.JOIN else None

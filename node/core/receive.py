@@ -10,6 +10,11 @@ Rules kept here:
 - each origin's rows are applied contiguously: a row past a gap is not applied (it will come
   again by a route that has the rows before it); a row already claimed is a duplicate; one
   overlapping what was claimed is a protocol error;
+- a gap in the peer's own rows is logged, once per gap on a link (`_own_gap`), unless this
+  node caused it: a fenced node asks a peer for its own rows from where the peer is
+  (NodeCore.subscribe_vclock), and an expelled member's rows past its bound are not taken.
+  Otherwise the origin skipped lsns of its own (its WAL lost rows it had, or it is broken or
+  lying): not refused, since its rows past the gap may still come by another route;
 - an expelled member's rows past its bound are not applied;
 - a remote row is checked against this node's state before it is claimed (what its decoder
   could not know): its spaces exist here and are replicated ones, a new space fits the store's
@@ -21,6 +26,7 @@ Rules kept here:
   followed as `_cluster` changes."""
 from __future__ import annotations
 
+import logging
 from bisect import bisect_right
 
 from node import limits
@@ -32,6 +38,7 @@ from node.core.validate import timestamp_ahead_error
 from node.errors import RemoteProtocolError
 
 _OFFSET_MAX_US = int(limits.hlc_offset_max_s * 1e6)
+log = logging.getLogger("replog.core")
 
 
 class Receiving(ClusterRows):
@@ -67,6 +74,8 @@ class Receiving(ClusterRows):
             if raw.lsn <= have:
                 raise RemoteProtocolError(f"row {origin}:{raw.lsn}..{raw.last_lsn} overlaps claimed {have}")
             peer.stats.gaps += 1
+            if member.uuid == peer_uuid:
+                self._own_gap(peer, member, have, raw.lsn)
             return []
         if member.state == STATE_EXPELLED and raw.last_lsn > member.expelled_lsn:
             peer.stats.expelled += 1
@@ -128,6 +137,8 @@ class Receiving(ClusterRows):
                     err = RemoteProtocolError(f"row {origin}:{lsn}..{last} overlaps claimed {have}")
                     break
                 stats.gaps += 1
+                if member.uuid == peer_uuid:
+                    self._own_gap(peer, member, have, lsn)
                 continue
             if bound >= 0 and last > bound:
                 stats.expelled += 1
@@ -184,6 +195,8 @@ class Receiving(ClusterRows):
                 if lsn <= have:
                     raise RemoteProtocolError(f"row {origin}:{lsn}..{lasts[s]} overlaps claimed {have}")
                 stats.gaps += b - s                      # none of the run can follow a gap
+                if member.uuid == peer_uuid:
+                    self._own_gap(peer, member, have, lsn)
                 continue
             e = b
             if member.state == STATE_EXPELLED:
@@ -200,6 +213,19 @@ class Receiving(ClusterRows):
             rows += last - lsn + 1
             out.append((s, e, origin))
         return rows
+
+    def _own_gap(self, peer: Peer, member, have: int, lsn: int) -> None:
+        """The peer sent a row of its own origin at `lsn` while this node holds its rows up to
+        `have` (< lsn - 1): a warning, once per gap on a link, unless this node caused it (fenced: it
+        asked the peer's own rows from where the peer is; an expelled member: its rows past
+        the bound were not taken)."""
+        if self.fence is not None or member.state == STATE_EXPELLED or peer.own_gap_at == have:
+            return
+        peer.own_gap_at = have
+        log.warning("replication: %s sent its own row %d while this node holds its rows up to %d: it skipped "
+                    "lsns %d..%d of its own (its WAL lost rows it had, or it is broken or lying); its rows past "
+                    "the gap wait for a route that has those (docs/replication.md)",
+                    peer.uuid, lsn, have, have + 1, lsn - 1)
 
     def _rows_refusal(self, ops) -> str | None:
         """Why a plain txn's rows cannot be applied here (None: they can). Data rows go to

@@ -11,7 +11,8 @@ Rules kept here:
 - The uuid is the store's; identity files and a lease slot must agree with it, or start-up
   stops with a StorageError naming both.
 - A snapshot installed here starts a new WAL at its vclock, and `gc_vclock` says so: a
-  subscriber behind it is told to rejoin, never given a gap."""
+  subscriber behind it is told to rejoin, never given a gap. Likewise a WAL that starts past
+  `gc_vclock` for any other reason (its directory lost) raises it at open (node/wal/gc.py)."""
 from __future__ import annotations
 
 import logging
@@ -32,6 +33,7 @@ from node.identity.signature import InitialSignature, initial_from_wire, initial
 from node.journal import Journal
 from node.rejoin import finish_interrupted, receive_snapshot
 from node.storage.store import Store
+from node.wal.gc import gc_at_wal_start
 from node.wal.recovery import recover
 from node.wal.writer import WalWriter
 
@@ -103,6 +105,13 @@ class Opening:
             wal = WalWriter(node.wal_dir, cfg.wal_mode, node.uuid, segment_bytes_max=cfg.segment_bytes_max)
             wal.open_last(res.last_valid_end)
             wal.sync()       # what recovery read may be in the page cache only: the core counts it as on disk
+            gc = gc_at_wal_start(node.wal_dir, store.vclock.to_dict(), store.get_meta("gc_vclock") or {})
+            if gc is not None:
+                # the rows below the WAL's start cannot be relayed: a subscriber behind it rejoins
+                log.warning("wal: the WAL starts past what was collected (%s): rows up to %s are no longer here to "
+                            "relay, and a subscriber behind that is told to rejoin", store.get_meta("gc_vclock") or {},
+                            gc)
+                store.set_meta(gc_vclock=gc)
         store.sync()
         node.core = NodeCore(node.uuid, store.table.copy(), store.vclock, hlc_last=res.hlc_last,
                              spaces=store.space_flags(), own_history_lsn=int(store.get_meta("own_history_lsn") or 0))

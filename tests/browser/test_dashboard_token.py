@@ -17,7 +17,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from tests.adversary.attacker import register_member  # noqa: E402
 from tests.browser.page import until  # noqa: E402
 from tests.integration.fakepeer import FakePeer, running  # noqa: E402
-from tests.integration.harness import free_port, mesh  # noqa: E402
+from tests.integration.harness import PortReservation, mesh  # noqa: E402
 
 TOKEN = "dash-token"
 
@@ -96,7 +96,8 @@ class Listener:
     so a browser would not even try)."""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        self._reservation = PortReservation(client_port=False)   # held until stop(): no test's node takes it
+        self.port = self._reservation.port
         self.address = f"127.0.0.1:{self.port}"
         self.requests: list[tuple[str, str | None]] = []
         self.runner: web.AppRunner | None = None
@@ -118,6 +119,7 @@ class Listener:
 
     async def stop(self) -> None:
         await self.runner.cleanup()
+        self._reservation.close()
 
     def tokens(self) -> list[str]:
         return [auth for _, auth in self.requests if auth]

@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bench.common import free_port
+from bench.common import PortReservation
 from node import limits
 from node.applier.conn import LINK_MESSAGE_BYTES_MAX, Conn, client_auth, connect, server_auth
 from node.applier.ws_limit import raise_message_limit, reader_limit
@@ -95,7 +95,8 @@ class FakePeer:
         self.auth_version = auth_version
         self.secret = secret
         self.uuid = uuid or str(uuidlib.uuid4())
-        self.port = free_port()
+        self._reservation = PortReservation(client_port=False)   # held until close(): no other test's node takes it
+        self.port = self._reservation.port
         self.address = f"127.0.0.1:{self.port}"
         self.cluster_uuid: str | None = None
         self.cluster_name = "replog"
@@ -140,6 +141,7 @@ class FakePeer:
             await self._runner.cleanup()
         if self._session:
             await self._session.close()
+        self._reservation.close()
 
     async def introduce(self, address: str) -> dict:
         """Greet a node as a fresh client and leave: take its cluster uuid and `_cluster`, and

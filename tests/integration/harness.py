@@ -5,11 +5,14 @@ waited for through /v1/health with a deadline (never a bare sleep), killed with 
 crash tests or stopped with SIGTERM. Logs go to a file that failures print.
 
 A port the harness picks is reserved (bench/common.py PortReservation) from then until the
-test ends, so no other test process is handed it; and a node counts as healthy only once its
-own process listens on its port: a 200 from whatever else holds the port is never taken for
-the node's answer (a node that cannot listen exits, and the failure shows its log)."""
+test ends, so no other test process is handed it, with the node's derived binary client port
+(HTTP + 1000); a node moved to another port (`move_to_new_port`) keeps its old one reserved
+too. A node counts as healthy only once its own process listens on its port: a 200 from
+whatever else holds the port is never taken for the node's answer (a node that cannot listen
+exits, and the failure shows its log). Tests draw no port with free_port() for a node."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -53,6 +56,7 @@ class ReplogProcess:
         if port is None and reservation is None:
             reservation = PortReservation()
         self.reservation = reservation
+        self._held = [reservation] if reservation is not None else []   # every port it had, released at the end
         self.port = port or reservation.port
         self.peers = [p.address if isinstance(p, ReplogProcess) else p for p in peers]
         self.extra = list(extra or [])
@@ -125,10 +129,19 @@ class ReplogProcess:
                 self.proc.wait(5)
         return self.proc.returncode
 
+    def move_to_new_port(self) -> None:
+        """The next start listens on a newly reserved port (a member changing its address). The
+        old one stays reserved until the test ends: peers may still dial it, and must reach
+        nobody there."""
+        assert self.proc is None or self.proc.poll() is not None, f"{self.name} is running"
+        self.reservation = PortReservation()
+        self._held.append(self.reservation)
+        self.port = self.reservation.port
+
     def release_port(self) -> None:
-        """The end of the test: the reserved port goes back to the kernel."""
-        if self.reservation is not None:
-            self.reservation.close()
+        """The end of the test: the reserved ports go back to the kernel."""
+        for r in self._held:
+            r.close()
 
     def log_tail(self, n: int = 60) -> str:
         return file_tail(self.log_path, n)
@@ -185,6 +198,17 @@ class ReplogProcess:
         assert s == 200, (s, d)
 
 
+@contextlib.contextmanager
+def silent_address():
+    """An address where nothing listens while the block runs: its port is held, not listening,
+    so a connection there is refused and no other test's node is handed it meanwhile."""
+    r = PortReservation(client_port=False)
+    try:
+        yield f"127.0.0.1:{r.port}"
+    finally:
+        r.close()
+
+
 def listens_on(pid: int, port: int) -> bool | None:
     """Does process `pid` hold a listening TCP socket on `port`? None: this system has no
     /proc to tell (the check is skipped there)."""
@@ -216,14 +240,20 @@ def vclocks_converged(nodes: list[ReplogProcess], ignore: set[str] = frozenset()
     return all(v == vcs[0] for v in vcs)
 
 
+def mesh_nodes(tmp, n: int, prefix: str = "n", extra: list[str] | None = None,
+               lists: Callable[[int, int], bool] = lambda i, j: True, **kw) -> list[ReplogProcess]:
+    """n nodes on reserved ports, named prefix1..prefixN, not started: node i lists node j as a
+    peer where `lists(i, j)` (every other node by default). `kw` goes to every ReplogProcess."""
+    ports = [PortReservation() for _ in range(n)]
+    return [ReplogProcess(tmp, f"{prefix}{i + 1}", reservation=ports[i], extra=extra,
+                          peers=[f"127.0.0.1:{p.port}" for j, p in enumerate(ports) if j != i and lists(i, j)], **kw)
+            for i in range(n)]
+
+
 def mesh(tmp, n: int, extra: list[str] | None = None, **kw) -> list[ReplogProcess]:
     """n fresh nodes listing each other: they form one cluster (simultaneous join). `kw`
     goes to every ReplogProcess (tls, client_auth, token)."""
-    ports = [PortReservation() for _ in range(n)]
-    nodes = []
-    for i in range(n):
-        peers = [f"127.0.0.1:{p.port}" for j, p in enumerate(ports) if j != i]
-        nodes.append(ReplogProcess(tmp, f"n{i + 1}", reservation=ports[i], peers=peers, extra=extra, **kw))
+    nodes = mesh_nodes(tmp, n, extra=extra, **kw)
     for node in nodes:
         node.start(wait=False)
     for node in nodes:

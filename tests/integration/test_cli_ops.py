@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from node import config, limits
-from tests.integration.harness import REPLOG, ReplogProcess, free_port, mesh, wait_for
+from tests.integration.harness import REPLOG, ReplogProcess, mesh, silent_address, wait_for
 
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -99,8 +99,8 @@ def test_status_sends_the_token_only_to_the_urls_given_and_still_knows_whether_l
 
 
 def test_status_against_nothing_listening_fails_with_a_clear_message(tmp_path):
-    addr = f"127.0.0.1:{free_port()}"
-    r = run("status", addr)
+    with silent_address() as addr:
+        r = run("status", addr)
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.startswith(f"replog: error: no node answered at {addr}") and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1

@@ -36,7 +36,7 @@ from node.identity.lease_manager import LeaseManager, wall_clock_ms
 from node.identity.lease_node import LeaseIdentity, NoLeaseSlot
 from node.identity.lease_store import open_store
 from node.server import Node
-from tests.integration.harness import ReplogProcess, free_port, wait_for
+from tests.integration.harness import ReplogProcess, free_port, mesh_nodes, silent_address, wait_for
 
 BUCKET = "replog-leases"
 
@@ -48,10 +48,7 @@ def lease_flags(store: str, size: int, duration_s: float) -> list[str]:
 
 def lease_cluster(tmp, n: int, store: str, duration_s: float) -> list[ReplogProcess]:
     """n fresh lease-identity nodes listing each other, started together (they race for slots)."""
-    ports = [free_port() for _ in range(n)]
-    nodes = [ReplogProcess(tmp, f"c{i}", port=port, peers=[f"127.0.0.1:{p}" for p in ports if p != port],
-                           extra=lease_flags(store, n, duration_s))
-             for i, port in enumerate(ports)]
+    nodes = mesh_nodes(tmp, n, prefix="c", extra=lease_flags(store, n, duration_s))
     for node in nodes:
         node.start(wait=False)
     return nodes
@@ -170,6 +167,7 @@ def test_killed_node_is_replaced_by_a_fresh_container_as_the_same_member(tmp_pat
     wait_for(lambda: all(n.kv_get("kv", "before")[0] == 200 for n in others), 20, "victim's row replicated")
 
     victim.kill9()
+    # the victim's port, still reserved by the victim: no other test's node took it meanwhile
     fresh = ReplogProcess(tmp_path, "fresh", port=victim.port, peers=others, extra=lease_flags(store, 3, 3))
     procs.append(fresh)
     assert not os.path.exists(fresh.data_dir), "the replacement must start with an empty data dir"
@@ -281,7 +279,7 @@ def test_s3_three_nodes_race_for_three_slots(tmp_path, procs, moto_s3):
 def lease_node(tmp_path, *, size: int = 3, duration_s: float = 2.0, peers: tuple[str, ...] = ()) -> Node:
     cfg = Config(identity="lease", lease_store=f"file://{tmp_path}/leases", cluster_size=size,
                  lease_duration_s=duration_s, data_dir=str(tmp_path / "data"), peers=peers,
-                 listen=f"127.0.0.1:{free_port()}")
+                 listen=f"127.0.0.1:{free_port()}")      # an address only: this Node never listens
     return Node(cfg)
 
 
@@ -395,22 +393,22 @@ async def test_takeover_without_release_waits_for_peers_until_the_deadline(tmp_p
                         clock=lambda: wall_clock_ms() - 10_000)
     past.bootstrap()
     assert past.acquire().version == 1
-    unreachable = f"127.0.0.1:{free_port()}"
-    node = lease_node(tmp_path, size=1, duration_s=1.0, peers=(unreachable,))
-    lease = LeaseIdentity(node, exit_at_once_on_loss=False)   # a loss must not end pytest
-    await lease.acquire()
-    node.http_session = aiohttp.ClientSession()
-    try:
-        assert (lease.slot, lease.version) == (0, 2)
-        assert lease.peer_wait_until_ms is not None and not lease.ready()
-        assert lease.info()["state"] == "waiting_for_peers"
-        await asyncio.wait_for(lease.wait_ready(), 5.0)
-        assert wall_clock_ms() >= lease.peer_wait_until_ms
-        assert lease.peer_wait_outcome == "timed_out" and lease.peers_confirmed == set()
-        assert lease.ready() and lease.info()["state"] == "held"
-    finally:
-        await node.http_session.close()
-        await lease.release()
+    with silent_address() as unreachable:            # no test's node answers there meanwhile
+        node = lease_node(tmp_path, size=1, duration_s=1.0, peers=(unreachable,))
+        lease = LeaseIdentity(node, exit_at_once_on_loss=False)   # a loss must not end pytest
+        await lease.acquire()
+        node.http_session = aiohttp.ClientSession()
+        try:
+            assert (lease.slot, lease.version) == (0, 2)
+            assert lease.peer_wait_until_ms is not None and not lease.ready()
+            assert lease.info()["state"] == "waiting_for_peers"
+            await asyncio.wait_for(lease.wait_ready(), 5.0)
+            assert wall_clock_ms() >= lease.peer_wait_until_ms
+            assert lease.peer_wait_outcome == "timed_out" and lease.peers_confirmed == set()
+            assert lease.ready() and lease.info()["state"] == "held"
+        finally:
+            await node.http_session.close()
+            await lease.release()
     assert core.decode(open(tmp_path / "leases" / "0.json", "rb").read(), 0).task_id is None
 
 

@@ -23,7 +23,7 @@ from node.applier.conn import client_auth, connect
 from node.core import messages as m
 from node.errors import PeerRefused
 from node.identity.identity_file import FAULT_POINTS
-from tests.integration.harness import REPLOG, ReplogProcess, free_port, mesh, vclocks_converged, wait_for
+from tests.integration.harness import REPLOG, ReplogProcess, mesh, mesh_nodes, vclocks_converged, wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NO_CLEAN = "replog: error: Cannot recover, no clean store"
@@ -173,7 +173,7 @@ def test_restart_with_another_address_keeps_uuid_and_ids(tmp_path, procs):
     bu = b.uuid()
     ids = {n.name: n.cluster()[bu]["id"] for n in nodes}
     assert b.stop() == 0
-    b.port = free_port()
+    b.move_to_new_port()
     b.start()
     assert b.uuid() == bu and b.info()["id"] == ids["n2"]
     wait_for(lambda: all(n.cluster()[bu]["address"] == b.address for n in nodes), 30,
@@ -192,9 +192,7 @@ def test_restart_with_another_address_keeps_uuid_and_ids(tmp_path, procs):
 # --- the join protocol -------------------------------------------------------------------------
 
 def test_wait_for_n_holds_a_forming_cluster_until_n_members(tmp_path, procs):
-    ports = [free_port() for _ in range(3)]
-    nodes = [ReplogProcess(tmp_path, f"w{i}", port=ports[i], extra=["--cluster-wait-for", "3"],
-                           peers=[f"127.0.0.1:{p}" for j, p in enumerate(ports) if j != i]) for i in range(3)]
+    nodes = mesh_nodes(tmp_path, 3, prefix="w", extra=["--cluster-wait-for", "3"])
     procs.extend(nodes)
     for n in nodes[:2]:
         n.start(wait=False)

@@ -8,7 +8,7 @@ import os
 import shutil
 
 from node.wal.reader import list_segments, read_header
-from tests.integration.harness import ReplogProcess, free_port, mesh, wait_for
+from tests.integration.harness import ReplogProcess, mesh, mesh_nodes, wait_for
 from tests.integration.oracles import (Acked, acked_everywhere, downstreams_of, log_since_last_start, no_fork,
                                        replicated_spaces, restart_all, upstream)
 
@@ -323,10 +323,7 @@ def test_member_killed_and_restarted_within_seconds_is_never_told_to_rejoin(tmp_
     before its first acknowledgement (an idle relay's first message comes after a second): X
     must hold its WAL from that SUBSCRIBE, whatever ACKs said."""
     acked = Acked()
-    ports = [free_port() for _ in range(5)]
-    nodes = [ReplogProcess(tmp_path, f"n{i + 1}", port=ports[i], extra=SMALL,
-                           peers=[f"127.0.0.1:{p}" for j, p in enumerate(ports) if j != i and (i, j) != (4, 0)])
-             for i in range(5)]
+    nodes = mesh_nodes(tmp_path, 5, extra=SMALL, lists=lambda i, j: (i, j) != (4, 0))
     procs.extend(nodes)
     # n1 founds the cluster before the others start: n5 does not list n1, so started all at once
     # n5 could see only fresh peers, have the lowest uuid among them and found a second cluster.

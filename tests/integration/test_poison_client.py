@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from node import limits
 from node.core import codec
-from tests.integration.harness import REPLOG, ReplogProcess, free_port, mesh, request, wait_for
+from tests.integration.harness import REPLOG, ReplogProcess, mesh, request, wait_for
 
 MSGPACK = {"Accept": "application/msgpack"}
 

@@ -13,7 +13,7 @@ import shlex
 import signal
 import subprocess
 
-from tests.integration.harness import REPLOG, free_port, request, wait_for
+from tests.integration.harness import REPLOG, PortReservation, request, wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,8 @@ def test_the_readme_quick_start_forms_a_full_mesh_where_a_write_on_each_node_rea
     lines = quick_start()
     assert all(argv[0] == "replog" for argv in lines), lines
     ports = sorted({int(p) for argv in lines for a in argv for p in re.findall(r"127\.0\.0\.1:(\d+)", a)})
-    mapped = {p: free_port() for p in ports}
+    held = {p: PortReservation() for p in ports}      # each node's ports, until the test ends
+    mapped = {p: r.port for p, r in held.items()}
 
     def local(argv: list[str]) -> list[str]:
         out = [re.sub(r"127\.0\.0\.1:(\d+)", lambda m: f"127.0.0.1:{mapped[int(m.group(1))]}", a) for a in argv]
@@ -76,3 +77,5 @@ def test_the_readme_quick_start_forms_a_full_mesh_where_a_write_on_each_node_rea
             finally:
                 if p.poll() is None:
                     p.kill()
+        for r in held.values():
+            r.close()

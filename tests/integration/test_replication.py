@@ -10,7 +10,7 @@ import time
 import aiohttp
 import pytest
 
-from tests.integration.harness import (ReplogProcess, case_a, case_a_topology, free_port, mesh, request,
+from tests.integration.harness import (ReplogProcess, case_a, case_a_topology, mesh, request,
                                        vclocks_converged, wait_for)
 
 

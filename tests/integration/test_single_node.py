@@ -14,7 +14,7 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.integration.harness import REPLOG, ReplogProcess, free_port, request, wait_for
+from tests.integration.harness import REPLOG, PortReservation, ReplogProcess, request, wait_for
 
 
 @pytest.fixture
@@ -153,8 +153,12 @@ def test_token_required_except_health_and_metrics(tmp_path, procs):
 
 
 def test_non_loopback_without_secret_and_token_refuses_to_start(tmp_path):
-    r = subprocess.run(REPLOG + ["serve", "--data-dir", str(tmp_path / "d"), "--listen", f"0.0.0.0:{free_port()}"],
-                       capture_output=True, text=True, timeout=30)
+    port = PortReservation()                 # were it to start after all, no other test's node is there
+    try:
+        r = subprocess.run(REPLOG + ["serve", "--data-dir", str(tmp_path / "d"), "--listen", f"0.0.0.0:{port.port}"],
+                           capture_output=True, text=True, timeout=30)
+    finally:
+        port.close()
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "secret_file" in lines[0] and "Traceback" not in r.stderr

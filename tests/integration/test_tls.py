@@ -18,7 +18,7 @@ from bench.throwaway_ca import ThrowawayCA
 from node.applier.conn import connect
 from node.errors import PeerRefused
 from node.client import request
-from tests.integration.harness import REPLOG, ReplogProcess, free_port, mesh, vclocks_converged, wait_for
+from tests.integration.harness import REPLOG, ReplogProcess, mesh, vclocks_converged, wait_for
 
 
 @pytest.fixture
@@ -97,14 +97,15 @@ def test_mutual_tls_refuses_links_without_a_valid_client_certificate_but_not_api
 
 
 def test_a_public_address_without_tls_is_announced_loudly_and_with_tls_it_is_not(tmp_path, procs, ca):
-    port = free_port()
-    plain = ReplogProcess(tmp_path, "plain", port=port, extra=["--listen", f"0.0.0.0:{port}", "--insecure"]).start()
+    plain = ReplogProcess(tmp_path, "plain")
     procs.append(plain)
+    plain.extra = ["--listen", f"0.0.0.0:{plain.port}", "--insecure"]
+    plain.start()
     warning = [ln for ln in plain.log_text().splitlines() if "without TLS" in ln]
     assert warning and "WARNING" in warning[0], plain.log_tail()
     assert "bearer token" in warning[0] and "plaintext" in warning[0] and "tls_cert_file" in warning[0]
-    port = free_port()
-    tls = ReplogProcess(tmp_path, "tls", port=port, tls=ca.issue("tls"),
-                        extra=["--listen", f"0.0.0.0:{port}", "--insecure"]).start()
+    tls = ReplogProcess(tmp_path, "tls", tls=ca.issue("tls"))
     procs.append(tls)
+    tls.extra = ["--listen", f"0.0.0.0:{tls.port}", "--insecure"]
+    tls.start()
     assert "without TLS" not in tls.log_text()

@@ -17,7 +17,7 @@ import venv
 
 import pytest
 
-from tests.integration.harness import free_port, request, wait_for
+from tests.integration.harness import PortReservation, request, wait_for
 from tests.packaging.test_no_compiler import _copy_tracked
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -77,7 +77,8 @@ def test_the_dockerfiles_commands_build_install_and_run_a_node_that_passes_its_h
     assert r.returncode == 0, r.stderr[-3000:]
 
     # The image's environment, with its paths moved under tmp_path and its port on loopback.
-    port = free_port()
+    reservation = PortReservation()          # the node's ports, held until the test ends
+    port = reservation.port
     node_env = {k: v for k, v in env.items() if not k.startswith("REPLOG_")} | image_env
     node_env |= {"REPLOG_DATA_DIR": str(tmp_path / "data"), "REPLOG_LISTEN": f"127.0.0.1:{port}",
                  "REPLOG_SECRET_FILE": str(tmp_path / "secret"), "REPLOG_TOKEN_FILE": str(tmp_path / "token")}
@@ -102,4 +103,5 @@ def test_the_dockerfiles_commands_build_install_and_run_a_node_that_passes_its_h
             p.kill()
             p.wait(10)
         log.close()
+        reservation.close()
     assert (tmp_path / "node.log").read_text().lstrip().startswith('{"ts": ')   # REPLOG_LOG_FORMAT=json

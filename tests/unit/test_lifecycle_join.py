@@ -319,8 +319,25 @@ def test_an_anonymous_replica_takes_the_lowest_id_free_in_the_snapshot_it_fetche
     assert effects(j) == [Install(ADDR_B, None, 2, {1: 9, 3: 1}, 0)]
 
 
-def test_a_register_that_goes_through_makes_the_anonymous_replica_a_member():
-    j = machine()
+def test_an_anonymous_replica_whose_identity_is_of_another_cluster_stops_with_wrong_store_before_fetching():
+    j = machine(cluster=CLUSTER)
+    j.ask(ADDR_B, m.FETCH_SNAPSHOT, running(cluster=OTHER))
+    assert j.state is JoinState.FAILED and j.done
+    (e,) = effects(j)
+    assert type(e) is Abort and e.message.startswith("wrong store") and CLUSTER in e.message and OTHER in e.message
+    assert ADDR_B in e.message and "--peers" in e.hint
+
+
+@pytest.mark.parametrize("cluster", [None, CLUSTER])
+def test_an_anonymous_replica_with_no_identity_or_one_of_the_donors_cluster_fetches_its_snapshot(cluster):
+    j = machine(cluster=cluster)
+    j.ask(ADDR_B, m.FETCH_SNAPSHOT, running())
+    assert effects(j) == [Ask(ADDR_B, m.FETCH_SNAPSHOT, running(), None)] and j.state is JoinState.ASKING
+
+
+@pytest.mark.parametrize("cluster", [None, CLUSTER])
+def test_a_register_that_goes_through_makes_the_anonymous_replica_a_member(cluster):
+    j = machine(cluster=cluster)           # its store's cluster: REGISTER carries no greeting to check
     j.ask(ADDR_B, m.REGISTER, {})
     assert effects(j) == [Ask(ADDR_B, m.REGISTER, {}, None)]
     j.step(IdGranted(ADDR_B, 4), 0.0)
@@ -414,7 +431,7 @@ def test_every_transition_in_the_table_is_taken_by_some_path_through_the_machine
     test_the_lowest_uuid_among_fresh_peers_founds_the_cluster_with_all_of_them()
     test_with_cluster_wait_for_a_qpid_abort_stops_the_join()
     test_a_snapshot_that_registers_a_new_member_is_installed_unfenced_with_its_wal_starting_there()
-    test_a_register_that_goes_through_makes_the_anonymous_replica_a_member()
+    test_a_register_that_goes_through_makes_the_anonymous_replica_a_member(None)
     test_a_lone_request_that_fails_leaves_the_machine_idle_for_its_driver_to_ask_again(BROKEN, True)
     test_a_store_with_no_peers_that_waits_for_nobody_goes_active_at_once()
     test_a_store_that_does_not_wait_for_its_peers_polls_them_quickly_and_goes_active_among_running_ones()
