@@ -111,9 +111,6 @@ class TxnEntry:
     def relay_frame(self, payload: bytes, written_us: int, sub: dict[int, int], own: Own) -> tuple[bytes | None, int]:
         return txns_relay_frame(self.txns, payload, written_us, sub, own)
 
-    def __repr__(self) -> str:
-        return f"TxnEntry({self.txns!r})"
-
 
 # --- the fast representation ---------------------------------------------------------------
 def _apply_packed_entries(view: StateView, run: list["PackedEntry"], self_uuid: str) -> Tops:

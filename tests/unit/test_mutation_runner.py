@@ -113,3 +113,107 @@ def test_a_module_of_constants_only_is_tested_through_the_targets_that_import_it
     tests = {"t::uses_f": {"seconds": 1.0, "lines": {"pkg/user.py": [5]}}, "t::other": {"seconds": 1.0, "lines": {}}}
     assert runner._select(m, tests, 4) == []
     assert runner._select(m, tests, 4, users) == ["t::uses_f"]
+
+
+LOOPS = '''\
+"""Two mutants that loop forever: one of a function body, one of a default value (import time)."""
+
+
+def countdown(n, step=1):
+    while n > 0:
+        n -= step
+    return n
+'''
+
+LOOPS_TESTS = '''\
+from pkg.loops import countdown
+
+
+def test_countdown_ends_at_zero():
+    assert countdown(3) == 0
+'''
+
+
+def test_a_mutant_that_loops_forever_is_stopped_at_its_tests_deadline_and_listed_apart(tmp_path):
+    """`n -= step` deleted or made `+=` (run in a forked worker) and `step=1` made 0 (import-time
+    code: a fresh pytest) loop for ever. The unmutated test takes milliseconds, so each mutant's deadline is
+    the minimum given (2 s): each must be killed as "timeout" within seconds, counted killed, and
+    listed apart from the tests' kills."""
+    root = _tree(tmp_path)
+    (root / "pkg" / "loops.py").write_text(LOOPS)
+    (root / "tests" / "test_tiny.py").unlink()
+    (root / "tests" / "test_loops.py").write_text(LOOPS_TESTS)
+    r = subprocess.run([sys.executable, "-m", "tools.mutate", "--root", str(root), "--tests", "tests",
+                        "--equivalents", str(root / "equivalent.txt"), "--json", str(root / "out.json"),
+                        "--deadline-min", "2", "pkg/loops.py", "--line", "4,6"],
+                       cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    import json
+    by = {(o["line"], o["label"]): o for o in json.loads((root / "out.json").read_text())}
+    for key in ((6, "delete statement"), (6, "-= -> +="), (4, "1 -> 0")):
+        assert (by[key]["status"], by[key]["how"]) == ("killed", "timeout"), by[key]
+        # 2 s of test, plus a fresh pytest's start for the default's mutant: below the parent's
+        # backstop (30 s past the deadlines) and the old whole-selection deadline (20 s + 3x)
+        assert by[key]["seconds"] < 15, by[key]
+    assert (by[(4, "1 -> 2")]["status"], by[(4, "1 -> 2")]["how"]) == ("killed", "a test failed")
+    late = r.stdout.split("killed by their deadline, counted killed (3):\n", 1)
+    assert len(late) == 2, r.stdout
+    assert "pkg/loops.py:4: 1 -> 0  | def countdown(n, step=1):" in late[1]
+    assert "pkg/loops.py:6: delete statement  | n -= step" in late[1]
+    assert "pkg/loops.py:6: -= -> +=  | n -= step" in late[1]
+    # the module's row: every mutant run killed (no survivor), three of them by the clock
+    row = next(line for line in r.stdout.splitlines() if line.startswith("pkg/loops.py "))
+    assert row.split()[4] == "0" and row.split()[-1] == "3", row
+
+
+def test_a_tests_deadline_is_the_factor_times_its_unmutated_time_but_never_below_the_minimum(monkeypatch):
+    import tools.mutate.__main__ as runner
+    monkeypatch.setattr(runner, "DEADLINE_FACTOR", 10.0)
+    monkeypatch.setattr(runner, "DEADLINE_MIN_S", 30.0)
+    tests = {"a::fast": {"seconds": 0.2}, "b::slow": {"seconds": 4.5}, "c::edge": {"seconds": 3.0}}
+    got = runner.deadlines_s(["b::slow", "a::fast", "c::edge"], tests)
+    assert got == {"b::slow": 45.0, "a::fast": 30.0, "c::edge": 30.0}
+    assert list(got) == ["b::slow", "a::fast", "c::edge"], "the tests keep the order they run in"
+
+
+def test_a_deadline_option_that_is_not_a_positive_number_is_refused_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "tools.mutate", "--root", str(tmp_path), "--deadline-min", "0",
+                        "x.py"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "expected a number above 0, got '0'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_fresh_mutant_first_runs_the_test_files_that_reach_most_of_its_module():
+    """A mutant of import-time code runs in a fresh pytest that collects every file it is given:
+    the files whose tests run the most lines of the module come first, the rest only if it survives."""
+    import tools.mutate.__main__ as runner
+    tests = {"t_other.py::fast": {"seconds": 0.01, "lines": {"m.py": [3]}},
+             "t_own.py::a": {"seconds": 0.2, "lines": {"m.py": [3, 4, 5, 6]}},
+             "t_own.py::b": {"seconds": 0.3, "lines": {"m.py": [7]}},
+             "t_near.py::c": {"seconds": 0.1, "lines": {"m.py": [3, 4]}},
+             "t_far.py::d": {"seconds": 0.05, "lines": {"m.py": [3]}}}
+    selected = sorted(tests, key=lambda n: tests[n]["seconds"])
+    assert runner._fresh_stages(selected, tests, "m.py") == [
+        ["t_near.py::c", "t_own.py::a", "t_own.py::b"], ["t_other.py::fast", "t_far.py::d"]]
+
+
+def test_a_run_with_again_takes_the_earlier_kills_and_runs_none_of_them_again(tmp_path):
+    root = _tree(tmp_path)
+    base = [sys.executable, "-m", "tools.mutate", "--root", str(root), "--tests", "tests",
+            "--equivalents", str(root / "equivalent.txt"), "pkg/tiny.py"]
+    first = subprocess.run(base + ["--json", str(root / "one.json")], cwd=REPO, capture_output=True, text=True,
+                           timeout=120)
+    assert first.returncode == 0, first.stderr
+    again = subprocess.run(base + ["--again", str(root / "one.json"), "--json", str(root / "two.json")], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    import json
+    one = json.loads((root / "one.json").read_text())
+    two = json.loads((root / "two.json").read_text())
+    assert len(one) == len(two)
+    for a, b in zip(one, two):
+        if a["status"] == "killed":
+            assert (b["status"], b["how"]) == ("killed", a["how"] + " (earlier run)"), b
+        else:
+            assert b["status"] == a["status"], b
+    assert "0 mutants to run" in again.stderr, again.stderr

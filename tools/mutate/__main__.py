@@ -20,10 +20,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.mutate.operators import Mutant, mutants_of
+from tools.mutate.outcomes import (EQUIVALENT, ERROR, KILLED, UNCOVERED, Outcome, earlier_kills, equivalent_reason,
+                                   judge, load_equivalents, report)
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -38,53 +39,11 @@ GROUPS = {
                       "node/cluster_space/table.py"],
     "wal_format": ["node/wal/format.py"],
 }
-KILLED = "killed"
-SURVIVED = "survived"
-UNCOVERED = "no test runs it"
-EQUIVALENT = "equivalent"
 SOURCES: Path | None = None   # this run's copy of the targets, as they were when it began
-ERROR = "error"
-
-
-@dataclass
-class Outcome:
-    mutant: Mutant
-    status: str = ""
-    how: str = ""
-    tests: list[str] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-# --- the equivalent-mutant list -----------------------------------------------------------
-def load_equivalents(path: Path) -> dict[tuple[str, str, str], dict[int, str]]:
-    """Lines `path:line: label  | snippet  # reason` -> {key: {line: reason}}."""
-    out: dict[tuple[str, str, str], dict[int, str]] = {}
-    if not path.exists():
-        return out
-    for raw in path.read_text().splitlines():
-        if not raw.strip() or raw.startswith("#"):
-            continue
-        head, _, reason = raw.rpartition("  # ")   # the line itself may carry a comment
-        where, _, snippet = head.partition("  | ")
-        file_line, _, label = where.partition(": ")
-        file, _, line = file_line.rpartition(":")
-        out.setdefault((file, snippet.strip(), label.strip()), {})[int(line)] = reason.strip()
-    return out
-
-
-def equivalent_reason(m: Mutant, equivalents: dict, same_key: int) -> str | None:
-    """The key (file, mutation, text) names the mutant wherever its line moves; when the file
-    has several mutants with that key (`same_key`), only the listed lines are meant."""
-    listed = equivalents.get(m.key)
-    if not listed:
-        return None
-    if m.line in listed:
-        return listed[m.line]
-    return next(iter(listed.values())) if same_key == 1 else None
 
 
 # --- the map: which tests run which lines -------------------------------------------------------
@@ -212,9 +171,19 @@ def _select(m: Mutant, tests: dict, variants_max: int, users: dict[str, list[str
     return out
 
 
-def _timeout_s(selected: list[str], tests: dict) -> float:
-    # map-run times are traced, so already slower than a mutant run; x3 for a loaded machine
-    return 20 + 3 * sum(tests[n]["seconds"] for n in selected)
+# A mutant's deadline is per test, relative to that test's unmutated run: a mutant that loops
+# forever in one test then costs at most max(DEADLINE_MIN_S, DEADLINE_FACTOR x its time), not the
+# whole selection's allowance (a validate.py mutant once waited out 9 minutes). The map's times
+# are traced, so already slower than a mutant's run; the factor covers a loaded machine.
+DEADLINE_FACTOR = 10.0
+DEADLINE_MIN_S = 30.0
+BACKSTOP_S = 30.0           # on top of the tests' deadlines: the parent's kill if the child's alarm fails
+FRESH_COLLECT_S = 300.0     # a fresh pytest collects its files (40 to 90 s loaded) before any test
+
+
+def deadlines_s(selected: list[str], tests: dict) -> dict[str, float]:
+    """Each selected test's deadline, in its order."""
+    return {n: round(max(DEADLINE_MIN_S, DEADLINE_FACTOR * tests[n]["seconds"]), 3) for n in selected}
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -232,8 +201,8 @@ def run_served(outcomes: list[Outcome], tests: dict, workers: int, progress) -> 
     for w, share in enumerate(shares):
         if not share:
             continue
-        jobs = [{"id": i, "path": o.mutant.path, "index": o.mutant.index, "tests": o.tests,
-                 "timeout_s": _timeout_s(o.tests, tests)} for i, o in share]
+        jobs = [{"id": i, "path": o.mutant.path, "index": o.mutant.index,
+                 "deadlines": deadlines_s(o.tests, tests), "backstop_s": BACKSTOP_S} for i, o in share]
         # named by this run's pid too: two runs (two modules) may share the state folder
         jobs_path, out_path = STATE / f"jobs-{os.getpid()}-{w}.json", STATE / f"out-{os.getpid()}-{w}.jsonl"
         jobs_path.write_text(json.dumps(jobs))
@@ -258,7 +227,7 @@ def run_served(outcomes: list[Outcome], tests: dict, workers: int, progress) -> 
                 if r["status"] == 77:
                     retry.append(o)
                     continue
-                o.status, o.how = _judge(r["status"])
+                o.status, o.how = judge(r["status"])
                 progress(o)
         if not alive:
             break
@@ -270,31 +239,20 @@ def run_served(outcomes: list[Outcome], tests: dict, workers: int, progress) -> 
     return retry
 
 
-def _judge(status) -> tuple[str, str]:
-    if status == 0:
-        return SURVIVED, ""
-    if status == 1:
-        return KILLED, "a test failed"
-    if status == "timeout":
-        return KILLED, "timeout"
-    if status == 2:
-        return KILLED, "the module no longer imports or collects"
-    return ERROR, f"exit status {status}"
+FRESH_FIRST_FILES = 2   # a fresh mutant first runs the tests of the files that reach its module most (below)
 
 
-FRESH_FIRST_FILES = 2   # a fresh mutant runs the tests of its fastest files first (below)
-
-
-def _fresh_stages(selected: list[str]) -> list[list[str]]:
-    """The selected tests (fastest first) in two stages: those of the first FRESH_FIRST_FILES
-    test files they come from, then the rest. A fresh pytest collects every file it is given
-    before it runs a test, and most mutants of import-time code fail in the first file: the
-    rest are collected only for a mutant that survives them."""
-    files: list[str] = []
+def _fresh_stages(selected: list[str], tests: dict, path: str) -> list[list[str]]:
+    """The selected tests (fastest first) in two stages: those of the FRESH_FIRST_FILES test
+    files whose tests run the most lines of the mutated module (its own tests, most often),
+    then the rest. A fresh pytest collects every file it is given before it runs a test, and
+    most mutants of import-time code fail in the module's own tests: the rest (often the whole
+    unit suite) are collected only for a mutant that survives them."""
+    reach: dict[str, set[int]] = {}
     for n in selected:
-        f = n.split("::", 1)[0]
-        if f not in files:
-            files.append(f)
+        reach.setdefault(n.split("::", 1)[0], set()).update(tests[n].get("lines", {}).get(path, ()))
+    files = list(reach)         # in the order of their fastest test
+    files.sort(key=lambda f: -len(reach[f]))     # stable: of files that reach as much, the fastest first
     first = set(files[:FRESH_FIRST_FILES])
     head = [n for n in selected if n.split("::", 1)[0] in first]
     rest = [n for n in selected if n.split("::", 1)[0] not in first]
@@ -302,12 +260,14 @@ def _fresh_stages(selected: list[str]) -> list[list[str]]:
 
 
 def _run_fresh_tests(o: Outcome, selected: list[str], tests: dict):
+    deadlines = deadlines_s(selected, tests)
     with tempfile.NamedTemporaryFile("w", dir=STATE, suffix=".json", delete=False) as f:
-        json.dump(selected, f)
+        json.dump(deadlines, f)
     failed_import = Path(f.name + ".import-failed")
     try:
         rc = subprocess.call(_pytest("-x", *_files_of(selected)), cwd=ROOT, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, timeout=_timeout_s(selected, tests) + 10,
+                             stderr=subprocess.DEVNULL,
+                             timeout=FRESH_COLLECT_S + sum(deadlines.values()) + BACKSTOP_S,
                              env=_env(MUTATE_MODE="fresh", MUTATE_PATH=o.mutant.path,
                                       MUTATE_INDEX=str(o.mutant.index), MUTATE_TESTS=f.name,
                                       MUTATE_IMPORT_FAILED=str(failed_import)))
@@ -322,55 +282,12 @@ def _run_fresh_tests(o: Outcome, selected: list[str], tests: dict):
 
 def run_fresh(o: Outcome, tests: dict) -> None:
     start = time.monotonic()
-    for selected in _fresh_stages(o.tests):
+    for selected in _fresh_stages(o.tests, tests, o.mutant.path):
         rc = _run_fresh_tests(o, selected, tests)
         if rc != 0:
             break
     o.seconds = time.monotonic() - start
-    o.status, o.how = _judge(rc)
-
-
-# --- report -----------------------------------------------------------------------------------
-def _score(os_: list[Outcome]) -> tuple[int, int, float]:
-    counted = [o for o in os_ if o.status != EQUIVALENT]
-    killed = sum(1 for o in counted if o.status == KILLED)
-    return killed, len(counted), (100.0 * killed / len(counted)) if counted else 100.0
-
-
-def report(outcomes: list[Outcome], groups: dict[str, list[str]], elapsed: float) -> str:
-    lines = []
-    by_file: dict[str, list[Outcome]] = {}
-    for o in outcomes:
-        by_file.setdefault(o.mutant.path, []).append(o)
-    lines.append(f"{'module':44} {'killed':>7} {'of':>5} {'score':>7} {'surv.':>6} {'no test':>8} {'equiv.':>7}")
-    for group, files in groups.items():
-        for path in files:
-            os_ = by_file.get(path, [])
-            k, n, s = _score(os_)
-            lines.append(f"{path:44} {k:7d} {n:5d} {s:6.1f}% {sum(o.status == SURVIVED for o in os_):6d} "
-                         f"{sum(o.status == UNCOVERED for o in os_):8d} {sum(o.status == EQUIVALENT for o in os_):7d}")
-        if len(files) > 1:
-            k, n, s = _score([o for p in files for o in by_file.get(p, [])])
-            lines.append(f"{'= group ' + group:44} {k:7d} {n:5d} {s:6.1f}%")
-    errors = [o for o in outcomes if o.status == ERROR]
-    for title, status in (("survivors", SURVIVED), ("no test runs these lines", UNCOVERED), ("errors", ERROR)):
-        bad = sorted((o for o in outcomes if o.status == status), key=lambda o: (o.mutant.path, o.mutant.line))
-        if bad:
-            lines.append(f"\n{title} ({len(bad)}):")
-            lines += [o.mutant.describe() + (f"   [{o.how}]" if status == ERROR else "") for o in bad]
-    lines.append(f"\n{len(outcomes)} mutants in {elapsed:.0f} s; {len(errors)} errors")
-    return "\n".join(lines)
-
-
-def _earlier_kills(path: Path) -> dict[tuple, str]:
-    """The killed mutants of an earlier run's --json, keyed as main() numbers them."""
-    out, nth = {}, {}
-    for r in json.loads(path.read_text()):
-        where = (r["path"], r["line"], r["label"], r["snippet"])
-        nth[where] = nth.get(where, 0) + 1
-        if r["status"] == KILLED:
-            out[(*where, nth[where])] = r["how"] + " (earlier run)"
-    return out
+    o.status, o.how = judge(rc)
 
 
 def _lines(text: str) -> list[int]:
@@ -379,6 +296,17 @@ def _lines(text: str) -> list[int]:
         return [int(n) for n in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected line numbers such as 134 or 134,150, got {text!r}") from None
+
+
+def _seconds(text: str) -> float:
+    """--deadline-*'s value: a number above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
 
 
 def _parse() -> argparse.Namespace:
@@ -390,6 +318,11 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--sim-variants", type=int, default=12,
                    help="at most this many seeds of one seeded simulation test per mutant, the fastest (default 12)")
     p.add_argument("--examples", default="50", help="hypothesis examples per property test (default 50)")
+    p.add_argument("--deadline-factor", type=_seconds, default=DEADLINE_FACTOR,
+                   help=f"a test's deadline under a mutant: this many times its unmutated (traced) time "
+                        f"(default {DEADLINE_FACTOR:g})")
+    p.add_argument("--deadline-min", type=_seconds, default=DEADLINE_MIN_S,
+                   help=f"and at least this many seconds (default {DEADLINE_MIN_S:g})")
     p.add_argument("--line", type=_lines, help="only mutants on this line, or these lines: 134,150 (with one file)")
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
     p.add_argument("--remap", action="store_true", help="record the test map again even if nothing changed")
@@ -404,8 +337,9 @@ def _parse() -> argparse.Namespace:
 
 
 def main() -> int:
-    global ROOT, STATE, TEST_DIRS, SOURCES
+    global ROOT, STATE, TEST_DIRS, SOURCES, DEADLINE_FACTOR, DEADLINE_MIN_S
     a = _parse()
+    DEADLINE_FACTOR, DEADLINE_MIN_S = a.deadline_factor, a.deadline_min
     if a.root:
         ROOT = Path(a.root).resolve()
         STATE = ROOT / ".mutate"
@@ -444,7 +378,7 @@ def main() -> int:
     users = importers(map_targets)
     equivalents = load_equivalents(Path(a.equivalents) if a.equivalents else HERE / "equivalent.txt")
     outcomes = [Outcome(m) for m in mutants]
-    earlier = _earlier_kills(Path(a.again)) if a.again else {}
+    earlier = earlier_kills(Path(a.again)) if a.again else {}
     todo = []
     nth: dict[tuple, int] = {}
     for o in outcomes:

@@ -6,9 +6,11 @@ Three modes, chosen by the environment the runner sets (MUTATE_MODE):
   tests are left out of the mutation run: it is about the unit tests and the simulation);
 - serve: collect once, then for each mutant of a job list fork a child that swaps the
   mutated functions' code into the already imported module and runs that mutant's tests
-  in order, stopping at the first failure; the parent waits with a deadline;
+  in order, stopping at the first failure, each test under its own deadline (an alarm whose
+  default action ends the child); the parent kills a child that outlives them all;
 - fresh: one mutant that must be in place before import (module or class level, a changed
-  default or closure): an import hook compiles the mutated module, then the listed tests run.
+  default or closure): an import hook compiles the mutated module, then the listed tests run,
+  each under its own deadline as in serve.
 
 Rules kept here: a mutant is killed only by a failing test or by a timeout, never by a
 child that could not apply it (that is reported as an error and retried fresh); nothing
@@ -227,14 +229,23 @@ class _MutantFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 # --- running ---------------------------------------------------------------------------------
-def _run_items(items: list) -> bool:
-    """True when every item passed."""
+def _alarm(seconds: float) -> None:
+    """From now, the process ends by SIGALRM's default action after `seconds` (0: never): the
+    kernel's, so even a loop that never returns to the interpreter (in C) is stopped."""
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
+def _run_items(items: list, deadlines: dict[str, float]) -> bool:
+    """True when every item passed; each item runs under its own deadline."""
     from _pytest.runner import runtestprotocol
     for i, item in enumerate(items):
         nxt = items[i + 1] if i + 1 < len(items) else None
-        for rep in runtestprotocol(item, nextitem=nxt, log=False):
-            if rep.failed:
-                return False    # the child exits now: nothing left to tear down for
+        _alarm(deadlines[item.nodeid])
+        reports = runtestprotocol(item, nextitem=nxt, log=False)
+        _alarm(0)
+        if any(rep.failed for rep in reports):
+            return False    # the child exits now: nothing left to tear down for
     return True
 
 
@@ -243,7 +254,7 @@ def _serve(session) -> None:
         jobs = json.load(f)
     out = open(os.environ["MUTATE_OUT"], "a")
     for job in jobs:
-        items = _selected(session.items, job["tests"])
+        items = _selected(session.items, list(job["deadlines"]))
         start = time.monotonic()
         pid = os.fork()
         if pid == 0:
@@ -256,10 +267,10 @@ def _serve(session) -> None:
                     patch_in_place(job["path"], job["index"])
                 except LookupError:
                     os._exit(EXIT_CANNOT_PATCH)
-                code = 0 if _run_items(items) else 1
+                code = 0 if _run_items(items, job["deadlines"]) else 1
             finally:
                 os._exit(code)
-        deadline = start + job["timeout_s"]
+        deadline = start + sum(job["deadlines"].values()) + job["backstop_s"]
         status = None
         while status is None:
             done, raw = os.waitpid(pid, os.WNOHANG)
@@ -306,10 +317,22 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(session, config, items):
     if MODE == "fresh":
         with open(os.environ["MUTATE_TESTS"]) as f:
-            wanted = json.load(f)
-        keep = _selected(items, wanted)
+            config._mutate_deadlines = json.load(f)      # {nodeid: seconds}, in order
+        keep = _selected(items, list(config._mutate_deadlines))
         config.hook.pytest_deselected(items=[i for i in items if i not in keep])
         items[:] = keep
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if MODE != "fresh":
+        yield
+        return
+    _alarm(item.config._mutate_deadlines[item.nodeid])
+    try:
+        yield
+    finally:
+        _alarm(0)
 
 
 @pytest.hookimpl(tryfirst=True)
