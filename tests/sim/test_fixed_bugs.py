@@ -34,6 +34,11 @@ SEEDED = [
      "node/storage/store.py Store.__init__ (own_history_lsn)"),
     ("a_fence_keeps_the_word_of_a_member_some_peer_says_is_expelled", 259, True,
      "node/core/membership.py OwnRowsFence.target (given_up)"),
+    # session 27: F's link from C, greeted while C's rebuilt store was fenced ("every own row is
+    # history"), outlived the fence: C's restated table and new ids taught F nothing, and F's map
+    # took C's id 4 for F itself from C's earlier incarnation's row (invariant 7)
+    ("a_link_greeted_while_its_relay_was_fenced_greets_again_once_the_fence_lifts", 181, True,
+     "node/core/link/relay.py RelayMachine.rows_may_go"),
 ]
 
 
@@ -42,6 +47,8 @@ def test_a_seeded_run_that_showed_a_membership_bug_keeps_every_invariant(behavio
     c = run_seed(seed, full=full)
     if behaviour.startswith("a_member_gone_for_good"):
         assert c.stats["expels_pending_fence"] > 0      # the expel went through a fenced node
+    if behaviour.startswith("a_link_greeted_while"):
+        assert c.stats["refused_greet_again"] > 0       # a relay's greeting outlived its fence
 
 
 def finish(c: Cluster) -> None:
