@@ -69,7 +69,7 @@ def _greeting(n: "SimNode") -> dict:
          "anon": n.anon, "address": n.addr, "status": "joining", "vclock_uuid": {}, "cluster": [],
          "own_history_lsn": 0}
     if core is not None:
-        g.update(cluster_uuid=n.cluster.cluster_uuid, status=n.status, vclock_uuid=core.vclock_by_uuid(),
+        g.update(cluster_uuid=n.cluster.cluster_uuid, status=n.status, vclock_uuid=core.vclock_by_uuid(core.claimed),
                  cluster=core.table.rows(),
                  own_history_lsn=own_history_lsn(core))
     elif n.identity_active:               # its store lost, its identity kept (Lifecycle.greeting_fields)

@@ -39,6 +39,12 @@ SEEDED = [
     # took C's id 4 for F itself from C's earlier incarnation's row (invariant 7)
     ("a_link_greeted_while_its_relay_was_fenced_greets_again_once_the_fence_lifts", 181, True,
      "node/core/link/relay.py RelayMachine.rows_may_go"),
+    # session 27: C had D's row 1 on its way to disk for 14 ticks while D, which had lost its store,
+    # rejoined fenced and heard C's applied vclock (no row of D's): D lifted its fence and wrote a
+    # second row 1 (invariant 1). Greetings now say what a node holds or is writing, and a relay
+    # heartbeats no subscriber whose own rows are still in flight here
+    ("a_fenced_node_counts_its_rows_a_peer_is_still_writing", 1134, True,
+     "node/lifecycle.py Lifecycle.greeting_fields (vclock_uuid), RelayMachine.tick"),
 ]
 
 

@@ -18,6 +18,8 @@ Rules kept here:
   back, unless it asked for them (a fenced subscriber catching its own rows up: own_rows).
 - An ACK moves the subscriber's hold to what it says is on disk (its `durable`; an older peer
   sends its vclock alone).
+- A heartbeat says all we hold was sent: none goes while rows of the subscriber's own are
+  claimed here and not applied (our greeting counted them: node/lifecycle.py greeting_fields).
 - Rows go only under the greeting the subscriber heard: once our own `_cluster` rows are
   history up to a lower lsn than it said (a rebuilt store's fence lifted: it said all of them),
   the link ends with `greet_again` before the rows read go, and the subscriber greets again
@@ -197,9 +199,19 @@ class RelayMachine:
     def tick(self, now: float, wall_us: int) -> None:
         """Streaming, nothing sent for heartbeat_interval_s (`now`, monotonic): a HEARTBEAT
         with this node's wall clock (the subscriber's lag when idle)."""
-        if self.state is RelayState.STREAMING and now - self.last_sent_at >= limits.heartbeat_interval_s:
+        if self.state is RelayState.STREAMING and now - self.last_sent_at >= limits.heartbeat_interval_s \
+                and not self._own_rows_in_flight():
             self._out.send.append(Send(m.HEARTBEAT, {"now_us": wall_us}))
             self.last_sent_at = now
+
+    def _own_rows_in_flight(self) -> bool:
+        """This node claimed rows of the subscriber's own and has not applied them yet: our
+        greeting counted them (it says what we hold or are writing), and a heartbeat says all
+        we hold was sent, so none goes until they are (the subscriber would take our word for
+        its rows as false, and a fenced one could write those lsns again)."""
+        core = self.host.core
+        member = core.table.get(self.uuid) if core is not None else None
+        return member is not None and core.claimed.get(member.id) > core.vclock.get(member.id)
 
     def sent_rows(self, now: float) -> None:
         """The driver sent rows at `now` (monotonic): no heartbeat is due before the next interval."""
