@@ -226,4 +226,10 @@ def vclock_from_wire(d: dict) -> dict[int, int]:
     err = validate_msgs.vclock_error(d)
     if err is not None:
         raise RemoteProtocolError(f"malformed vclock: {err}")
+    return vclock_of(d)
+
+
+def vclock_of(d: dict) -> dict[int, int]:
+    """A vclock field of a message `decode` returned (it checked the field by vclock_error),
+    without its zero components."""
     return {k: v for k, v in d.items() if v}

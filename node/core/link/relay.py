@@ -180,13 +180,10 @@ class RelayMachine:
             if msg.type not in (m.SUBSCRIBE, m.BYE):
                 return self._stop(RemoteProtocolError(f"{self.peer}: expected SUBSCRIBE/BYE, got {msg.name}"))
             return self._stop(None) if msg.type == m.BYE else self._on_subscribe(msg)
-        if msg.type == m.ACK:
-            try:
-                acked = m.vclock_from_wire(msg["vclock"])
-                durable = msg.get("durable")
-                durable = m.vclock_from_wire(durable) if durable is not None else acked
-            except RemoteProtocolError as e:
-                return self._stop(e)
+        if msg.type == m.ACK:                  # (its vclocks were checked by decode)
+            acked = m.vclock_of(msg["vclock"])
+            durable = msg.get("durable")
+            durable = m.vclock_of(durable) if durable is not None else acked
             self.acked, self.acked_at = acked, now
             lag_us = msg.get("lag_us")
             self.lag_s = lag_us / 1e6 if isinstance(lag_us, int) and lag_us >= 0 else 0.0
@@ -338,13 +335,10 @@ class RelayMachine:
     def _on_subscribe(self, req: m.Message) -> None:
         host, core = self.host, self.host.core
         assert core is not None
-        try:
-            self.sub = m.vclock_from_wire(req["vclock"])
-            durable = req.get("durable")
-            # what the subscriber has on disk (its hold; an older peer says nothing: its vclock)
-            self.durable = m.vclock_from_wire(durable) if durable is not None else dict(self.sub)
-        except RemoteProtocolError as e:
-            return self._stop(e)
+        self.sub = m.vclock_of(req["vclock"])            # (checked by decode)
+        durable = req.get("durable")
+        # what the subscriber has on disk (its hold; an older peer says nothing: its vclock)
+        self.durable = m.vclock_of(durable) if durable is not None else dict(self.sub)
         self.acked = dict(self.sub)
         if not host.serves_wal():
             return self._refuse("wal_mode", "wal_mode = none: this node keeps no WAL and cannot serve replicas")
