@@ -22,6 +22,7 @@ from node.core import lifecycle_fence as fence_rules
 from node.core.lifecycle_fence import hear_greeting, own_history_lsn
 from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
                                         Status, anon_rejoin_id)
+from node.core.membership import expel_bounds, greeting_expel_bounds
 
 if TYPE_CHECKING:
     from tests.sim.harness import Cluster, Conn
@@ -169,7 +170,7 @@ class Rejoiner:
         if not c.rules["cover"]:
             self.machine.caught_up = lambda: False
             self.machine.fed = lambda wanted: False
-            self.machine.uncovered = lambda have, theirs: {}
+            self.machine.uncovered = lambda have, theirs, bounds=None: {}
         self._rebuilding: Iterator | None = None
         self.snapshot: "Base | None" = None        # what the rebuild's JOIN brought
         self.conn: "Conn | None" = None
@@ -256,7 +257,7 @@ class Rejoiner:
         if theirs["status"] != "running":
             return Probed(address, None)
         receiving = any(x.client == d.name and x.server == n.name and x.streaming for x in c.conns.values())
-        return Probed(address, theirs["vclock_uuid"], receiving=receiving)
+        return Probed(address, theirs["vclock_uuid"], receiving=receiving, bounds=greeting_expel_bounds(theirs))
 
     def rebuild(self, address: str) -> Iterator[None]:
         """Rejoiner._rebuild: links down, journal drained, a JOIN (FETCH_SNAPSHOT for an
@@ -287,7 +288,7 @@ class Rejoiner:
                 why = "the snapshot does not register this node"
             if why is None:
                 uncovered = self.machine.snapshot_uncovered(mine, {m.uuid: snap.vclock.get(m.id, 0)
-                                                                   for m in table.members()})
+                                                                   for m in table.members()}, expel_bounds(table))
                 why = None if uncovered is None else f"the snapshot {uncovered}"
         if why is not None:
             n.in_effect = None

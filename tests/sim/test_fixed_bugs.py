@@ -45,6 +45,10 @@ SEEDED = [
     # heartbeats no subscriber whose own rows are still in flight here
     ("a_fenced_node_counts_its_rows_a_peer_is_still_writing", 1134, True,
      "node/lifecycle.py Lifecycle.greeting_fields (vclock_uuid), RelayMachine.tick"),
+    # session 27: D held rows 1-3 of B, which C had expelled with bound 0; every peer told D to
+    # rejoin, and D, which never heard of the expel, found no donor covering B's rows (a stall)
+    ("a_rejoin_takes_a_donors_expel_bounds_for_members_it_never_heard_expelled", 2370, True,
+     "node/core/lifecycle_rejoin.py RejoinMachine.uncovered (Probed.bounds)"),
 ]
 
 
