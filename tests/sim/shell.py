@@ -141,14 +141,12 @@ def try_lift(c: "Cluster", n: "SimNode") -> bool:
     c.log(f"{n} lifts its own-rows fence (own rows up to {core.own_history_lsn} are history)"
           + (f"; it states its table again at lsn {restate.lsn}" if restate is not None else ""))
     c.stats["fences_lifted"] += 1
-    for u in given_up:
-        mem = core.table.get(u)
-        if mem is not None and mem.state != STATE_EXPELLED:
-            _, txn = core.register_member(u, mem.address, n.wall_us(), state=STATE_EXPELLED)
-            if txn is not None:
-                n.submit([txn])
-                c.stats["pending_expels_written"] += 1
-                c.log(f"{n} writes the expel of {u[:8]} it was asked for while fenced")
+    for u, address in fence_rules.expels_after_lift(core, given_up):
+        _, txn = core.register_member(u, address, n.wall_us(), state=STATE_EXPELLED)
+        if txn is not None:
+            n.submit([txn])
+            c.stats["pending_expels_written"] += 1
+            c.log(f"{n} writes the expel of {u[:8]} it was asked for while fenced")
     for conn in list(c.conns.values()):
         if conn.client == n.name and conn.kind == "sub" and conn.fenced:
             c.break_conn(conn, "own rows confirmed: subscribing for every origin", 0)

@@ -49,6 +49,11 @@ SEEDED = [
     # rejoin, and D, which never heard of the expel, found no donor covering B's rows (a stall)
     ("a_rejoin_takes_a_donors_expel_bounds_for_members_it_never_heard_expelled", 2370, True,
      "node/core/lifecycle_rejoin.py RejoinMachine.uncovered (Probed.bounds)"),
+    # session 27: the operator expelled E (down for good) through B while B was fenced and had no
+    # row for E (a fenced node registers nobody): B lifted its fence and dropped the expel, and D
+    # stayed fenced for ever waiting to hear from E (a stall)
+    ("a_pending_expel_of_a_member_the_node_never_registered_is_written_at_the_lift", 5514, True,
+     "node/core/lifecycle_fence.py expels_after_lift"),
 ]
 
 
