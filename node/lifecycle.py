@@ -161,7 +161,9 @@ class Lifecycle:
         return {
             "store": {"status": st.status.value, "initial": initial_to_wire(st.initial),
                       "final": final_to_wire(st.final), "proposal": list(st.proposal) if st.proposal else None},
-            "vclock_uuid": node.core.vclock_by_uuid() if node.core else {},
+            # what it holds or is writing (claimed): a fenced member counts rows of its own that
+            # are still on their way to our disk (node.core.lifecycle_fence hear_greeting)
+            "vclock_uuid": node.core.vclock_by_uuid(node.core.claimed) if node.core else {},
             "wait_for": self.cfg.cluster_wait_for,
             **fields,
         }

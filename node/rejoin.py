@@ -34,7 +34,7 @@ from node.core import messages as m
 from node.core import record
 from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
                                         RejoinState, Status, anon_rejoin_id)
-from node.core.membership import greeting_vclock
+from node.core.membership import expel_bounds, greeting_expel_bounds, greeting_vclock
 from node.core.validate import timestamp_ahead_error
 from node.errors import RemoteProtocolError
 from node.identity import identity_file as idf
@@ -206,7 +206,7 @@ class Rejoiner:
             return Probed(address, None)
         serving = bool(theirs.get("cluster_uuid")) and theirs.get("status") == "running"
         receiving = any(r.uuid == theirs.get("uuid") for r in node.relays)
-        return Probed(address, greeting_vclock(theirs), serving, receiving)
+        return Probed(address, greeting_vclock(theirs), serving, receiving, greeting_expel_bounds(theirs))
 
     async def _rebuild(self, address: str, reason: str) -> None:
         """Links down, the journal drained, the donor's snapshot into a side store that must
@@ -245,7 +245,8 @@ class Rejoiner:
                 new.put_cluster_member(Member(node.uuid, my_id, node.cfg.address, STATE_ANON))
             elif new.table.get(node.uuid) is None:
                 raise RemoteProtocolError(f"{address}'s snapshot does not register this node")
-            why = self.machine.snapshot_uncovered(mine, {mem.uuid: new.vclock.get(mem.id) for mem in new.table.members()})
+            why = self.machine.snapshot_uncovered(mine, {mem.uuid: new.vclock.get(mem.id) for mem in new.table.members()},
+                                                  expel_bounds(new.table))
             if why is not None:
                 raise RemoteProtocolError(f"{address}'s snapshot {why}; keeping the store")
             self._carry_over(node.store, new, vclock)

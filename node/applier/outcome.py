@@ -9,7 +9,8 @@ Rules kept here:
   reason, retried slowly, except `need_rejoin`, which goes to the rejoiner (node/rejoin.py
   decides; this link is tried again and serves once the node is past what the upstream
   collected); a broken network is retried with capped exponential backoff; our own state asking
-  for a fresh SUBSCRIBE (Resubscribe) retries at once; the disk failing (StorageError) stops the
+  for a fresh SUBSCRIBE (Resubscribe), or the upstream asking for a fresh greeting
+  (`greet_again`), retries at once; the disk failing (StorageError) stops the
   node; anything else is a bug here: this link stops, the node serves on.
 - Backoff doubles per failed try up to `reconnect_backoff_max_s` and starts again from the
   minimum after a link that lived for a while; every wait is jittered (0.5x to 1.5x), so links
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 from node import limits
 from node.core.link.applier import Resubscribe
+from node.core.link.relay import GREET_AGAIN
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
 
 RETRY, REJOIN, FATAL, END = "retry", "rejoin", "fatal", "end"
@@ -48,6 +50,8 @@ def after_link(e: BaseException | None, backoff: float) -> After:
     if isinstance(e, Resubscribe):
         return After(RETRY, "resubscribing", str(e), 0.0, logging.INFO, str(e))
     if isinstance(e, PeerRefused):
+        if e.code == GREET_AGAIN:            # the upstream's greeting no longer holds: hear it again now
+            return After(RETRY, "resubscribing", str(e), 0.0, logging.INFO, str(e))
         if e.code == "need_rejoin":
             return After(REJOIN, "need_rejoin", str(e), limits.rejoin_retry_s, logging.WARNING, str(e))
         # A lasting reason (secret, cluster, options, expelled, this node itself, a second address of

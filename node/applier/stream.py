@@ -10,7 +10,9 @@ Rules kept here:
 - An anonymous subscriber of a `wal_mode write` node gets only rows on disk
   (Journal.synced_position); everyone else reads from the journal's memory tail when it holds
   the next chunk, else from the files.
-- Caught up, the machine's tick decides the heartbeats; a durable batch wakes the sender."""
+- Caught up, the machine's tick decides the heartbeats; a durable batch wakes the sender.
+- Rows read go only if the machine says the greeting still holds (`rows_may_go`, asked after
+  the read, with no await between: a row written after it was asked is not in what was read)."""
 from __future__ import annotations
 
 import asyncio
@@ -119,6 +121,9 @@ class Relay:
                         frames = await loop.run_in_executor(None, cursor.read, journal.position,
                                                             limits.relay_batch_bytes_max)
                 if frames:
+                    if not mach.rows_may_go():       # checked after the read: nothing written since goes
+                        await self._greet_again()
+                        return
                     for batch in rows_batches(frames):
                         await self.conn.send_rows(batch)
                     mach.sent_rows(loop.time())
@@ -138,6 +143,18 @@ class Relay:
                     timer.cancel()
         finally:
             journal.unlisten(wake)
+
+    async def _greet_again(self) -> None:
+        """Our greeting no longer holds (RelayMachine.rows_may_go): ERROR greet_again, then the
+        connection closes (the receive loop ends with it) and the subscriber greets again."""
+        rd = self.machine.ready()
+        for s in rd.send:
+            await self.conn.send(s.mtype, **s.body)
+        self.machine.advance(rd)
+        if rd.stop is not None and rd.stop.note:
+            log.info("relay: %s", rd.stop.note)
+        self.error = "greet_again"
+        await self.conn.close()
 
 
 async def send_snapshot(node: "RelayHost", conn: Conn) -> None:

@@ -18,7 +18,8 @@ Rules kept here:
   back; a rebuilt store's fence then states its table again (NodeCore.clear_fence).
 - How many peers a node remembers claims of is bounded (limits.members_max).
 - At open, a fence the store's meta holds stands again (`take_up_fence`); an expel asked for
-  while fenced gives that member up (`give_up`); a greeting says up to which lsn this node's own
+  while fenced gives that member up (`give_up`) and is written at the lift, even for a member
+  this node has no row for (`expels_after_lift`); a greeting says up to which lsn this node's own
   `_cluster` rows are an earlier incarnation's (`own_history_lsn`)."""
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from node import limits
+from node.cluster_space.table import STATE_EXPELLED
 from node.core.membership import OwnRowsFence
 from node.core.replicaset import NodeCore
 from node.core.rows import Txn
@@ -155,6 +157,19 @@ def take_up_fence(core: NodeCore, meta: dict | None, registered: set[str]) -> bo
         return False
     core.fence = fence
     return fence.rebuilt
+
+
+def expels_after_lift(core: NodeCore, given_up: Iterable[str]) -> list[tuple[str, str]]:
+    """(uuid, address) of each member the operator expelled while the fence stood whose expel
+    row is still to write: every one not expelled here yet, including one this node has no row
+    for (a fenced node registers nobody, so a member it heard of only in greetings has none):
+    its expel goes in as a new entry with bound 0, raised by every node holding its rows."""
+    out = []
+    for uuid in given_up:
+        mem = core.table.get(uuid)
+        if mem is None or mem.state != STATE_EXPELLED:
+            out.append((uuid, mem.address if mem is not None else ""))
+    return out
 
 
 def give_up(fence: OwnRowsFence, given_up: Iterable[str] | None, uuid: str) -> list[str]:

@@ -74,11 +74,13 @@ class RejoinContext(Protocol):
 class Probed:
     """A probe's answer: `vclock` the donor's by uuid, None if the probe failed (unreachable,
     refused); `serving`: it is a running member of a cluster (else it cannot be a donor);
-    `receiving`: it subscribes to this node (it gets our rows)."""
+    `receiving`: it subscribes to this node (it gets our rows); `bounds`: the members its
+    `_cluster` says are expelled, with their accepted bounds (its greeting's)."""
     address: str
     vclock: dict | None
     serving: bool = True
     receiving: bool = False
+    bounds: dict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +158,7 @@ class RejoinMachine:
         self._best: dict | None = None                 # the fewest rows a probed donor lacked
         self._donor = ""
         self._theirs: dict[str, int] = {}
+        self._bounds: dict | None = None               # the donor's expelled members (Probed.bounds)
         self._missing: dict = {}                       # what the donor lacked at the last look
         self._deadline = self._next_probe = 0.0
         self._check_due = False
@@ -273,14 +276,24 @@ class RejoinMachine:
             return True          # an older relay said nothing of what it collected: give the stream time
         return any(all(v.get(u, 0) >= lsn for u, lsn in wanted.items()) for v in following)
 
-    def uncovered(self, have: dict[str, int], theirs: dict[str, int]) -> dict[str, tuple[int, int]]:
-        """What of `have` a snapshot of `theirs` would discard (node.core.membership.uncovered)."""
-        return uncovered(have, theirs)
+    def uncovered(self, have: dict[str, int], theirs: dict[str, int],
+                  bounds: dict[str, int] | None = None) -> dict[str, tuple[int, int]]:
+        """What of `have` a snapshot of `theirs` would discard (node.core.membership.uncovered).
+        `bounds`: the donor's expelled members and their bounds. Rows of one past its bound are
+        refused everywhere the expel is known, so a snapshot without them loses nothing, even
+        when this node never heard of that expel (it may be stuck where no row can reach it:
+        every peer telling it to rejoin). A bound this node knows itself is `mine()`'s."""
+        if bounds:
+            expelled = expel_bounds(self.host.core().table)
+            bounds = {u: b for u, b in bounds.items() if u not in expelled}
+        return uncovered(have, theirs, bounds)
 
-    def snapshot_uncovered(self, mine: dict[str, int], by_uuid: dict[str, int]) -> str | None:
-        """The rebuild's check of the snapshot it received (`by_uuid`: its vclock by member uuid)
-        against `mine()` taken with the journal drained: why it may not replace the store."""
-        missing = self.uncovered(mine, by_uuid)
+    def snapshot_uncovered(self, mine: dict[str, int], by_uuid: dict[str, int],
+                           bounds: dict[str, int] | None = None) -> str | None:
+        """The rebuild's check of the snapshot it received (`by_uuid`: its vclock by member uuid;
+        `bounds`: its expelled members') against `mine()` taken with the journal drained: why it
+        may not replace the store."""
+        missing = self.uncovered(mine, by_uuid, bounds)
         return f"does not cover this node ({describe_uncovered(missing)})" if missing else None
 
     # --- transitions ---------------------------------------------------------------------
@@ -305,14 +318,14 @@ class RejoinMachine:
         assert ev.address == self._order[self._at - 1], f"Probed {ev.address}, asked {self._order[self._at - 1]}"
         if ev.vclock is None or not ev.serving or self.uncovered(self._wanted, ev.vclock):
             return self._probe_next()    # it cannot be a donor, or lacks the collected rows too
-        missing = self.uncovered(self._mine, ev.vclock)
+        missing = self.uncovered(self._mine, ev.vclock, ev.bounds)
         if not missing:
             return self._rebuild(ev.address)
         if ev.receiving:
             # It is receiving our rows: pause writes so that it can have all of them.
             self._to(RejoinState.COVER_WAIT)
             self._out.apply.append(Status("rejoining", f"waiting for {ev.address} to receive this node's rows"))
-            self._donor, self._theirs = ev.address, ev.vclock
+            self._donor, self._theirs, self._bounds = ev.address, ev.vclock, ev.bounds
             self._deadline, self._check_due = now + self.cover_wait_s, True
             return self._cover_tick(now)
         self._not_this_donor(missing)
@@ -335,7 +348,7 @@ class RejoinMachine:
         if self.host.journal_pending():
             return
         self._check_due = False
-        missing = self._missing = self.uncovered(self.mine(), self._theirs)
+        missing = self._missing = self.uncovered(self.mine(), self._theirs, self._bounds)
         if not missing:
             return self._rebuild(self._donor)
         if now > self._deadline:
@@ -347,7 +360,7 @@ class RejoinMachine:
         self._to(RejoinState.COVER_WAIT)
         if ev.vclock is None:
             return self._give_up_cover(self._missing)
-        self._theirs, self._check_due = ev.vclock, True
+        self._theirs, self._bounds, self._check_due = ev.vclock, ev.bounds, True
         self._cover_tick(now)
 
     def _give_up_cover(self, missing: dict) -> None:

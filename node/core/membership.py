@@ -50,6 +50,13 @@ def expel_bounds(table: ClusterTable) -> dict[str, int]:
     return {m.uuid: m.expelled_lsn for m in table.members() if m.state == STATE_EXPELLED}
 
 
+def greeting_expel_bounds(greeting: dict) -> dict[str, int]:
+    """The members a peer's greeting lists as expelled, with their bounds (its `cluster` rows
+    [uuid, id, address, state(, lsn(, expelled_lsn))], checked by decode)."""
+    return {str(r[0]): int(r[5]) if len(r) > 5 else 0 for r in greeting.get("cluster") or ()
+            if len(r) > 3 and r[3] == STATE_EXPELLED}
+
+
 def describe_uncovered(missing: dict[str, tuple[int, int]], limit: int = 4) -> str:
     parts = [f"{u} up to lsn {mine} (it has {theirs})" for u, (mine, theirs) in sorted(missing.items())[:limit]]
     more = len(missing) - limit

@@ -29,6 +29,7 @@ from node.applier.accept import LinkGuard
 from node.cluster_shutdown import ClusterShutdown
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER
 from node.config import Config, plaintext_exposure
+from node.core.lifecycle_fence import expels_after_lift
 from node.core.replicaset import NodeCore
 from node.errors import ConfigError
 from node.faults import install_fault_points
@@ -248,10 +249,8 @@ class Node:
         me = self.core.table.get(self.uuid)
         if me is not None and me.state == STATE_MEMBER and me.address != self.cfg.address and self.status == "running":
             self.spawn(self.register_member(self.uuid, self.cfg.address), "own-address")
-        for uuid in given_up:
-            mem = self.core.table.get(uuid)
-            if mem is not None and mem.state != STATE_EXPELLED:
-                self.spawn(self.register_member(uuid, mem.address, state=STATE_EXPELLED), f"expel-{uuid[:8]}")
+        for uuid, address in expels_after_lift(self.core, given_up):
+            self.spawn(self.register_member(uuid, address, state=STATE_EXPELLED), f"expel-{uuid[:8]}")
 
     # --- shutdown ------------------------------------------------------------------------------
     async def request_shutdown(self, cluster: bool, **phase) -> dict:

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 CLIENT, SERVER = "client", "server"
 # ticks before a refused link is tried again, by the refusal's code (limits.refused_backoff_s,
 # rejoin_retry_s, ... scaled down); a code not here: 20
-BACKOFF = {"not_ready": 2, "anon": 5, "need_rejoin": shell.REJOIN_RETRY}
+BACKOFF = {"not_ready": 2, "anon": 5, "need_rejoin": shell.REJOIN_RETRY, "greet_again": 0}
 
 
 class RelayHost:
@@ -270,6 +270,10 @@ class Links:
                 if frame is not None:
                     frames.append(frame)
             c.cursor = end
+            if frames and not mach.rows_may_go():    # Relay._send_loop: the greeting no longer holds
+                c.streaming = False
+                self._relay_act(c, mach)
+                continue
             if frames:
                 garble = (c.client, c.server) in self.garble_next_rows
                 if garble:

@@ -22,6 +22,7 @@ from node.core import lifecycle_fence as fence_rules
 from node.core.lifecycle_fence import hear_greeting, own_history_lsn
 from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
                                         Status, anon_rejoin_id)
+from node.core.membership import expel_bounds, greeting_expel_bounds
 
 if TYPE_CHECKING:
     from tests.sim.harness import Cluster, Conn
@@ -69,7 +70,7 @@ def _greeting(n: "SimNode") -> dict:
          "anon": n.anon, "address": n.addr, "status": "joining", "vclock_uuid": {}, "cluster": [],
          "own_history_lsn": 0}
     if core is not None:
-        g.update(cluster_uuid=n.cluster.cluster_uuid, status=n.status, vclock_uuid=core.vclock_by_uuid(),
+        g.update(cluster_uuid=n.cluster.cluster_uuid, status=n.status, vclock_uuid=core.vclock_by_uuid(core.claimed),
                  cluster=core.table.rows(),
                  own_history_lsn=own_history_lsn(core))
     elif n.identity_active:               # its store lost, its identity kept (Lifecycle.greeting_fields)
@@ -140,14 +141,12 @@ def try_lift(c: "Cluster", n: "SimNode") -> bool:
     c.log(f"{n} lifts its own-rows fence (own rows up to {core.own_history_lsn} are history)"
           + (f"; it states its table again at lsn {restate.lsn}" if restate is not None else ""))
     c.stats["fences_lifted"] += 1
-    for u in given_up:
-        mem = core.table.get(u)
-        if mem is not None and mem.state != STATE_EXPELLED:
-            _, txn = core.register_member(u, mem.address, n.wall_us(), state=STATE_EXPELLED)
-            if txn is not None:
-                n.submit([txn])
-                c.stats["pending_expels_written"] += 1
-                c.log(f"{n} writes the expel of {u[:8]} it was asked for while fenced")
+    for u, address in fence_rules.expels_after_lift(core, given_up):
+        _, txn = core.register_member(u, address, n.wall_us(), state=STATE_EXPELLED)
+        if txn is not None:
+            n.submit([txn])
+            c.stats["pending_expels_written"] += 1
+            c.log(f"{n} writes the expel of {u[:8]} it was asked for while fenced")
     for conn in list(c.conns.values()):
         if conn.client == n.name and conn.kind == "sub" and conn.fenced:
             c.break_conn(conn, "own rows confirmed: subscribing for every origin", 0)
@@ -169,7 +168,7 @@ class Rejoiner:
         if not c.rules["cover"]:
             self.machine.caught_up = lambda: False
             self.machine.fed = lambda wanted: False
-            self.machine.uncovered = lambda have, theirs: {}
+            self.machine.uncovered = lambda have, theirs, bounds=None: {}
         self._rebuilding: Iterator | None = None
         self.snapshot: "Base | None" = None        # what the rebuild's JOIN brought
         self.conn: "Conn | None" = None
@@ -256,7 +255,7 @@ class Rejoiner:
         if theirs["status"] != "running":
             return Probed(address, None)
         receiving = any(x.client == d.name and x.server == n.name and x.streaming for x in c.conns.values())
-        return Probed(address, theirs["vclock_uuid"], receiving=receiving)
+        return Probed(address, theirs["vclock_uuid"], receiving=receiving, bounds=greeting_expel_bounds(theirs))
 
     def rebuild(self, address: str) -> Iterator[None]:
         """Rejoiner._rebuild: links down, journal drained, a JOIN (FETCH_SNAPSHOT for an
@@ -287,7 +286,7 @@ class Rejoiner:
                 why = "the snapshot does not register this node"
             if why is None:
                 uncovered = self.machine.snapshot_uncovered(mine, {m.uuid: snap.vclock.get(m.id, 0)
-                                                                   for m in table.members()})
+                                                                   for m in table.members()}, expel_bounds(table))
                 why = None if uncovered is None else f"the snapshot {uncovered}"
         if why is not None:
             n.in_effect = None

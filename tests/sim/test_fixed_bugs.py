@@ -34,6 +34,26 @@ SEEDED = [
      "node/storage/store.py Store.__init__ (own_history_lsn)"),
     ("a_fence_keeps_the_word_of_a_member_some_peer_says_is_expelled", 259, True,
      "node/core/membership.py OwnRowsFence.target (given_up)"),
+    # session 27: F's link from C, greeted while C's rebuilt store was fenced ("every own row is
+    # history"), outlived the fence: C's restated table and new ids taught F nothing, and F's map
+    # took C's id 4 for F itself from C's earlier incarnation's row (invariant 7)
+    ("a_link_greeted_while_its_relay_was_fenced_greets_again_once_the_fence_lifts", 181, True,
+     "node/core/link/relay.py RelayMachine.rows_may_go"),
+    # session 27: C had D's row 1 on its way to disk for 14 ticks while D, which had lost its store,
+    # rejoined fenced and heard C's applied vclock (no row of D's): D lifted its fence and wrote a
+    # second row 1 (invariant 1). Greetings now say what a node holds or is writing, and a relay
+    # heartbeats no subscriber whose own rows are still in flight here
+    ("a_fenced_node_counts_its_rows_a_peer_is_still_writing", 1134, True,
+     "node/lifecycle.py Lifecycle.greeting_fields (vclock_uuid), RelayMachine.tick"),
+    # session 27: D held rows 1-3 of B, which C had expelled with bound 0; every peer told D to
+    # rejoin, and D, which never heard of the expel, found no donor covering B's rows (a stall)
+    ("a_rejoin_takes_a_donors_expel_bounds_for_members_it_never_heard_expelled", 2370, True,
+     "node/core/lifecycle_rejoin.py RejoinMachine.uncovered (Probed.bounds)"),
+    # session 27: the operator expelled E (down for good) through B while B was fenced and had no
+    # row for E (a fenced node registers nobody): B lifted its fence and dropped the expel, and D
+    # stayed fenced for ever waiting to hear from E (a stall)
+    ("a_pending_expel_of_a_member_the_node_never_registered_is_written_at_the_lift", 5514, True,
+     "node/core/lifecycle_fence.py expels_after_lift"),
 ]
 
 
@@ -42,6 +62,8 @@ def test_a_seeded_run_that_showed_a_membership_bug_keeps_every_invariant(behavio
     c = run_seed(seed, full=full)
     if behaviour.startswith("a_member_gone_for_good"):
         assert c.stats["expels_pending_fence"] > 0      # the expel went through a fenced node
+    if behaviour.startswith("a_link_greeted_while"):
+        assert c.stats["refused_greet_again"] > 0       # a relay's greeting outlived its fence
 
 
 def finish(c: Cluster) -> None:

@@ -17,7 +17,13 @@ Rules kept here:
 - A subscriber's own rows past what this node held of them when it subscribed are not echoed
   back, unless it asked for them (a fenced subscriber catching its own rows up: own_rows).
 - An ACK moves the subscriber's hold to what it says is on disk (its `durable`; an older peer
-  sends its vclock alone)."""
+  sends its vclock alone).
+- A heartbeat says all we hold was sent: none goes while rows of the subscriber's own are
+  claimed here and not applied (our greeting counted them: node/lifecycle.py greeting_fields).
+- Rows go only under the greeting the subscriber heard: once our own `_cluster` rows are
+  history up to a lower lsn than it said (a rebuilt store's fence lifted: it said all of them),
+  the link ends with `greet_again` before the rows read go, and the subscriber greets again
+  (`rows_may_go`): a row we write from then on states our ids, and it would take none of them."""
 from __future__ import annotations
 
 import enum
@@ -29,6 +35,7 @@ from node import limits
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER
 from node.core import messages as m
 from node.core.link.greeting import check_greeting
+from node.core.lifecycle_fence import own_history_lsn
 from node.core.link.ready import Hold, Outbox, Ready, Send, Stop
 from node.core.replicaset import NodeCore
 from node.core.vclock import VClock
@@ -55,6 +62,7 @@ _NEXT = {
     RelayState.CLOSED: set(),
 }
 _REQUESTS = (m.JOIN, m.FETCH_SNAPSHOT, m.REGISTER, m.SUBSCRIBE, m.SHUTDOWN, m.BYE)
+GREET_AGAIN = "greet_again"     # the ERROR code of a link whose greeting no longer holds (rows_may_go)
 
 
 class RelayContext(Protocol):
@@ -127,6 +135,7 @@ class RelayMachine:
         self.peer = peer                     # how logs name the subscriber
         self.state = RelayState.GREETING
         self.greeting: dict = {}
+        self.history_said = 0                # the own_history_lsn our greeting said (rows_may_go)
         self.uuid = ""
         self.address = ""
         self.anon = False
@@ -187,14 +196,39 @@ class RelayMachine:
     def tick(self, now: float, wall_us: int) -> None:
         """Streaming, nothing sent for heartbeat_interval_s (`now`, monotonic): a HEARTBEAT
         with this node's wall clock (the subscriber's lag when idle)."""
-        if self.state is RelayState.STREAMING and now - self.last_sent_at >= limits.heartbeat_interval_s:
+        if self.state is RelayState.STREAMING and now - self.last_sent_at >= limits.heartbeat_interval_s \
+                and not self._own_rows_in_flight():
             self._out.send.append(Send(m.HEARTBEAT, {"now_us": wall_us}))
             self.last_sent_at = now
+
+    def _own_rows_in_flight(self) -> bool:
+        """This node claimed rows of the subscriber's own and has not applied them yet: our
+        greeting counted them (it says what we hold or are writing), and a heartbeat says all
+        we hold was sent, so none goes until they are (the subscriber would take our word for
+        its rows as false, and a fenced one could write those lsns again)."""
+        core = self.host.core
+        member = core.table.get(self.uuid) if core is not None else None
+        return member is not None and core.claimed.get(member.id) > core.vclock.get(member.id)
 
     def sent_rows(self, now: float) -> None:
         """The driver sent rows at `now` (monotonic): no heartbeat is due before the next interval."""
         assert self.state is RelayState.STREAMING
         self.last_sent_at = now
+
+    def rows_may_go(self) -> bool:
+        """The driver read rows to send: whether they may go. Not once this node's own `_cluster`
+        rows are history up to a lower lsn than our greeting said (a rebuilt store's fence
+        lifted since: it said all of them): the subscriber takes no ids from our rows up to
+        what it heard, so the restated table and every registration after it would teach it
+        nothing, and its map would keep what our earlier incarnation's rows said. The link ends
+        with ERROR greet_again (the rows read are not sent) and the subscriber greets again."""
+        core = self.host.core
+        if core is None or own_history_lsn(core) >= self.history_said:
+            return True
+        self._refuse(GREET_AGAIN, "this node's own rows are confirmed and its table restated since its greeting "
+                     "said every own `_cluster` row was an earlier incarnation's: greet again",
+                     note=f"{self.peer} greets again: this node's fence lifted since its greeting")
+        return False
 
     def recv_timeout_s(self) -> float:
         """How long the driver waits for the subscriber's next message: its request comes at
@@ -243,6 +277,8 @@ class RelayMachine:
         if me is not None and me.state == STATE_EXPELLED:
             return self._refuse("expelled", f"{self.uuid} was expelled from this cluster", raise_=True)
         self._to(RelayState.REQUEST)
+        history = mine.get("own_history_lsn")
+        self.history_said = history if type(history) is int else 0
         self._out.send.append(Send(m.GREETING, mine))
 
     def _on_request(self, req: m.Message) -> None:
