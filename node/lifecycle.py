@@ -276,6 +276,7 @@ class Lifecycle:
         node.status_reason = f"catching up from {theirs.get('address')} ({theirs.get('uuid')})"
         node.set_peers(list(self.node.peers))
         while True:
+            target = self._still_held(target, theirs.get("uuid"))
             have = node.core.vclock_by_uuid()
             behind = sum(max(0, lsn - have.get(u, 0)) for u, lsn in target.items())
             if not behind:
@@ -283,6 +284,18 @@ class Lifecycle:
                 return
             node.status_reason = f"catching up from {theirs.get('address')}: {behind} rows behind"
             await asyncio.sleep(limits.catch_up_poll_s)
+
+    def _still_held(self, target: dict[str, int], peer_uuid: str | None) -> dict[str, int]:
+        """The catch-up target, lowered to what the peer says it holds in its latest greeting
+        on our link to it: a greeting counts rows it was still writing (greeting_fields), and a
+        peer that crashed before writing them, or lost rows written but not synced, holds
+        fewer now. Waiting for those would wait until their origin writes that far again."""
+        for a in self.node.appliers.values():
+            mach = a.machine
+            if mach is not None and mach.greeting is not None and mach.peer_uuid == peer_uuid:
+                latest = mach.peer_vclock
+                return {u: min(lsn, latest.get(u, 0)) for u, lsn in target.items()}
+        return target
 
     async def go_active(self) -> None:
         """The store is in use from now on (dirty); a member whose address changed says so."""
