@@ -115,3 +115,27 @@ def test_a_cluster_txns_timestamp_moves_this_nodes_clock():
     core.receive(PEER, Txn(2, 6, GROUP_CLUSTER, ahead, (
         Op(OP_CLUSTER, CLUSTER_SPACE, PEER, {"id": 2, "address": "b:1", "state": STATE_MEMBER}),)), WALL)
     assert core.hlc.now(WALL) > ahead
+
+
+def test_a_fence_waiting_for_rows_names_the_members_that_said_they_hold_them():
+    table = _table()
+    fence = OwnRowsFence("lost")
+    fence.hear(PEER, 8)
+    fence.hear(OTHER, 5)
+    text = fence.explain(table, SELF, 5)
+    assert text.endswith(f"up to lsn 8 are coming back from its peers (it has 5; {PEER} said it holds them)")
+
+
+def test_a_fence_whose_rows_only_an_expelled_member_holds_says_the_way_out():
+    # an expelled member that still runs counts (it may be followed and pass the rows on); if
+    # nobody follows it the wait is for ever, so the status says how the operator ends it
+    table = _table()
+    fence = OwnRowsFence("lost")
+    fence.hear(PEER, 3)
+    fence.hear(OTHER, 8)
+    fence.expelled.add(OTHER)
+    text = fence.explain(table, SELF, 3)
+    assert f"({'it has 3'}; {OTHER} said it holds them); {OTHER} is expelled: if no node follows it" in text
+    assert text.endswith("expelling it on this node too stops the wait")
+    fence.given_up.add(OTHER)                       # the operator expelled it here: its word is gone
+    assert fence.target() == 3 and "expelled" not in fence.explain(table, SELF, 3)
