@@ -106,7 +106,11 @@ class Writes:
         if core.anon or node.cfg.read_only:
             raise ClientError(409, "read_only", "expel needs a writable member")
         mem = core.table.get(uuid)
-        if mem is None and (core.fence is None or uuid not in core.fence.waiting_for(core.table, core.uuid)):
+        fence = core.fence
+        # a fenced node registers nobody: a member it waits for, or whose word holds it (an
+        # expelled one that still runs and said it holds our rows), may be in no row here yet
+        if mem is None and (fence is None or (uuid not in fence.waiting_for(core.table, core.uuid)
+                                              and uuid not in fence.heard)):
             raise ClientError(404, "no_such_member", f"{uuid} is not in _cluster")
         if uuid == node.uuid:
             raise ClientError(400, "expel_self", "a node cannot expel itself; expel it from another member")
