@@ -53,7 +53,8 @@ INT_MIN, UINT_MAX = -(1 << 63), (1 << 64) - 1
 _VALUE_BYTES_MAX = limits.value_bytes_max
 _DEPTH_MAX = limits.value_depth_max
 KEY_CHARS_SAFE = limits.key_bytes_max // 4     # a key of at most this many characters is within key_bytes_max
-STR_CHARS_SAFE = limits.value_bytes_max // 4   # ... a str value within value_bytes_max (UTF-8: <= 4 bytes each)
+# ... a str value within value_bytes_max as msgpack (UTF-8: <= 4 bytes a character, after a header of <= 5)
+STR_CHARS_SAFE = (limits.value_bytes_max - 5) // 4
 
 
 # --- scalars ---------------------------------------------------------------------------------
