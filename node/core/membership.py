@@ -108,17 +108,20 @@ class OwnRowsFence:
     def explain(self, table: ClusterTable, self_uuid: str, own_lsn: int) -> str:
         waiting = self.waiting_for(table, self_uuid)
         if waiting:
-            shown = ", ".join(waiting[:4]) + (f" and {len(waiting) - 4} more" if len(waiting) > 4 else "")
             return (f"{self.reason}: this node does not write under its own id until every member has said how "
-                    f"many of its rows it holds; not heard from {shown} (start it, or expel it if it is gone "
+                    f"many of its rows it holds; not heard from {_named(waiting)} (start it, or expel it if it is gone "
                     f"for good)")
         target = self.target()
         holders = sorted(u for u, n in self.heard.items() if n == target and u not in self.given_up)
         if own_lsn >= target or not holders:
             return f"{self.reason}: this node's own rows up to lsn {target} are coming back from its peers (it has {own_lsn})"
-        shown = ", ".join(holders[:4]) + (f" and {len(holders) - 4} more" if len(holders) > 4 else "")
         gone = [u for u in holders if u in self.expelled]
-        way_out = (f"; {', '.join(gone[:4])} {'is' if len(gone) == 1 else 'are'} expelled: if no node follows "
+        way_out = (f"; {_named(gone)} {'is' if len(gone) == 1 else 'are'} expelled: if no node follows "
                    "it, its rows cannot come back, and expelling it on this node too stops the wait") if gone else ""
         return (f"{self.reason}: this node's own rows up to lsn {target} are coming back from its peers "
-                f"(it has {own_lsn}; {shown} said it holds them){way_out}")
+                f"(it has {own_lsn}; {_named(holders)} said it holds them){way_out}")
+
+
+def _named(uuids: list[str], limit: int = 4) -> str:
+    """The first `limit` uuids, and how many more."""
+    return ", ".join(uuids[:limit]) + (f" and {len(uuids) - limit} more" if len(uuids) > limit else "")
