@@ -10,7 +10,9 @@ Rules kept here:
   and which members it knows; a peer that says it holds more of our own rows than we do has a
   claim: writes wait until an upstream's claim is met (`own_rows_awaited`: only an upstream
   can send them back, so only its claim is believed, and only while it is one). Anonymous
-  replicas are not members: the fence does not wait for them.
+  replicas are not members: the fence does not wait for one, but once it has heard one (a
+  replica subscribed to this node directly may be the only holder of our last rows) its word
+  counts like a member's.
 - A claim the stream belied (`disprove_claim`: the upstream caught us up without the rows it
   claimed) is dropped, the peer is not believed again while this node runs, and the fence
   counts it as holding only what came.
@@ -73,8 +75,11 @@ def hear_greeting(core: NodeCore | None, claims: Claims, disproved: set[str], th
         return
     vu = theirs.get("vclock_uuid")
     vu = vu if isinstance(vu, dict) else {}
-    if core is not None and core.fence is not None and not theirs.get("anon"):
-        core.observe_peer(uuid, vu, theirs.get("cluster") or [])
+    if core is not None and core.fence is not None:
+        # an anonymous replica is heard too: one that subscribed to us directly may hold our
+        # rows that no member does; it is never waited for, but its word counts once heard
+        core.observe_peer(uuid, vu, theirs.get("cluster") or [],
+                          anonymous=str(theirs.get("address") or "") if theirs.get("anon") else None)
     own = vu.get(self_uuid)
     if isinstance(own, int) and own > claims.get(uuid, (0, ""))[0] \
             and (uuid in claims or len(claims) < limits.members_max):

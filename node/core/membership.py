@@ -12,6 +12,9 @@ Rules kept here (docs/replication.md, "Membership never loses or forks a write")
   node writes under its own id again only when every member that is not expelled has told it
   (in a greeting after the loss) how far it holds this node's rows, and this node holds at
   least as far (`OwnRowsFence`). Expelling a member that will never return is the way out.
+  An anonymous replica is not waited for, but what one said it holds counts like a member's;
+  and after the fence, this node's lsns go on past every row of its own any peer said it holds
+  (a row given up stays where it is, under its lsn, never reused).
 - A node's WAL is held for a registered member from the moment the member joined through it
   or first subscribed to it, at the member's durable position (what it has on disk, not what
   it has applied), persisted, and released only by its expel; anonymous replicas hold it
@@ -77,13 +80,17 @@ class OwnRowsFence:
     for, but what they said they hold still counts — an expelled member that still runs may be
     followed and pass this node's rows on. `given_up`: members the operator expelled on this
     node while it was fenced (their expel is written once the fence is lifted): neither waited
-    for nor believed. Cleared when every live member was heard and this node holds the most."""
+    for nor believed. `anonymous`: anonymous replicas heard (uuid -> address): never waited for,
+    but what one said it holds counts; its rows come back only if this node replicates from it.
+    Cleared when every live member was heard and this node holds the most; its lsns then go on
+    past `floor`."""
     reason: str
     rebuilt: bool = False
     heard: dict[str, int] = field(default_factory=dict)
     known: set[str] = field(default_factory=set)
     expelled: set[str] = field(default_factory=set)
     given_up: set[str] = field(default_factory=set)
+    anonymous: dict[str, str] = field(default_factory=dict)
 
     def hear(self, member_uuid: str, own_lsn: int) -> None:
         if own_lsn > self.heard.get(member_uuid, -1):
@@ -93,6 +100,11 @@ class OwnRowsFence:
         """The most of this node's rows any member holds (the word of one the operator gave up on
         no longer counts)."""
         return max((n for u, n in self.heard.items() if u not in self.given_up), default=0)
+
+    def floor(self) -> int:
+        """The most of this node's rows any peer said it holds, the given up included: once the
+        fence lifts, this node's lsns go on past it, so a row given up is never reused."""
+        return max(self.heard.values(), default=0)
 
     def waiting_for(self, table: ClusterTable, self_uuid: str) -> list[str]:
         """Members not yet heard from (expelled ones and anonymous replicas never hold us up)."""
@@ -118,6 +130,13 @@ class OwnRowsFence:
         gone = [u for u in holders if u in self.expelled]
         way_out = (f"; {_named(gone)} {'is' if len(gone) == 1 else 'are'} expelled: if no node follows "
                    "it, its rows cannot come back, and expelling it on this node too stops the wait") if gone else ""
+        anon = [u for u in holders if u in self.anonymous and u not in self.expelled]
+        if anon:
+            way_out += (f"; {_named([f'{u} at {self.anonymous[u]}' for u in anon])} "
+                        f"{'is an anonymous replica' if len(anon) == 1 else 'are anonymous replicas'}: "
+                        "its rows come back if this node replicates from it (add its address to this node's "
+                        "peers), or expelling it on this node gives them up (it is expelled, keeps them, and "
+                        "this node's lsns go on past them)")
         return (f"{self.reason}: this node's own rows up to lsn {target} are coming back from its peers "
                 f"(it has {own_lsn}; {_named(holders)} said it holds them){way_out}")
 

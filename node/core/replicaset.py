@@ -130,15 +130,19 @@ class NodeCore(Receiving):
         peer.history_lsn = history_lsn
         out: list[Txn] = []
         own_ops: list[Op] = []
+        # A peer's anonymous entry is taken only for the peer itself and only by an anonymous
+        # replica (one following another): a member never registers an anonymous replica it
+        # replicates from (its relay sends none of its private rows, node.core.link.relay).
+        anon_peer = self.anon
         new = 0 if self.fence is not None else \
-            sum(1 for r in peer_rows if r[0] not in self.table and (r[3] != STATE_ANON or r[0] == peer_uuid))
+            sum(1 for r in peer_rows if r[0] not in self.table and (r[3] != STATE_ANON or (r[0] == peer_uuid and anon_peer)))
         if new and len(self.table) + new > limits.members_max:
             raise RemoteProtocolError(f"{peer_uuid}'s greeting would grow _cluster past members_max "
                                       f"({limits.members_max})")
         for row in peer_rows:            # [uuid, id, address, state(, lsn(, expelled_lsn))], checked by decode
             uuid, rid, state = row[0], row[1], row[3]
-            if state == STATE_ANON and uuid != peer_uuid:
-                continue            # the peer's private entry for someone else: not ours
+            if state == STATE_ANON and (uuid != peer_uuid or not anon_peer):
+                continue            # the peer's private entry: not ours
             local = self.table.get(uuid)
             if local is None and self.fence is not None:
                 # Registering writes a row under our own id: not while fenced. Its rows cannot be
@@ -202,14 +206,18 @@ class NodeCore(Receiving):
                 self.synced.follow(rid, lsn)
 
     # --- the own-rows fence (node.core.membership) -------------------------------------
-    def observe_peer(self, peer_uuid: str, vclock_by_uuid: dict[str, int], cluster_rows: list[list]) -> None:
-        """A member's greeting (either direction; the shell passes members' only): while fenced,
-        how many of our rows it holds, which members it knows (each must be heard from too) and
-        which it knows to be expelled (those are not waited for)."""
+    def observe_peer(self, peer_uuid: str, vclock_by_uuid: dict[str, int], cluster_rows: list[list],
+                     anonymous: str | None = None) -> None:
+        """A peer's greeting (either direction): while fenced, how many of our rows it holds,
+        which members it knows (each must be heard from too) and which it knows to be expelled
+        (those are not waited for). `anonymous`: the address of an anonymous replica's greeting
+        (never waited for; its word counts once heard)."""
         fence = self.fence
         if fence is None:
             return
         fence.hear(peer_uuid, int(vclock_by_uuid.get(self.uuid, 0)))
+        if anonymous is not None:
+            fence.anonymous[peer_uuid] = anonymous
         for row in cluster_rows:
             if len(row) > 3 and row[3] == STATE_EXPELLED:
                 fence.expelled.add(str(row[0]))
@@ -220,13 +228,21 @@ class NodeCore(Receiving):
         """Every member has been heard and our own rows are back: we may write under our own id
         again. After a rebuild, own rows received while fenced stay history (own_history_lsn
         rises to them), and this node states its whole table again in its own ids (returned, to
-        persist): peers that took its earlier incarnation's rows learn its ids now."""
+        persist): peers that took its earlier incarnation's rows learn its ids now. Our lsns go on
+        past every row of ours any peer said it holds, also one the operator gave up on
+        (`OwnRowsFence.floor`): its rows stay where they are and no lsn of ours is used twice;
+        the table is stated then too, so that the first row at the new lsn is on disk at once."""
         fence = self.fence
         assert fence is not None
         self.fence = None
-        if not fence.rebuilt:
+        floor = fence.floor()
+        skipped = floor > self.claimed.get(self.self_id)
+        if skipped:
+            self.claimed.follow(self.self_id, floor)
+        if not fence.rebuilt and not skipped:
             return None
-        self.own_history_lsn = max(self.own_history_lsn, self.claimed.get(self.self_id))
+        if fence.rebuilt:
+            self.own_history_lsn = max(self.own_history_lsn, self.claimed.get(self.self_id))
         ops = [cluster_op(m) for m in self.table.members() if m.state != STATE_ANON]
         txn = self.local_txn(ops, GROUP_CLUSTER, wall_us)
         for op in ops:

@@ -389,12 +389,33 @@ class Cluster(Faults, Network, Links, Joins):
         self.run_until(self.quiet, max_ticks, "quiet (every link caught up, nothing in flight)")
 
     def settle(self, max_ticks: int = 2000) -> None:
-        """Liveness: heal everything, restart everyone, calm the network, run until quiet."""
+        """Liveness: heal everything, restart everyone, calm the network, run until quiet (the
+        operator following what fences say meanwhile)."""
         self.heal()
         self.drop_p = 0.0
         for n in list(self.nodes.values()):
             self.restart(n.name)
-        self.run_until_quiet(max_ticks)
+        self.run_until(lambda: not self._follow_fences() and self.quiet(), max_ticks,
+                       "quiet (every link caught up, nothing in flight)")
+
+    def _follow_fences(self) -> bool:
+        """The operator does what a fence's status says when its node waits for rows only an
+        anonymous replica holds (OwnRowsFence.explain): it adds that replica's address to the
+        node's peers (PUT /v1/admin/peers), and the rows come back from it. Whether it did."""
+        did = False
+        for n in self.nodes.values():
+            fence = n.core.fence if n.core is not None else None
+            if fence is None or not fence.anonymous:
+                continue
+            own = n.core.vclock.get(n.core.self_id)
+            for m in self.nodes.values():
+                if m.uuid in fence.anonymous and fence.heard.get(m.uuid, 0) > own and m.name not in n.peers \
+                        and m.uuid not in fence.given_up:
+                    n.peers.append(m.name)
+                    self.stats["peers_added_for_fence"] += 1
+                    self.log(f"{n} is fenced on rows anonymous {m} holds: the operator adds {m} to its peers")
+                    did = True
+        return did
 
     def describe(self) -> str:
         lines = []

@@ -54,6 +54,15 @@ SEEDED = [
     # stayed fenced for ever waiting to hear from E (a stall)
     ("a_pending_expel_of_a_member_the_node_never_registered_is_written_at_the_lift", 5514, True,
      "node/core/lifecycle_fence.py expels_after_lift"),
+    # session 28: B's last row reached only R, an anonymous replica subscribed to B; B lost its
+    # store, rejoined fenced, heard every member (none had the row) and lifted, and wrote a second
+    # row under that lsn, which R kept skipping as one it had (invariant 1, silent on R). The
+    # fence now counts an anonymous replica's word; the operator adds R to B's peers, as B's
+    # status says, and the row comes back from R
+    ("a_fence_counts_the_word_of_an_anonymous_replica_that_holds_the_nodes_last_rows", 5108, True,
+     "node/core/lifecycle_fence.py hear_greeting"),
+    ("a_fence_counts_the_word_of_an_anonymous_replica_that_holds_the_nodes_last_rows", 5782, True,
+     "node/core/lifecycle_fence.py hear_greeting"),
 ]
 
 
@@ -64,6 +73,8 @@ def test_a_seeded_run_that_showed_a_membership_bug_keeps_every_invariant(behavio
         assert c.stats["expels_pending_fence"] > 0      # the expel went through a fenced node
     if behaviour.startswith("a_link_greeted_while"):
         assert c.stats["refused_greet_again"] > 0       # a relay's greeting outlived its fence
+    if behaviour.startswith("a_fence_counts_the_word_of_an_anonymous"):
+        assert c.stats["peers_added_for_fence"] > 0     # only an anonymous replica held the rows
 
 
 def finish(c: Cluster) -> None:

@@ -75,11 +75,11 @@ def test_a_members_greeting_tells_the_fence_how_many_of_our_rows_it_holds_and_wh
     assert claims == {UUID_B: (7, ADDR_B)}
 
 
-def test_an_anonymous_replicas_greeting_does_not_feed_the_fence_but_its_claim_is_noted():
+def test_an_anonymous_replicas_greeting_feeds_the_fence_as_anonymous_and_its_claim_is_noted():
     c = core(fence=OwnRowsFence("lost"))
     claims: dict = {}
     hear_greeting(c, claims, set(), greeting(UUID_B, 7, anon=True), UUID_A)
-    assert UUID_B not in c.fence.heard and claims == {UUID_B: (7, ADDR_B)}
+    assert c.fence.heard[UUID_B] == 7 and c.fence.anonymous == {UUID_B: ADDR_B} and claims == {UUID_B: (7, ADDR_B)}
 
 
 def test_a_peer_whose_claim_was_disproved_is_not_heard_again():

@@ -14,6 +14,9 @@ Rules kept here:
   subscriber's hold moves to its durable vclock before SUBSCRIBED goes (persist comes first).
 - A subscriber behind what this node's WAL collected is told to rejoin, with what was
   collected by uuid (the rejoin answer: it asks whether another upstream has those rows).
+- An anonymous node sends none of its own rows (its private `_cluster` notes, signed with its
+  private id): a member that replicates from it (to get back rows of its own it lost) neither
+  registers it nor learns its id.
 - A subscriber's own rows past what this node held of them when it subscribed are not echoed
   back, unless it asked for them (a fenced subscriber catching its own rows up: own_rows).
 - An ACK moves the subscriber's hold to what it says is on disk (its `durable`; an older peer
@@ -336,6 +339,9 @@ class RelayMachine:
         host, core = self.host, self.host.core
         assert core is not None
         self.sub = m.vclock_of(req["vclock"])            # (checked by decode)
+        if core.anon:
+            # an anonymous replica's own rows are its private `_cluster` notes: never sent
+            self.sub[core.self_id] = limits.lsn_max
         durable = req.get("durable")
         # what the subscriber has on disk (its hold; an older peer says nothing: its vclock)
         self.durable = m.vclock_of(durable) if durable is not None else dict(self.sub)

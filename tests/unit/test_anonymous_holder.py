@@ -1,0 +1,126 @@
+"""A node that lost rows and an anonymous replica that holds some of them (session 28; the
+simulation's full-mix seeds 5108 and 5782): the fence counts the replica's word though it never
+waits for one, says how the rows come back, goes on past any row given up, and a member that
+replicates from the replica to get them back neither registers it nor is sent its private rows.
+Real NodeCore, relay machine and WAL frame filter; no IO."""
+from __future__ import annotations
+
+from node import limits
+from node.cluster_space.table import STATE_ANON, STATE_MEMBER, ClusterTable, Member
+from node.core import messages as m
+from node.core.entry import txns_relay_frame
+from node.core.lifecycle_fence import hear_greeting, lift, may_lift
+from node.core.membership import OwnRowsFence
+from node.core.replicaset import NodeCore
+from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, OP_PUT, Op, Txn
+from node.core.vclock import VClock
+from tests.unit.test_link_relay_machine import NOW, Host, greeted, relay
+from tests.unit.test_replicaset import OTHER, PEER, PEER_ROWS, SELF, THIRD, WALL
+
+ANON = THIRD
+ANON_ADDR = "r.example:1"
+
+
+def fenced_core(own: int = 5, rebuilt: bool = False) -> NodeCore:
+    """SELF 1, PEER 2, OTHER 3; fenced, with PEER and OTHER heard holding no more than we do."""
+    table = ClusterTable([Member(SELF, 1, "a:1", STATE_MEMBER), Member(PEER, 2, "b:1", STATE_MEMBER),
+                          Member(OTHER, 3, "c:1", STATE_MEMBER)])
+    core = NodeCore(SELF, table, VClock({1: own, 2: 3}), spaces={"kv": False})
+    core.fence = OwnRowsFence("lost", rebuilt=rebuilt)
+    core.fence.hear(PEER, own)
+    core.fence.hear(OTHER, own - 1)
+    return core
+
+
+def anon_greeting(ours: int) -> dict:
+    return {"uuid": ANON, "address": ANON_ADDR, "anon": True, "vclock_uuid": {SELF: ours, PEER: 3},
+            "cluster": [[ANON, 7, ANON_ADDR, STATE_ANON], [SELF, 1, "a:1", STATE_MEMBER]]}
+
+
+def test_an_anonymous_replicas_word_on_our_rows_holds_the_fence_though_it_is_never_waited_for():
+    core = fenced_core()
+    assert may_lift(core)                          # every member heard, none holds more than we do
+    claims: dict = {}
+    hear_greeting(core, claims, set(), anon_greeting(7), SELF)
+    assert core.fence.heard[ANON] == 7 and core.fence.anonymous == {ANON: ANON_ADDR}
+    assert claims == {ANON: (7, ANON_ADDR)}
+    assert ANON not in core.fence.waiting_for(core.table, SELF)
+    assert not may_lift(core)                      # rows 6-7 are only on the replica
+    why = core.fence_state()[1]
+    assert "up to lsn 7" in why and f"{ANON} at {ANON_ADDR} is an anonymous replica" in why
+    assert "add its address to this node's peers" in why
+    core.vclock.follow(1, 7)                       # they came back from it
+    assert may_lift(core)
+
+
+def test_an_anonymous_replica_holding_no_more_than_we_do_holds_nothing_up():
+    core = fenced_core()
+    hear_greeting(core, {}, set(), anon_greeting(5), SELF)
+    assert may_lift(core) and "anonymous" not in core.fence_state()[1]
+
+
+def test_after_the_operator_gives_up_rows_only_an_anonymous_replica_holds_our_lsns_go_on_past_them():
+    core = fenced_core()
+    hear_greeting(core, {}, set(), anon_greeting(9), SELF)
+    core.fence.given_up.add(ANON)                  # expelled on this node while fenced
+    assert may_lift(core)
+    lifted = lift(core, WALL, [ANON])
+    assert core.fence is None and lifted.target == 5 and lifted.given_up == [ANON]
+    # no row at 6-9 is ever written again: the table is stated at 10, so the skip is on disk
+    assert lifted.restate is not None and lifted.restate.lsn == 10 and lifted.restate.group == GROUP_CLUSTER
+    assert core.local_txn([Op(OP_PUT, "kv", "k", 1)], GROUP_DEFAULT, WALL).lsn == 10 + len(lifted.restate.ops)
+
+
+def test_a_rebuilt_stores_restated_table_goes_past_given_up_rows_and_makes_them_history():
+    core = fenced_core(rebuilt=True)
+    hear_greeting(core, {}, set(), anon_greeting(9), SELF)
+    core.fence.given_up.add(ANON)
+    lifted = lift(core, WALL, [ANON])
+    assert lifted.restate.lsn == 10 and lifted.own_history_lsn == 9
+
+
+def test_a_fence_lifted_with_nothing_given_up_past_its_rows_writes_nothing_new():
+    core = fenced_core()
+    hear_greeting(core, {}, set(), anon_greeting(4), SELF)
+    lifted = lift(core, WALL, [])
+    assert lifted.restate is None and core.claimed.get(1) == 5
+
+
+# --- a member replicating from an anonymous replica ------------------------------------------------
+def test_a_member_greeted_by_an_anonymous_upstream_neither_registers_it_nor_maps_its_private_id():
+    core = fenced_core()
+    core.fence = None
+    rows = PEER_ROWS + [[ANON, 7, ANON_ADDR, STATE_ANON]]
+    assert core.greeting(ANON, rows, WALL) == []
+    assert ANON not in core.table and 7 not in core.peers[ANON].map.to_local
+    assert core.peers[ANON].map.as_dict() == {1: 2, 2: 1, 5: 3}
+
+
+def test_an_anonymous_replica_following_another_maps_the_upstreams_private_id():
+    table = ClusterTable([Member(SELF, 4, "a:1", STATE_ANON), Member(PEER, 2, "b:1", STATE_MEMBER),
+                          Member(OTHER, 3, "c:1", STATE_MEMBER)])
+    core = NodeCore(SELF, table, VClock({2: 3}), spaces={"kv": False})
+    regs = core.greeting(ANON, [[PEER, 1, "b:1", STATE_MEMBER], [ANON, 7, ANON_ADDR, STATE_ANON]], WALL)
+    assert ANON in core.table and regs and core.peers[ANON].map.to_local[7] == core.table.get(ANON).id
+
+
+def test_an_anonymous_nodes_relay_never_sends_its_own_private_rows():
+    table = ClusterTable([Member(ANON, 7, ANON_ADDR, STATE_ANON), Member(PEER, 2, "b:1", STATE_MEMBER),
+                          Member(SELF, 1, "a:1", STATE_MEMBER)])
+    core = NodeCore(ANON, table, VClock({7: 3, 1: 9, 2: 4}), spaces={"kv": False})
+    mach = greeted(relay(Host(core), who=SELF), who=SELF)
+    mach.step(m.Message(m.SUBSCRIBE, {"vclock": {1: 5, 2: 4}, "own_rows": True}), NOW)
+    mach.advance(mach.ready())
+    assert mach.sub[7] == limits.lsn_max
+    private = Txn(7, 4, GROUP_CLUSTER, WALL, (Op(OP_PUT, "_cluster", PEER, [PEER, 2, "b:1", STATE_MEMBER]),))
+    theirs = Txn(1, 6, GROUP_DEFAULT, WALL, (Op(OP_PUT, "kv", "k", 1),))
+    payload, rows = txns_relay_frame([private, theirs], b"", WALL, mach.sub, mach.own)
+    assert rows == 1                               # the subscriber's own row 6 goes back, the note does not
+
+
+def test_a_members_relay_sends_its_own_rows():
+    mach = greeted(relay())
+    mach.step(m.Message(m.SUBSCRIBE, {"vclock": {1: 5, 2: 4}}), NOW)
+    mach.advance(mach.ready())
+    assert mach.sub == {1: 5, 2: 4}
+
