@@ -29,6 +29,7 @@ log = logging.getLogger("replog.fence")
 
 FENCE_META = "own_fence"
 REGISTERED_FILE = "registered_members"   # beside the identity file: members this node registered
+FOLLOWERS_FILE = "anonymous_followers"   # beside it: anonymous replicas that follow this node
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 BOOT_ID_ENV = "REPLOG_BOOT_ID_FILE"     # tests stand a machine restart in with another file
 
@@ -76,12 +77,14 @@ class FenceKeeper:
 
     def restore(self) -> None:
         """The core was just built: take up a fence the store holds, with the members this node
-        registered itself (they may hold its rows though the donor never heard of them) and
-        those the operator gave up on (node.core.lifecycle_fence.take_up_fence)."""
+        registered itself and the anonymous replicas that followed it (they may hold its rows
+        though the donor never heard of them) and those the operator gave up on
+        (node.core.lifecycle_fence.take_up_fence)."""
         node = self.node
         if node.core is None:
             return
-        if take_up_fence(node.core, node.store.get_meta(FENCE_META), registered_members(node.data_dir)):
+        if take_up_fence(node.core, node.store.get_meta(FENCE_META), registered_members(node.data_dir),
+                         anonymous_followers(node.data_dir)):
             node.store.own_history_lsn = limits.lsn_max
 
     def give_up(self, uuid: str) -> None:
@@ -158,3 +161,52 @@ def registered_members(data_dir: str) -> set[str]:
             return {line.strip() for line in f if line.strip()}
     except OSError:
         return set()
+
+
+def anonymous_followers(data_dir: str) -> dict[str, str]:
+    """The anonymous replicas this node remembers as its followers: uuid -> address."""
+    out: dict[str, str] = {}
+    try:
+        with open(os.path.join(data_dir, FOLLOWERS_FILE)) as f:
+            for line in f:
+                uuid, _, address = line.strip().partition(" ")
+                if uuid:
+                    out[uuid] = address
+    except OSError:
+        pass
+    return out
+
+
+def remember_follower(data_dir: str, uuid: str, address: str) -> None:
+    """An anonymous replica fetched from or subscribed to this node: noted beside the identity,
+    durable before it is answered (it may come to hold rows of ours no member has, and a store
+    lost later must still wait for it: node.core.lifecycle_fence followers_to_forget)."""
+    if uuid in anonymous_followers(data_dir):
+        return
+    fd = os.open(os.path.join(data_dir, FOLLOWERS_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, f"{uuid} {address}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    log.info("fence: anonymous replica %s (%s) follows this node: a lost store waits to hear from it", uuid, address)
+
+
+def forget_followers(data_dir: str, uuids: list[str]) -> None:
+    """Rewrite the followers file without `uuids` (atomically: a crash keeps the old or the new)."""
+    if not uuids:
+        return
+    keep = {u: a for u, a in anonymous_followers(data_dir).items() if u not in uuids}
+    path = os.path.join(data_dir, FOLLOWERS_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.writelines(f"{u} {a}\n" for u, a in keep.items())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dfd = os.open(data_dir, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    log.info("fence: forgets anonymous follower(s) %s (unseen past anon_ttl_s, or now in _cluster)", ", ".join(uuids))

@@ -13,7 +13,9 @@ with the next checkpoint. A checkpoint syncs the store (everything applied so fa
 the core's `synced` vclock moves), writes the holds, then removes the segments below every
 hold and every backup's (node/wal/gc.py), never one a relay is reading. The start of the
 oldest segment kept is the `gc_vclock`, recorded before the files go: a subscriber behind it
-in any component is told to rejoin (node/rejoin.py decides whether it may)."""
+in any component is told to rejoin (node/rejoin.py decides whether it may). An anonymous
+replica that fetches or subscribes is remembered beside the identity first (node/fence.py: a
+lost store waits to hear from it), and forgotten at a checkpoint once its hold timed out."""
 from __future__ import annotations
 
 import asyncio
@@ -22,9 +24,11 @@ import os
 import time
 
 from node.core.holds import Hold, Holds, keep_vclock
+from node.core.lifecycle_fence import followers_to_forget
 from node.core.vclock import VClock
 from node.errors import NoSpaceError
 from node.faults import fault
+from node.fence import anonymous_followers, forget_followers, remember_follower
 from node.ops.backup import wal_holds
 from node.wal.gc import collectable
 from node.wal.reader import list_segments, read_header
@@ -94,6 +98,10 @@ class Retention:
         self._written(uuid, self.book.on_subscribe(uuid, durable, anon, self.node.core.table, time.time()),
                       "it subscribed")
 
+    def follower(self, uuid: str, address: str) -> None:
+        """An anonymous replica fetches from or subscribes to this node (node/fence.py)."""
+        remember_follower(self.node.data_dir, uuid, address)
+
     def on_ack(self, uuid: str, durable: dict[int, int], anon: bool) -> None:
         """A subscriber has `durable` on disk (written with the next checkpoint)."""
         self.book.on_ack(uuid, durable, anon, self.node.core.table, time.time())
@@ -119,6 +127,8 @@ class Retention:
         core.mark_synced(VClock(synced))
         self._hold_for_new_members()
         positions = self.book.positions(core.table, time.time(), node.cfg.anon_ttl_s)
+        forget_followers(node.data_dir, followers_to_forget(anonymous_followers(node.data_dir), self.book.by_uuid, core.table,
+                                                            time.time(), node.cfg.anon_ttl_s))
         positions += wal_holds(node.data_dir)       # backups copying the WAL (node/ops/backup.py)
         keep = keep_vclock(synced, positions)
         removable, _ = collectable(node.wal_dir, keep)

@@ -38,6 +38,8 @@ def _take(node: "RelayHost", mach: RelayMachine, inp, now: float) -> Ready:
         rd = mach.ready()
         for h in rd.persist:
             assert type(h) is Hold, h
+            if h.anon:                       # remembered beside the identity before it gets rows
+                node.retention.follower(h.uuid, mach.address)
             if h.durable is None:
                 node.retention.hold_all(h.uuid, anon=h.anon)
             else:

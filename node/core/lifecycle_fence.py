@@ -19,6 +19,9 @@ Rules kept here:
 - The fence lifts (`may_lift`, then `lift`) once every member was heard and our own rows are
   back; a rebuilt store's fence then states its table again (NodeCore.clear_fence).
 - How many peers a node remembers claims of is bounded (limits.members_max).
+- A node remembers the anonymous replicas that follow it beside its identity, and a fence taken
+  up after a loss waits for them like members (`take_up_fence`); it forgets one whose hold
+  timed out or that the table knows (`followers_to_forget`).
 - At open, a fence the store's meta holds stands again (`take_up_fence`); an expel asked for
   while fenced gives that member up (`give_up`) and is written at the lift, even for a member
   this node has no row for (`expels_after_lift`); a greeting says up to which lsn this node's own
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from node import limits
-from node.cluster_space.table import STATE_EXPELLED
+from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER
 from node.core.membership import OwnRowsFence
 from node.core.replicaset import NodeCore
 from node.core.rows import Txn
@@ -151,17 +154,43 @@ def own_history_lsn(core: NodeCore | None) -> int:
     return limits.lsn_max if core.fence is not None and core.fence.rebuilt else core.own_history_lsn
 
 
-def take_up_fence(core: NodeCore, meta: dict | None, registered: set[str]) -> bool:
+def take_up_fence(core: NodeCore, meta: dict | None, registered: set[str],
+                  followers: dict[str, str] | None = None) -> bool:
     """At open, with the core just built: the fence the store's meta holds stands again, with
-    the members this node registered itself and those the operator gave up on (an anonymous
-    replica has none). Whether every own row is history while it stands (a rebuilt store's)."""
+    the members this node registered itself, the anonymous replicas that followed it (uuid ->
+    address: waited for like members, see `followers_to_forget`) and those the operator gave up
+    on (an anonymous replica has none). Whether every own row is history while it stands (a
+    rebuilt store's)."""
     if core.anon:
         return False
     fence = fence_from_meta(meta, registered)
     if fence is None:
         return False
+    for uuid, address in (followers or {}).items():
+        if uuid != core.uuid:
+            fence.known.add(uuid)
+            fence.anonymous[uuid] = address
     core.fence = fence
     return fence.rebuilt
+
+
+# --- the anonymous replicas a node remembers beside its identity (node/fence.py) ---------------
+def followers_to_forget(followers: Iterable[str], holds: dict, table, now_s: float, anon_ttl_s: float) -> list[str]:
+    """Which remembered anonymous followers this node forgets (at a checkpoint). A node
+    remembers, outside its store, every anonymous replica that fetched from or subscribed to it:
+    one may be the only holder of this node's last rows, and a lost store would not know it.
+    It forgets one whose hold here (node.core.holds: uuid -> Hold) went unseen past `anon_ttl_s`
+    (the replica's time, as for the WAL it keeps for it) and one the table knows as a member
+    (registered: the table covers it) or as expelled. One with no hold here is kept: after a
+    lost store the holds are gone until it comes back."""
+    out = []
+    for uuid in followers:
+        h = holds.get(uuid)
+        mem = table.get(uuid)
+        if (h is not None and h.anon and now_s - h.seen_s > anon_ttl_s) \
+                or (mem is not None and mem.state in (STATE_EXPELLED, STATE_MEMBER)):
+            out.append(uuid)
+    return out
 
 
 def expels_after_lift(core: NodeCore, given_up: Iterable[str]) -> list[tuple[str, str]]:

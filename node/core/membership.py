@@ -12,7 +12,8 @@ Rules kept here (docs/replication.md, "Membership never loses or forks a write")
   node writes under its own id again only when every member that is not expelled has told it
   (in a greeting after the loss) how far it holds this node's rows, and this node holds at
   least as far (`OwnRowsFence`). Expelling a member that will never return is the way out.
-  An anonymous replica is not waited for, but what one said it holds counts like a member's;
+  An anonymous replica that followed this node within its TTL is waited for like a member
+  (remembered beside the identity); any other is not waited for, but what one said it holds counts;
   and after the fence, this node's lsns go on past every row of its own any peer said it holds
   (a row given up stays where it is, under its lsn, never reused).
 - A node's WAL is held for a registered member from the moment the member joined through it
@@ -120,9 +121,12 @@ class OwnRowsFence:
     def explain(self, table: ClusterTable, self_uuid: str, own_lsn: int) -> str:
         waiting = self.waiting_for(table, self_uuid)
         if waiting:
+            anon = [u for u in waiting if u in self.anonymous]
+            also = (f"; {_named(anon)} {'is an anonymous replica' if len(anon) == 1 else 'are anonymous replicas'} "
+                    "that followed this node") if anon else ""
             return (f"{self.reason}: this node does not write under its own id until every member has said how "
                     f"many of its rows it holds; not heard from {_named(waiting)} (start it, or expel it if it is gone "
-                    f"for good)")
+                    f"for good){also}")
         target = self.target()
         holders = sorted(u for u, n in self.heard.items() if n == target and u not in self.given_up)
         if own_lsn >= target or not holders:

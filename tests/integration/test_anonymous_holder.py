@@ -63,3 +63,78 @@ def test_a_node_whose_last_rows_only_an_anonymous_replica_holds_takes_them_back_
     assert ru not in a.cluster() and ru not in b.cluster(), "a master registered the anonymous replica"
     no_fork([a, b, c, r])
     restart_all([a, b, c, r])
+
+
+def lost_store_with_rows_only_on_r(tmp_path, procs) -> tuple[ReplogProcess, ReplogProcess, ReplogProcess, str, Acked, int]:
+    """Masters A and B, R an anonymous replica of B. With A down B takes 20 writes that only R
+    gets; R stops; B loses its store and WAL (identity kept) and rejoins through A. Returns
+    (a, b, r, R's uuid, acked, B's last lsn before the loss), R down."""
+    acked = Acked()
+    a, b = mesh(tmp_path, 2, extra=["--checkpoint-interval-s", "0.3"])
+    procs.extend([a, b])
+    b.create_space("kv")
+    r = ReplogProcess(tmp_path, "r", peers=[b], extra=["--anon"])
+    procs.append(r)
+    r.start()
+    for n in (a, b):
+        acked.put(n, "kv", f"early-{n.name}", n.name)
+    acked_everywhere([a, b, r], acked)
+    assert a.stop() == 0
+    b_last = [acked.put(b, "kv", f"b-{i}", i)["lsn"] for i in range(20)][-1]
+    acked_everywhere([b, r], acked)
+    ru = r.uuid()
+    assert r.stop() == 0
+    b.kill9()
+    shutil.rmtree(os.path.join(b.data_dir, "store"))
+    shutil.rmtree(os.path.join(b.data_dir, "wal"))
+    a.start()
+    b.start(wait=False)
+    wait_for(lambda: "kv" in replicated_spaces(b), 60, "B rejoined through A")
+    return a, b, r, ru, acked, b_last
+
+
+def test_a_lost_store_waits_to_hear_from_the_anonymous_replica_that_followed_it(tmp_path, procs):
+    """Every member has been heard, yet B stays fenced: R followed it (B remembers that beside
+    its identity) and may hold rows of B no member has. R comes back, says it holds them, and
+    they come back from it once B replicates from it."""
+    a, b, r, ru, acked, b_last = lost_store_with_rows_only_on_r(tmp_path, procs)
+    fence = wait_for(lambda: b.info().get("own_rows_fence"), 30, "B fenced")
+    assert fence["waiting_for"] == [ru], fence
+    assert f"{ru} is an anonymous replica that followed this node" in fence["message"], fence
+    s, d = b.put("/v1/spaces/kv/keys/while-fenced", 1)
+    assert s == 503 and d["error"]["code"] == "own_rows_unconfirmed", (s, d)
+
+    r.start()
+    fence = wait_for(lambda: (lambda f: f if f and not f["waiting_for"] else None)(b.info().get("own_rows_fence")),
+                     30, "B heard R")
+    assert fence["target"] == b_last and f"{ru} at {r.address} is an anonymous replica" in fence["message"], fence
+    b.set_peers([a, r])
+    wait_for(lambda: b.info().get("own_rows_fence") is None, 60, "B's rows came back from R")
+    d = b.kv_put("kv", "after", "after")
+    assert d["lsn"] > b_last, f"B's next lsn {d['lsn']} reuses one of its rows up to {b_last}"
+    acked.writes[("kv", "after")] = ("after", b.uuid(), d["lsn"])
+    acked_everywhere([a, b, r], acked, 60)
+    no_fork([a, b, r])
+    restart_all([a, b, r])
+
+
+def test_an_anonymous_follower_gone_for_good_is_let_go_by_expelling_it_on_the_fenced_node(tmp_path, procs):
+    """R never comes back: the operator expels it on B (202, pending the fence); B writes again,
+    R's uuid is expelled everywhere, and B no longer remembers it once it checkpoints."""
+    a, b, r, ru, acked, b_last = lost_store_with_rows_only_on_r(tmp_path, procs)
+    wait_for(lambda: (b.info().get("own_rows_fence") or {}).get("waiting_for") == [ru], 30, "B waits for R")
+    assert ru in open(os.path.join(b.data_dir, "anonymous_followers")).read()
+    s, d = b.delete(f"/v1/cluster/{ru}")
+    assert s == 202 and d["state"] == "expel_pending", (s, d)
+    for k in [k for k in acked.writes if k[1].startswith("b-")]:
+        del acked.writes[k]                               # only R had them: given up with it
+    d = wait_for(lambda: (lambda sd: sd[1] if sd[0] == 200 else None)(b.put("/v1/spaces/kv/keys/after", 1)),
+                 30, "B takes writes once R is given up")
+    acked.writes[("kv", "after")] = (1, b.uuid(), d["lsn"])
+    acked_everywhere([a, b], acked)
+    wait_for(lambda: all((n.cluster().get(ru) or {}).get("state") == "expelled" for n in (a, b)), 30,
+             "R expelled on every member")
+    wait_for(lambda: ru not in open(os.path.join(b.data_dir, "anonymous_followers")).read(), 30,
+             "B forgets R at a checkpoint")
+    no_fork([a, b])
+    restart_all([a, b])

@@ -173,6 +173,8 @@ class Links:
         s, p = self.nodes[c.client], self.nodes[c.server]
         for h in rd.persist:                 # WAL holds, in place before the answer goes
             assert type(h) is Hold, h
+            if h.anon:                       # fence.remember_follower, before the hold
+                p.anon_followers[h.uuid] = s.addr
             if self.rules["holds"] != "register":
                 continue
             if h.durable is None:

@@ -40,7 +40,7 @@ from node import limits
 from node.cluster_space.table import ClusterTable, Member
 from node.core.apply import apply_txn
 from node.core.holds import Hold, Holds, collectable_before, keep_vclock
-from node.core.lifecycle_fence import take_up_fence
+from node.core.lifecycle_fence import followers_to_forget, take_up_fence
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_LOCAL, Txn
 from node.core.vclock import VClock
@@ -179,6 +179,8 @@ class SimNode:
         # node/fence.py registered_members: members this node registered, beside its identity
         # (a lost store keeps them; its fence waits for them too)
         self.registered: set[str] = set()
+        # node/fence.py anonymous_followers: anonymous replicas that follow this node, beside its identity
+        self.anon_followers: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"{self.name}({self.uuid[:8]})"
@@ -264,7 +266,7 @@ class SimNode:
         self.core.knowledge = dict(self.state.knowledge)
         if fence:                                   # FenceKeeper.restore
             meta = {"reason": fence, "rebuilt": rebuilt, "given_up": self.meta.get("given_up")}
-            if take_up_fence(self.core, meta, self.registered):
+            if take_up_fence(self.core, meta, self.registered, self.anon_followers):
                 self.state.own_history_lsn = limits.lsn_max
         self.holds = dict(self.holds_disk)         # Retention.load
         self.status = "running"
@@ -356,6 +358,8 @@ class SimNode:
         if new_members:
             self.book.hold_for_new_members(self.uuid, core.table, self._wal_start, now)
         keep = keep_vclock(synced, self.book.positions(core.table, now, anon_ttl))
+        for uuid in followers_to_forget(self.anon_followers, self.book.by_uuid, core.table, now, anon_ttl):
+            del self.anon_followers[uuid]
         limit = min([len(self.wal) - 1] + reading)     # the current segment, segments being read
         i, vc = self.wal_gc, dict(self._gc_vc)
         while i < limit:

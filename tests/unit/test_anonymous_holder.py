@@ -1,19 +1,23 @@
 """A node that lost rows and an anonymous replica that holds some of them (session 28; the
 simulation's full-mix seeds 5108 and 5782): the fence counts the replica's word though it never
 waits for one, says how the rows come back, goes on past any row given up, and a member that
-replicates from the replica to get them back neither registers it nor is sent its private rows.
-Real NodeCore, relay machine and WAL frame filter; no IO."""
+replicates from the replica to get them back neither registers it nor is sent its private rows;
+and a node remembers the anonymous replicas that follow it beside its identity, so a lost store
+waits to hear from them. Real NodeCore, relay machine and WAL frame filter; the followers file
+on a real directory."""
 from __future__ import annotations
 
 from node import limits
-from node.cluster_space.table import STATE_ANON, STATE_MEMBER, ClusterTable, Member
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
 from node.core.entry import txns_relay_frame
-from node.core.lifecycle_fence import hear_greeting, lift, may_lift
+from node.core.holds import Hold
+from node.core.lifecycle_fence import followers_to_forget, hear_greeting, lift, may_lift, take_up_fence
 from node.core.membership import OwnRowsFence
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, OP_PUT, Op, Txn
 from node.core.vclock import VClock
+from node.fence import anonymous_followers, forget_followers, remember_follower
 from tests.unit.test_link_relay_machine import NOW, Host, greeted, relay
 from tests.unit.test_replicaset import OTHER, PEER, PEER_ROWS, SELF, THIRD, WALL
 
@@ -124,3 +128,44 @@ def test_a_members_relay_sends_its_own_rows():
     mach.advance(mach.ready())
     assert mach.sub == {1: 5, 2: 4}
 
+
+
+# --- the anonymous replicas a node remembers beside its identity -----------------------------------
+def test_a_fence_taken_up_after_a_loss_waits_for_the_anonymous_replicas_that_followed_the_node():
+    core = fenced_core()
+    core.fence = None
+    take_up_fence(core, {"reason": "lost", "rebuilt": True}, set(), {ANON: ANON_ADDR, SELF: "a:1"})
+    fence = core.fence
+    assert ANON in fence.waiting_for(core.table, SELF) and fence.anonymous == {ANON: ANON_ADDR}
+    assert SELF not in fence.known                     # never itself
+    why = core.fence_state()[1]
+    assert ANON in why.split("not heard from ")[1] and f"{ANON} is an anonymous replica that followed this node" in why
+    hear_greeting(core, {}, set(), anon_greeting(0), SELF)
+    assert ANON not in fence.waiting_for(core.table, SELF)
+
+
+def test_an_anonymous_replica_has_no_fence_to_take_up_and_remembers_nobody():
+    table = ClusterTable([Member(SELF, 4, "a:1", STATE_ANON), Member(PEER, 2, "b:1", STATE_MEMBER)])
+    core = NodeCore(SELF, table, VClock({2: 3}), spaces={"kv": False})
+    assert take_up_fence(core, {"reason": "lost"}, set(), {ANON: ANON_ADDR}) is False and core.fence is None
+
+
+def test_a_follower_is_forgotten_once_its_hold_timed_out_or_the_table_knows_it():
+    table = ClusterTable([Member(SELF, 1, "a:1", STATE_MEMBER), Member(PEER, 2, "b:1", STATE_MEMBER),
+                          Member(OTHER, 3, "c:1", STATE_EXPELLED, 0, 0)])
+    holds = {"fresh": Hold({}, 100.0, True), "stale": Hold({}, 10.0, True), "edge": Hold({}, 70.0, True)}
+    remembered = ["fresh", "stale", "edge", "unseen", PEER, OTHER]
+    assert followers_to_forget(remembered, holds, table, 100.0, 30.0) == ["stale", PEER, OTHER]
+
+
+def test_the_followers_file_remembers_each_replica_once_durably_and_forgets_atomically(tmp_path):
+    d = str(tmp_path)
+    assert anonymous_followers(d) == {}
+    remember_follower(d, ANON, ANON_ADDR)
+    remember_follower(d, ANON, "elsewhere:1")          # once: the first address stays
+    remember_follower(d, PEER, "b:1")
+    assert anonymous_followers(d) == {ANON: ANON_ADDR, PEER: "b:1"}
+    forget_followers(d, [ANON])
+    assert anonymous_followers(d) == {PEER: "b:1"} and not (tmp_path / "anonymous_followers.tmp").exists()
+    forget_followers(d, [])
+    assert anonymous_followers(d) == {PEER: "b:1"}
