@@ -4,8 +4,9 @@ following B. With A and C down, B takes writes that only R receives; B then lose
 (its identity kept) and rejoins through A, which lacks them. B must not write under its own
 uuid until those rows are back: once it did, its next rows took the lsns R holds, and R skipped
 them as rows it had, for good. The way back that loses nothing is the one B's status names:
-replicate from R. (The fence hears R only if R comes back while it stands: an anonymous
-replica is never waited for; docs/operations.md.)"""
+replicate from R. B remembers R beside its identity, so its fence waits to hear from R even
+when every member has been heard; one gone for good is expelled on B (docs/replication.md,
+"Anonymous replicas")."""
 from __future__ import annotations
 
 import os

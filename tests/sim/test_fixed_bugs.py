@@ -57,8 +57,8 @@ SEEDED = [
     # session 28: B's last row reached only R, an anonymous replica subscribed to B; B lost its
     # store, rejoined fenced, heard every member (none had the row) and lifted, and wrote a second
     # row under that lsn, which R kept skipping as one it had (invariant 1, silent on R). The
-    # fence now counts an anonymous replica's word; the operator adds R to B's peers, as B's
-    # status says, and the row comes back from R
+    # fence now waits for the anonymous replicas that followed the node and counts what any says;
+    # the operator adds R to B's peers, as B's status says, and the row comes back from R
     ("a_fence_counts_the_word_of_an_anonymous_replica_that_holds_the_nodes_last_rows", 5108, True,
      "node/core/lifecycle_fence.py hear_greeting"),
     ("a_fence_counts_the_word_of_an_anonymous_replica_that_holds_the_nodes_last_rows", 5782, True,
