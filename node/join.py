@@ -33,8 +33,8 @@ from node import limits
 from node.applier.handshake import PROBE_ERRORS, open_link
 from node.core import messages as m
 from node.core.lifecycle_join import JoinMachine, JoinState
-from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, PENDING, REFUSED, Abort, Activated,
-                                             Ask, AskFailed, BecomeMember, Bootstrap, Bootstrapped, CatchUp, CaughtUp,
+from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, PENDING, REFUSED, WRONG_CLUSTER, Abort,
+                                             Activated, Ask, AskFailed, BecomeMember, Bootstrap, Bootstrapped, CatchUp, CaughtUp,
                                              IdGranted, Install, Installed, PollPeers, Polled, SnapshotReceived,
                                              WipePartial)
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
@@ -344,6 +344,8 @@ class Join:
             await c.close()
             return IdGranted(address, a.replica_id)
         except (idf.RegistrationPending, PeerRefused, RemoteProtocolError) as e:
+            if isinstance(e, PeerRefused) and e.code == "wrong_cluster":
+                return AskFailed(address, e.message, WRONG_CLUSTER)
             log.warning("register via %s failed: %s", address, e)
             return AskFailed(address, str(e), REFUSED)
 

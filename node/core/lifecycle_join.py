@@ -44,8 +44,8 @@ from typing import Any, Iterable, Protocol
 from node import limits
 from node.cluster_space.table import ClusterTable, Member
 from node.core import messages as m
-from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, REFUSED, Abort, Activated, Ask,
-                                             AskFailed, BecomeMember, Bootstrap, Bootstrapped, CatchUp, CaughtUp,
+from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, REFUSED, WRONG_CLUSTER, Abort,
+                                             Activated, Ask, AskFailed, BecomeMember, Bootstrap, Bootstrapped, CatchUp, CaughtUp,
                                              IdGranted, Install, Installed, PollPeers, Polled, SnapshotReceived,
                                              Status, WipePartial)
 from node.core.link.ready import Outbox, Ready
@@ -352,6 +352,12 @@ class JoinMachine:
         if ev.code == EXPELLED:
             return self._abort(f"this node ({self.host.uuid}) was expelled from cluster "
                                f"{self._theirs.get('cluster_uuid')}: {ev.why}")
+        if ev.code == WRONG_CLUSTER:
+            # a REGISTER (its driver has no greeting to check before asking): the link's check
+            # refused another cluster, which no retry changes
+            mine = self.host.member_cluster_uuid()
+            return self._abort(f"wrong store: {ev.why}",
+                               f"point --peers at cluster {mine}" if mine else "point --peers at this store's cluster")
         if ev.code == IDENTITY_REJECTED:
             return self._abort(f"identity: {ev.address} refuses this node's registration: {ev.why}",
                                "another node may be running with a copy of this data dir")

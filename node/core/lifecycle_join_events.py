@@ -20,6 +20,7 @@ PENDING = "pending"                    # the registration's outcome is unknown (
 REFUSED = "refused"                    # the donor refused (its reason logged): next donor
 EXPELLED = "expelled"                  # the donor says this uuid was expelled: stop
 IDENTITY_REJECTED = "identity_rejected"  # the donor refuses this node's final registration: stop
+WRONG_CLUSTER = "wrong_cluster"        # the donor belongs to another cluster than this node's store: stop
 
 
 # --- what the driver tells the machine --------------------------------------------------------

@@ -86,3 +86,30 @@ def test_an_anonymous_replica_with_a_store_of_another_cluster_is_refused_by_its_
     i = r.info()
     assert i["cluster_uuid"] == x_cluster and i["vclock_uuid"] == vclock
     assert r.kv_get("kv", "from-n1")[0] == 200 and r.kv_get("kv", "from-y")[0] == 404
+
+
+def test_an_anonymous_replica_of_one_cluster_registering_with_another_stops_with_wrong_store(tmp_path, procs):
+    """Restarted without --anon (which registers it) and pointed at cluster Y, a replica whose
+    store is of X stops with one line instead of asking Y for ever; its store is left as it was
+    and it registers with X once pointed there."""
+    x1, _, y = two_clusters(tmp_path, procs)
+    r = ReplogProcess(tmp_path, "anon", peers=[x1], extra=["--anon"]).start()
+    procs.append(r)
+    wait_for(lambda: r.kv_get("kv", "from-n1")[0] == 200, 30, "the anonymous replica holds X's row")
+    ru, x_cluster, vclock = r.uuid(), r.info()["cluster_uuid"], r.info()["vclock_uuid"]
+    assert r.stop() == 0
+
+    r.peers, r.extra = [y.address], []
+    r.start(wait=False)
+    assert exit_code(r) == 1, r.log_tail()
+    lines = r.log_text().rstrip().splitlines()
+    assert lines[-1].startswith("replog: error: wrong store: ") and y.info()["cluster_uuid"] in lines[-1], r.log_tail()
+    assert any(f"hint: point --peers at cluster {x_cluster}" in ln for ln in lines), r.log_tail()
+    assert ru not in y.cluster()
+
+    r.peers = [x1.address]
+    r.start()
+    wait_for(lambda: (x1.cluster().get(ru) or {}).get("state") == "member", 60, "registered with X")
+    i = r.info()
+    assert i["cluster_uuid"] == x_cluster and all(i["vclock_uuid"].get(u, 0) >= n for u, n in vclock.items())
+    assert r.kv_get("kv", "from-n1")[0] == 200 and r.kv_get("kv", "from-y")[0] == 404
