@@ -13,8 +13,8 @@ from node.cluster_space.table import STATE_ANON, STATE_MEMBER, ClusterTable, Mem
 from node.core import messages as m
 from node.core.lifecycle_fence import give_up, own_history_lsn, take_up_fence
 from node.core.lifecycle_join import JoinMachine, JoinState, anon_id, join_fence, refusal_notes, requested_id, wrong_store
-from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, PENDING, REFUSED, Abort, Activated,
-                                             Ask, AskFailed, BecomeMember, Bootstrap, Bootstrapped, CatchUp, CaughtUp,
+from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, PENDING, REFUSED, WRONG_CLUSTER, Abort,
+                                             Activated, Ask, AskFailed, BecomeMember, Bootstrap, Bootstrapped, CatchUp, CaughtUp,
                                              IdGranted, Install, Installed, PollPeers, Polled, SnapshotReceived,
                                              Status, WipePartial)
 from node.core.membership import OwnRowsFence
@@ -342,6 +342,16 @@ def test_a_register_that_goes_through_makes_the_anonymous_replica_a_member(clust
     assert effects(j) == [Ask(ADDR_B, m.REGISTER, {}, None)]
     j.step(IdGranted(ADDR_B, 4), 0.0)
     assert effects(j) == [BecomeMember(ADDR_B)] and j.state is JoinState.DONE
+
+
+def test_a_register_refused_as_another_cluster_stops_with_wrong_store_instead_of_asking_again():
+    j = machine(cluster=CLUSTER)
+    j.ask(ADDR_B, m.REGISTER, {})
+    take(j)
+    j.step(AskFailed(ADDR_B, "b.example:1 belongs to cluster other, this node to c (wrong store)", WRONG_CLUSTER), 0.0)
+    (e,) = effects(j)
+    assert j.state is JoinState.FAILED and type(e) is Abort
+    assert e.message.startswith("wrong store: b.example:1 belongs to cluster other") and CLUSTER in e.hint
 
 
 @pytest.mark.parametrize("code,wipes", [(BROKEN, True), (REFUSED, False), (PENDING, False)])
