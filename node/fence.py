@@ -12,7 +12,8 @@ A loss, for this rule (docs/replication.md, "Membership never loses or forks a w
 - the machine restarted (its boot id changed) while this node ran with wal_mode = write and did
   not stop in order: rows written to the WAL but not yet on disk may be gone here and may have
   been sent to peers before;
-- the WAL directory is gone while the store holds data.
+- the WAL directory is gone while the store holds data (unless the store last ran with
+  wal_mode none, which keeps no WAL and relays nothing).
 While the fence stands, client writes to replicated spaces answer 503 `own_rows_unconfirmed`
 (local spaces take writes: their rows never leave this node), appliers subscribe for this
 node's own rows only, and `_cluster` changes that would need a row of ours wait."""
@@ -57,11 +58,13 @@ class FenceKeeper:
         node, store = self.node, self.node.store
         return loss_at_open(fenced=bool(store.get_meta(FENCE_META)), wal_mode=node.cfg.wal_mode,
                             wal_present=wal_present, was_running=bool(store.get_meta("running")),
-                            boot_before=store.get_meta("boot_id") or "", boot_now=boot_id())
+                            boot_before=store.get_meta("boot_id") or "", boot_now=boot_id(),
+                            wal_mode_before=store.get_meta("wal_mode") or "")
 
     def mark_running(self, running: bool) -> None:
-        """`running` in the store while the node runs (an orderly stop clears it), with the boot id."""
-        self.node.store.set_meta(running=running, boot_id=boot_id())
+        """`running` in the store while the node runs (an orderly stop clears it), with the boot id
+        and the wal_mode it runs with."""
+        self.node.store.set_meta(running=running, boot_id=boot_id(), wal_mode=self.node.cfg.wal_mode)
 
     def set(self, reason: str, rebuilt: bool) -> None:
         """Fence now (persisted first, so a crash keeps it). `rebuilt`: the store was rebuilt from

@@ -4,7 +4,7 @@ node.core.membership's OwnRowsFence, fed and cleared through NodeCore).
 
 Rules kept here:
 - A loss this start must fence against (`loss_at_open`): the WAL directory gone while the store
-  holds data, or the machine restarted (a new boot id) while this node ran with wal_mode =
+  holds data (unless it last ran with wal_mode none, which keeps none), or the machine restarted (a new boot id) while this node ran with wal_mode =
   write and did not stop in order. A store already fenced keeps its fence as it is.
 - A member's greeting (`hear_greeting`) tells a standing fence how many of our rows it holds
   and which members it knows; a peer that says it holds more of our own rows than we do has a
@@ -45,13 +45,16 @@ LOSS_POWER = ("the machine restarted while this node ran with wal_mode = write: 
 
 
 def loss_at_open(*, fenced: bool, wal_mode: str, wal_present: bool, was_running: bool,
-                 boot_before: str, boot_now: str) -> str | None:
+                 boot_before: str, boot_now: str, wal_mode_before: str = "") -> str | None:
     """Before recovery, on a store with data: a loss this start must fence against (None: none).
     `fenced`: the store holds a fence already; `was_running`: it did not stop in order; the boot
-    ids: the machine's when it last ran, and now ("" unknown)."""
+    ids: the machine's when it last ran, and now ("" unknown); `wal_mode_before`: the mode it
+    last ran with ("" unknown: a store of an earlier version). A store that last ran with
+    wal_mode none has no WAL to lose, and none of its rows since left it (such a node relays
+    nothing): starting it with a WAL again is no loss."""
     if fenced:
         return None                       # the fence it holds is taken up as it is
-    if wal_mode != "none" and not wal_present:
+    if wal_mode != "none" and not wal_present and wal_mode_before != "none":
         return LOSS_NO_WAL
     if wal_mode == "write" and was_running and boot_before and boot_now and boot_before != boot_now:
         return LOSS_POWER

@@ -53,6 +53,12 @@ def test_a_start_that_lost_nothing_it_must_fence_against_is_no_loss(kw):
     assert start(**kw) is None
 
 
+@pytest.mark.parametrize("before,loss", [("none", None), ("write", LOSS_NO_WAL), ("fsync", LOSS_NO_WAL), ("", LOSS_NO_WAL)],
+                         ids=["ran without a wal", "ran with write", "ran with fsync", "unknown"])
+def test_a_missing_wal_is_no_loss_only_for_a_store_that_last_ran_without_one(before, loss):
+    assert start(wal_present=False, wal_mode="write", was_running=False, wal_mode_before=before) == loss
+
+
 @pytest.mark.parametrize("wal_mode,loss", [("write", LOSS_NO_WAL), ("fsync", LOSS_NO_WAL), ("none", None)])
 def test_a_store_whose_wal_directory_is_gone_is_a_loss_unless_it_keeps_no_wal(wal_mode, loss):
     assert start(wal_present=False, wal_mode=wal_mode, was_running=False) == loss
