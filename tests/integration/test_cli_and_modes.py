@@ -76,21 +76,25 @@ def test_wal_mode_none_serves_clients_but_not_replicas(tmp_path, procs):
 
 def test_a_node_that_ran_with_wal_mode_none_starts_with_a_wal_again_unfenced_and_replicates(tmp_path, procs):
     """No WAL directory is no loss for a store that last ran without one: nothing of it left
-    the node (a node with wal_mode none relays nothing). It takes writes at once and serves a
-    replica from its new WAL."""
+    the node (a node with wal_mode none relays nothing), so with its other member down it takes
+    writes at once (a loss would fence it until that member said what it holds), and it serves
+    that member from its new WAL."""
     a = ReplogProcess(tmp_path, "nowal", extra=["--wal-mode", "none"]).start()
     procs.append(a)
     a.create_space("kv")
+    b = ReplogProcess(tmp_path, "b", peers=[a]).start()
+    procs.append(b)
+    bu = b.uuid()
+    wait_for(lambda: bu in a.cluster(), 20, "B registered on A")
     before = a.kv_put("kv", "k", 1)["lsn"]
-    assert a.stop() == 0
+    assert b.stop() == 0 and a.stop() == 0
     a.extra = ["--wal-mode", "write"]
     a.start()
     assert a.info()["own_rows_fence"] is None, a.info()["own_rows_fence"]
-    assert a.kv_put("kv", "after", 2)["lsn"] == before + 1
-    b = ReplogProcess(tmp_path, "b", peers=[a]).start()
-    procs.append(b)
-    wait_for(lambda: b.kv_get("kv", "after")[0] == 200 and b.kv_get("kv", "k")[0] == 200, 30,
-             "the replica has the rows from before and after the change")
+    s, d = a.put("/v1/spaces/kv/keys/after", 2)
+    assert s == 200 and d["lsn"] == before + 1, (s, d)
+    b.start()
+    wait_for(lambda: b.kv_get("kv", "after")[0] == 200, 30, "B has the row written after the change")
 
 
 def test_local_space_rows_never_leave_the_node(tmp_path, procs):
