@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-from bench.common import free_port
 from node.applier.applier import Applier
 from node.clientproto import wire
 from node.clientproto.session import Session
@@ -15,8 +14,8 @@ from node.core.rows import OP_SPACE, Op
 from node.server import Node
 
 
-async def started(tmp_path, **flags) -> Node:
-    cfg = load({"data_dir": str(tmp_path / "n"), "listen": f"127.0.0.1:{free_port()}", "client_listen": "off",
+async def started(tmp_path, listen, **flags) -> Node:
+    cfg = load({"data_dir": str(tmp_path / "n"), "listen": listen(), "client_listen": "off",
                 **flags}, env={})
     node = Node(cfg)
     await node.start()
@@ -43,8 +42,8 @@ async def answered(out: list, n: int) -> list:
     raise AssertionError(f"{len(out)} of {n} answers: {out}")
 
 
-async def test_the_fast_path_keeps_every_write_check_of_node_write(tmp_path):
-    node = await started(tmp_path)
+async def test_the_fast_path_keeps_every_write_check_of_node_write(tmp_path, listen):
+    node = await started(tmp_path, listen)
     try:
         await node.write([Op(OP_SPACE, "kv", "", {"local": False, "conflict": "lww"})])
         s, out = session(node)
@@ -69,11 +68,11 @@ async def test_the_fast_path_keeps_every_write_check_of_node_write(tmp_path):
         await node.stop()
 
 
-async def test_a_read_only_node_refuses_fast_path_writes_and_serves_reads(tmp_path):
-    node = await started(tmp_path)
+async def test_a_read_only_node_refuses_fast_path_writes_and_serves_reads(tmp_path, listen):
+    node = await started(tmp_path, listen)
     await node.write([Op(OP_SPACE, "kv", "", {"local": False, "conflict": "lww"})])
     await node.stop()
-    node = await started(tmp_path, read_only=True)
+    node = await started(tmp_path, listen, read_only=True)
     try:
         s, out = session(node)
         claimed = node.core.claimed.get(node.core.self_id)

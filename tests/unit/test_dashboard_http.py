@@ -20,7 +20,6 @@ from node.config import Config
 from node.http import events
 from node.http.ui import UI_DIR
 from node.server import Node
-from tests.integration.harness import free_port
 
 TOKEN = "t0ken"
 EVIL = "http://evil.example"
@@ -35,17 +34,17 @@ async def until(cond, timeout: float = 10.0, what: str = "condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-async def start_node(tmp_path, token: str = TOKEN) -> Node:
-    node = Node(Config(data_dir=str(tmp_path / "n"), listen=f"127.0.0.1:{free_port()}", token=token))
+async def start_node(tmp_path, listen, token: str = TOKEN) -> Node:
+    node = Node(Config(data_dir=str(tmp_path / "n"), listen=listen(), token=token))
     await node.start()
     await until(lambda: node.status == "running", 20, "the node to bootstrap")
     return node
 
 
 @pytest.fixture
-async def node(tmp_path):
+async def node(tmp_path, listen):
     thresholds = gc.get_threshold()
-    n = await start_node(tmp_path)
+    n = await start_node(tmp_path, listen)
     yield n
     await n.stop()
     gc.unfreeze()                     # the node tuned the collector for a server; pytest is not one
@@ -53,9 +52,9 @@ async def node(tmp_path):
 
 
 @pytest.fixture
-async def open_node(tmp_path):
+async def open_node(tmp_path, listen):
     thresholds = gc.get_threshold()
-    n = await start_node(tmp_path, token="")
+    n = await start_node(tmp_path, listen, token="")
     yield n
     await n.stop()
     gc.unfreeze()
@@ -221,9 +220,9 @@ async def test_a_listener_that_stops_reading_is_dropped_and_its_connection_cut(n
             task.cancel()
 
 
-async def test_open_streams_end_at_shutdown_without_holding_the_http_drain(tmp_path, http):
+async def test_open_streams_end_at_shutdown_without_holding_the_http_drain(tmp_path, http, listen):
     thresholds = gc.get_threshold()
-    node = await start_node(tmp_path)
+    node = await start_node(tmp_path, listen)
     try:
         r = await http.get(url(node, "/v1/events"), headers=auth())
         await next_snapshot(r)
