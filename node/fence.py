@@ -24,7 +24,7 @@ import logging
 import os
 
 from node import limits
-from node.core.lifecycle_fence import give_up, lift, loss_at_open, may_lift, take_up_fence
+from node.core.lifecycle_fence import Followers, follower_seen, give_up, lift, loss_at_open, may_lift, take_up_fence
 
 log = logging.getLogger("replog.fence")
 
@@ -166,44 +166,60 @@ def registered_members(data_dir: str) -> set[str]:
         return set()
 
 
-def anonymous_followers(data_dir: str) -> dict[str, str]:
-    """The anonymous replicas this node remembers as its followers: uuid -> address."""
-    out: dict[str, str] = {}
+def anonymous_followers(data_dir: str) -> Followers:
+    """The anonymous replicas this node remembers as its followers: uuid -> (address, when it
+    last fetched or subscribed); a later line of a uuid supersedes an earlier one."""
+    out: Followers = {}
     try:
         with open(os.path.join(data_dir, FOLLOWERS_FILE)) as f:
             for line in f:
-                uuid, _, address = line.strip().partition(" ")
-                if uuid:
-                    out[uuid] = address
+                parts = line.split()
+                if len(parts) == 3:
+                    try:
+                        out[parts[0]] = (parts[1], float(parts[2]))
+                    except ValueError:
+                        continue
     except OSError:
         pass
     return out
 
 
-def remember_follower(data_dir: str, uuid: str, address: str) -> None:
-    """An anonymous replica fetched from or subscribed to this node: noted beside the identity,
+_full_warned = False
+
+
+def remember_follower(data_dir: str, uuid: str, address: str, now_s: float, anon_ttl_s: float) -> None:
+    """An anonymous replica fetches from or subscribes to this node: noted beside the identity,
     durable before it is answered (it may come to hold rows of ours no member has, and a store
-    lost later must still wait for it: node.core.lifecycle_fence followers_to_forget)."""
-    if uuid in anonymous_followers(data_dir):
+    lost later must still wait for it: node.core.lifecycle_fence follower_seen)."""
+    global _full_warned
+    known = anonymous_followers(data_dir)
+    entry = follower_seen(known, uuid, address, now_s, anon_ttl_s)
+    if entry is None:
+        if uuid not in known and not _full_warned:
+            _full_warned = True
+            log.warning("fence: this node remembers %d anonymous followers already (anon_followers_max): %s and "
+                        "later ones are not remembered, and a lost store will not wait for them", len(known), uuid)
         return
     fd = os.open(os.path.join(data_dir, FOLLOWERS_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        os.write(fd, f"{uuid} {address}\n".encode())
+        os.write(fd, f"{uuid} {entry[0] or '-'} {entry[1]:.3f}\n".encode())
         os.fsync(fd)
     finally:
         os.close(fd)
-    log.info("fence: anonymous replica %s (%s) follows this node: a lost store waits to hear from it", uuid, address)
+    if uuid not in known:
+        log.info("fence: anonymous replica %s (%s) follows this node: a lost store waits to hear from it", uuid, address)
 
 
 def forget_followers(data_dir: str, uuids: list[str]) -> None:
-    """Rewrite the followers file without `uuids` (atomically: a crash keeps the old or the new)."""
+    """Rewrite the followers file without `uuids`, one line per follower (atomically: a crash
+    keeps the old file or the new)."""
     if not uuids:
         return
-    keep = {u: a for u, a in anonymous_followers(data_dir).items() if u not in uuids}
+    keep = {u: e for u, e in anonymous_followers(data_dir).items() if u not in uuids}
     path = os.path.join(data_dir, FOLLOWERS_FILE)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        f.writelines(f"{u} {a}\n" for u, a in keep.items())
+        f.writelines(f"{u} {a or '-'} {t:.3f}\n" for u, (a, t) in keep.items())
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -175,6 +175,10 @@ anon_ttl_s = 3600.0                  # an anonymous replica's position holds WAL
 anon_acks_max = 1024                 # anonymous subscribers whose acknowledged position is kept (an ACK
                                      # comes from any uuid that holds the secret): past it, the one
                                      # heard from longest ago is forgotten
+anon_followers_max = anon_acks_max   # anonymous replicas a node remembers beside its identity as its
+                                     # followers (node/fence.py; a lost store waits for them): a peer
+                                     # subscribing under made-up uuids cannot grow the file, or what a
+                                     # fence waits for, past this
 task_restart_s = 5.0                 # a supervised background task that failed is restarted after this
 peer_poll_timeout_s = 5.0            # one status poll of one peer while a cluster forms (connect + auth +
                                      # greeting)

@@ -100,7 +100,7 @@ class Retention:
 
     def follower(self, uuid: str, address: str) -> None:
         """An anonymous replica fetches from or subscribes to this node (node/fence.py)."""
-        remember_follower(self.node.data_dir, uuid, address)
+        remember_follower(self.node.data_dir, uuid, address, time.time(), self.node.cfg.anon_ttl_s)
 
     def on_ack(self, uuid: str, durable: dict[int, int], anon: bool) -> None:
         """A subscriber has `durable` on disk (written with the next checkpoint)."""
@@ -127,8 +127,9 @@ class Retention:
         core.mark_synced(VClock(synced))
         self._hold_for_new_members()
         positions = self.book.positions(core.table, time.time(), node.cfg.anon_ttl_s)
-        forget_followers(node.data_dir, followers_to_forget(anonymous_followers(node.data_dir), self.book.by_uuid, core.table,
-                                                            time.time(), node.cfg.anon_ttl_s))
+        if core.fence is None:      # a fence waits for them: a restart while it stands must too
+            forget_followers(node.data_dir, followers_to_forget(anonymous_followers(node.data_dir), self.book.by_uuid,
+                                                                core.table, time.time(), node.cfg.anon_ttl_s))
         positions += wal_holds(node.data_dir)       # backups copying the WAL (node/ops/backup.py)
         keep = keep_vclock(synced, positions)
         removable, _ = collectable(node.wal_dir, keep)

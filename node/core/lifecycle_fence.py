@@ -19,9 +19,10 @@ Rules kept here:
 - The fence lifts (`may_lift`, then `lift`) once every member was heard and our own rows are
   back; a rebuilt store's fence then states its table again (NodeCore.clear_fence).
 - How many peers a node remembers claims of is bounded (limits.members_max).
-- A node remembers the anonymous replicas that follow it beside its identity, and a fence taken
-  up after a loss waits for them like members (`take_up_fence`); it forgets one whose hold
-  timed out or that the table knows (`followers_to_forget`).
+- A node remembers the anonymous replicas that follow it beside its identity (`follower_seen`,
+  at most limits.anon_followers_max), and a fence taken up after a loss waits for them like
+  members (`take_up_fence`); while not fenced it forgets one unseen past its TTL or that the
+  table knows (`followers_to_forget`).
 - At open, a fence the store's meta holds stands again (`take_up_fence`); an expel asked for
   while fenced gives that member up (`give_up`) and is written at the lift, even for a member
   this node has no row for (`expels_after_lift`); a greeting says up to which lsn this node's own
@@ -158,10 +159,10 @@ def own_history_lsn(core: NodeCore | None) -> int:
 
 
 def take_up_fence(core: NodeCore, meta: dict | None, registered: set[str],
-                  followers: dict[str, str] | None = None) -> bool:
+                  followers: "Followers | None" = None) -> bool:
     """At open, with the core just built: the fence the store's meta holds stands again, with
-    the members this node registered itself, the anonymous replicas that followed it (uuid ->
-    address: waited for like members, see `followers_to_forget`) and those the operator gave up
+    the members this node registered itself, the anonymous replicas that followed it (waited
+    for like members: `follower_seen`) and those the operator gave up
     on (an anonymous replica has none). Whether every own row is history while it stands (a
     rebuilt store's)."""
     if core.anon:
@@ -169,31 +170,12 @@ def take_up_fence(core: NodeCore, meta: dict | None, registered: set[str],
     fence = fence_from_meta(meta, registered)
     if fence is None:
         return False
-    for uuid, address in (followers or {}).items():
+    for uuid, (address, _) in (followers or {}).items():
         if uuid != core.uuid:
             fence.known.add(uuid)
             fence.anonymous[uuid] = address
     core.fence = fence
     return fence.rebuilt
-
-
-# --- the anonymous replicas a node remembers beside its identity (node/fence.py) ---------------
-def followers_to_forget(followers: Iterable[str], holds: dict, table, now_s: float, anon_ttl_s: float) -> list[str]:
-    """Which remembered anonymous followers this node forgets (at a checkpoint). A node
-    remembers, outside its store, every anonymous replica that fetched from or subscribed to it:
-    one may be the only holder of this node's last rows, and a lost store would not know it.
-    It forgets one whose hold here (node.core.holds: uuid -> Hold) went unseen past `anon_ttl_s`
-    (the replica's time, as for the WAL it keeps for it) and one the table knows as a member
-    (registered: the table covers it) or as expelled. One with no hold here is kept: after a
-    lost store the holds are gone until it comes back."""
-    out = []
-    for uuid in followers:
-        h = holds.get(uuid)
-        mem = table.get(uuid)
-        if (h is not None and h.anon and now_s - h.seen_s > anon_ttl_s) \
-                or (mem is not None and mem.state in (STATE_EXPELLED, STATE_MEMBER)):
-            out.append(uuid)
-    return out
 
 
 def expels_after_lift(core: NodeCore, given_up: Iterable[str]) -> list[tuple[str, str]]:
@@ -214,3 +196,37 @@ def give_up(fence: OwnRowsFence, given_up: Iterable[str] | None, uuid: str) -> l
     (the expel row waits for the fence). The members given up on, to persist with the fence."""
     fence.given_up.add(uuid)
     return sorted(set(given_up or ()) | {uuid})
+
+
+# --- the anonymous replicas a node remembers beside its identity (node/fence.py) ---------------
+Followers = dict[str, tuple[str, float]]   # uuid -> (address, when it last fetched or subscribed, s)
+
+
+def follower_seen(followers: Followers, uuid: str, address: str, now_s: float,
+                  anon_ttl_s: float) -> tuple[str, float] | None:
+    """An anonymous replica fetches from or subscribes to this node now: the entry to remember
+    for it, or None when there is nothing to write (it is remembered, seen within half its TTL;
+    or `limits.anon_followers_max` others are, and it is not). A node remembers, outside its
+    store, every anonymous replica that follows it: one may be the only holder of this node's
+    last rows, and a lost store would not know it."""
+    old = followers.get(uuid)
+    if old is not None and now_s - old[1] < anon_ttl_s / 2:
+        return None
+    if old is None and len(followers) >= limits.anon_followers_max:
+        return None
+    return (address, now_s)
+
+
+def followers_to_forget(followers: Followers, holds: dict, table, now_s: float, anon_ttl_s: float) -> list[str]:
+    """Which remembered followers this node forgets (at a checkpoint, while not fenced): one
+    the table knows (registered: the table covers it; or expelled), and one neither remembered
+    nor held (node.core.holds: uuid -> Hold, moved by its ACKs) as seen within `anon_ttl_s`
+    (the replica's time, as for the WAL kept for it)."""
+    out = []
+    for uuid, (_, seen) in followers.items():
+        h = holds.get(uuid)
+        mem = table.get(uuid)
+        last = max(seen, h.seen_s) if h is not None else seen
+        if now_s - last > anon_ttl_s or (mem is not None and mem.state in (STATE_EXPELLED, STATE_MEMBER)):
+            out.append(uuid)
+    return out

@@ -26,7 +26,7 @@ from node.applier.outcome import END, REJOIN, after_link
 from node.core import codec, rowscan
 from node.core import messages as m
 from node.core.entry import txns_relay_frame
-from node.core.lifecycle_fence import claim_of
+from node.core.lifecycle_fence import claim_of, follower_seen
 from node.core.link import claims
 from node.core.link.applier import ApplierMachine, ApplierState, DisproveClaim, Followed, Resubscribe
 from node.core.link.filter import rows_batches
@@ -174,7 +174,9 @@ class Links:
         for h in rd.persist:                 # WAL holds, in place before the answer goes
             assert type(h) is Hold, h
             if h.anon:                       # fence.remember_follower, before the hold
-                p.anon_followers[h.uuid] = s.addr
+                entry = follower_seen(p.anon_followers, h.uuid, s.addr, self.now, self.anon_ttl)
+                if entry is not None:
+                    p.anon_followers[h.uuid] = entry
             if self.rules["holds"] != "register":
                 continue
             if h.durable is None:

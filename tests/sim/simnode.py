@@ -180,7 +180,7 @@ class SimNode:
         # (a lost store keeps them; its fence waits for them too)
         self.registered: set[str] = set()
         # node/fence.py anonymous_followers: anonymous replicas that follow this node, beside its identity
-        self.anon_followers: dict[str, str] = {}
+        self.anon_followers: dict[str, tuple[str, float]] = {}
 
     def __repr__(self) -> str:
         return f"{self.name}({self.uuid[:8]})"
@@ -358,8 +358,9 @@ class SimNode:
         if new_members:
             self.book.hold_for_new_members(self.uuid, core.table, self._wal_start, now)
         keep = keep_vclock(synced, self.book.positions(core.table, now, anon_ttl))
-        for uuid in followers_to_forget(self.anon_followers, self.book.by_uuid, core.table, now, anon_ttl):
-            del self.anon_followers[uuid]
+        if core.fence is None:
+            for uuid in followers_to_forget(self.anon_followers, self.book.by_uuid, core.table, now, anon_ttl):
+                del self.anon_followers[uuid]
         limit = min([len(self.wal) - 1] + reading)     # the current segment, segments being read
         i, vc = self.wal_gc, dict(self._gc_vc)
         while i < limit:

@@ -201,8 +201,9 @@ def test_an_anonymous_replica_of_a_wal_mode_write_node_gets_only_rows_on_disk():
     """D (wal_mode write) writes a row while its peers are cut off and only the anonymous
     replica R follows it, then loses power before the row is on disk. R never gets the row
     (Relay: anonymous subscribers in wal_mode write read only synced frames), so D, fenced
-    after the loss and hearing A, B and C (anonymous replicas are never waited for), may
-    write under that lsn again: nobody holds the first."""
+    after the loss, waits to hear A, B, C and R (an anonymous replica that followed it is
+    waited for like a member: node/fence.py anonymous_followers) and then may write under that
+    lsn again: nobody holds the first."""
     c = Cluster(43)
     c.add_node("D", wal_mode="write")
     form(c, "A", "B", "C", "D")
@@ -222,6 +223,10 @@ def test_an_anonymous_replica_of_a_wal_mode_write_node_gets_only_rows_on_disk():
     c.heal()
     c.partition(["R"], ["A", "B", "C", "D"])
     c.restart("D")
+    c.run(50)
+    assert c.nodes["D"].core.fence is not None      # it has not heard R, which followed it
+    assert c.nodes["D"].core.fence.waiting_for(c.nodes["D"].core.table, c.nodes["D"].uuid) == [c.nodes["R"].uuid]
+    c.heal()
     c.run_until(lambda: c.nodes["D"].core.fence is None, what="D's fence lifted")
     assert c.put("D", "same-lsn")
     c.run(10)

@@ -12,7 +12,7 @@ from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, C
 from node.core import messages as m
 from node.core.entry import txns_relay_frame
 from node.core.holds import Hold
-from node.core.lifecycle_fence import followers_to_forget, hear_greeting, lift, may_lift, take_up_fence
+from node.core.lifecycle_fence import follower_seen, followers_to_forget, hear_greeting, lift, may_lift, take_up_fence
 from node.core.membership import OwnRowsFence
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, OP_PUT, Op, Txn
@@ -134,7 +134,7 @@ def test_a_members_relay_sends_its_own_rows():
 def test_a_fence_taken_up_after_a_loss_waits_for_the_anonymous_replicas_that_followed_the_node():
     core = fenced_core()
     core.fence = None
-    take_up_fence(core, {"reason": "lost", "rebuilt": True}, set(), {ANON: ANON_ADDR, SELF: "a:1"})
+    take_up_fence(core, {"reason": "lost", "rebuilt": True}, set(), {ANON: (ANON_ADDR, 1.0), SELF: ("a:1", 1.0)})
     fence = core.fence
     assert ANON in fence.waiting_for(core.table, SELF) and fence.anonymous == {ANON: ANON_ADDR}
     assert SELF not in fence.known                     # never itself
@@ -147,25 +147,43 @@ def test_a_fence_taken_up_after_a_loss_waits_for_the_anonymous_replicas_that_fol
 def test_an_anonymous_replica_has_no_fence_to_take_up_and_remembers_nobody():
     table = ClusterTable([Member(SELF, 4, "a:1", STATE_ANON), Member(PEER, 2, "b:1", STATE_MEMBER)])
     core = NodeCore(SELF, table, VClock({2: 3}), spaces={"kv": False})
-    assert take_up_fence(core, {"reason": "lost"}, set(), {ANON: ANON_ADDR}) is False and core.fence is None
+    assert take_up_fence(core, {"reason": "lost"}, set(), {ANON: (ANON_ADDR, 1.0)}) is False and core.fence is None
 
 
-def test_a_follower_is_forgotten_once_its_hold_timed_out_or_the_table_knows_it():
+def test_a_follower_is_written_when_new_or_not_written_for_half_its_ttl_and_not_past_the_bound(monkeypatch):
+    assert follower_seen({}, ANON, ANON_ADDR, 100.0, 60.0) == (ANON_ADDR, 100.0)
+    assert follower_seen({ANON: (ANON_ADDR, 80.0)}, ANON, ANON_ADDR, 100.0, 60.0) is None       # 20 s < 30 s
+    assert follower_seen({ANON: (ANON_ADDR, 70.0)}, ANON, "moved:1", 100.0, 60.0) == ("moved:1", 100.0)
+    monkeypatch.setattr(limits, "anon_followers_max", 2)
+    two = {"f1": ("x:1", 1.0), "f2": ("x:2", 1.0)}
+    assert follower_seen(two, ANON, ANON_ADDR, 100.0, 60.0) is None                             # full: not a new one
+    assert follower_seen(two, "f1", "x:1", 100.0, 60.0) == ("x:1", 100.0)                       # a known one, yes
+
+
+def test_a_follower_is_forgotten_once_unseen_past_its_ttl_or_once_the_table_knows_it():
     table = ClusterTable([Member(SELF, 1, "a:1", STATE_MEMBER), Member(PEER, 2, "b:1", STATE_MEMBER),
                           Member(OTHER, 3, "c:1", STATE_EXPELLED, 0, 0)])
-    holds = {"fresh": Hold({}, 100.0, True), "stale": Hold({}, 10.0, True), "edge": Hold({}, 70.0, True)}
-    remembered = ["fresh", "stale", "edge", "unseen", PEER, OTHER]
-    assert followers_to_forget(remembered, holds, table, 100.0, 30.0) == ["stale", PEER, OTHER]
+    holds = {"acked": Hold({}, 95.0, True), "stale": Hold({}, 10.0, True)}
+    remembered = {"acked": ("x:1", 1.0),        # subscribed long ago, acknowledged just now
+                  "stale": ("x:2", 20.0), "recent": ("x:3", 80.0), "gone": ("x:4", 60.0), "edge": ("x:5", 70.0),
+                  PEER: ("b:1", 99.0), OTHER: ("c:1", 99.0)}
+    assert followers_to_forget(remembered, holds, table, 100.0, 30.0) == ["stale", "gone", PEER, OTHER]
 
 
-def test_the_followers_file_remembers_each_replica_once_durably_and_forgets_atomically(tmp_path):
+def test_the_followers_file_remembers_each_replica_durably_and_forgets_atomically(tmp_path):
     d = str(tmp_path)
     assert anonymous_followers(d) == {}
-    remember_follower(d, ANON, ANON_ADDR)
-    remember_follower(d, ANON, "elsewhere:1")          # once: the first address stays
-    remember_follower(d, PEER, "b:1")
-    assert anonymous_followers(d) == {ANON: ANON_ADDR, PEER: "b:1"}
-    forget_followers(d, [ANON])
-    assert anonymous_followers(d) == {PEER: "b:1"} and not (tmp_path / "anonymous_followers.tmp").exists()
+    remember_follower(d, ANON, ANON_ADDR, 100.0, 60.0)
+    remember_follower(d, ANON, ANON_ADDR, 110.0, 60.0)         # within half its ttl: nothing written
+    remember_follower(d, PEER, "b:1", 120.0, 60.0)
+    assert anonymous_followers(d) == {ANON: (ANON_ADDR, 100.0), PEER: ("b:1", 120.0)}
+    remember_follower(d, ANON, ANON_ADDR, 140.0, 60.0)         # past it: seen again, the later line wins
+    assert anonymous_followers(d)[ANON] == (ANON_ADDR, 140.0)
+    assert len((tmp_path / "anonymous_followers").read_text().splitlines()) == 3
+    forget_followers(d, [PEER])
+    assert anonymous_followers(d) == {ANON: (ANON_ADDR, 140.0)}
+    assert (tmp_path / "anonymous_followers").read_text() == f"{ANON} {ANON_ADDR} 140.000\n"
+    assert not (tmp_path / "anonymous_followers.tmp").exists()
     forget_followers(d, [])
-    assert anonymous_followers(d) == {PEER: "b:1"}
+    (tmp_path / "anonymous_followers").write_text(f"{ANON} {ANON_ADDR} 140.000\ntorn-line\n{PEER} b:1 notatime\n")
+    assert anonymous_followers(d) == {ANON: (ANON_ADDR, 140.0)}     # a torn or bad line is skipped
