@@ -18,6 +18,7 @@ from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, OP_PUT, Op, Txn
 from node.core.vclock import VClock
 from node.fence import anonymous_followers, forget_followers, remember_follower
+from node.core.link.relay import RelayState
 from tests.unit.test_link_relay_machine import NOW, Host, greeted, relay
 from tests.unit.test_replicaset import OTHER, PEER, PEER_ROWS, SELF, THIRD, WALL
 
@@ -116,10 +117,22 @@ def test_an_anonymous_nodes_relay_never_sends_its_own_private_rows():
     mach.step(m.Message(m.SUBSCRIBE, {"vclock": {1: 5, 2: 4}, "own_rows": True}), NOW)
     mach.advance(mach.ready())
     assert mach.sub[7] == limits.lsn_max
+    assert mach.acked == mach.durable == {1: 5, 2: 4}         # what the subscriber said stays as it said
     private = Txn(7, 4, GROUP_CLUSTER, WALL, (Op(OP_PUT, "_cluster", PEER, [PEER, 2, "b:1", STATE_MEMBER]),))
     theirs = Txn(1, 6, GROUP_DEFAULT, WALL, (Op(OP_PUT, "kv", "k", 1),))
     payload, rows = txns_relay_frame([private, theirs], b"", WALL, mach.sub, mach.own)
     assert rows == 1                               # the subscriber's own row 6 goes back, the note does not
+
+
+def test_a_subscriber_behind_an_anonymous_nodes_collected_private_rows_is_not_told_to_rejoin():
+    table = ClusterTable([Member(ANON, 7, ANON_ADDR, STATE_ANON), Member(PEER, 2, "b:1", STATE_MEMBER),
+                          Member(SELF, 1, "a:1", STATE_MEMBER)])
+    host = Host(NodeCore(ANON, table, VClock({7: 3, 1: 9, 2: 4}), spaces={"kv": False}))
+    host.gc = {7: 3}                                 # its private rows 1-3 collected
+    mach = greeted(relay(host, who=SELF), who=SELF)
+    mach.step(m.Message(m.SUBSCRIBE, {"vclock": {1: 5, 2: 4}}), NOW)
+    mach.advance(mach.ready())
+    assert mach.state is RelayState.STREAMING
 
 
 def test_a_members_relay_sends_its_own_rows():

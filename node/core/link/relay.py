@@ -339,13 +339,14 @@ class RelayMachine:
         host, core = self.host, self.host.core
         assert core is not None
         self.sub = m.vclock_of(req["vclock"])            # (checked by decode)
-        if core.anon:
-            # an anonymous replica's own rows are its private `_cluster` notes: never sent
-            self.sub[core.self_id] = limits.lsn_max
         durable = req.get("durable")
         # what the subscriber has on disk (its hold; an older peer says nothing: its vclock)
         self.durable = m.vclock_of(durable) if durable is not None else dict(self.sub)
         self.acked = dict(self.sub)
+        if core.anon:
+            # an anonymous replica's own rows are its private `_cluster` notes: never sent (nor
+            # needed: their collection tells nobody to rejoin)
+            self.sub[core.self_id] = limits.lsn_max
         if not host.serves_wal():
             return self._refuse("wal_mode", "wal_mode = none: this node keeps no WAL and cannot serve replicas")
         gc_vclock = host.gc_vclock()
