@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from node import limits
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable
 
 
@@ -102,10 +103,16 @@ class OwnRowsFence:
         no longer counts)."""
         return max((n for u, n in self.heard.items() if u not in self.given_up), default=0)
 
-    def floor(self) -> int:
+    def floor(self, own_lsn: int) -> int:
         """The most of this node's rows any peer said it holds, the given up included: once the
-        fence lifts, this node's lsns go on past it, so a row given up is never reused."""
-        return max(self.heard.values(), default=0)
+        fence lifts, this node's lsns go on past it, so a row given up is never reused. A claim
+        more than limits.fence_skip_lsns_max past `own_lsn` is not believed (skipping past it
+        would burn the lsn space: `lies`)."""
+        return max((n for n in self.heard.values() if n - own_lsn <= limits.fence_skip_lsns_max), default=0)
+
+    def lies(self, own_lsn: int) -> list[str]:
+        """The peers whose claim `floor` did not believe."""
+        return sorted(u for u, n in self.heard.items() if n - own_lsn > limits.fence_skip_lsns_max)
 
     def waiting_for(self, table: ClusterTable, self_uuid: str) -> list[str]:
         """Members not yet heard from (expelled ones and anonymous replicas never hold us up)."""

@@ -215,6 +215,8 @@ class NodeCore(Receiving):
         fence = self.fence
         if fence is None:
             return
+        if peer_uuid not in fence.heard and len(fence.heard) >= limits.members_max + limits.anon_followers_max:
+            return                 # greetings under made-up uuids (a peer with the secret) grow it no further
         fence.hear(peer_uuid, int(vclock_by_uuid.get(self.uuid, 0)))
         if anonymous is not None:
             fence.anonymous[peer_uuid] = anonymous
@@ -235,10 +237,16 @@ class NodeCore(Receiving):
         fence = self.fence
         assert fence is not None
         self.fence = None
-        floor = fence.floor()
-        skipped = floor > self.claimed.get(self.self_id)
+        own = self.claimed.get(self.self_id)
+        floor = fence.floor(own)
+        skipped = floor > own
         if skipped:
             self.claimed.follow(self.self_id, floor)
+            log.warning("fence: rows %d-%d of this node's are given up (a peer the operator expelled said it holds "
+                        "them): its lsns go on past them", own + 1, floor)
+        for uuid in fence.lies(own):
+            log.warning("fence: %s said it holds this node's rows up to %d, more than fence_skip_lsns_max past its "
+                        "own %d: not believed, and not skipped past", uuid, fence.heard[uuid], own)
         if not fence.rebuilt and not skipped:
             return None
         if fence.rebuilt:

@@ -84,6 +84,35 @@ def test_a_rebuilt_stores_restated_table_goes_past_given_up_rows_and_makes_them_
     assert lifted.restate.lsn == 10 and lifted.own_history_lsn == 9
 
 
+def test_a_given_up_claim_past_the_skip_bound_is_not_believed_and_burns_no_lsns(caplog):
+    core = fenced_core()
+    hear_greeting(core, {}, set(), anon_greeting(5 + limits.fence_skip_lsns_max + 1), SELF)   # a liar
+    core.fence.given_up.add(ANON)
+    lifted = lift(core, WALL, [ANON])
+    assert lifted.restate is None and core.claimed.get(1) == 5
+    assert "not believed" in caplog.text
+
+
+def test_a_given_up_claim_at_the_skip_bound_is_skipped_past():
+    core = fenced_core()
+    hear_greeting(core, {}, set(), anon_greeting(5 + limits.fence_skip_lsns_max), SELF)
+    core.fence.given_up.add(ANON)
+    assert lift(core, WALL, [ANON]).restate.lsn == 6 + limits.fence_skip_lsns_max
+
+
+def test_a_fence_hears_no_more_peers_than_members_and_anonymous_followers_together(monkeypatch):
+    core = fenced_core()
+    monkeypatch.setattr(limits, "members_max", 2)
+    monkeypatch.setattr(limits, "anon_followers_max", 1)       # PEER and OTHER heard already: room for one
+    hear_greeting(core, {}, set(), anon_greeting(9), SELF)
+    g = anon_greeting(9)
+    g["uuid"] = "ffffffff-0000-4000-8000-000000000009"
+    hear_greeting(core, {}, set(), g, SELF)
+    assert ANON in core.fence.heard and g["uuid"] not in core.fence.heard
+    hear_greeting(core, {}, set(), anon_greeting(11), SELF)    # one already heard is heard again
+    assert core.fence.heard[ANON] == 11
+
+
 def test_a_fence_lifted_with_nothing_given_up_past_its_rows_writes_nothing_new():
     core = fenced_core()
     hear_greeting(core, {}, set(), anon_greeting(4), SELF)
