@@ -207,7 +207,8 @@ def remember_follower(data_dir: str, uuid: str, address: str, now_s: float, anon
     finally:
         os.close(fd)
     if uuid not in known:
-        log.info("fence: anonymous replica %s (%s) follows this node: a lost store waits to hear from it", uuid, address)
+        log.info("fence: anonymous replica %s (%s) follows this node: a lost store waits to hear from it",
+                 uuid, address)
 
 
 def forget_followers(data_dir: str, uuids: list[str]) -> None:

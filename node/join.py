@@ -33,10 +33,10 @@ from node import limits
 from node.applier.handshake import PROBE_ERRORS, open_link
 from node.core import messages as m
 from node.core.lifecycle_join import JoinMachine, JoinState
-from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, PENDING, REFUSED, WRONG_CLUSTER, Abort,
-                                             Activated, Ask, AskFailed, BecomeMember, Bootstrap, Bootstrapped, CatchUp, CaughtUp,
-                                             IdGranted, Install, Installed, PollPeers, Polled, SnapshotReceived,
-                                             WipePartial)
+from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, PENDING, REFUSED, WRONG_CLUSTER,
+                                             Abort, Activated, Ask, AskFailed, BecomeMember, Bootstrap, Bootstrapped,
+                                             CatchUp, CaughtUp, IdGranted, Install, Installed, PollPeers, Polled,
+                                             SnapshotReceived, WipePartial)
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
 from node.fence import remember_registration
 from node.identity import identity_file as idf

@@ -4,15 +4,16 @@ node.core.membership's OwnRowsFence, fed and cleared through NodeCore).
 
 Rules kept here:
 - A loss this start must fence against (`loss_at_open`): the WAL directory gone while the store
-  holds data (unless it last ran with wal_mode none, which keeps none), or the machine restarted (a new boot id) while this node ran with wal_mode =
-  write and did not stop in order. A store already fenced keeps its fence as it is.
+  holds data (unless it last ran with wal_mode none, which keeps none), or the machine restarted
+  (a new boot id) while this node ran with wal_mode = write and did not stop in order. A store
+  already fenced keeps its fence as it is.
 - A member's greeting (`hear_greeting`) tells a standing fence how many of our rows it holds
   and which members it knows; a peer that says it holds more of our own rows than we do has a
   claim: writes wait until an upstream's claim is met (`own_rows_awaited`: only an upstream
   can send them back, so only its claim is believed, and only while it is one). Anonymous
-  replicas are not members: the fence does not wait for one, but once it has heard one (a
-  replica subscribed to this node directly may be the only holder of our last rows) its word
-  counts like a member's.
+  replicas are not members, but one that followed this node directly may be the only holder of
+  our last rows: the fence waits for those this node remembers as followers, and the word of
+  any it hears counts like a member's.
 - A claim the stream belied (`disprove_claim`: the upstream caught us up without the rows it
   claimed) is dropped, the peer is not believed again while this node runs, and the fence
   counts it as holding only what came.
@@ -84,7 +85,7 @@ def hear_greeting(core: NodeCore | None, claims: Claims, disproved: set[str], th
     vu = vu if isinstance(vu, dict) else {}
     if core is not None and core.fence is not None:
         # an anonymous replica is heard too: one that subscribed to us directly may hold our
-        # rows that no member does; it is never waited for, but its word counts once heard
+        # rows that no member does (waited for only as a remembered follower)
         core.observe_peer(uuid, vu, theirs.get("cluster") or [],
                           anonymous=str(theirs.get("address") or "") if theirs.get("anon") else None)
     own = vu.get(self_uuid)

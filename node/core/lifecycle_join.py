@@ -45,9 +45,9 @@ from node import limits
 from node.cluster_space.table import ClusterTable, Member
 from node.core import messages as m
 from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, REFUSED, WRONG_CLUSTER, Abort,
-                                             Activated, Ask, AskFailed, BecomeMember, Bootstrap, Bootstrapped, CatchUp, CaughtUp,
-                                             IdGranted, Install, Installed, PollPeers, Polled, SnapshotReceived,
-                                             Status, WipePartial)
+                                             Activated, Ask, AskFailed, BecomeMember, Bootstrap, Bootstrapped,
+                                             CatchUp, CaughtUp, IdGranted, Install, Installed, PollPeers, Polled,
+                                             SnapshotReceived, Status, WipePartial)
 from node.core.link.ready import Outbox, Ready
 from node.errors import PeerRefused
 from node.identity.signature import InitialSignature, Outcome, decide_join, initial_from_wire

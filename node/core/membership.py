@@ -82,10 +82,10 @@ class OwnRowsFence:
     for, but what they said they hold still counts — an expelled member that still runs may be
     followed and pass this node's rows on. `given_up`: members the operator expelled on this
     node while it was fenced (their expel is written once the fence is lifted): neither waited
-    for nor believed. `anonymous`: anonymous replicas heard (uuid -> address): never waited for,
-    but what one said it holds counts; its rows come back only if this node replicates from it.
-    Cleared when every live member was heard and this node holds the most; its lsns then go on
-    past `floor`."""
+    for nor believed. `anonymous`: anonymous replicas (uuid -> address) heard, or remembered as
+    followers (those are in `known` too: waited for); what one said it holds counts, and its rows
+    come back only if this node replicates from it. Cleared when every live member was heard and
+    this node holds the most; its lsns then go on past `floor`."""
     reason: str
     rebuilt: bool = False
     heard: dict[str, int] = field(default_factory=dict)

@@ -135,7 +135,8 @@ class NodeCore(Receiving):
         # replicates from (its relay sends none of its private rows, node.core.link.relay).
         anon_peer = self.anon
         new = 0 if self.fence is not None else \
-            sum(1 for r in peer_rows if r[0] not in self.table and (r[3] != STATE_ANON or (r[0] == peer_uuid and anon_peer)))
+            sum(1 for r in peer_rows
+                if r[0] not in self.table and (r[3] != STATE_ANON or (r[0] == peer_uuid and anon_peer)))
         if new and len(self.table) + new > limits.members_max:
             raise RemoteProtocolError(f"{peer_uuid}'s greeting would grow _cluster past members_max "
                                       f"({limits.members_max})")
@@ -211,7 +212,8 @@ class NodeCore(Receiving):
         """A peer's greeting (either direction): while fenced, how many of our rows it holds,
         which members it knows (each must be heard from too) and which it knows to be expelled
         (those are not waited for). `anonymous`: the address of an anonymous replica's greeting
-        (never waited for; its word counts once heard)."""
+        (its word counts; it is waited for only as a follower the node remembers). At most
+        members_max + anon_followers_max peers are heard."""
         fence = self.fence
         if fence is None:
             return

@@ -66,7 +66,10 @@ def test_a_node_whose_last_rows_only_an_anonymous_replica_holds_takes_them_back_
     restart_all([a, b, c, r])
 
 
-def lost_store_with_rows_only_on_r(tmp_path, procs) -> tuple[ReplogProcess, ReplogProcess, ReplogProcess, str, Acked, int]:
+Lost = tuple[ReplogProcess, ReplogProcess, ReplogProcess, str, Acked, int]
+
+
+def lost_store_with_rows_only_on_r(tmp_path, procs) -> Lost:
     """Masters A and B, R an anonymous replica of B. With A down B takes 20 writes that only R
     gets; R stops; B loses its store and WAL (identity kept) and rejoins through A. Returns
     (a, b, r, R's uuid, acked, B's last lsn before the loss), R down."""

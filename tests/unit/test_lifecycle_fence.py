@@ -53,7 +53,8 @@ def test_a_start_that_lost_nothing_it_must_fence_against_is_no_loss(kw):
     assert start(**kw) is None
 
 
-@pytest.mark.parametrize("before,loss", [("none", None), ("write", LOSS_NO_WAL), ("fsync", LOSS_NO_WAL), ("", LOSS_NO_WAL)],
+@pytest.mark.parametrize("before,loss",
+                         [("none", None), ("write", LOSS_NO_WAL), ("fsync", LOSS_NO_WAL), ("", LOSS_NO_WAL)],
                          ids=["ran without a wal", "ran with write", "ran with fsync", "unknown"])
 def test_a_missing_wal_is_no_loss_only_for_a_store_that_last_ran_without_one(before, loss):
     assert start(wal_present=False, wal_mode="write", was_running=False, wal_mode_before=before) == loss
