@@ -23,11 +23,6 @@ uuid_chars = 36                      # a member or cluster uuid, canonical 8-4-4
 lsn_max = 1 << 62                    # the largest lsn (and vclock component) anywhere: a row's lsns
                                      # plus its op count stay within int64 arithmetic (node/core/
                                      # _rowscan.c), and at a million rows a second it lasts 146k years
-fence_skip_lsns_max = 1 << 40        # after a fence, a node's lsns go on past rows of its own given up
-                                     # (held by a peer the operator expelled) by at most this many: a
-                                     # node writes that many rows no member holds in 12 days at a million
-                                     # a second; a peer that claims more lies, and believing it would burn
-                                     # the lsn space (its claim is then not skipped past, and logged)
 timestamp_us_max = 1 << 62           # the largest row timestamp (µs): the HLC never passes it, so it
                                      # can always add 1 within int64 and uint64 (year ~148,000)
 hlc_offset_max_s = 60.0              # a remote row may be ahead of this node's wall clock by at most

@@ -13,9 +13,7 @@ Rules kept here (docs/replication.md, "Membership never loses or forks a write")
   (in a greeting after the loss) how far it holds this node's rows, and this node holds at
   least as far (`OwnRowsFence`). Expelling a member that will never return is the way out.
   An anonymous replica that followed this node within its TTL is waited for like a member
-  (remembered beside the identity); any other is not waited for, but what one said it holds counts;
-  and after the fence, this node's lsns go on past every row of its own any peer said it holds
-  (a row given up stays where it is, under its lsn, never reused).
+  (remembered beside the identity); any other is not waited for, but what one said it holds counts.
 - A node's WAL is held for a registered member from the moment the member joined through it
   or first subscribed to it, at the member's durable position (what it has on disk, not what
   it has applied), persisted, and released only by its expel; anonymous replicas hold it
@@ -24,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from node import limits
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable
 
 
@@ -85,7 +82,7 @@ class OwnRowsFence:
     for nor believed. `anonymous`: anonymous replicas (uuid -> address) heard, or remembered as
     followers (those are in `known` too: waited for); what one said it holds counts, and its rows
     come back only if this node replicates from it. Cleared when every live member was heard and
-    this node holds the most; its lsns then go on past `floor`."""
+    this node holds the most."""
     reason: str
     rebuilt: bool = False
     heard: dict[str, int] = field(default_factory=dict)
@@ -102,17 +99,6 @@ class OwnRowsFence:
         """The most of this node's rows any member holds (the word of one the operator gave up on
         no longer counts)."""
         return max((n for u, n in self.heard.items() if u not in self.given_up), default=0)
-
-    def floor(self, own_lsn: int) -> int:
-        """The most of this node's rows any peer said it holds, the given up included: once the
-        fence lifts, this node's lsns go on past it, so a row given up is never reused. A claim
-        more than limits.fence_skip_lsns_max past `own_lsn` is not believed (skipping past it
-        would burn the lsn space: `lies`)."""
-        return max((n for n in self.heard.values() if n - own_lsn <= limits.fence_skip_lsns_max), default=0)
-
-    def lies(self, own_lsn: int) -> list[str]:
-        """The peers whose claim `floor` did not believe."""
-        return sorted(u for u, n in self.heard.items() if n - own_lsn > limits.fence_skip_lsns_max)
 
     def waiting_for(self, table: ClusterTable, self_uuid: str) -> list[str]:
         """Members not yet heard from (expelled ones and anonymous replicas never hold us up)."""
@@ -146,8 +132,8 @@ class OwnRowsFence:
             way_out += (f"; {_named([f'{u} at {self.anonymous[u]}' for u in anon])} "
                         f"{'is an anonymous replica' if len(anon) == 1 else 'are anonymous replicas'}: "
                         "its rows come back if this node replicates from it (add its address to this node's "
-                        "peers), or expelling it on this node gives them up (it is expelled, keeps them, and "
-                        "this node's lsns go on past them)")
+                        "peers), or expelling it on this node gives them up (it is expelled and keeps rows that "
+                        "differ from this node's next ones under the same lsns: rebuild it under a new identity)")
         return (f"{self.reason}: this node's own rows up to lsn {target} are coming back from its peers "
                 f"(it has {own_lsn}; {_named(holders)} said it holds them){way_out}")
 

@@ -232,27 +232,16 @@ class NodeCore(Receiving):
         """Every member has been heard and our own rows are back: we may write under our own id
         again. After a rebuild, own rows received while fenced stay history (own_history_lsn
         rises to them), and this node states its whole table again in its own ids (returned, to
-        persist): peers that took its earlier incarnation's rows learn its ids now. Our lsns go on
-        past every row of ours any peer said it holds, also one the operator gave up on
-        (`OwnRowsFence.floor`): its rows stay where they are and no lsn of ours is used twice;
-        the table is stated then too, so that the first row at the new lsn is on disk at once."""
+        persist): peers that took its earlier incarnation's rows learn its ids now. (Rows only a
+        peer the operator gave up on holds are not skipped past: members wait at a gap in a
+        peer's own rows, so the next lsn is the one after ours, and that peer, expelled, keeps
+        rows that differ under those lsns.)"""
         fence = self.fence
         assert fence is not None
         self.fence = None
-        own = self.claimed.get(self.self_id)
-        floor = fence.floor(own)
-        skipped = floor > own
-        if skipped:
-            self.claimed.follow(self.self_id, floor)
-            log.warning("fence: rows %d-%d of this node's are given up (a peer the operator expelled said it holds "
-                        "them): its lsns go on past them", own + 1, floor)
-        for uuid in fence.lies(own):
-            log.warning("fence: %s said it holds this node's rows up to %d, more than fence_skip_lsns_max past its "
-                        "own %d: not believed, and not skipped past", uuid, fence.heard[uuid], own)
-        if not fence.rebuilt and not skipped:
+        if not fence.rebuilt:
             return None
-        if fence.rebuilt:
-            self.own_history_lsn = max(self.own_history_lsn, self.claimed.get(self.self_id))
+        self.own_history_lsn = max(self.own_history_lsn, self.claimed.get(self.self_id))
         ops = [cluster_op(m) for m in self.table.members() if m.state != STATE_ANON]
         txn = self.local_txn(ops, GROUP_CLUSTER, wall_us)
         for op in ops:

@@ -13,7 +13,7 @@ import os
 import shutil
 
 from tests.integration.harness import ReplogProcess, mesh, wait_for
-from tests.integration.oracles import Acked, acked_everywhere, no_fork, replicated_spaces, restart_all
+from tests.integration.oracles import Acked, acked_everywhere, no_fork, replicated_spaces, restart_all, upstream
 
 
 def test_a_node_whose_last_rows_only_an_anonymous_replica_holds_takes_them_back_before_writing(tmp_path, procs):
@@ -140,5 +140,33 @@ def test_an_anonymous_follower_gone_for_good_is_let_go_by_expelling_it_on_the_fe
              "R expelled on every member")
     wait_for(lambda: ru not in open(os.path.join(b.data_dir, "anonymous_followers")).read(), 30,
              "B forgets R at a checkpoint")
+    no_fork([a, b])
+    restart_all([a, b])
+
+
+def test_an_anonymous_replica_whose_rows_are_given_up_is_expelled_and_refused(tmp_path, procs):
+    """R comes back and says it holds B's rows up to its last lsn; the operator expels R on B
+    instead of replicating from it. B lifts its fence and writes again after its own rows (its
+    members wait at a gap in B's rows, so B cannot skip past R's): R, expelled everywhere, keeps
+    rows that now differ under those lsns, and every member refuses it."""
+    a, b, r, ru, acked, b_last = lost_store_with_rows_only_on_r(tmp_path, procs)
+    r.start()
+    fence = wait_for(lambda: (lambda f: f if f and f["target"] == b_last else None)(b.info().get("own_rows_fence")),
+                     30, "B heard R say it holds its rows")
+    assert not fence["waiting_for"], fence
+    s, d = b.delete(f"/v1/cluster/{ru}")
+    assert s == 202 and d["state"] == "expel_pending", (s, d)
+    for k in [k for k in acked.writes if k[1].startswith("b-")]:
+        del acked.writes[k]                               # only R had them: given up with it
+    d = wait_for(lambda: (lambda sd: sd[1] if sd[0] == 200 else None)(b.put("/v1/spaces/kv/keys/after", 1)),
+                 30, "B takes writes once R is given up")
+    acked.writes[("kv", "after")] = (1, b.uuid(), d["lsn"])
+    acked_everywhere([a, b], acked)
+    wait_for(lambda: all((n.cluster().get(ru) or {}).get("state") == "expelled" for n in (a, b)), 30,
+             "R expelled on every member")
+    r.stop()
+    r.start(wait=False)
+    wait_for(lambda: "expelled" in (upstream(r, b.address).get("error") or ""), 30, "R refused as expelled")
+    assert r.kv_get("kv", "after")[0] == 404 and r.kv_get("kv", "b-0")[0] == 200   # its rows, none of B's new ones
     no_fork([a, b])
     restart_all([a, b])

@@ -64,40 +64,25 @@ def test_an_anonymous_replica_holding_no_more_than_we_do_holds_nothing_up():
     assert may_lift(core) and "anonymous" not in core.fence_state()[1]
 
 
-def test_after_the_operator_gives_up_rows_only_an_anonymous_replica_holds_our_lsns_go_on_past_them():
+def test_after_the_operator_gives_up_an_anonymous_holder_the_next_lsn_follows_the_nodes_own():
+    """Not past the given-up rows: members wait at a gap in a peer's own rows for a route that
+    has them, and nothing has them but the replica given up (expelled, it keeps rows that differ)."""
     core = fenced_core()
     hear_greeting(core, {}, set(), anon_greeting(9), SELF)
+    assert not may_lift(core)
     core.fence.given_up.add(ANON)                  # expelled on this node while fenced
     assert may_lift(core)
     lifted = lift(core, WALL, [ANON])
-    assert core.fence is None and lifted.target == 5 and lifted.given_up == [ANON]
-    # no row at 6-9 is ever written again: the table is stated at 10, so the skip is on disk
-    assert lifted.restate is not None and lifted.restate.lsn == 10 and lifted.restate.group == GROUP_CLUSTER
-    assert core.local_txn([Op(OP_PUT, "kv", "k", 1)], GROUP_DEFAULT, WALL).lsn == 10 + len(lifted.restate.ops)
+    assert core.fence is None and lifted.target == 5 and lifted.given_up == [ANON] and lifted.restate is None
+    assert core.local_txn([Op(OP_PUT, "kv", "k", 1)], GROUP_DEFAULT, WALL).lsn == 6
 
 
-def test_a_rebuilt_stores_restated_table_goes_past_given_up_rows_and_makes_them_history():
+def test_a_rebuilt_stores_restated_table_follows_its_own_rows_when_a_holder_was_given_up():
     core = fenced_core(rebuilt=True)
     hear_greeting(core, {}, set(), anon_greeting(9), SELF)
     core.fence.given_up.add(ANON)
     lifted = lift(core, WALL, [ANON])
-    assert lifted.restate.lsn == 10 and lifted.own_history_lsn == 9
-
-
-def test_a_given_up_claim_past_the_skip_bound_is_not_believed_and_burns_no_lsns(caplog):
-    core = fenced_core()
-    hear_greeting(core, {}, set(), anon_greeting(5 + limits.fence_skip_lsns_max + 1), SELF)   # a liar
-    core.fence.given_up.add(ANON)
-    lifted = lift(core, WALL, [ANON])
-    assert lifted.restate is None and core.claimed.get(1) == 5
-    assert "not believed" in caplog.text
-
-
-def test_a_given_up_claim_at_the_skip_bound_is_skipped_past():
-    core = fenced_core()
-    hear_greeting(core, {}, set(), anon_greeting(5 + limits.fence_skip_lsns_max), SELF)
-    core.fence.given_up.add(ANON)
-    assert lift(core, WALL, [ANON]).restate.lsn == 6 + limits.fence_skip_lsns_max
+    assert lifted.restate.lsn == 6 and lifted.own_history_lsn == 5
 
 
 def test_a_fence_hears_no_more_peers_than_members_and_anonymous_followers_together(monkeypatch):
@@ -111,13 +96,6 @@ def test_a_fence_hears_no_more_peers_than_members_and_anonymous_followers_togeth
     assert ANON in core.fence.heard and g["uuid"] not in core.fence.heard
     hear_greeting(core, {}, set(), anon_greeting(11), SELF)    # one already heard is heard again
     assert core.fence.heard[ANON] == 11
-
-
-def test_a_fence_lifted_with_nothing_given_up_past_its_rows_writes_nothing_new():
-    core = fenced_core()
-    hear_greeting(core, {}, set(), anon_greeting(4), SELF)
-    lifted = lift(core, WALL, [])
-    assert lifted.restate is None and core.claimed.get(1) == 5
 
 
 # --- a member replicating from an anonymous replica ------------------------------------------------
