@@ -13,7 +13,7 @@ from node.core import messages as m
 from node.core.entry import txns_relay_frame
 from node.core.holds import Hold
 from node.core.lifecycle_fence import follower_seen, followers_to_forget, hear_greeting, lift, may_lift, take_up_fence
-from node.core.membership import OwnRowsFence
+from node.core.membership import OwnRowsFence, greeting_expel_bounds
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, OP_PUT, Op, Txn
 from node.core.vclock import VClock
@@ -207,3 +207,28 @@ def test_the_followers_file_remembers_each_replica_durably_and_forgets_atomicall
     forget_followers(d, [])
     (tmp_path / "anonymous_followers").write_text(f"{ANON} {ANON_ADDR} 140.000\ntorn-line\n{PEER} b:1 notatime\n")
     assert anonymous_followers(d) == {ANON: (ANON_ADDR, 140.0)}     # a torn or bad line is skipped
+
+
+# --- what a fence's status says, and a peer's expel bounds ------------------------------------------
+def test_a_holder_given_up_is_not_named_as_one_the_rows_come_back_from():
+    core = fenced_core()
+    hear_greeting(core, {}, set(), anon_greeting(9), SELF)
+    core.fence.hear(PEER, 7)
+    core.fence.given_up.add(ANON)
+    why = core.fence_state()[1]
+    assert "up to lsn 7" in why and f"{PEER} said it holds them" in why and ANON not in why
+
+
+def test_an_anonymous_holder_a_peer_says_is_expelled_gets_the_expelled_way_out_only():
+    core = fenced_core()
+    hear_greeting(core, {}, set(), anon_greeting(9), SELF)
+    core.fence.expelled.add(ANON)
+    why = core.fence_state()[1]
+    assert f"{ANON} is expelled" in why and "anonymous replica" not in why
+
+
+def test_a_greetings_expel_bounds_read_rows_of_four_five_and_six_fields():
+    rows = [[PEER, 2, "b:1", STATE_EXPELLED], [OTHER, 3, "c:1", STATE_EXPELLED, 4],
+            [ANON, 5, "r:1", STATE_EXPELLED, 4, 9], [SELF, 1, "a:1", STATE_MEMBER, 3, 0]]
+    assert greeting_expel_bounds({"cluster": rows}) == {PEER: 0, OTHER: 0, ANON: 9}
+    assert greeting_expel_bounds({}) == {}
