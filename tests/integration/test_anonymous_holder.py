@@ -102,8 +102,8 @@ def test_a_lost_store_waits_to_hear_from_the_anonymous_replica_that_followed_it(
     its identity) and may hold rows of B no member has. R comes back, says it holds them, and
     they come back from it once B replicates from it."""
     a, b, r, ru, acked, b_last = lost_store_with_rows_only_on_r(tmp_path, procs)
-    fence = wait_for(lambda: b.info().get("own_rows_fence"), 30, "B fenced")
-    assert fence["waiting_for"] == [ru], fence
+    fence = wait_for(lambda: (lambda f: f if f and f["waiting_for"] == [ru] else None)(b.info().get("own_rows_fence")),
+                     30, "B heard A and waits for R alone")
     assert f"{ru} is an anonymous replica that followed this node" in fence["message"], fence
     s, d = b.put("/v1/spaces/kv/keys/while-fenced", 1)
     assert s == 503 and d["error"]["code"] == "own_rows_unconfirmed", (s, d)
