@@ -7,6 +7,8 @@ waits to hear from them. Real NodeCore, relay machine and WAL frame filter; the 
 on a real directory."""
 from __future__ import annotations
 
+import pytest
+
 from node import limits
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
@@ -17,6 +19,7 @@ from node.core.membership import OwnRowsFence, greeting_expel_bounds
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, OP_PUT, Op, Txn
 from node.core.vclock import VClock
+from node.errors import RemoteProtocolError
 from node.fence import anonymous_followers, forget_followers, remember_follower
 from node.core.link.relay import RelayState
 from tests.unit.test_link_relay_machine import NOW, Host, greeted, relay
@@ -232,3 +235,38 @@ def test_a_greetings_expel_bounds_read_rows_of_four_five_and_six_fields():
             [ANON, 5, "r:1", STATE_EXPELLED, 4, 9], [SELF, 1, "a:1", STATE_MEMBER, 3, 0]]
     assert greeting_expel_bounds({"cluster": rows}) == {PEER: 0, OTHER: 0, ANON: 9}
     assert greeting_expel_bounds({}) == {}
+
+
+# --- the members_max guard counts only what a greeting would register -------------------------------
+def test_a_full_table_still_greets_a_peer_that_lists_only_members_it_knows_and_anonymous_entries(monkeypatch):
+    core = fenced_core()
+    core.fence = None
+    monkeypatch.setattr(limits, "members_max", len(core.table))
+    rows = PEER_ROWS + [[ANON, 7, ANON_ADDR, STATE_ANON]]
+    assert core.greeting(PEER, rows, WALL) == []                # another node's anonymous entry
+    assert core.greeting(ANON, rows, WALL) == []                # an anonymous upstream's own entry
+
+
+def test_an_anonymous_replica_with_a_full_table_is_refused_the_upstream_it_would_register(monkeypatch):
+    table = ClusterTable([Member(SELF, 4, "a:1", STATE_ANON), Member(PEER, 2, "b:1", STATE_MEMBER)])
+    core = NodeCore(SELF, table, VClock({2: 3}), spaces={"kv": False})
+    monkeypatch.setattr(limits, "members_max", 2)
+    with pytest.raises(RemoteProtocolError, match="members_max"):
+        core.greeting(ANON, [[PEER, 1, "b:1", STATE_MEMBER], [ANON, 7, ANON_ADDR, STATE_ANON]], WALL)
+
+
+def test_an_anonymous_replica_takes_its_upstreams_own_entry_but_no_other_anonymous_one():
+    table = ClusterTable([Member(SELF, 4, "a:1", STATE_ANON), Member(PEER, 2, "b:1", STATE_MEMBER)])
+    core = NodeCore(SELF, table, VClock({2: 3}), spaces={"kv": False})
+    stranger = "ffffffff-0000-4000-8000-000000000009"
+    core.greeting(ANON, [[PEER, 1, "b:1", STATE_MEMBER], [ANON, 7, ANON_ADDR, STATE_ANON],
+                         [stranger, 8, "s:1", STATE_ANON]], WALL)
+    assert ANON in core.table and stranger not in core.table
+
+
+def test_a_members_greeting_marks_no_peer_anonymous():
+    core = fenced_core()
+    hear_greeting(core, {}, set(), {"uuid": PEER, "address": "b:1", "anon": False, "vclock_uuid": {SELF: 9},
+                                    "cluster": []}, SELF)
+    assert core.fence.heard[PEER] == 9 and core.fence.anonymous == {}
+    assert "anonymous" not in core.fence_state()[1]
