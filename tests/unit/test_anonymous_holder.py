@@ -213,9 +213,10 @@ def test_the_followers_file_remembers_each_replica_durably_and_forgets_atomicall
 
 
 # --- what a fence's status says, and a peer's expel bounds ------------------------------------------
-def test_a_holder_given_up_is_not_named_as_one_the_rows_come_back_from():
+@pytest.mark.parametrize("given_up_said", [7, 9], ids=["as much as the holder named", "more"])
+def test_a_holder_given_up_is_not_named_as_one_the_rows_come_back_from(given_up_said):
     core = fenced_core()
-    hear_greeting(core, {}, set(), anon_greeting(9), SELF)
+    hear_greeting(core, {}, set(), anon_greeting(given_up_said), SELF)
     core.fence.hear(PEER, 7)
     core.fence.given_up.add(ANON)
     why = core.fence_state()[1]
