@@ -16,29 +16,41 @@ from tests.integration.harness import ReplogProcess, mesh, wait_for
 from tests.integration.oracles import Acked, acked_everywhere, no_fork, replicated_spaces, restart_all, upstream
 
 
-def test_a_node_whose_last_rows_only_an_anonymous_replica_holds_takes_them_back_before_writing(tmp_path, procs):
-    """C stays down while B rejoins, so B's fence is still up when R comes back to it: B must
-    hear R, wait for its rows, and take them back from R once it replicates from it."""
+def masters_and_a_replica_of_b(tmp_path, procs, n: int, extra: list[str] | None = None):
+    """`n` masters (the second is B) and R, an anonymous replica following B alone, each with
+    an acknowledged write everywhere. Returns (masters, r, acked)."""
     acked = Acked()
-    a, b, c = mesh(tmp_path, 3)
-    procs.extend([a, b, c])
+    masters = mesh(tmp_path, n, extra=extra)
+    procs.extend(masters)
+    b = masters[1]
     b.create_space("kv")
     r = ReplogProcess(tmp_path, "r", peers=[b], extra=["--anon"])
     procs.append(r)
     r.start()
-    for n in (a, b, c):
-        acked.put(n, "kv", f"early-{n.name}", n.name)
-    acked_everywhere([a, b, c, r], acked)
+    for x in masters:
+        acked.put(x, "kv", f"early-{x.name}", x.name)
+    acked_everywhere(masters + [r], acked)
+    return masters, r, acked
 
-    assert a.stop() == 0 and c.stop() == 0
-    b_last = [acked.put(b, "kv", f"b-{i}", i)["lsn"] for i in range(20)][-1]
-    acked_everywhere([b, r], acked)                     # on B and R only
+
+def b_loses_its_store_and_rejoins_through(b: ReplogProcess, a: ReplogProcess) -> None:
+    """B is killed and loses its store and WAL (its identity kept); A starts; B rejoins through it."""
     b.kill9()
     shutil.rmtree(os.path.join(b.data_dir, "store"))
     shutil.rmtree(os.path.join(b.data_dir, "wal"))
     a.start()
     b.start(wait=False)
     wait_for(lambda: "kv" in replicated_spaces(b), 60, "B rejoined through A")
+
+
+def test_a_node_whose_last_rows_only_an_anonymous_replica_holds_takes_them_back_before_writing(tmp_path, procs):
+    """C stays down while B rejoins, so B's fence is still up when R comes back to it: B must
+    hear R, wait for its rows, and take them back from R once it replicates from it."""
+    (a, b, c), r, acked = masters_and_a_replica_of_b(tmp_path, procs, 3)
+    assert a.stop() == 0 and c.stop() == 0
+    b_last = [acked.put(b, "kv", f"b-{i}", i)["lsn"] for i in range(20)][-1]
+    acked_everywhere([b, r], acked)                     # on B and R only
+    b_loses_its_store_and_rejoins_through(b, a)
     ru = r.uuid()
 
     def fenced_on_r():
@@ -73,27 +85,13 @@ def lost_store_with_rows_only_on_r(tmp_path, procs) -> Lost:
     """Masters A and B, R an anonymous replica of B. With A down B takes 20 writes that only R
     gets; R stops; B loses its store and WAL (identity kept) and rejoins through A. Returns
     (a, b, r, R's uuid, acked, B's last lsn before the loss), R down."""
-    acked = Acked()
-    a, b = mesh(tmp_path, 2, extra=["--checkpoint-interval-s", "0.3"])
-    procs.extend([a, b])
-    b.create_space("kv")
-    r = ReplogProcess(tmp_path, "r", peers=[b], extra=["--anon"])
-    procs.append(r)
-    r.start()
-    for n in (a, b):
-        acked.put(n, "kv", f"early-{n.name}", n.name)
-    acked_everywhere([a, b, r], acked)
+    (a, b), r, acked = masters_and_a_replica_of_b(tmp_path, procs, 2, extra=["--checkpoint-interval-s", "0.3"])
     assert a.stop() == 0
     b_last = [acked.put(b, "kv", f"b-{i}", i)["lsn"] for i in range(20)][-1]
     acked_everywhere([b, r], acked)
     ru = r.uuid()
     assert r.stop() == 0
-    b.kill9()
-    shutil.rmtree(os.path.join(b.data_dir, "store"))
-    shutil.rmtree(os.path.join(b.data_dir, "wal"))
-    a.start()
-    b.start(wait=False)
-    wait_for(lambda: "kv" in replicated_spaces(b), 60, "B rejoined through A")
+    b_loses_its_store_and_rejoins_through(b, a)
     return a, b, r, ru, acked, b_last
 
 
@@ -122,22 +120,28 @@ def test_a_lost_store_waits_to_hear_from_the_anonymous_replica_that_followed_it(
     restart_all([a, b, r])
 
 
-def test_an_anonymous_follower_gone_for_good_is_let_go_by_expelling_it_on_the_fenced_node(tmp_path, procs):
-    """R never comes back: the operator expels it on B (202, pending the fence); B writes again,
-    R's uuid is expelled everywhere, and B no longer remembers it once it checkpoints."""
-    a, b, r, ru, acked, b_last = lost_store_with_rows_only_on_r(tmp_path, procs)
-    wait_for(lambda: (b.info().get("own_rows_fence") or {}).get("waiting_for") == [ru], 30, "B waits for R")
-    assert ru in open(os.path.join(b.data_dir, "anonymous_followers")).read()
+def give_up_r(a: ReplogProcess, b: ReplogProcess, ru: str, acked: Acked) -> None:
+    """The operator expels R on fenced B (202, pending the fence): B's rows only R had are given
+    up, B takes writes again, and R is expelled on every member."""
     s, d = b.delete(f"/v1/cluster/{ru}")
     assert s == 202 and d["state"] == "expel_pending", (s, d)
     for k in [k for k in acked.writes if k[1].startswith("b-")]:
-        del acked.writes[k]                               # only R had them: given up with it
+        del acked.writes[k]
     d = wait_for(lambda: (lambda sd: sd[1] if sd[0] == 200 else None)(b.put("/v1/spaces/kv/keys/after", 1)),
                  30, "B takes writes once R is given up")
     acked.writes[("kv", "after")] = (1, b.uuid(), d["lsn"])
     acked_everywhere([a, b], acked)
     wait_for(lambda: all((n.cluster().get(ru) or {}).get("state") == "expelled" for n in (a, b)), 30,
              "R expelled on every member")
+
+
+def test_an_anonymous_follower_gone_for_good_is_let_go_by_expelling_it_on_the_fenced_node(tmp_path, procs):
+    """R never comes back: the operator expels it on B (202, pending the fence); B writes again,
+    R's uuid is expelled everywhere, and B no longer remembers it once it checkpoints."""
+    a, b, r, ru, acked, b_last = lost_store_with_rows_only_on_r(tmp_path, procs)
+    wait_for(lambda: (b.info().get("own_rows_fence") or {}).get("waiting_for") == [ru], 30, "B waits for R")
+    assert ru in open(os.path.join(b.data_dir, "anonymous_followers")).read()
+    give_up_r(a, b, ru, acked)
     wait_for(lambda: ru not in open(os.path.join(b.data_dir, "anonymous_followers")).read(), 30,
              "B forgets R at a checkpoint")
     no_fork([a, b])
@@ -154,16 +158,7 @@ def test_an_anonymous_replica_whose_rows_are_given_up_is_expelled_and_refused(tm
     fence = wait_for(lambda: (lambda f: f if f and f["target"] == b_last else None)(b.info().get("own_rows_fence")),
                      30, "B heard R say it holds its rows")
     assert not fence["waiting_for"], fence
-    s, d = b.delete(f"/v1/cluster/{ru}")
-    assert s == 202 and d["state"] == "expel_pending", (s, d)
-    for k in [k for k in acked.writes if k[1].startswith("b-")]:
-        del acked.writes[k]                               # only R had them: given up with it
-    d = wait_for(lambda: (lambda sd: sd[1] if sd[0] == 200 else None)(b.put("/v1/spaces/kv/keys/after", 1)),
-                 30, "B takes writes once R is given up")
-    acked.writes[("kv", "after")] = (1, b.uuid(), d["lsn"])
-    acked_everywhere([a, b], acked)
-    wait_for(lambda: all((n.cluster().get(ru) or {}).get("state") == "expelled" for n in (a, b)), 30,
-             "R expelled on every member")
+    give_up_r(a, b, ru, acked)
     r.stop()
     r.start(wait=False)
     wait_for(lambda: "expelled" in (upstream(r, b.address).get("error") or ""), 30, "R refused as expelled")
