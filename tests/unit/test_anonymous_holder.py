@@ -271,3 +271,20 @@ def test_a_members_greeting_marks_no_peer_anonymous():
                                     "cluster": []}, SELF)
     assert core.fence.heard[PEER] == 9 and core.fence.anonymous == {}
     assert "anonymous" not in core.fence_state()[1]
+
+
+def test_an_anonymous_replica_with_room_for_one_counts_only_its_upstreams_own_anonymous_entry(monkeypatch):
+    table = ClusterTable([Member(SELF, 4, "a:1", STATE_ANON), Member(PEER, 2, "b:1", STATE_MEMBER)])
+    core = NodeCore(SELF, table, VClock({2: 3}), spaces={"kv": False})
+    monkeypatch.setattr(limits, "members_max", 3)
+    stranger = "ffffffff-0000-4000-8000-000000000009"
+    regs = core.greeting(ANON, [[stranger, 8, "s:1", STATE_ANON], [PEER, 1, "b:1", STATE_MEMBER],
+                                [ANON, 7, ANON_ADDR, STATE_ANON]], WALL)
+    assert regs and ANON in core.table and stranger not in core.table
+
+
+def test_a_greeting_maps_the_members_listed_after_an_anonymous_entry_it_skips():
+    core = fenced_core()
+    core.fence = None
+    core.greeting(ANON, [[ANON, 7, ANON_ADDR, STATE_ANON]] + PEER_ROWS, WALL)
+    assert core.peers[ANON].map.as_dict() == {1: 2, 2: 1, 5: 3}
