@@ -4,6 +4,7 @@ then; nothing of it is lost, nothing is written twice, and the node's other fail
 import asyncio
 import errno
 import os
+import time
 
 import lmdb
 import pytest
@@ -106,7 +107,9 @@ async def test_a_wal_write_that_finds_the_disk_full_leaves_nothing_and_lands_whe
     monkeypatch.setattr(walwriter.os, "write", write)
     end = p.wal.end
     fut = p.put("a", "value")
-    await asyncio.sleep(0.2)
+    deadline = time.monotonic() + DEADLINE_S
+    while p.journal.nospace is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)                      # the journal meets the full disk
     assert not fut.done() and p.journal.nospace is not None and p.journal.nospace.kind == "disk"
     assert os.path.getsize(os.path.join(p.wal_dir, p.wal.segment)) == end, "the half-written frame was cut off"
     assert p.journal.position[1] == end
