@@ -24,7 +24,8 @@ import logging
 import os
 
 from node import limits
-from node.core.lifecycle_fence import Followers, follower_seen, give_up, lift, loss_at_open, may_lift, take_up_fence
+from node.core.lifecycle_fence import Followers, give_up, lift, loss_at_open, may_lift, take_up_fence
+from node.wal.writer import fsync_dir
 
 log = logging.getLogger("replog.fence")
 
@@ -87,7 +88,7 @@ class FenceKeeper:
         if node.core is None:
             return
         if take_up_fence(node.core, node.store.get_meta(FENCE_META), registered_members(node.data_dir),
-                         anonymous_followers(node.data_dir)):
+                         node.retention.followers):
             node.store.own_history_lsn = limits.lsn_max
 
     def give_up(self, uuid: str) -> None:
@@ -150,9 +151,14 @@ def remember_registration(data_dir: str, uuid: str) -> None:
     path = os.path.join(data_dir, REGISTERED_FILE)
     if uuid in registered_members(data_dir):
         return
+    _append_synced(path, uuid + "\n")
+
+
+def _append_synced(path: str, line: str) -> None:
+    """Append `line` to a file beside the identity, on disk when this returns."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        os.write(fd, (uuid + "\n").encode())
+        os.write(fd, line.encode())
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -184,49 +190,22 @@ def anonymous_followers(data_dir: str) -> Followers:
     return out
 
 
-_full_warned = False
+def append_follower(data_dir: str, uuid: str, entry: tuple[str, float]) -> None:
+    """An anonymous follower's entry (node.core.lifecycle_fence follower_seen), on disk before
+    its FETCH or SUBSCRIBE is answered: it may come to hold rows of ours no member has, and a
+    store lost later must still wait for it."""
+    address, seen = entry
+    _append_synced(os.path.join(data_dir, FOLLOWERS_FILE), f"{uuid} {address or '-'} {seen:.3f}\n")
 
 
-def remember_follower(data_dir: str, uuid: str, address: str, now_s: float, anon_ttl_s: float) -> None:
-    """An anonymous replica fetches from or subscribes to this node: noted beside the identity,
-    durable before it is answered (it may come to hold rows of ours no member has, and a store
-    lost later must still wait for it: node.core.lifecycle_fence follower_seen)."""
-    global _full_warned
-    known = anonymous_followers(data_dir)
-    entry = follower_seen(known, uuid, address, now_s, anon_ttl_s)
-    if entry is None:
-        if uuid not in known and not _full_warned:
-            _full_warned = True
-            log.warning("fence: this node remembers %d anonymous followers already (anon_followers_max): %s and "
-                        "later ones are not remembered, and a lost store will not wait for them", len(known), uuid)
-        return
-    fd = os.open(os.path.join(data_dir, FOLLOWERS_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.write(fd, f"{uuid} {entry[0] or '-'} {entry[1]:.3f}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if uuid not in known:
-        log.info("fence: anonymous replica %s (%s) follows this node: a lost store waits to hear from it",
-                 uuid, address)
-
-
-def forget_followers(data_dir: str, uuids: list[str]) -> None:
-    """Rewrite the followers file without `uuids`, one line per follower (atomically: a crash
-    keeps the old file or the new)."""
-    if not uuids:
-        return
-    keep = {u: e for u, e in anonymous_followers(data_dir).items() if u not in uuids}
+def write_followers(data_dir: str, followers: Followers) -> None:
+    """Rewrite the followers file, one line per follower (atomically: a crash keeps the old file
+    or the new)."""
     path = os.path.join(data_dir, FOLLOWERS_FILE)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        f.writelines(f"{u} {a or '-'} {t:.3f}\n" for u, (a, t) in keep.items())
+        f.writelines(f"{u} {a or '-'} {t:.3f}\n" for u, (a, t) in followers.items())
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    dfd = os.open(data_dir, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-    log.info("fence: forgets anonymous follower(s) %s (unseen past anon_ttl_s, or now in _cluster)", ", ".join(uuids))
+    fsync_dir(data_dir)

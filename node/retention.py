@@ -24,11 +24,11 @@ import os
 import time
 
 from node.core.holds import Hold, Holds, keep_vclock
-from node.core.lifecycle_fence import followers_to_forget
+from node.core.lifecycle_fence import Followers, follower_seen, followers_to_forget
 from node.core.vclock import VClock
 from node.errors import NoSpaceError
 from node.faults import fault
-from node.fence import anonymous_followers, forget_followers, remember_follower
+from node.fence import anonymous_followers, append_follower, write_followers
 from node.ops.backup import wal_holds
 from node.wal.gc import collectable
 from node.wal.reader import list_segments, read_header
@@ -56,6 +56,16 @@ class Retention:
     def __init__(self, node):
         self.node = node
         self.book = Holds()
+        self._followers: Followers | None = None      # node/fence.py's file, read once
+        self._followers_full_warned = False
+
+    @property
+    def followers(self) -> Followers:
+        """The anonymous replicas this node remembers as its followers (beside its identity: a
+        store swapped or lost leaves them), read from their file the first time."""
+        if self._followers is None:
+            self._followers = anonymous_followers(self.node.data_dir)
+        return self._followers
 
     @property
     def holds(self) -> dict[str, Hold]:
@@ -99,8 +109,33 @@ class Retention:
                       "it subscribed")
 
     def follower(self, uuid: str, address: str) -> None:
-        """An anonymous replica fetches from or subscribes to this node (node/fence.py)."""
-        remember_follower(self.node.data_dir, uuid, address, time.time(), self.node.cfg.anon_ttl_s)
+        """An anonymous replica fetches from or subscribes to this node: remembered, on disk
+        before it is answered (node/fence.py), unless it was within half its TTL or the file is
+        full (node.core.lifecycle_fence follower_seen)."""
+        followers = self.followers
+        entry = follower_seen(followers, uuid, address, time.time(), self.node.cfg.anon_ttl_s)
+        new = uuid not in followers
+        if entry is None:
+            if new and not self._followers_full_warned:
+                self._followers_full_warned = True
+                log.warning("retention: this node remembers %d anonymous followers already (anon_followers_max): %s "
+                            "and later ones are not remembered, and a lost store will not wait for them",
+                            len(followers), uuid)
+            return
+        append_follower(self.node.data_dir, uuid, entry)
+        followers[uuid] = entry
+        if new:
+            log.info("retention: anonymous replica %s (%s) follows this node: a lost store waits to hear from it",
+                     uuid, address)
+
+    def _forget_followers(self, uuids: list[str]) -> None:
+        if not uuids:
+            return
+        for uuid in uuids:
+            del self.followers[uuid]
+        write_followers(self.node.data_dir, self.followers)
+        log.info("retention: forgets anonymous follower(s) %s (unseen past anon_ttl_s, or now in _cluster)",
+                 ", ".join(uuids))
 
     def on_ack(self, uuid: str, durable: dict[int, int], anon: bool) -> None:
         """A subscriber has `durable` on disk (written with the next checkpoint)."""
@@ -128,8 +163,8 @@ class Retention:
         self._hold_for_new_members()
         positions = self.book.positions(core.table, time.time(), node.cfg.anon_ttl_s)
         if core.fence is None:      # a fence waits for them: a restart while it stands must too
-            forget_followers(node.data_dir, followers_to_forget(anonymous_followers(node.data_dir), self.book.by_uuid,
-                                                                core.table, time.time(), node.cfg.anon_ttl_s))
+            self._forget_followers(followers_to_forget(self.followers, self.book.by_uuid, core.table, time.time(),
+                                                       node.cfg.anon_ttl_s))
         positions += wal_holds(node.data_dir)       # backups copying the WAL (node/ops/backup.py)
         keep = keep_vclock(synced, positions)
         removable, _ = collectable(node.wal_dir, keep)

@@ -115,8 +115,7 @@ class OwnRowsFence:
         waiting = self.waiting_for(table, self_uuid)
         if waiting:
             anon = [u for u in waiting if u in self.anonymous]
-            also = (f"; {_named(anon)} {'is an anonymous replica' if len(anon) == 1 else 'are anonymous replicas'} "
-                    "that followed this node") if anon else ""
+            also = f"; {_anonymous(anon)} that followed this node" if anon else ""
             return (f"{self.reason}: this node does not write under its own id until every member has said how "
                     f"many of its rows it holds; not heard from {_named(waiting)} (start it, or expel it if it is gone "
                     f"for good){also}")
@@ -129,8 +128,7 @@ class OwnRowsFence:
                    "it, its rows cannot come back, and expelling it on this node too stops the wait") if gone else ""
         anon = [u for u in holders if u in self.anonymous and u not in self.expelled]
         if anon:
-            way_out += (f"; {_named([f'{u} at {self.anonymous[u]}' for u in anon])} "
-                        f"{'is an anonymous replica' if len(anon) == 1 else 'are anonymous replicas'}: "
+            way_out += (f"; {_anonymous([f'{u} at {self.anonymous[u]}' for u in anon])}: "
                         "its rows come back if this node replicates from it (add its address to this node's "
                         "peers), or expelling it on this node gives them up (it is expelled and keeps rows that "
                         "differ from this node's next ones under the same lsns: rebuild it under a new identity)")
@@ -141,3 +139,8 @@ class OwnRowsFence:
 def _named(uuids: list[str], limit: int = 4) -> str:
     """The first `limit` uuids, and how many more."""
     return ", ".join(uuids[:limit]) + (f" and {len(uuids) - limit} more" if len(uuids) > limit else "")
+
+
+def _anonymous(named: list[str]) -> str:
+    """`named` (_named) and that it is, or they are, anonymous replicas."""
+    return f"{_named(named)} {'is an anonymous replica' if len(named) == 1 else 'are anonymous replicas'}"

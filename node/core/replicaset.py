@@ -133,16 +133,16 @@ class NodeCore(Receiving):
         # A peer's anonymous entry is taken only for the peer itself and only by an anonymous
         # replica (one following another): a member never registers an anonymous replica it
         # replicates from (its relay sends none of its private rows, node.core.link.relay).
-        anon_peer = self.anon
+        self_anon = self.anon
         new = 0 if self.fence is not None else \
             sum(1 for r in peer_rows
-                if r[0] not in self.table and (r[3] != STATE_ANON or (r[0] == peer_uuid and anon_peer)))
+                if r[0] not in self.table and (r[3] != STATE_ANON or (r[0] == peer_uuid and self_anon)))
         if new and len(self.table) + new > limits.members_max:
             raise RemoteProtocolError(f"{peer_uuid}'s greeting would grow _cluster past members_max "
                                       f"({limits.members_max})")
         for row in peer_rows:            # [uuid, id, address, state(, lsn(, expelled_lsn))], checked by decode
             uuid, rid, state = row[0], row[1], row[3]
-            if state == STATE_ANON and (uuid != peer_uuid or not anon_peer):
+            if state == STATE_ANON and (uuid != peer_uuid or not self_anon):
                 continue            # the peer's private entry: not ours
             local = self.table.get(uuid)
             if local is None and self.fence is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import urllib.parse
 
@@ -37,6 +38,17 @@ def replicated_spaces(node: ReplogProcess) -> list[str]:
     s, d = node.get("/v1/spaces")
     assert s == 200, (s, d)
     return [sp["name"] for sp in d["spaces"] if not sp["local"]]
+
+
+def lose_store_and_rejoin(node: ReplogProcess, via: ReplogProcess) -> None:
+    """`node` is killed and loses its store and WAL (its identity files kept); `via` starts, and
+    `node` starts again and rejoins through it (its `kv` space is back)."""
+    node.kill9()
+    shutil.rmtree(os.path.join(node.data_dir, "store"))
+    shutil.rmtree(os.path.join(node.data_dir, "wal"))
+    via.start()
+    node.start(wait=False)
+    wait_for(lambda: "kv" in replicated_spaces(node), 60, f"{node.name} rejoined through {via.name}")
 
 
 def store_records(node: ReplogProcess, space: str) -> dict[str, dict]:

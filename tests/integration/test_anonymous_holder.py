@@ -10,10 +10,9 @@ when every member has been heard; one gone for good is expelled on B (docs/repli
 from __future__ import annotations
 
 import os
-import shutil
 
 from tests.integration.harness import ReplogProcess, mesh, wait_for
-from tests.integration.oracles import Acked, acked_everywhere, no_fork, replicated_spaces, restart_all, upstream
+from tests.integration.oracles import Acked, acked_everywhere, lose_store_and_rejoin, no_fork, restart_all, upstream
 
 
 def masters_and_a_replica_of_b(tmp_path, procs, n: int, extra: list[str] | None = None):
@@ -33,16 +32,6 @@ def masters_and_a_replica_of_b(tmp_path, procs, n: int, extra: list[str] | None 
     return masters, r, acked
 
 
-def b_loses_its_store_and_rejoins_through(b: ReplogProcess, a: ReplogProcess) -> None:
-    """B is killed and loses its store and WAL (its identity kept); A starts; B rejoins through it."""
-    b.kill9()
-    shutil.rmtree(os.path.join(b.data_dir, "store"))
-    shutil.rmtree(os.path.join(b.data_dir, "wal"))
-    a.start()
-    b.start(wait=False)
-    wait_for(lambda: "kv" in replicated_spaces(b), 60, "B rejoined through A")
-
-
 def test_a_node_whose_last_rows_only_an_anonymous_replica_holds_takes_them_back_before_writing(tmp_path, procs):
     """C stays down while B rejoins, so B's fence is still up when R comes back to it: B must
     hear R, wait for its rows, and take them back from R once it replicates from it."""
@@ -50,7 +39,7 @@ def test_a_node_whose_last_rows_only_an_anonymous_replica_holds_takes_them_back_
     assert a.stop() == 0 and c.stop() == 0
     b_last = [acked.put(b, "kv", f"b-{i}", i)["lsn"] for i in range(20)][-1]
     acked_everywhere([b, r], acked)                     # on B and R only
-    b_loses_its_store_and_rejoins_through(b, a)
+    lose_store_and_rejoin(b, a)
     ru = r.uuid()
 
     def fenced_on_r():
@@ -91,7 +80,7 @@ def lost_store_with_rows_only_on_r(tmp_path, procs) -> Lost:
     acked_everywhere([b, r], acked)
     ru = r.uuid()
     assert r.stop() == 0
-    b_loses_its_store_and_rejoins_through(b, a)
+    lose_store_and_rejoin(b, a)
     return a, b, r, ru, acked, b_last
 
 

@@ -9,8 +9,8 @@ import shutil
 
 from node.wal.reader import list_segments, read_header
 from tests.integration.harness import ReplogProcess, mesh, mesh_nodes, wait_for
-from tests.integration.oracles import (Acked, acked_everywhere, downstreams_of, log_since_last_start, no_fork,
-                                       replicated_spaces, restart_all, upstream)
+from tests.integration.oracles import (Acked, acked_everywhere, downstreams_of, log_since_last_start,
+                                       lose_store_and_rejoin, no_fork, replicated_spaces, restart_all, upstream)
 
 
 # Small WAL segments and frequent checkpoints: a few hundred writes make a node collect its WAL.
@@ -180,12 +180,7 @@ def rebuilt_from_identity(tmp_path, procs) -> tuple[ReplogProcess, ReplogProcess
     c_last = [acked.put(c, "kv", f"c-{i}", i)["lsn"] for i in range(30)][-1]
     acked_everywhere([b, c], acked)
     assert b.stop() == 0
-    c.kill9()
-    shutil.rmtree(os.path.join(c.data_dir, "store"))
-    shutil.rmtree(os.path.join(c.data_dir, "wal"))
-    a.start()
-    c.start(wait=False)
-    wait_for(lambda: "kv" in replicated_spaces(c), 60, "C rejoined through A")
+    lose_store_and_rejoin(c, a)
     return a, b, c, acked, c_last
 
 

@@ -173,7 +173,7 @@ class Links:
         s, p = self.nodes[c.client], self.nodes[c.server]
         for h in rd.persist:                 # WAL holds, in place before the answer goes
             assert type(h) is Hold, h
-            if h.anon:                       # fence.remember_follower, before the hold
+            if h.anon:                       # Retention.follower, before the hold
                 entry = follower_seen(p.anon_followers, h.uuid, s.addr, self.now, self.anon_ttl)
                 if entry is not None:
                     p.anon_followers[h.uuid] = entry

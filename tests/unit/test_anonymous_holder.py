@@ -7,21 +7,24 @@ waits to hear from them. Real NodeCore, relay machine and WAL frame filter; the 
 on a real directory."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from node import limits
+from node import limits, retention
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
 from node.core.entry import txns_relay_frame
 from node.core.holds import Hold
 from node.core.lifecycle_fence import follower_seen, followers_to_forget, hear_greeting, lift, may_lift, take_up_fence
+from node.core.link.relay import RelayState
 from node.core.membership import OwnRowsFence, greeting_expel_bounds
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, OP_PUT, Op, Txn
 from node.core.vclock import VClock
 from node.errors import RemoteProtocolError
-from node.fence import anonymous_followers, forget_followers, remember_follower
-from node.core.link.relay import RelayState
+from node.fence import anonymous_followers
+from node.retention import Retention
 from tests.unit.test_link_relay_machine import NOW, Host, greeted, relay
 from tests.unit.test_replicaset import OTHER, PEER, PEER_ROWS, SELF, THIRD, WALL
 
@@ -193,21 +196,28 @@ def test_a_follower_is_forgotten_once_unseen_past_its_ttl_or_once_the_table_know
     assert followers_to_forget(remembered, holds, table, 100.0, 30.0) == ["stale", "gone", PEER, OTHER]
 
 
-def test_the_followers_file_remembers_each_replica_durably_and_forgets_atomically(tmp_path):
+def test_the_followers_file_remembers_each_replica_durably_and_forgets_atomically(tmp_path, monkeypatch):
     d = str(tmp_path)
+    clock = [0.0]
+    monkeypatch.setattr(retention.time, "time", lambda: clock[0])
+    r = Retention(SimpleNamespace(data_dir=d, cfg=SimpleNamespace(anon_ttl_s=60.0)))
+
+    def remember_follower(uuid: str, address: str, now: float) -> None:
+        clock[0] = now
+        r.follower(uuid, address)
     assert anonymous_followers(d) == {}
-    remember_follower(d, ANON, ANON_ADDR, 100.0, 60.0)
-    remember_follower(d, ANON, ANON_ADDR, 110.0, 60.0)         # within half its ttl: nothing written
-    remember_follower(d, PEER, "b:1", 120.0, 60.0)
+    remember_follower(ANON, ANON_ADDR, 100.0)
+    remember_follower(ANON, ANON_ADDR, 110.0)                 # within half its ttl: nothing written
+    remember_follower(PEER, "b:1", 120.0)
     assert anonymous_followers(d) == {ANON: (ANON_ADDR, 100.0), PEER: ("b:1", 120.0)}
-    remember_follower(d, ANON, ANON_ADDR, 140.0, 60.0)         # past it: seen again, the later line wins
+    remember_follower(ANON, ANON_ADDR, 140.0)                 # past it: seen again, the later line wins
     assert anonymous_followers(d)[ANON] == (ANON_ADDR, 140.0)
     assert len((tmp_path / "anonymous_followers").read_text().splitlines()) == 3
-    forget_followers(d, [PEER])
+    r._forget_followers([PEER])
     assert anonymous_followers(d) == {ANON: (ANON_ADDR, 140.0)}
     assert (tmp_path / "anonymous_followers").read_text() == f"{ANON} {ANON_ADDR} 140.000\n"
     assert not (tmp_path / "anonymous_followers.tmp").exists()
-    forget_followers(d, [])
+    r._forget_followers([])
     (tmp_path / "anonymous_followers").write_text(f"{ANON} {ANON_ADDR} 140.000\ntorn-line\n{PEER} b:1 notatime\n")
     assert anonymous_followers(d) == {ANON: (ANON_ADDR, 140.0)}     # a torn or bad line is skipped
 
