@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 
 from node import limits
 from node.applier.handshake import PROBE_ERRORS, open_link, probe
-from node.cluster_space.table import STATE_ANON, Member
+from node.cluster_space.table import STATE_ANON, STATE_MEMBER, Member
 from node.core import messages as m
 from node.core import record
 from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
-                                        RejoinState, Status, anon_rejoin_id)
+                                        RejoinState, Status, anon_rejoin_id, member_snapshot)
 from node.core.membership import expel_bounds, greeting_expel_bounds, greeting_vclock
 from node.core.validate import timestamp_ahead_error
 from node.errors import RemoteProtocolError
@@ -52,12 +52,17 @@ COMPLETE_META = "rejoin_complete"
 _NOT_CARRIED = ("vclock", "hlc", "gc_vclock", "own_fence", "recovery_skipped", "acks", COMPLETE_META)
 
 
-async def receive_snapshot(conn, theirs: dict, store: Store, wall_us) -> tuple[dict[int, int], int]:
+async def receive_snapshot(conn, theirs: dict, store: Store, wall_us,
+                           member_of_anon: bool = False) -> tuple[dict[int, int], int]:
     """SNAPSHOT, SNAPSHOT_ROWS*, SNAPSHOT_END into `store` (checked as it comes); BYE.
-    Returns the snapshot's vclock (the donor's ids) and the records received."""
+    Returns the snapshot's vclock (the donor's ids) and the records received.
+    `member_of_anon`: a member's from an anonymous donor, whose anonymous entries it does not
+    keep (node.core.lifecycle_rejoin.member_snapshot)."""
     snap = await conn.expect(m.SNAPSHOT, timeout=limits.snapshot_message_timeout_s)
     vclock = m.vclock_from_wire(snap["vclock"])
     cluster = [list(r) for r in snap["cluster"]]
+    if member_of_anon:
+        cluster, vclock = member_snapshot(cluster, vclock)
     store.install_snapshot({"cluster_name": theirs["cluster_name"]}, snap["spaces"], cluster, vclock)
     n = 0
     while True:
@@ -174,7 +179,7 @@ class Rejoiner:
                 if type(e) is ProbeDonor:
                     machine.step(await self._probe(e.address), time.monotonic())
                 else:
-                    await self._rebuild(e.address, e.reason)
+                    await self._rebuild(e.address, e.reason, e.donor_anon)
             machine.advance(rd)
 
     def _show_ready(self) -> None:
@@ -206,13 +211,17 @@ class Rejoiner:
             return Probed(address, None)
         serving = bool(theirs.get("cluster_uuid")) and theirs.get("status") == "running"
         receiving = any(r.uuid == theirs.get("uuid") for r in node.relays)
-        return Probed(address, greeting_vclock(theirs), serving, receiving, greeting_expel_bounds(theirs))
+        return Probed(address, greeting_vclock(theirs), serving, receiving, greeting_expel_bounds(theirs),
+                      theirs.get("anon") is True)
 
-    async def _rebuild(self, address: str, reason: str) -> None:
+    async def _rebuild(self, address: str, reason: str, donor_anon: bool = False) -> None:
         """Links down, the journal drained, the donor's snapshot into a side store that must
-        cover this node, then the swap; the machine hears how it ended."""
+        cover this node, then the swap; the machine hears how it ended. An anonymous replica
+        rebuilds by FETCH_SNAPSHOT, and so does a member from an anonymous donor (`donor_anon`:
+        it registers nobody; its snapshot must have this member)."""
         node, life = self.node, self.node.life
-        log.warning("rejoin: rebuilding the store from %s's snapshot: %s", address, reason)
+        log.warning("rejoin: rebuilding the store from %s's snapshot%s: %s", address,
+                    " (an anonymous replica)" if donor_anon else "", reason)
         anon = node.core.anon
         prev_id = node.core.self_id
         stopping = node.set_peers([])
@@ -226,7 +235,7 @@ class Rejoiner:
         shutil.rmtree(side, ignore_errors=True)
         new: Store | None = None
         try:
-            if anon:
+            if anon or donor_anon:
                 conn, theirs = await open_link(node, node.http_session, address)
                 await conn.send(m.FETCH_SNAPSHOT)
             else:
@@ -237,13 +246,14 @@ class Rejoiner:
                 theirs = conn.greeting
             try:
                 new = Store(side, sync=(node.cfg.wal_mode == "fsync"), map_size=node.cfg.map_size)
-                vclock, n = await receive_snapshot(conn, theirs, new, node.wall_us)
+                vclock, n = await receive_snapshot(conn, theirs, new, node.wall_us,
+                                                   member_of_anon=donor_anon and not anon)
             finally:
                 await conn.close()
             if anon:
                 my_id = anon_rejoin_id(new.table, node.uuid, prev_id)
                 new.put_cluster_member(Member(node.uuid, my_id, node.cfg.address, STATE_ANON))
-            elif new.table.get(node.uuid) is None:
+            elif new.table.get(node.uuid) is None or new.table.get(node.uuid).state != STATE_MEMBER:
                 raise RemoteProtocolError(f"{address}'s snapshot does not register this node")
             why = self.machine.snapshot_uncovered(mine, {mem.uuid: new.vclock.get(mem.id) for mem in new.table.members()},
                                                   expel_bounds(new.table))

@@ -21,7 +21,10 @@ rest of the node through `RejoinContext`, synchronous and in memory.
 Rules kept here: one attempt at a time; states are enums and a transition the driver should
 never ask for asserts; the snapshot a rebuild received must cover `mine` taken after the
 journal drained (`snapshot_uncovered`); an anonymous replica keeps its id if it can
-(`anon_rejoin_id`)."""
+(`anon_rejoin_id`). An anonymous replica may be a member's donor too (it may be the one that
+kept rows of the member's own, its WAL collected without a hold for members that never
+subscribe to it: node.core.holds): a member asks it for its snapshot instead of joining
+through it (`Rebuild.donor_anon`), and keeps none of its anonymous entries (`member_snapshot`)."""
 from __future__ import annotations
 
 import enum
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from node import limits
-from node.cluster_space.table import ClusterTable
+from node.cluster_space.table import STATE_ANON, ClusterTable
 from node.core.link.ready import Outbox, Ready
 from node.core.membership import describe_uncovered, expel_bounds, uncovered
 from node.core.replicaset import NodeCore
@@ -75,12 +78,14 @@ class Probed:
     """A probe's answer: `vclock` the donor's by uuid, None if the probe failed (unreachable,
     refused); `serving`: it is a running member of a cluster (else it cannot be a donor);
     `receiving`: it subscribes to this node (it gets our rows); `bounds`: the members its
-    `_cluster` says are expelled, with their accepted bounds (its greeting's)."""
+    `_cluster` says are expelled, with their accepted bounds (its greeting's); `anon`: it is an
+    anonymous replica (its greeting says so), which registers nobody."""
     address: str
     vclock: dict | None
     serving: bool = True
     receiving: bool = False
     bounds: dict | None = None
+    anon: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +110,14 @@ class ProbeDonor:
 @dataclass(frozen=True, slots=True)
 class Rebuild:
     """Links down, journal drained, a snapshot from `address` into a side store that must cover
-    `mine()` (snapshot_uncovered), then the swap; answer Rebuilt or RebuildFailed."""
+    `mine()` (snapshot_uncovered), then the swap; answer Rebuilt or RebuildFailed.
+    `donor_anon`: the donor is an anonymous replica. It registers nobody, so a member asks it
+    for its snapshot (FETCH_SNAPSHOT) instead of joining through it (JOIN); the snapshot must
+    have this member already, and its anonymous entries (the donor's private ones) are not
+    this member's to keep (`member_snapshot`)."""
     address: str
     reason: str
+    donor_anon: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +149,15 @@ def anon_rejoin_id(table: ClusterTable, uuid: str, prev_id: int) -> int:
     return prev_id if table.by_id(prev_id) is None else table.lowest_free_id()
 
 
+def member_snapshot(cluster: list[list], vclock: dict[int, int]) -> tuple[list[list], dict[int, int]]:
+    """An anonymous donor's snapshot as a member keeps it: without the anonymous entries of its
+    `_cluster` (the donor's own private one; a member stores none: node.cluster_space.resolver)
+    nor their components of the vclock (the donor's private `_cluster` notes, which no relay
+    sends)."""
+    anon = {r[1] for r in cluster if r[3] == STATE_ANON}
+    return [r for r in cluster if r[3] != STATE_ANON], {k: v for k, v in vclock.items() if k not in anon}
+
+
 class RejoinMachine:
     def __init__(self, host: RejoinContext, retry_s: float = limits.rejoin_retry_s,
                  cover_wait_s: float = limits.rejoin_cover_wait_s, cover_poll_s: float = limits.rejoin_cover_poll_s):
@@ -157,6 +176,7 @@ class RejoinMachine:
         self._wanted: dict[str, int] = {}
         self._best: dict | None = None                 # the fewest rows a probed donor lacked
         self._donor = ""
+        self._donor_anon = False                       # the donor probed last is an anonymous replica
         self._theirs: dict[str, int] = {}
         self._bounds: dict | None = None               # the donor's expelled members (Probed.bounds)
         self._missing: dict = {}                       # what the donor lacked at the last look
@@ -318,6 +338,7 @@ class RejoinMachine:
         assert ev.address == self._order[self._at - 1], f"Probed {ev.address}, asked {self._order[self._at - 1]}"
         if ev.vclock is None or not ev.serving or self.uncovered(self._wanted, ev.vclock):
             return self._probe_next()    # it cannot be a donor, or lacks the collected rows too
+        self._donor_anon = ev.anon
         missing = self.uncovered(self._mine, ev.vclock, ev.bounds)
         if not missing:
             return self._rebuild(ev.address)
@@ -382,4 +403,4 @@ class RejoinMachine:
         reason = self.need.get(address) or "an upstream collected rows this node needs"
         self._to(RejoinState.REBUILDING)
         self._out.apply.append(Status("rejoining", reason))
-        self._out.effects.append(Rebuild(address, reason))
+        self._out.effects.append(Rebuild(address, reason, self._donor_anon))

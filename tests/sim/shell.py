@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
-from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, ClusterTable, Member
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core import lifecycle_fence as fence_rules
 from node.core.lifecycle_fence import hear_greeting, own_history_lsn
 from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
-                                        Status, anon_rejoin_id)
+                                        Status, anon_rejoin_id, member_snapshot)
 from node.core.membership import expel_bounds, greeting_expel_bounds
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ class Rejoiner:
                 if type(e) is ProbeDonor:
                     machine.step(self.probe(e.address), self.c.now)
                 else:
-                    self._rebuilding = self.rebuild(e.address)
+                    self._rebuilding = self.rebuild(e.address, e.donor_anon)
                     self._advance_rebuild()
             machine.advance(rd)
 
@@ -255,11 +255,13 @@ class Rejoiner:
         if theirs["status"] != "running":
             return Probed(address, None)
         receiving = any(x.client == d.name and x.server == n.name and x.streaming for x in c.conns.values())
-        return Probed(address, theirs["vclock_uuid"], receiving=receiving, bounds=greeting_expel_bounds(theirs))
+        return Probed(address, theirs["vclock_uuid"], receiving=receiving, bounds=greeting_expel_bounds(theirs),
+                      anon=theirs["anon"])
 
-    def rebuild(self, address: str) -> Iterator[None]:
+    def rebuild(self, address: str, donor_anon: bool = False) -> Iterator[None]:
         """Rejoiner._rebuild: links down, journal drained, a JOIN (FETCH_SNAPSHOT for an
-        anonymous replica) into a side store that must cover this node, then the swap."""
+        anonymous replica, or from one: `donor_anon`) into a side store that must cover this
+        node, then the swap."""
         c, n = self.c, self.n
         c.log(f"{n} rebuilds its store from {address}'s snapshot")
         anon, prev_id = n.core.anon, n.core.self_id
@@ -269,7 +271,7 @@ class Rejoiner:
             yield
         mine = self.machine.mine()
         self.snapshot = None
-        self.conn = c.open_request("fetch" if anon else "rejoin", n, c.nodes[resolve(address)])
+        self.conn = c.open_request("fetch" if anon or donor_anon else "rejoin", n, c.nodes[resolve(address)])
         while self.conn.open and self.snapshot is None:
             yield
         snap, self.conn = self.snapshot, None
@@ -277,12 +279,14 @@ class Rejoiner:
         if snap is None:
             why = "the link broke"
         else:
+            if donor_anon and not anon:
+                snap.table_rows, snap.vclock = member_snapshot(snap.table_rows, snap.vclock)
             table = ClusterTable(Member.from_row(r) for r in snap.table_rows)
             if anon:
                 my_id = anon_rejoin_id(table, n.uuid, prev_id)
                 snap.table_rows = [r for r in snap.table_rows if r[0] != n.uuid]
                 snap.table_rows.append([n.uuid, my_id, n.addr, STATE_ANON, 0])
-            elif table.get(n.uuid) is None:
+            elif table.get(n.uuid) is None or table.get(n.uuid).state != STATE_MEMBER:
                 why = "the snapshot does not register this node"
             if why is None:
                 uncovered = self.machine.snapshot_uncovered(mine, {m.uuid: snap.vclock.get(m.id, 0)
@@ -292,9 +296,11 @@ class Rejoiner:
             n.in_effect = None
             self.machine.step(RebuildFailed(address, why), c.now)
             return
+        if donor_anon and not anon:
+            c.stats["members rebuilt from an anonymous replica"] += 1
         c.swap_after_rejoin(n, carry_over(n, snap, keep_local=c.rules["keep_local"]), anon)
         n.donor_uuid, n.installed_at = c.nodes[resolve(address)].uuid, c.now
-        if not anon:
+        if not anon and not donor_anon:         # (an anonymous donor's holds last its TTL)
             c.checker.on_held(c.nodes[resolve(address)], n)
         self.machine.step(Rebuilt(address), c.now)
 

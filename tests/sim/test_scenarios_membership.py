@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.core import lifecycle_join
+from node.core import lifecycle_join, lifecycle_rejoin
 from node.core.holds import Holds
 from tests.sim.harness import LOC, Cluster, SimFailure
 from tests.sim.liveness import check_acknowledged, check_converged
@@ -345,6 +345,14 @@ def holds_from_the_first_ack(monkeypatch) -> None:
     monkeypatch.setattr(Holds, "hold_for_new_members", lambda self, *args: ([], {}))
 
 
+def join_through_any_donor(monkeypatch) -> None:
+    """The rebuild before session 29, turned back where it lives (node/core/lifecycle_rejoin.py
+    Rebuild, which node/rejoin.py and the simulation both act on): a member joins through its
+    donor (JOIN) whatever it is, an anonymous replica too, which refuses it."""
+    rebuild = lifecycle_rejoin.Rebuild
+    monkeypatch.setattr(lifecycle_rejoin, "Rebuild", lambda address, reason, donor_anon=False: rebuild(address, reason))
+
+
 def founders_of_whoever_answered(monkeypatch) -> None:
     """The founding rule turned back where it lives (node/core/lifecycle_join.py founders,
     which node/join.py's rounds and the simulation's both step): a peer that did not answer is
@@ -359,6 +367,37 @@ def founders_of_whoever_answered(monkeypatch) -> None:
     monkeypatch.setattr(lifecycle_join, "founders", founders)
 
 
+# --- 7: a member whose only peer is an anonymous replica it is behind ----------------------------
+def member_rebuilt_from_an_anonymous_replica(c: Cluster) -> None:
+    """B is down while A takes rows; R, an anonymous replica, fetches its snapshot from A after
+    them (its WAL starts there). B comes back with R as its only peer: R tells it to rejoin,
+    and B, a member, rebuilds from R's snapshot (FETCH: R registers nobody), keeping none of R's
+    anonymous entries, then follows both."""
+    form(c, "A", "B")
+    c.crash("B", power=False)
+    for i in range(5):
+        assert c.put("A", f"a{i}")
+        c.run(1)
+    c.add_node("R", anon=True)
+    c.fetch_anon("R", via="A")
+    c.run_until(lambda: ready(c, "R"), what="R fetched")
+    c.run_until(lambda: own_lsn(c, "R", "A") == own_lsn(c, "A", "A"), what="R caught up with A")
+    c.configure_peers("B", ["R"])
+    c.restart("B")
+    c.run_until(lambda: c.stats["members rebuilt from an anonymous replica"] == 1, max_ticks=600,
+                what="B rebuilt from R")
+    b = c.nodes["B"]
+    assert c.nodes["R"].uuid not in b.core.table and b.core.table.get(b.uuid).state == "member"
+    assert own_lsn(c, "B", "A") >= 5
+    c.configure_peers("B", ["A", "R"])
+    assert c.put("B", "after")
+    finish(c)
+
+
+def test_a_member_told_to_rejoin_by_an_anonymous_replica_rebuilds_from_its_snapshot(make_cluster):
+    member_rebuilt_from_an_anonymous_replica(make_cluster(39))
+
+
 FLIPS = [
     # (scenario, rule turned back: a Cluster.rules switch, or a production function patched, the
     # invariant that must fail)
@@ -369,6 +408,7 @@ FLIPS = [
     (registration_then_collection, holds_from_the_first_ack, "invariant 12"),
     (rejoin_under_gc_pressure, ("keep_local", False), "invariant 2"),
     (formation_while_cut, founders_of_whoever_answered, "two clusters"),
+    (member_rebuilt_from_an_anonymous_replica, join_through_any_donor, "B rebuilt from R not reached"),
 ]
 
 
@@ -376,7 +416,7 @@ FLIPS = [
 def test_each_scenario_catches_the_rule_it_guards(make_cluster, monkeypatch, scenario, rule, caught):
     seed = {rejoin_keeps_uncovered_rows: 31, lost_store_waits_for_every_member: 32, peer_churn: 34,
             briefly_down_member: 35, registration_then_collection: 36, rejoin_under_gc_pressure: 37,
-            formation_while_cut: 38}[scenario]
+            formation_while_cut: 38, member_rebuilt_from_an_anonymous_replica: 39}[scenario]
     c = make_cluster(seed)
     if callable(rule):
         rule(monkeypatch)

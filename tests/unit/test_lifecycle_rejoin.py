@@ -9,7 +9,8 @@ import pytest
 
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core.lifecycle_rejoin import (Blocked, NoRebuild, ProbeDonor, Probed, Rebuild, RebuildFailed, Rebuilt,
-                                        RejoinMachine, RejoinState, Status, anon_rejoin_id)
+                                        RejoinMachine, RejoinState, Status, anon_rejoin_id,
+                                        member_snapshot)
 from node.core.replicaset import NodeCore
 from node.core.vclock import VClock
 from tests.unit.helpers import UUID_A, UUID_B, UUID_C
@@ -179,6 +180,61 @@ def test_a_donor_that_is_not_a_running_member_is_passed_over():
     take(mc)
     mc.step(Probed(ADDR_C, by_uuid(), serving=False), 100.0)
     assert take(mc) == ([], [ProbeDonor(ADDR_B)])
+
+
+def test_a_member_rebuilds_from_an_anonymous_replica_by_asking_for_its_snapshot():
+    """It registers nobody, so the rebuild is no JOIN through it (Rebuild.donor_anon): it may
+    be the only peer still holding rows of this node's own (its WAL collected past them)."""
+    mc, _ = machine()
+    told(mc)
+    mc.tick(100.0)
+    take(mc)
+    mc.step(Probed(ADDR_C, by_uuid(), anon=True), 100.0)
+    assert mc.state is RejoinState.REBUILDING
+    assert take(mc) == ([Status("rejoining", WHY)], [Rebuild(ADDR_C, WHY, donor_anon=True)])
+
+
+def test_a_donor_passed_over_leaves_no_mark_on_the_next():
+    """The donor's kind is the one probed last: an anonymous replica passed over (it lacks the
+    collected rows) does not make the member after it one."""
+    mc, _ = machine()
+    told(mc)
+    mc.tick(100.0)
+    take(mc)
+    mc.step(Probed(ADDR_C, by_uuid(b=7), anon=True), 100.0)
+    take(mc)
+    mc.step(Probed(ADDR_B, by_uuid()), 100.0)
+    assert take(mc)[1] == [Rebuild(ADDR_B, "an upstream collected rows this node needs", donor_anon=False)]
+
+
+def test_an_anonymous_donor_that_covers_this_node_only_after_a_cover_wait_is_still_one():
+    mc, host = machine()
+    told(mc)
+    mc.tick(100.0)
+    take(mc)
+    mc.step(Probed(ADDR_C, by_uuid(a=3), receiving=True, anon=True), 100.0)
+    assert mc.state is RejoinState.COVER_WAIT
+    take(mc)
+    mc.tick(100.0 + POLL)
+    take(mc)
+    mc.step(Probed(ADDR_C, by_uuid(a=4), anon=True), 100.0 + POLL)
+    assert mc.state is RejoinState.REBUILDING and take(mc)[1] == [Rebuild(ADDR_C, WHY, donor_anon=True)]
+
+
+def test_an_anonymous_replica_rebuilds_from_another_anonymous_replica():
+    mc, _ = machine({1: 3, 2: 7, 3: 2}, anon=True)
+    told(mc)
+    mc.tick(100.0)
+    take(mc)
+    mc.step(Probed(ADDR_C, by_uuid(a=0), anon=True), 100.0)
+    assert mc.state is RejoinState.REBUILDING and take(mc)[1] == [Rebuild(ADDR_C, WHY, donor_anon=True)]
+
+
+def test_a_member_keeps_none_of_an_anonymous_donors_private_entries():
+    cluster = [[UUID_A, 1, "a.example:1", STATE_MEMBER, 3, 0], [UUID_B, 2, ADDR_B, STATE_ANON, 0, 0],
+               [UUID_C, 3, ADDR_C, STATE_EXPELLED, 1, 5], [UUID_D, 4, ADDR_D, STATE_ANON, 0, 0]]
+    rows, vclock = member_snapshot(cluster, {1: 9, 2: 4, 3: 5, 4: 1})
+    assert rows == [cluster[0], cluster[2]] and vclock == {1: 9, 3: 5}
 
 
 @pytest.mark.parametrize("a_lsn,covers", [(4, True), (5, True), (3, False)])
