@@ -23,7 +23,14 @@ Rules kept here:
 - The WAL kept (`positions`, `keep_vclock`): every member's hold that is not expelled (a
   member's hold never times out), every anonymous replica's seen within its TTL, and the
   store's synced vclock; a segment may go when the start of the next one is at or below
-  that (`collectable_before`). Local rows (component 0) are held by the store alone."""
+  that (`collectable_before`). Local rows (component 0) are held by the store alone.
+- An anonymous node that has no row under its own id (`lapsing`: none of the private
+  `_cluster` notes it writes when it learns of a member) gives members no hold they did not
+  leave by subscribing, and every hold on it lasts only while seen within the TTL, a member's
+  too: members do not replicate from it (one that does to take rows of its own back, and is
+  told to rejoin, rebuilds from its snapshot: node.core.lifecycle_rejoin), so a hold for each
+  would keep its WAL for ever. Once it has such a note, members hold as on any node: if it
+  registers, its members ask for its rows from its first note."""
 from __future__ import annotations
 
 from typing import Callable
@@ -31,7 +38,7 @@ from typing import Callable
 import msgspec
 
 from node import limits
-from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable
+from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 
 
 class Hold(msgspec.Struct, frozen=True):
@@ -47,21 +54,26 @@ class Hold(msgspec.Struct, frozen=True):
         return not self.anon
 
 
+def lapsing(anon: bool, own_lsn: int) -> bool:
+    """Whether every hold on this node lapses with the TTL and members get none unasked: an
+    anonymous node (`anon`) that has written no row under its own id (`own_lsn`: its claimed)."""
+    return anon and not own_lsn
+
+
 def hold_positions(holds: dict[str, Hold], table: ClusterTable, now_s: float,
-                   anon_ttl_s: float) -> list[dict[int, int]]:
+                   anon_ttl_s: float, lapse: bool = False) -> list[dict[int, int]]:
     """The positions that keep WAL segments: every member's (not expelled; a member's hold
-    never times out), every anonymous replica's seen within its TTL."""
-    out = []
-    for uuid, h in holds.items():
-        if h.anon:
-            if now_s - h.seen_s <= anon_ttl_s:
-                out.append(h.vclock)
-            continue
-        mem = table.get(uuid)
-        if mem is None or mem.state != STATE_EXPELLED:
-            # a member this node does not know yet (its registration row is on its way) holds too
-            out.append(h.vclock)
-    return out
+    never times out), every anonymous replica's seen within its TTL; with `lapse` (`lapsing`)
+    every hold only while seen within the TTL."""
+    return [h.vclock for uuid, h in holds.items() if holding(h, table.get(uuid), now_s, anon_ttl_s, lapse)]
+
+
+def holding(h: Hold, member: Member | None, now_s: float, anon_ttl_s: float, lapse: bool = False) -> bool:
+    """Whether one hold keeps the WAL now (`member`: its holder's `_cluster` entry here; a
+    member this node does not know yet, its registration row on its way, holds too)."""
+    if not h.anon and member is not None and member.state == STATE_EXPELLED:
+        return False
+    return now_s - h.seen_s <= anon_ttl_s if h.anon or lapse else True
 
 
 def advance_hold(old: Hold | None, durable: dict[int, int], now_s: float, anon: bool) -> Hold:
@@ -143,11 +155,14 @@ class Holds:
             self.by_uuid[uuid] = advance_hold(self.by_uuid.get(uuid), durable, now, anon)
 
     def hold_for_new_members(self, self_uuid: str, table: ClusterTable, start: Callable[[], dict[int, int]],
-                             now: float) -> tuple[list[str], dict[int, int]]:
+                             now: float, lapse: bool = False) -> tuple[list[str], dict[int, int]]:
         """Every registered member other than this node without a hold holds from `start()`
-        (called once, only if one needs it). Returns those members and where they hold from."""
+        (called once, only if one needs it), unless holds lapse here (`lapsing`). Returns those
+        members and where they hold from."""
         added: list[str] = []
         at: dict[int, int] = {}
+        if lapse:
+            return added, at
         for mem in table.members():
             if mem.state == STATE_MEMBER and mem.uuid != self_uuid and mem.uuid not in self.by_uuid:
                 if not added:
@@ -156,6 +171,7 @@ class Holds:
                 added.append(mem.uuid)
         return added, at
 
-    def positions(self, table: ClusterTable, now: float, anon_ttl: float) -> list[dict[int, int]]:
+    def positions(self, table: ClusterTable, now: float, anon_ttl: float,
+                  lapse: bool = False) -> list[dict[int, int]]:
         """The positions that keep the WAL now (`hold_positions`)."""
-        return hold_positions(self.by_uuid, table, now, anon_ttl)
+        return hold_positions(self.by_uuid, table, now, anon_ttl, lapse)

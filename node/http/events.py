@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from node import limits
+from node.core.holds import holding, lapsing
 from node.errors import ClientError
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def _rows_behind(vclock: dict[int, int], acked: dict) -> int:
 
 
 def wal_view(node: "EventsView") -> dict:
-    """WAL size on disk and who holds it (see node/wal/gc.py for the retention rule)."""
+    """WAL size on disk and who holds it (node/core/holds.py has the retention rule)."""
     from node.wal.reader import list_segments
     size = 0
     segments = list_segments(node.wal_dir)
@@ -54,8 +55,9 @@ def wal_view(node: "EventsView") -> dict:
     for uuid, h in node.retention.view().items():
         mem = core.table.get(uuid) if core else None
         age = now - h.seen_s
-        holding = (age <= node.cfg.anon_ttl_s) if h.anon else (mem is None or mem.state != "expelled")
-        holds.append({"uuid": uuid, "anon": h.anon, "seen_s_ago": round(age, 1), "holding": holding,
+        lapse = bool(core) and lapsing(core.anon, core.claimed.get(core.self_id))
+        holds.append({"uuid": uuid, "anon": h.anon, "seen_s_ago": round(age, 1),
+                      "holding": holding(h, mem, now, node.cfg.anon_ttl_s, lapse),
                       "rows_behind": _rows_behind(vclock, h.vclock)})
     return {"segments": len(segments), "bytes": size, "holds": holds, "anon_ttl_s": node.cfg.anon_ttl_s}
 

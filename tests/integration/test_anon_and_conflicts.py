@@ -4,7 +4,10 @@ from __future__ import annotations
 import subprocess
 import threading
 
+import pytest
+
 from tests.integration.harness import REPLOG, ReplogProcess, mesh, vclocks_converged, wait_for
+from tests.integration.oracles import log_since_last_start, upstream
 
 
 def test_anonymous_replica_lifecycle(tmp_path, procs):
@@ -114,3 +117,57 @@ def test_anonymous_replica_follows_another_anonymous_replica(tmp_path, procs):
     assert r2.kv_get("kv", "before")[1]["value"] == 1
     assert r2.kv_get("kv", "after")[1]["origin"] == m.uuid()
     assert set(m.cluster()) == {m.uuid()}, "neither anonymous replica is registered on the master"
+
+
+SMALL = ["--segment-bytes-max", "4096", "--checkpoint-interval-s", "0.3"]
+
+
+@pytest.mark.parametrize("member_joins_later", [False, True], ids=["its-wal-collected", "after-a-private-note"])
+def test_an_anonymous_replica_that_checkpoints_registers_and_is_followed_without_a_rejoin(tmp_path, procs,
+                                                                                          member_joins_later):
+    """An anonymous replica with no row of its own collects its WAL (members hold none of it);
+    once a member joins after its snapshot, it has a private `_cluster` note under its own id,
+    and members hold its WAL from there on, since once it registers they ask for its rows from
+    that note. Either way it registers, and its members follow it with nothing to rejoin."""
+    m1, m2 = mesh(tmp_path, 2)
+    procs.extend([m1, m2])
+    m1.create_space("kv")
+    r = ReplogProcess(tmp_path, "anon", peers=[m1, m2], extra=["--anon"] + SMALL).start()
+    procs.append(r)
+    ru, m1u = r.uuid(), m1.uuid()
+    members = [m1, m2]
+    if member_joins_later:
+        n = ReplogProcess(tmp_path, "newbie", peers=[m1, m2]).start()
+        procs.append(n)
+        members.append(n)
+        m1.set_peers([m2, n])
+        m2.set_peers([m1, n])
+        wait_for(lambda: n.uuid() in r.cluster(), 30, "the replica learned of the new member")
+    gc_before = r.info()["wal"]["gc_vclock"]
+    rows = iter(range(10_000))
+
+    def written_and_checkpointed() -> bool:
+        for _ in range(20):
+            m1.kv_put("kv", f"k{next(rows)}", "x" * 100)
+        return r.info()["vclock_uuid"].get(m1u, 0) > 200 and (
+            r.info()["wal"]["gc_vclock"].get(str(r.cluster()[m1u]["id"]), 0) > 100 or member_joins_later)
+    wait_for(written_and_checkpointed, 60, "rows past 200 on the replica (collected past 100 if it has no note)",
+             interval=0.2)
+    if member_joins_later:
+        assert r.info()["wal"]["gc_vclock"] == gc_before, "members hold its WAL"
+
+    r.stop()
+    r.extra = SMALL
+    r.start()
+    wait_for(lambda: all((m.cluster().get(ru) or {}).get("state") == "member" for m in members), 30,
+             "the members register the former anonymous replica")
+    for m in members:
+        m.set_peers([x for x in members + [r] if x is not m])
+    r.kv_put("kv", "from-registered", 1)
+    wait_for(lambda: all(m.kv_get("kv", "from-registered")[0] == 200 for m in members), 30,
+             "the registered replica's writes reach every member")
+    wait_for(lambda: vclocks_converged(members + [r]), 30, "vclocks converge after registration")
+    for m in members:
+        up = upstream(m, r.address)
+        assert up.get("status") == "follow", up
+        assert "need_rejoin" not in log_since_last_start(m) and "rebuilding the store" not in m.log_text()

@@ -15,7 +15,8 @@ from tests.integration.harness import ReplogProcess, mesh, wait_for
 from tests.integration.oracles import Acked, acked_everywhere, lose_store_and_rejoin, no_fork, restart_all, upstream
 
 
-def masters_and_a_replica_of_b(tmp_path, procs, n: int, extra: list[str] | None = None):
+def masters_and_a_replica_of_b(tmp_path, procs, n: int, extra: list[str] | None = None,
+                               r_extra: list[str] | None = None):
     """`n` masters (the second is B) and R, an anonymous replica following B alone, each with
     an acknowledged write everywhere. Returns (masters, r, acked)."""
     acked = Acked()
@@ -23,7 +24,7 @@ def masters_and_a_replica_of_b(tmp_path, procs, n: int, extra: list[str] | None 
     procs.extend(masters)
     b = masters[1]
     b.create_space("kv")
-    r = ReplogProcess(tmp_path, "r", peers=[b], extra=["--anon"])
+    r = ReplogProcess(tmp_path, "r", peers=[b], extra=["--anon"] + (r_extra or []))
     procs.append(r)
     r.start()
     for x in masters:
@@ -63,6 +64,41 @@ def test_a_node_whose_last_rows_only_an_anonymous_replica_holds_takes_them_back_
     acked.writes[("kv", "after")] = ("after", b.uuid(), d["lsn"])
     acked_everywhere([a, b, c, r], acked, 30)            # R did not skip it as a row it had
     assert ru not in a.cluster() and ru not in b.cluster(), "a master registered the anonymous replica"
+    no_fork([a, b, c, r])
+    restart_all([a, b, c, r])
+
+
+def test_rows_the_anonymous_replica_collected_from_its_wal_come_back_in_its_snapshot(tmp_path, procs):
+    """As above, but R has collected B's rows from its WAL by the time B replicates from it (with
+    no row of its own, R's WAL is held by no member: node/core/holds.py `lapsing`): R tells B to
+    rejoin, and B, a member, rebuilds from R's snapshot (R registers nobody: FETCH, not JOIN),
+    its rows in it, before it writes again."""
+    small = ["--segment-bytes-max", "4096", "--checkpoint-interval-s", "0.3"]
+    (a, b, c), r, acked = masters_and_a_replica_of_b(tmp_path, procs, 3, r_extra=small)
+    assert a.stop() == 0 and c.stop() == 0
+    bu = b.uuid()
+    b_rows = [acked.put(b, "kv", f"b-{i}", "x" * 100)["lsn"] for i in range(80)]
+    acked_everywhere([b, r], acked)
+
+    def r_collected() -> bool:
+        # (R may have taken B's rows in one batch, one segment, never collected while last: a
+        # row more starts the next)
+        b_rows.append(acked.put(b, "kv", f"b-{len(b_rows)}", "x" * 100)["lsn"])
+        return r.info()["wal"]["gc_vclock"].get(str(r.cluster()[bu]["id"]), 0) > b_rows[40]
+    wait_for(r_collected, 30, "R collected B's rows from its WAL", interval=0.2)
+    acked_everywhere([b, r], acked)
+    lose_store_and_rejoin(b, a)
+    wait_for(lambda: (b.info().get("own_rows_fence") or {}).get("target") == b_rows[-1], 30,
+             "B's fence heard that R holds its rows")
+    c.start()
+    b.set_peers([a, c, r])                               # what the status says: replicate from R
+    wait_for(lambda: b.info().get("own_rows_fence") is None, 60, "B's rows came back from R")
+    assert f"rebuilding the store from {r.address}'s snapshot (an anonymous replica)" in b.log_text()
+    d = b.kv_put("kv", "after", "after")
+    assert d["lsn"] > b_rows[-1], f"B's next lsn {d['lsn']} reuses one of its rows up to {b_rows[-1]}"
+    acked.writes[("kv", "after")] = ("after", bu, d["lsn"])
+    acked_everywhere([a, b, c, r], acked, 60)
+    assert r.uuid() not in b.cluster() and "anonymous" not in {m["state"] for m in b.cluster().values()}
     no_fork([a, b, c, r])
     restart_all([a, b, c, r])
 

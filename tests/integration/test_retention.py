@@ -50,3 +50,35 @@ def test_member_position_holds_the_wal(tmp_path, procs):
     wait_for(lambda: b.kv_get("kv", "k299")[0] == 200, 30, "member catches up from the WAL")
     assert "rejoin" not in b.log_text()
     wait_for(lambda: vclocks_converged([a, b]), 20, "converged")
+
+
+def test_an_anonymous_replicas_wal_is_collected_though_no_member_replicates_from_it(tmp_path, procs):
+    """Members never subscribe to an anonymous replica, so while it has no row of its own none
+    holds its WAL (node/core/holds.py `lapsing`); before, each got a hold from the first
+    checkpoint after the replica learned of it, and the replica's WAL grew for ever. B, a member
+    that stops, still holds A's WAL."""
+    a = ReplogProcess(tmp_path, "a", extra=SMALL).start()
+    procs.append(a)
+    a.create_space("kv")
+    b = ReplogProcess(tmp_path, "b", peers=[a]).start()
+    procs.append(b)
+    a.set_peers([b])
+    r = ReplogProcess(tmp_path, "r", peers=[a], extra=["--anon"] + SMALL).start()
+    procs.append(r)
+    a.kv_put("kv", "first", 1)
+    wait_for(lambda: b.kv_get("kv", "first")[0] == 200 and r.kv_get("kv", "first")[0] == 200, 20, "caught up")
+    b_has = b.info()["vclock_uuid"][a.uuid()]
+    b.stop()
+    a_on_r = str(r.cluster()[a.uuid()]["id"])
+    rows = iter(range(10_000))
+
+    def collected_on_r() -> bool:
+        for _ in range(20):
+            a.kv_put("kv", f"k{next(rows)}", "y" * 100)
+        return r.info()["wal"]["gc_vclock"].get(a_on_r, 0) > 200
+    wait_for(collected_on_r, 60, "R collected its WAL past 200 rows of A", interval=0.2)
+    assert a.info()["wal"]["gc_vclock"].get("1", 0) <= b_has + 1, "A collected what stopped B still needs"
+    assert r.info()["wal"]["segments"] < a.info()["wal"]["segments"] / 2, (r.info()["wal"], a.info()["wal"])
+    b.start()
+    wait_for(lambda: vclocks_converged([a, b, r]), 30, "converged")
+    assert "rejoin" not in b.log_text()

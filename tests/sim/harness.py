@@ -324,6 +324,8 @@ class Cluster(Faults, Network, Links, Joins):
             self.stats["entries collected while a member registers"] += collected
         if collected:
             self.stats["wal_entries_collected"] += collected
+            if n.lapse:                  # an anonymous node with no row of its own (holds.lapsing)
+                self.stats["entries collected where holds lapse"] += collected
             self.log(f"{n} checkpoints and collects {collected} WAL entries; gc_vclock {n.gc_vclock}")
         return collected
 

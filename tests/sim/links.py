@@ -248,8 +248,10 @@ class Links:
             for old in [x for x in self.conns.values() if x.server == p.name and x.client == s.name
                         and x.streaming and x is not c]:
                 self.break_conn(old, "replaced by a newer subscription")
-        if not mach.anon and not behind(mach.durable, p.gc_vclock):
-            self.checker.on_held(p, s)      # (what was collected before it ever came cannot be held)
+        if not mach.anon and not p.lapse and not behind(mach.durable, p.gc_vclock):
+            # (what was collected before it ever came cannot be held; on an anonymous node with
+            # no row of its own every hold lapses with the TTL: node.core.holds.lapsing)
+            self.checker.on_held(p, s)
         c.streaming, c.cursor = True, p.wal_gc
         mach.sent_rows(p.wall_us() / 1e6)
 

@@ -17,7 +17,8 @@ node/retention.py:
   WAL, `own_history_lsn` and the own-rows fence from the meta: node/fence.py `restore`);
 - a checkpoint (Retention.checkpoint) makes the state the new base (local spaces included),
   marks it synced in the core, gives every registered member without a hold one from the start
-  of the WAL (Holds.hold_for_new_members), writes the holds, then collects the WAL entries
+  of the WAL (Holds.hold_for_new_members; none where holds lapse, `lapsing`: an anonymous node
+  with no row under its own id), writes the holds, then collects the WAL entries
   below every hold (Holds.positions, `keep_vclock`, and the segment rule `collectable_before`
   with one entry per segment; the last entry and any entry a relay is reading stay) and sets
   `gc_vclock`, the start of the oldest entry kept;
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING
 from node import limits
 from node.cluster_space.table import ClusterTable, Member
 from node.core.apply import apply_txn
-from node.core.holds import Hold, Holds, collectable_before, keep_vclock
+from node.core.holds import Hold, Holds, collectable_before, keep_vclock, lapsing
 from node.core.lifecycle_fence import followers_to_forget, take_up_fence
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_LOCAL, Txn
@@ -342,6 +343,12 @@ class SimNode:
         """Retention.on_ack."""
         self.book.on_ack(uuid, durable, anon, self.core.table, now)
 
+    @property
+    def lapse(self) -> bool:
+        """Every hold here lapses with the TTL (node.core.holds.lapsing; Retention._lapse)."""
+        core = self.core
+        return lapsing(core.anon, core.claimed.get(core.self_id))
+
     def checkpoint(self, now: int, anon_ttl: int, reading: list[int], new_members: bool = True) -> int:
         """Retention.checkpoint: the state becomes the base (synced), the holds are written,
         and the WAL entries below every hold are collected. `reading`: the cursors of the
@@ -356,8 +363,8 @@ class SimNode:
         self.durable = max(self.durable, self.base_pos)
         core.mark_synced(VClock(synced))
         if new_members:
-            self.book.hold_for_new_members(self.uuid, core.table, self._wal_start, now)
-        keep = keep_vclock(synced, self.book.positions(core.table, now, anon_ttl))
+            self.book.hold_for_new_members(self.uuid, core.table, self._wal_start, now, self.lapse)
+        keep = keep_vclock(synced, self.book.positions(core.table, now, anon_ttl, self.lapse))
         if core.fence is None:
             for uuid in followers_to_forget(self.anon_followers, self.book.by_uuid, core.table, now, anon_ttl):
                 del self.anon_followers[uuid]

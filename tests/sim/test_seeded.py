@@ -96,7 +96,8 @@ FAULT_CLASSES = {
         "checkpoints while a member registers", "entries collected while a member registers"),
     "crashes, power losses and lost stores, with the fences they leave": (
         "crashes", "disks_lost", "fenced_joins", "fenced_restarts", "fences_lifted", "refused_fenced_writes"),
-    "collection and rejoin": ("checkpoints", "wal_entries_collected", "refused_need_rejoin", "rejoins"),
+    "collection and rejoin": ("checkpoints", "wal_entries_collected", "refused_need_rejoin", "rejoins",
+                              "entries collected where holds lapse"),
     "links broken and partitions": ("link_breaks",),
     "joins that clash on ids, expels and anonymous replicas": (
         "joins", "remapped_members", "refused_expelled", "anon_fetches", "anon_registrations"),

@@ -9,7 +9,7 @@ import pytest
 
 from node import limits
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
-from node.core.holds import Hold, Holds, collectable_before, keep_vclock
+from node.core.holds import Hold, Holds, collectable_before, keep_vclock, lapsing
 
 SELF, PEER, OTHER, GONE, ANON = (f"{c * 8}-0000-4000-8000-00000000000{i}" for i, c in enumerate("abcde", 1))
 
@@ -131,6 +131,29 @@ def test_positions_keep_members_until_expelled_and_anonymous_replicas_exactly_th
     book = Holds({PEER: Hold({1: 1}, 0.0, False), GONE: Hold({1: 2}, 0.0, False), ANON: Hold({1: 3}, 100.0, True)})
     assert book.positions(_table(), 130.0, 30.0) == [{1: 1}, {1: 3}]
     assert book.positions(_table(), 130.5, 30.0) == [{1: 1}]
+
+
+@pytest.mark.parametrize("anon, own_lsn, lapse", [(True, 0, True), (True, 1, False), (False, 0, False)])
+def test_holds_lapse_only_on_an_anonymous_node_with_no_row_of_its_own(anon, own_lsn, lapse):
+    """Once an anonymous node has a private `_cluster` note under its own id, a member that
+    registers it later asks for its rows from that note: members hold as on any node."""
+    assert lapsing(anon, own_lsn) is lapse
+
+
+def test_where_holds_lapse_members_get_none_unasked():
+    """Members do not replicate from an anonymous replica: a hold for each would keep its WAL
+    for ever."""
+    asked = []
+    book = Holds({PEER: Hold({1: 8}, 1.0, False)})
+    assert book.hold_for_new_members(SELF, _table(), lambda: asked.append(1) or {1: 4}, 5.0, lapse=True) == ([], {})
+    assert asked == [] and list(book.by_uuid) == [PEER]
+
+
+def test_where_holds_lapse_a_members_hold_lasts_exactly_the_ttl_like_an_anonymous_replicas():
+    book = Holds({PEER: Hold({1: 1}, 100.0, False), GONE: Hold({1: 2}, 100.0, False), ANON: Hold({1: 3}, 90.0, True)})
+    assert book.positions(_table(), 130.0, 30.0, lapse=True) == [{1: 1}]      # (expelled: never)
+    assert book.positions(_table(), 130.5, 30.0, lapse=True) == []
+    assert book.positions(_table(), 130.5, 30.0) == [{1: 1}]                  # elsewhere its hold stands
 
 
 def test_the_wal_kept_is_the_least_of_the_store_and_every_hold_and_local_rows_are_the_stores_alone():
