@@ -68,10 +68,11 @@ def hold_positions(holds: dict[str, Hold], table: ClusterTable, now_s: float,
     return [h.vclock for uuid, h in holds.items() if holding(h, table.get(uuid), now_s, anon_ttl_s, lapse)]
 
 
-def holding(h: Hold, member: Member | None, now_s: float, anon_ttl_s: float, lapse: bool = False) -> bool:
+def holding(h: Hold, member: Member | None, now_s: float, anon_ttl_s: float, lapse: bool) -> bool:
     """Whether one hold keeps the WAL now (`member`: its holder's `_cluster` entry here; a
-    member this node does not know yet, its registration row on its way, holds too)."""
-    if not h.anon and member is not None and member.state == STATE_EXPELLED:
+    member this node does not know yet, its registration row on its way, holds too; an
+    expelled one never, nor anything subscribing under its uuid)."""
+    if member is not None and member.state == STATE_EXPELLED:
         return False
     return now_s - h.seen_s <= anon_ttl_s if h.anon or lapse else True
 

@@ -156,6 +156,12 @@ def test_where_holds_lapse_a_members_hold_lasts_exactly_the_ttl_like_an_anonymou
     assert book.positions(_table(), 130.5, 30.0) == [{1: 1}]                  # elsewhere its hold stands
 
 
+@pytest.mark.parametrize("anon", [False, True])
+def test_an_expelled_uuids_hold_never_keeps_the_wal_whoever_left_it(anon):
+    book = Holds({GONE: Hold({1: 2}, 100.0, anon), PEER: Hold({1: 5}, 100.0, False)})
+    assert book.positions(_table(), 100.0, 30.0) == [{1: 5}]
+
+
 def test_the_wal_kept_is_the_least_of_the_store_and_every_hold_and_local_rows_are_the_stores_alone():
     assert keep_vclock({0: 50, 1: 10, 2: 7}, [{1: 4, 2: 9}, {2: 6}]) == {0: 50, 1: 0, 2: 6}
     assert keep_vclock({1: 10}, []) == {1: 10}
