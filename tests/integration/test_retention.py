@@ -31,13 +31,20 @@ def test_lagging_anonymous_replica_behind_collected_wal_rejoins(tmp_path, procs)
     assert r.kv_get("kv", "k0")[1]["value"] == "x" * 100
 
 
-def test_member_position_holds_the_wal(tmp_path, procs):
+def a_and_member_b(tmp_path, procs) -> tuple[ReplogProcess, ReplogProcess]:
+    """A (small segments, frequent checkpoints) with space kv, and B, a member following A and
+    followed by it."""
     a = ReplogProcess(tmp_path, "a", extra=SMALL).start()
     procs.append(a)
     a.create_space("kv")
     b = ReplogProcess(tmp_path, "b", peers=[a]).start()
     procs.append(b)
     a.set_peers([b])
+    return a, b
+
+
+def test_member_position_holds_the_wal(tmp_path, procs):
+    a, b = a_and_member_b(tmp_path, procs)
     a.kv_put("kv", "first", 1)
     wait_for(lambda: b.kv_get("kv", "first")[0] == 200, 20, "member caught up")
     wait_for(lambda: b.uuid() in {d["uuid"] for d in a.info()["downstreams"]}, 10, "member subscribed")
@@ -57,12 +64,7 @@ def test_an_anonymous_replicas_wal_is_collected_though_no_member_replicates_from
     holds its WAL (node/core/holds.py `lapsing`); before, each got a hold from the first
     checkpoint after the replica learned of it, and the replica's WAL grew for ever. B, a member
     that stops, still holds A's WAL."""
-    a = ReplogProcess(tmp_path, "a", extra=SMALL).start()
-    procs.append(a)
-    a.create_space("kv")
-    b = ReplogProcess(tmp_path, "b", peers=[a]).start()
-    procs.append(b)
-    a.set_peers([b])
+    a, b = a_and_member_b(tmp_path, procs)
     r = ReplogProcess(tmp_path, "r", peers=[a], extra=["--anon"] + SMALL).start()
     procs.append(r)
     a.kv_put("kv", "first", 1)
