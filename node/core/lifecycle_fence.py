@@ -127,6 +127,14 @@ def own_rows_awaited(claims: Claims, have: int, upstreams: set[str]) -> tuple[in
     return best
 
 
+def claims_unheeded(claims: Claims, have: int, upstreams: set[str]) -> list[tuple[str, int, str]]:
+    """(uuid, lsn, address) of the claims on our own rows past `have` made by peers that are not
+    our upstreams (by uuid or address): not believed, since they cannot send the rows back, and
+    our next rows take those lsns, so they are shown (node/http/health.py) with the way out."""
+    return sorted((uuid, lsn, address) for uuid, (lsn, address) in claims.items()
+                  if lsn > have and uuid not in upstreams and address not in upstreams)
+
+
 def may_lift(core: NodeCore) -> bool:
     """Every member was heard and our own rows are back (OwnRowsFence.can_clear)."""
     return core.fence_state()[0]

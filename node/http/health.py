@@ -10,8 +10,9 @@
 - `/v1/health` keeps the SPEC's meaning: 200 while the node serves clients, 503 with
   `{"status", "reason"}` otherwise (503 `no_space` while the NOSPACE alarm is raised: reads are
   served, writes are not). While it serves, `status` is `ok`, or `degraded` with `warnings`
-  (every upstream not following, every upstream over the lag bound, a map nearly full): a node
-  whose upstreams are all down still serves, and says so.
+  (every upstream not following, every upstream over the lag bound, a map nearly full, a peer
+  that is not an upstream saying it holds more of this node's own rows than the node has): a
+  node whose upstreams are all down still serves, and says so.
 All three need no token (like /metrics): probes carry none. Thresholds are options, reloaded
 by SIGHUP (node/config.py)."""
 from __future__ import annotations
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from node.process.ports import HealthView
 
 WATCH = web.AppKey("loop_watch", object)
+UNHEEDED_SHOWN = 3      # peers warnings() names that claim our rows (one with the secret can make up many)
 
 
 class LoopWatch:
@@ -130,7 +132,16 @@ def warnings(node: "HealthView") -> list[str]:
     out = [_down_line(a) for a in down] + [_slow_line(a, node.cfg.ready_lag_max_s) for a in slow]
     if down and len(down) == len(node.appliers):
         out.insert(0, f"every upstream is down ({len(down)}): this node receives no other member's writes")
+    unheeded = node.own_rows_unheeded() if node.own_claims and node.core is not None else []
+    have = node.core.claimed.get(node.core.self_id) if unheeded else 0
+    for uuid, lsn, address in unheeded[:UNHEEDED_SHOWN]:
+        out.append(f"{uuid} at {address or '?'} says it holds this node's own rows up to lsn {lsn} (this node has "
+                   f"{have}); only an upstream can send them back: add it to this node's peers (PUT "
+                   f"/v1/admin/peers) to take them, or this node's next rows take those lsns")
+    if len(unheeded) > UNHEEDED_SHOWN:
+        out.append(f"... and {len(unheeded) - UNHEEDED_SHOWN} more peers say so")
     return out
+
 
 
 def install_health(app: web.Application, node: "HealthView", reply) -> None:

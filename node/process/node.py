@@ -106,6 +106,7 @@ class Node:
         self.task_failures = t.failures                  # task name -> {"failures", "error"}
         self.greeting, self.check_peer_greeting = p.greeting, p.check_peer_greeting
         self.disprove_claim, self.own_rows_awaited = p.disprove_claim, p.own_rows_awaited
+        self.own_rows_unheeded = p.own_rows_unheeded
         self.set_peers, self.configure_peers = p.set_peers, p.configure_peers
         self.write_check, self.replicated_write_check = w.write_check, w.replicated_write_check
         self.refuse_without_room, self.write, self.expel = w.refuse_without_room, w.write, w.expel

@@ -12,7 +12,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from node.applier.applier import Applier
-from node.core.lifecycle_fence import disprove_claim, hear_greeting, own_history_lsn, own_rows_awaited
+from node.core.lifecycle_fence import (claims_unheeded, disprove_claim, hear_greeting, own_history_lsn,
+                                      own_rows_awaited)
 
 if TYPE_CHECKING:
     from node.process.ports import PeeringHost
@@ -77,9 +78,18 @@ class Peering:
         node has not claimed yet. Only an upstream can send them back, so only an upstream's
         claim is believed, and only while it is one: a peer that is not (a client greeting
         this node's relay) cannot hold its writes, and removing a peer ends its claim."""
-        core, appliers = self.node.core, self.node.appliers
-        upstreams = {a.peer_uuid for a in appliers.values()} | set(appliers)
-        return own_rows_awaited(self.own_claims, core.claimed.get(core.self_id), upstreams)
+        core = self.node.core
+        return own_rows_awaited(self.own_claims, core.claimed.get(core.self_id), self._upstreams())
+
+    def own_rows_unheeded(self) -> list[tuple[str, int, str]]:
+        """(uuid, lsn, address) of the peers that are not upstreams and say they hold this node's
+        own rows past what it claimed (lifecycle_fence.claims_unheeded)."""
+        core = self.node.core
+        return claims_unheeded(self.own_claims, core.claimed.get(core.self_id), self._upstreams())
+
+    def _upstreams(self) -> set[str]:
+        appliers = self.node.appliers
+        return {a.peer_uuid for a in appliers.values()} | set(appliers)
 
     # --- upstreams --------------------------------------------------------------------------------
     def configure_peers(self, peers: list[str]) -> list[asyncio.Task]:

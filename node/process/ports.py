@@ -118,6 +118,7 @@ class HealthView(Protocol):
     space: "SpaceWatch"
 
     def own_rows_awaited(self) -> tuple[int, str] | None: ...
+    def own_rows_unheeded(self) -> list[tuple[str, int, str]]: ...
 
 
 class MetricsView(HealthView, Protocol):

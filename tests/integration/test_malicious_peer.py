@@ -239,16 +239,21 @@ def _writes(node: ReplogProcess, key: str) -> tuple[int, str]:
     return s, (d.get("error", {}).get("message", "") if s != 200 else "")
 
 
-def test_a_claim_to_hold_this_nodes_rows_from_a_peer_it_cannot_fetch_them_from_changes_nothing(cluster):
+def test_a_claim_to_hold_this_nodes_rows_from_a_peer_it_cannot_fetch_them_from_holds_no_write(cluster):
     """A liar greets A as a client only, saying it holds A's own rows up to lsn_max: A cannot
     fetch them from it (it is none of A's upstreams), so the claim cannot hold A's writes (every
-    write answered 503 `catching_up` until a restart)."""
+    write answered 503 `catching_up` until a restart). It is shown, though: an honest peer that
+    says so (an anonymous replica A forgot, a node A's rows reached before A lost them) holds
+    rows A's next writes take the lsns of, unless A replicates from it."""
     a, b = cluster
     with running(FakePeer(SECRET), a.address) as (peer, thread):
         answer = thread.call(peer.request(a.address, m.BYE, greeting={"vclock_uuid": {a.uuid(): limits.lsn_max}}))
         assert answer["uuid"] == a.uuid()
         assert _writes(a, f"{peer.uuid[:8]}-after-claim") == (200, "")
-    assert a.get("/v1/health")[0] == 200
+    s, d = a.get("/v1/health")
+    assert s == 200 and d["status"] == "degraded", d
+    said = [w for w in d["warnings"] if peer.uuid in w]
+    assert len(said) == 1 and f"up to lsn {limits.lsn_max}" in said[0] and "PUT /v1/admin/peers" in said[0], d
 
 
 def test_a_claim_to_hold_this_nodes_rows_holds_writes_only_while_its_peer_is_an_upstream(cluster):

@@ -7,7 +7,7 @@ import pytest
 
 from node import limits
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
-from node.core.lifecycle_fence import (LOSS_NO_WAL, LOSS_POWER, claim_of, disprove_claim, fence_from_meta, hear_greeting,
+from node.core.lifecycle_fence import (LOSS_NO_WAL, LOSS_POWER, claim_of, claims_unheeded, disprove_claim, fence_from_meta, hear_greeting,
                                        lift, loss_at_open, may_lift, own_rows_awaited)
 from node.core.membership import OwnRowsFence
 from node.core.replicaset import NodeCore
@@ -104,6 +104,15 @@ def test_a_claim_only_grows():
     assert claims[UUID_B] == (8, ADDR_B)
     hear_greeting(None, claims, set(), greeting(UUID_C, None), UUID_A)     # no claim; no core yet
     assert UUID_C not in claims
+
+
+def test_claims_past_what_this_node_has_from_peers_that_are_not_upstreams_are_the_unheeded_ones():
+    """Shown by /v1/health (only an upstream's claim holds writes: own_rows_awaited)."""
+    claims = {UUID_B: (9, "b:1"), UUID_C: (9, "c:1"), "dddddddd-0000-4000-8000-000000000004": (5, "d:1"),
+              "eeeeeeee-0000-4000-8000-000000000005": (6, "e:1")}
+    assert claims_unheeded(claims, 5, {UUID_B, "c:1"}) == [("eeeeeeee-0000-4000-8000-000000000005", 6, "e:1")]
+    assert claims_unheeded(claims, 6, set()) == [(UUID_B, 9, "b:1"), (UUID_C, 9, "c:1")]
+    assert len(claims) == 4                                  # (it drops nothing: own_rows_awaited does)
 
 
 def test_claims_are_bounded_by_members_max():
