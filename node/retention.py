@@ -144,14 +144,17 @@ class Retention:
     def _hold_for_new_members(self) -> None:
         node = self.node
         added, start = self.book.hold_for_new_members(node.uuid, node.core.table, self._oldest, time.time(),
-                                                      self._lapse())
+                                                      self.lapse)
         for uuid in added:
             log.info("retention: member %s holds this node's WAL from %s until it acknowledges rows here",
                      uuid, VClock(start))
 
-    def _lapse(self) -> bool:
+    @property
+    def lapse(self) -> bool:
+        """Every hold here lapses with the TTL (node.core.holds.lapsing: an anonymous node with no
+        row under its own id)."""
         core = self.node.core
-        return lapsing(core.anon, core.claimed.get(core.self_id))
+        return core is not None and lapsing(core.anon, core.claimed.get(core.self_id))
 
     def view(self) -> dict[str, Hold]:
         return self.holds
@@ -166,7 +169,7 @@ class Retention:
         await asyncio.get_running_loop().run_in_executor(None, store.sync)
         core.mark_synced(VClock(synced))
         self._hold_for_new_members()
-        positions = self.book.positions(core.table, time.time(), node.cfg.anon_ttl_s, self._lapse())
+        positions = self.book.positions(core.table, time.time(), node.cfg.anon_ttl_s, self.lapse)
         if core.fence is None:      # a fence waits for them: a restart while it stands must too
             self._forget_followers(followers_to_forget(self.followers, self.book.by_uuid, core.table, time.time(),
                                                        node.cfg.anon_ttl_s))

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from node import limits
-from node.core.holds import holding, lapsing
+from node.core.holds import holding
 from node.errors import ClientError
 
 if TYPE_CHECKING:
@@ -52,10 +52,10 @@ def wal_view(node: "EventsView") -> dict:
     core, now = node.core, time.time()
     vclock = dict(core.vclock.items()) if core else {}
     holds = []
+    lapse = node.retention.lapse
     for uuid, h in node.retention.view().items():
         mem = core.table.get(uuid) if core else None
         age = now - h.seen_s
-        lapse = bool(core) and lapsing(core.anon, core.claimed.get(core.self_id))
         holds.append({"uuid": uuid, "anon": h.anon, "seen_s_ago": round(age, 1),
                       "holding": holding(h, mem, now, node.cfg.anon_ttl_s, lapse),
                       "rows_behind": _rows_behind(vclock, h.vclock)})
