@@ -103,3 +103,43 @@ def test_wal_mode_fsync_is_not_fenced_by_a_machine_restart(tmp_path, procs):
     c.start()
     assert _fenced(c) is None
     c.kv_put("kv", "y", 1)
+
+
+def test_a_member_expelled_on_a_peer_lifts_a_fence_whose_links_stay_up(tmp_path, procs):
+    """C is fenced (its WAL is gone) and waits for D, which is down for good. The operator does
+    what C's fence says, expels D — on A, not on C. C's links stay up, and C asks A's and B's rows
+    from where they were when it subscribed (fenced: its own rows first), so A's expel row, and
+    B's own `_cluster` row that follows it, reach C past a gap in their origins' rows and are
+    not applied; what they say of D must still reach the fence, or C waits for D for ever (it
+    did: the rows were dropped, and only a new greeting would have told C)."""
+    nodes = mesh(tmp_path, 4)
+    procs.extend(nodes)
+    a, b, c, d = nodes
+    a.create_space("kv")
+    wait_for(lambda: all(n.get("/v1/spaces/kv/keys")[0] == 200 for n in nodes), 20, "kv everywhere")
+    c.kv_put("kv", "c0", 0)
+    wait_for(lambda: vclocks_converged(nodes), 20, "converged")
+    du = d.uuid()
+    d.stop()                                     # down for good
+    c.kill9()
+    for i in range(5):                           # rows of A and B that C asks for only after its fence
+        a.kv_put("kv", f"a{i}", i)
+        b.kv_put("kv", f"b{i}", i)
+    shutil.rmtree(f"{c.data_dir}/wal")
+    c.start()
+    wait_for(lambda: du in ((_fenced(c) or {}).get("waiting_for") or []), 30, "C's fence waits for D alone")
+    assert (_fenced(c) or {}).get("waiting_for") == [du], _fenced(c)
+    up = {a.uuid(), b.uuid()}
+
+    def linked() -> bool:                        # every link between C and A, B is up: no greeting to come
+        i = c.info()
+        return {u["uuid"] for u in i["upstreams"] if u["status"] == "follow"} >= up and \
+            {r["uuid"] for r in i["downstreams"] if r["status"] == "subscribed"} >= up
+    wait_for(linked, 30, "C linked both ways with A and B")
+    s, body = a.delete(f"/v1/cluster/{du}")
+    assert s == 200, (s, body)
+    wait_for(lambda: _fenced(c) is None, 30, "C's fence lifted by D's expel on A")
+    assert c.kv_put("kv", "after", 1)["lsn"] > 1
+    wait_for(lambda: all(n.kv_get("kv", f"{w}{i}")[0] == 200 for n in (a, b, c) for w in "ab" for i in range(5)),
+             20, "A's and B's rows everywhere once C subscribes again")
+    wait_for(lambda: (c.cluster().get(du) or {}).get("state") == "expelled", 20, "D expelled on C")

@@ -63,6 +63,12 @@ SEEDED = [
      "node/core/lifecycle_fence.py hear_greeting"),
     ("a_fence_counts_the_word_of_an_anonymous_replica_that_holds_the_nodes_last_rows", 5782, True,
      "node/core/lifecycle_fence.py hear_greeting"),
+    # session 30: E, fenced after a power loss, waited for F (down for good); the operator expelled
+    # F on A while E's links stayed up. A's expel row and each member's own row following it reached
+    # E past a gap in their origins' rows (a fenced node asks other components from where the peer
+    # is), were not applied, and told the fence nothing: E stayed fenced (a stall, no greeting came)
+    ("a_fence_hears_an_expel_row_that_comes_past_a_gap", 15104, True,
+     "node/core/cluster_rows.py _fence_hears_expels"),
 ]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from node import limits
 from node.cluster_space.table import STATE_MEMBER, Member
 from node.core.cluster_rows import Peer
 from node.core.membership import OwnRowsFence
@@ -104,6 +105,31 @@ def test_while_fenced_a_members_own_row_that_moves_it_waits_for_the_fence():
     with pytest.raises(RemoteProtocolError, match="taken after the fence"):
         core.receive(PEER, _txn(3, 6, _row(OTHER, 3, address="h:2")), WALL)
     assert core.claimed.get(3) == 5
+
+
+def test_while_fenced_a_row_past_a_gap_is_not_applied_but_tells_the_fence_who_is_expelled():
+    core = _fenced_with("")
+    core.fence.known |= {NEW, "u-gone"}
+    assert core.fence.waiting_for(core.table, SELF) == sorted([NEW, OTHER, PEER, "u-gone"])
+    row = _txn(3, 8, _row(NEW, 11, state="expelled"), _row(SELF, 1, state="expelled"), _row("u-gone", 12))
+    assert core.receive(PEER, row, WALL) == []              # OTHER's rows are claimed up to 5: a gap
+    assert core.claimed.get(3) == 5 and core.table.get(NEW) is None
+    assert core.fence.expelled == {NEW}                     # not this node, not a member row
+    assert core.fence.waiting_for(core.table, SELF) == sorted([OTHER, PEER, "u-gone"])
+
+
+def test_expels_heard_past_gaps_grow_the_fence_no_further_than_members_max(monkeypatch):
+    core = _fenced_with("")
+    monkeypatch.setattr(limits, "members_max", 2)
+    for i, uuid in enumerate(["u-a", "u-b", "u-c", "u-a"]):
+        core.receive(PEER, _txn(3, 8 + i, _row(uuid, 20 + i, state="expelled")), WALL)
+    assert core.fence.expelled == {"u-a", "u-b"}
+
+
+def test_a_row_past_a_gap_tells_a_node_that_is_not_fenced_nothing():
+    core = _core(None)
+    assert core.receive(PEER, _txn(3, 8, _row(NEW, 11, state="expelled")), WALL) == []
+    assert core.table.get(NEW) is None and core.fence is None
 
 
 def test_a_row_about_this_node_teaches_the_peers_map_only_from_the_peer_itself_and_not_its_history():
