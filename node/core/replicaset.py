@@ -66,6 +66,19 @@ class NodeCore(Receiving):
         # node (before a loss): they come back as history, and our table (the donor's ids since
         # the rebuild) is not theirs to change. While fenced, every own row received is history.
         self.own_history_lsn = own_history_lsn
+        # members whose relay refused this node as expelled (address -> what it said), though the
+        # expel row may not have reached it: while any did, it registers nobody (told_expelled)
+        self.expelled_by: dict[str, str] = {}
+
+    def told_expelled(self, address: str, message: str) -> None:
+        """The relay at `address` refused this node as expelled (its ERROR expelled). The expel
+        row may be far from here (it comes past a gap, or this node is fenced), and meanwhile a
+        member this node registered would be registered by a row past its expel bound, which no
+        member takes: the newcomer would hold rows nobody else can have (a stall). So it registers
+        nobody while any member says so (node.core.link.relay), until it restarts; a peer that
+        lies can only send joiners to another donor. At most members_max addresses are kept."""
+        if address in self.expelled_by or len(self.expelled_by) < limits.members_max:
+            self.expelled_by[address] = message
 
     # --- identity ----------------------------------------------------------------
     @property

@@ -69,6 +69,11 @@ SEEDED = [
     # is), were not applied, and told the fence nothing: E stayed fenced (a stall, no greeting came)
     ("a_fence_hears_an_expel_row_that_comes_past_a_gap", 15104, True,
      "node/core/cluster_rows.py _fence_hears_expels"),
+    # session 30: C, expelled while it was down, started again not knowing it (every member
+    # refused its links as expelled) and registered E: its own row past its expel bound, which no
+    # member takes, so E held rows nobody else could have; every node told E to rejoin and no
+    # snapshot covered it (a stall). A node refused as expelled now registers nobody
+    ("a_node_refused_as_expelled_registers_nobody", 15214, True, "node/core/replicaset.py told_expelled"),
 ]
 
 
@@ -77,6 +82,8 @@ def test_a_seeded_run_that_showed_a_membership_bug_keeps_every_invariant(behavio
     c = run_seed(seed, full=full)
     if behaviour.startswith("a_member_gone_for_good"):
         assert c.stats["expels_pending_fence"] > 0      # the expel went through a fenced node
+    if behaviour.startswith("a_node_refused_as_expelled"):
+        assert c.stats["refused_donor_expelled"] > 0    # a JOIN went to a donor refused as expelled
     if behaviour.startswith("a_link_greeted_while"):
         assert c.stats["refused_greet_again"] > 0       # a relay's greeting outlived its fence
     if behaviour.startswith("a_fence_counts_the_word_of_an_anonymous"):

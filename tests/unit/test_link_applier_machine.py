@@ -319,6 +319,29 @@ def test_a_refusal_while_following_ends_the_link_with_it():
     assert mach.ready().stop.error is e
 
 
+def test_an_upstream_that_refuses_this_node_as_expelled_is_noted_by_the_core_and_no_other_refusal_is():
+    mach = machine()
+    mach.start(greeting(SELF))
+    mach.advance(mach.ready())
+    mach.step(PeerRefused("duplicate", "already followed"), NOW)
+    assert mach.core.expelled_by == {}
+    mach = machine(mach.core)
+    mach.start(greeting(SELF))
+    mach.advance(mach.ready())
+    e = PeerRefused("expelled", f"{SELF} was expelled from this cluster")
+    mach.step(e, NOW)
+    assert mach.ready().stop.error is e
+    assert mach.core.expelled_by == {"2.example:1": f"{SELF} was expelled from this cluster"}
+
+
+def test_the_addresses_that_said_this_node_is_expelled_are_bounded(monkeypatch):
+    core = new_core()
+    monkeypatch.setattr(limits, "members_max", 2)
+    for address in ("a:1", "b:1", "c:1", "a:1"):
+        core.told_expelled(address, "expelled")
+    assert sorted(core.expelled_by) == ["a:1", "b:1"]
+
+
 def test_an_expelled_members_bound_growing_asks_for_a_fresh_subscribe():
     mach = following()
     mach.core.expel_epoch += 1

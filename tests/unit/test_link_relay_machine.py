@@ -178,6 +178,26 @@ def test_a_join_this_node_cannot_serve_now_is_refused_with_a_code(why):
     assert mach.state is RelayState.CLOSED and not rd.persist and not any(type(e) is Register for e in rd.effects)
 
 
+@pytest.mark.parametrize("request_type", [m.JOIN, m.REGISTER])
+def test_a_node_a_member_refused_as_expelled_registers_nobody_not_even_a_member_again(request_type):
+    host = Host()
+    host.core.told_expelled("2.example:1", f"{SELF} was expelled from this cluster")
+    mach = greeted(relay(host, SUB), SUB)
+    mach.step(m.Message(request_type, {"code": "x", "id": 2}), NOW)
+    rd = mach.ready()
+    (err,) = rd.send
+    assert err.mtype == m.ERROR and err.body["code"] == "donor_expelled" and "2.example:1" in err.body["message"]
+    assert mach.state is RelayState.CLOSED and not rd.persist and not any(type(e) is Register for e in rd.effects)
+
+
+def test_a_node_a_member_refused_as_expelled_still_serves_subscribers():
+    host = Host()
+    host.core.told_expelled("2.example:1", "expelled")
+    mach = greeted(relay(host, SUB), SUB)
+    mach.step(subscribe({}), NOW)
+    assert mach.state is RelayState.STREAMING
+
+
 def test_a_fenced_node_still_answers_a_members_join_again():
     host = Host()
     host.core.fence = OwnRowsFence("a test loss")

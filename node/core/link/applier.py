@@ -137,6 +137,8 @@ class ApplierMachine:
         if isinstance(msg, PeerRefused):
             if st is ApplierState.SUBSCRIBING and msg.code == "need_rejoin":
                 self._rejoin_answer(msg)
+            elif msg.code == "expelled":
+                self.core.told_expelled(self.address, msg.message)
             return self._stop(msg)
         if st is ApplierState.GREETING:
             if msg.type != m.GREETING:
