@@ -19,7 +19,7 @@ Rules kept here:
 - another member's row about this node changes nothing here but an expel; while fenced, a row
   that would change this node's table (and so need an own row) waits until the fence is
   cleared; one that arrives past a gap while fenced still tells the fence which members are
-  expelled (`_fence_hears_expels`)."""
+  expelled (OwnRowsFence.hear_expels)."""
 from __future__ import annotations
 
 import logging
@@ -129,21 +129,6 @@ class ClusterRows:
                 return (f"it changes {op.key} here ({res.reason}), which needs a row under this node's own id, "
                         "and this node's own rows are not confirmed yet: it is taken after the fence")
         return None
-
-    def _fence_hears_expels(self, ops) -> None:
-        """While fenced, a `_cluster` row that arrives past a gap (a fenced node asks every other
-        component from where the peer is, so a change made since comes past one) is not applied,
-        but what it says of expels is heard, as from a greeting's `cluster` rows: the fence stops
-        waiting for an expelled member (what it said it holds still counts). Without this, a
-        member expelled on a peer while this node's links stay up holds the fence for ever.
-        Bounded like the greetings heard (limits.members_max new uuids)."""
-        fence = self.fence
-        assert fence is not None
-        for op in ops:
-            v = op.value
-            if op.key != self.uuid and isinstance(v, dict) and v.get("state") == STATE_EXPELLED and (
-                    op.key in fence.expelled or len(fence.expelled) < limits.members_max):
-                fence.expelled.add(op.key)
 
     def _translate(self, peer: Peer, replica_id: int, lsn: int) -> int:
         """This node's id for a row's origin, through the peer's map; never guessed."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from node import limits
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable
 
 
@@ -94,6 +95,17 @@ class OwnRowsFence:
     def hear(self, member_uuid: str, own_lsn: int) -> None:
         if own_lsn > self.heard.get(member_uuid, -1):
             self.heard[member_uuid] = own_lsn
+
+    def hear_expels(self, ops) -> None:
+        """A `_cluster` txn that came past a gap while fenced (this node asks every other
+        component from where the peer is, so a change made since comes past one): not applied,
+        but what it says of expels is heard, as from a greeting's cluster rows (the same word: the
+        peer could say it in its greeting). Without this, a member expelled on a peer while this
+        node's links stay up would hold the fence for ever. At most limits.members_max uuids
+        (a row's value is a dict: node.core.rows checked it)."""
+        for op in ops:
+            if op.value.get("state") == STATE_EXPELLED and len(self.expelled) < limits.members_max:
+                self.expelled.add(op.key)
 
     def target(self) -> int:
         """The most of this node's rows any member holds (the word of one the operator gave up on

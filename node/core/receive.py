@@ -16,7 +16,7 @@ Rules kept here:
   Otherwise the origin skipped lsns of its own (its WAL lost rows it had, or it is broken or
   lying): not refused, since its rows past the gap may still come by another route;
   a `_cluster` row past a gap while fenced still tells the fence which members are expelled
-  (ClusterRows._fence_hears_expels);
+  (OwnRowsFence.hear_expels);
 - an expelled member's rows past its bound are not applied;
 - a remote row is checked against this node's state before it is claimed (what its decoder
   could not know): its spaces exist here and are replicated ones, a new space fits the store's
@@ -79,7 +79,7 @@ class Receiving(ClusterRows):
             if member.uuid == peer_uuid:
                 self._own_gap(peer, member, have, raw.lsn)
             if raw.group == GROUP_CLUSTER and self.fence is not None:
-                self._fence_hears_expels(raw.ops)
+                self.fence.hear_expels(raw.ops)
             return []
         if member.state == STATE_EXPELLED and raw.last_lsn > member.expelled_lsn:
             peer.stats.expelled += 1

@@ -76,9 +76,10 @@ class NodeCore(Receiving):
         member this node registered would be registered by a row past its expel bound, which no
         member takes: the newcomer would hold rows nobody else can have (a stall). So it registers
         nobody while any member says so (node.core.link.relay), until it restarts; a peer that
-        lies can only send joiners to another donor. At most members_max addresses are kept."""
-        if address in self.expelled_by or len(self.expelled_by) < limits.members_max:
-            self.expelled_by[address] = message
+        lies can only send joiners to another donor. At most members_max addresses are kept, each with
+        the first thing it said."""
+        if len(self.expelled_by) < limits.members_max:
+            self.expelled_by.setdefault(address, message)
 
     # --- identity ----------------------------------------------------------------
     @property

@@ -68,7 +68,7 @@ SEEDED = [
     # E past a gap in their origins' rows (a fenced node asks other components from where the peer
     # is), were not applied, and told the fence nothing: E stayed fenced (a stall, no greeting came)
     ("a_fence_hears_an_expel_row_that_comes_past_a_gap", 15104, True,
-     "node/core/cluster_rows.py _fence_hears_expels"),
+     "node/core/membership.py OwnRowsFence.hear_expels"),
     # session 30: C, expelled while it was down, started again not knowing it (every member
     # refused its links as expelled) and registered E: its own row past its expel bound, which no
     # member takes, so E held rows nobody else could have; every node told E to rejoin and no
