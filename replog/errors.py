@@ -8,7 +8,7 @@ HTTP API's status and code (`e.status`, `e.code`) and its message.
     │   └── Forbidden     403: a system space
     ├── Unauthorized      401: no token, or a wrong one
     ├── NotFound          404: no such key, space or member
-    ├── Conflict          409: read_only node, space exists with other options, too many spaces
+    ├── Conflict          409: read_only or expelled node, space exists with other options, too many spaces
     ├── Timeout           504 wait_timeout, or no answer within the call's timeout
     ├── Unavailable       503, or no node could be reached
     │   └── OutcomeUnknown  a write was sent and its connection broke before the answer:

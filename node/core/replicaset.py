@@ -67,19 +67,31 @@ class NodeCore(Receiving):
         # the rebuild) is not theirs to change. While fenced, every own row received is history.
         self.own_history_lsn = own_history_lsn
         # members whose relay refused this node as expelled (address -> what it said), though the
-        # expel row may not have reached it: while any did, it registers nobody (told_expelled)
+        # expel row may not have reached it: while any did, it is out of the cluster (expelled_reason)
         self.expelled_by: dict[str, str] = {}
 
     def told_expelled(self, address: str, message: str) -> None:
         """The relay at `address` refused this node as expelled (its ERROR expelled). The expel
         row may be far from here (it comes past a gap, or this node is fenced), and meanwhile a
         member this node registered would be registered by a row past its expel bound, which no
-        member takes: the newcomer would hold rows nobody else can have (a stall). So it registers
-        nobody while any member says so (node.core.link.relay), until it restarts; a peer that
-        lies can only send joiners to another donor. At most members_max addresses are kept, each with
-        the first thing it said."""
+        member takes: the newcomer would hold rows nobody else can have (a stall), and a client's
+        write here would be acknowledged and reach nobody. So while any member says so, until a
+        restart, this node is out (expelled_reason); a peer that lies could as well write an expel
+        row every member applies. At most members_max addresses are kept, each with the first
+        thing it said."""
         if len(self.expelled_by) < limits.members_max:
             self.expelled_by.setdefault(address, message)
+
+    def expelled_reason(self) -> str | None:
+        """Why this node is out of the cluster, if it is: its own `_cluster` entry says it was
+        expelled (the row reached it), or a member refused its link as expelled (told_expelled).
+        No member takes its rows past its expel bound, so it takes no writes to replicated
+        spaces (node/process/writes.py), registers nobody and expels nobody (node.core.link.relay)."""
+        if self.table.get(self.uuid).state == STATE_EXPELLED:  # type: ignore[union-attr]
+            return "its _cluster says it was expelled"
+        for address, said in self.expelled_by.items():
+            return f"{address} refused it as expelled ({said})"
+        return None
 
     # --- identity ----------------------------------------------------------------
     @property

@@ -11,8 +11,8 @@
   `{"status", "reason"}` otherwise (503 `no_space` while the NOSPACE alarm is raised: reads are
   served, writes are not). While it serves, `status` is `ok`, or `degraded` with `warnings`
   (every upstream not following, every upstream over the lag bound, a map nearly full, a peer
-  that is not an upstream saying it holds more of this node's own rows than the node has, members
-  that refused this node as expelled): a
+  that is not an upstream saying it holds more of this node's own rows than the node has, this node
+  expelled, by its own `_cluster` or by a member that refused it): a
   node whose upstreams are all down still serves, and says so.
 All three need no token (like /metrics): probes carry none. Thresholds are options, reloaded
 by SIGHUP (node/config.py)."""
@@ -133,12 +133,11 @@ def warnings(node: "HealthView") -> list[str]:
     out = [_down_line(a) for a in down] + [_slow_line(a, node.cfg.ready_lag_max_s) for a in slow]
     if down and len(down) == len(node.appliers):
         out.insert(0, f"every upstream is down ({len(down)}): this node receives no other member's writes")
-    told = node.core.expelled_by if node.core is not None else {}
-    if told:
-        address, said = next(iter(told.items()))
-        out.insert(0, f"{len(told)} member{'s' if len(told) > 1 else ''} refused this node as expelled ({address}: "
-                      f"{said}): it registers nobody, and members take none of its rows past the expel; a node "
-                      "expelled for good is stopped, and a new node (a new identity) joins in its place")
+    gone = node.core.expelled_reason() if node.core is not None else None
+    if gone is not None:
+        out.insert(0, f"this node was expelled from the cluster ({gone}): no member takes its rows past the expel, "
+                      "so it takes no writes to replicated spaces and registers nobody; stop it, and join a new "
+                      "node (a new identity) in its place")
     unheeded = node.own_rows_unheeded() if node.own_claims and node.core is not None else []
     have = node.core.claimed.get(node.core.self_id) if unheeded else 0
     for uuid, lsn, address in unheeded[:UNHEEDED_SHOWN]:

@@ -4,8 +4,9 @@ node/clientproto) goes through write_check here before it claims an lsn.
 
 Rules kept here:
 - A write is refused before it claims anything: not running (503), no room (507, the NOSPACE
-  alarm), read-only or anonymous (409), the own-rows fence standing or a peer still holding
-  this node's own rows (503). A refused write leaves no trace.
+  alarm), read-only or anonymous (409), expelled from the cluster (409: no member takes its
+  rows), the own-rows fence standing or a peer still holding this node's own rows (503). A
+  refused write leaves no trace.
 - Checks, claim (core.local_txn) and submit happen with no await between them.
 - The vclock by uuid is cached per vclock: a vclock only grows, so its signature and the
   table's size name it; callers never change the cached dict."""
@@ -41,13 +42,14 @@ class Writes:
 
     def replicated_write_check(self) -> None:
         """Writes to replicated spaces, rows under this node's own id: refused on a read-only node
-        or an anonymous replica, while the own-rows fence stands (node/fence.py), and while a peer
+        or an anonymous replica, on a node expelled from the cluster, while the own-rows fence stands (node/fence.py), and while a peer
         says it holds more of this node's rows than it has (they are still coming back)."""
         node = self.node
         core = node.core
         if node.cfg.read_only or core.anon:
             why = "an anonymous replica" if core.anon else "read_only"
             raise ClientError(409, "read_only", f"this node is {why}: writes to replicated spaces are refused")
+        self._refuse_if_expelled()
         if core.fence is not None and not node.fence.try_lift():
             raise ClientError(503, "own_rows_unconfirmed", core.fence_state()[1])
         awaited = node.own_rows_awaited() if node.own_claims else None
@@ -55,6 +57,14 @@ class Writes:
             have = core.claimed.get(core.self_id)
             raise ClientError(503, "catching_up", f"this node's own earlier rows (lsn {have + 1}..{awaited[0]}) "
                               f"are still coming back from {awaited[1]}, which holds them; retry shortly")
+
+    def _refuse_if_expelled(self) -> None:
+        """A node out of the cluster (NodeCore.expelled_reason) takes no row under its own id: no
+        member would take it, so a write acknowledged here would reach nobody."""
+        out = self.node.core.expelled_reason()
+        if out is not None:
+            raise ClientError(409, "expelled", f"this node was expelled from the cluster ({out}): no member takes "
+                              "its writes; stop it, and join a new node (a new identity) in its place")
 
     def refuse_without_room(self) -> None:
         """While the NOSPACE alarm is raised a write is refused before it claims anything."""
@@ -105,6 +115,7 @@ class Writes:
         self.refuse_without_room()
         if core.anon or node.cfg.read_only:
             raise ClientError(409, "read_only", "expel needs a writable member")
+        self._refuse_if_expelled()
         mem = core.table.get(uuid)
         fence = core.fence
         # a fenced node registers nobody: a member it waits for, or whose word holds it (an

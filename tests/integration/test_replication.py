@@ -136,8 +136,12 @@ def test_expelled_member_is_refused(tmp_path, procs):
     s, d = a.delete(f"/v1/cluster/{cu}")
     assert s == 200 and d["state"] == "expelled"
     wait_for(lambda: b.cluster()[cu]["state"] == "expelled", 20, "expel replicated to B")
-    c.kv_put("kv", "after", 1)
+    s, d = c.put("/v1/spaces/kv/keys/after", 1)   # refused once C knows it; before, its own alone
+    assert s == 200 or (s, d["error"]["code"]) == (409, "expelled"), (s, d)
     wait_for(lambda: "expelled" in a.log_text() or "expelled" in c.log_text(), 20, "expelled peer refused")
+    s, d = wait_for(lambda: (lambda sd: sd if sd[0] == 409 else None)(c.put("/v1/spaces/kv/keys/later", 1)), 20,
+                    "C refuses writes once it knows it was expelled")
+    assert d["error"]["code"] == "expelled", d
     # Neither master ever gets the row written after the expel.
     for n in (a, b):
         assert n.kv_get("kv", "after")[0] == 404

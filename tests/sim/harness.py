@@ -213,6 +213,9 @@ class Cluster(Faults, Network, Links, Joins):
         if repl and n.core.anon:
             self.stats["refused_anon_writes"] += 1
             return None
+        if repl and n.core.expelled_reason() is not None:
+            self.stats["refused_expelled_writes"] += 1      # Writes._refuse_if_expelled
+            return None
         if repl and n.core.fence is not None and not shell.try_lift(self, n):
             self.stats["refused_fenced_writes"] += 1
             return None

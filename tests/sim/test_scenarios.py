@@ -243,14 +243,15 @@ def test_expelled_member_rows_are_refused_everywhere_and_its_id_is_never_reused(
     c.run_until_quiet()
     cu = c.nodes["C"].uuid
     c_id = {n: id_of(c, n, "C") for n in "AB"}
+    c.partition(["A", "B"], ["C"])           # C cannot hear of its expel yet
     c.expel("C", via="A")
     c.run_until(lambda: all(c.nodes[n].state.table.get(cu).state == STATE_EXPELLED for n in "AB"),
                 what="A and B know C is expelled")
-    c.run_until_quiet()
     frozen = {n: c.nodes[n].core.vclock_by_uuid()[cu] for n in "AB"}
     for i in range(3, 6):
-        assert c.put("C", f"c{i}")           # C still writes locally
+        assert c.put("C", f"c{i}")           # C, not knowing, still writes: rows past its bound
         c.run(1)
+    c.heal()
     c.run_until_quiet()
     assert c.nodes["C"].core.vclock_by_uuid()[cu] > max(frozen.values())
     for n in "AB":
@@ -258,6 +259,7 @@ def test_expelled_member_rows_are_refused_everywhere_and_its_id_is_never_reused(
         assert c.nodes[n].core.peers[cu].stats.expelled > 0, n   # they arrived and were refused
         assert record_origin(c, n, "c5") is None
     assert c.nodes["C"].appliers["A"].refused == "expelled"       # relays refuse C's SUBSCRIBE
+    assert c.put("C", "c6") is None and c.stats["refused_expelled_writes"] == 1   # C knows it now
 
     c.add_node("E")
     c.join("E", via="B")

@@ -24,8 +24,9 @@ def _expelled_everywhere(c: Cluster, name: str, holders: str) -> bool:
 
 
 def _c_joins_behind_a_partition_writes_and_is_expelled(c: Cluster) -> None:
-    """A, B, S form; with A cut off from B and S, C joins through A and writes; A expels C,
-    and C writes on (rows past the bound, refused everywhere). Only A knows C at all."""
+    """A, B, S form; with A cut off from B and S, C joins through A and writes; cut off from A
+    too, C is expelled on A and writes on, not knowing (rows past the bound, refused
+    everywhere). Only A knows C at all."""
     form(c, "A", "B", "S")
     c.add_node("C")
     c.partition(["A", "C"], ["B", "S"])
@@ -35,6 +36,7 @@ def _c_joins_behind_a_partition_writes_and_is_expelled(c: Cluster) -> None:
         assert c.put("C", f"c{i}")
         c.run(1)
     c.run_until(lambda: len(rows_of(c, "A", "C")) >= 4, what="A has C's rows")
+    c.cut("A", "C")             # C does not hear of its expel: it writes on
     c.expel("C", via="A")
     c.run(20)                   # (no "quiet" behind a partition: the cut links never catch up)
     for i in range(4, 7):
@@ -80,9 +82,10 @@ def test_a_member_that_learns_of_an_expel_only_through_a_third_node_keeps_the_bo
         assert c.put("C", f"c{i}")
         c.run(1)
     c.run_until(lambda: len(rows_of(c, "A", "C")) >= 3, what="A has C's rows")
+    c.cut("A", "C")
     c.expel("C", via="A")
     c.run(20)
-    assert c.put("C", "late")
+    assert c.put("C", "late")                 # C has not heard of its expel
     c.run(20)
     bound = _bound(c, "A", "C")
     c.heal()

@@ -20,7 +20,8 @@ SELF, HOLDER, STRANGER = (f"{c * 8}-0000-4000-8000-00000000000{i}" for i, c in e
 
 def _writes(fence: OwnRowsFence) -> tuple[Writes, list[str]]:
     given: list[str] = []
-    core = SimpleNamespace(table=ClusterTable([Member(SELF, 1, "a:1", STATE_MEMBER)]), uuid=SELF, fence=fence, anon=False)
+    core = SimpleNamespace(table=ClusterTable([Member(SELF, 1, "a:1", STATE_MEMBER)]), uuid=SELF, fence=fence, anon=False,
+                           expelled_reason=lambda: None)
     node = SimpleNamespace(core=core, status="running", uuid=SELF, cfg=SimpleNamespace(read_only=False),
                            space=SimpleNamespace(alarm=None),
                            fence=SimpleNamespace(try_lift=lambda: False, give_up=given.append))

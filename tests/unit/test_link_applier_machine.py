@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from node import limits
-from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
+from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core import codec, rowscan
 from node.core import messages as m
 from node.core.link.applier import (ApplierMachine, ApplierState, DisproveClaim, Followed, Resubscribe)
@@ -332,6 +332,17 @@ def test_an_upstream_that_refuses_this_node_as_expelled_is_noted_by_the_core_and
     mach.step(e, NOW)
     assert mach.ready().stop.error is e
     assert mach.core.expelled_by == {"2.example:1": f"{SELF} was expelled from this cluster"}
+
+
+def test_a_node_is_out_of_the_cluster_by_its_own_expel_row_or_a_members_refusal():
+    core = new_core()
+    assert core.expelled_reason() is None
+    core.told_expelled("2.example:1", "gone")
+    core.told_expelled("2.example:1", "said again")
+    assert core.expelled_reason() == "2.example:1 refused it as expelled (gone)"
+    core = new_core()
+    core.table.upsert(Member(SELF, 1, "1.example:1", STATE_EXPELLED, 0, 3))
+    assert core.expelled_reason() == "its _cluster says it was expelled"
 
 
 def test_the_addresses_that_said_this_node_is_expelled_are_bounded(monkeypatch):

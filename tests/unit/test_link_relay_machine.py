@@ -178,15 +178,20 @@ def test_a_join_this_node_cannot_serve_now_is_refused_with_a_code(why):
     assert mach.state is RelayState.CLOSED and not rd.persist and not any(type(e) is Register for e in rd.effects)
 
 
+@pytest.mark.parametrize("how", ["told", "its own row"])
 @pytest.mark.parametrize("request_type", [m.JOIN, m.REGISTER])
-def test_a_node_a_member_refused_as_expelled_registers_nobody_not_even_a_member_again(request_type):
+def test_a_node_a_member_refused_as_expelled_registers_nobody_not_even_a_member_again(request_type, how):
     host = Host()
-    host.core.told_expelled("2.example:1", f"{SELF} was expelled from this cluster")
+    if how == "told":
+        host.core.told_expelled("2.example:1", f"{SELF} was expelled from this cluster")
+    else:
+        host.core.table.upsert(Member(SELF, 1, "1.example:1", STATE_EXPELLED, 0, 3))
     mach = greeted(relay(host, SUB), SUB)
     mach.step(m.Message(request_type, {"code": "x", "id": 2}), NOW)
     rd = mach.ready()
     (err,) = rd.send
-    assert err.mtype == m.ERROR and err.body["code"] == "donor_expelled" and "2.example:1" in err.body["message"]
+    assert err.mtype == m.ERROR and err.body["code"] == "donor_expelled"
+    assert ("2.example:1" if how == "told" else "its _cluster says it was expelled") in err.body["message"]
     assert mach.state is RelayState.CLOSED and not rd.persist and not any(type(e) is Register for e in rd.effects)
 
 

@@ -306,10 +306,10 @@ class RelayMachine:
             status, reason = self.host.status()
             if status != "running":
                 return self._refuse("not_ready", f"this node is {status}: {reason}")
-            if core.expelled_by:
-                address, said = next(iter(core.expelled_by.items()))
-                return self._refuse("donor_expelled", f"this node registers nobody: {address} refused it as "
-                                    f"expelled ({said}); a member registered here would not be taken by the others")
+            out = core.expelled_reason()
+            if out is not None:
+                return self._refuse("donor_expelled", f"this node registers nobody: {out}; a member registered "
+                                    "here would not be taken by the others")
             known = core.table.get(self.uuid)
             if core.fence is not None and (known is None or known.state != STATE_MEMBER):
                 # registering writes a row under our own id; a member we have needs none
