@@ -258,8 +258,9 @@ class Links:
     def _pump_relays(self) -> None:
         """Relay._send_loop, one turn per tick: the entries on disk (or written, wal_mode write)
         past the cursor, as the production filter cuts them, or a heartbeat when due."""
+        nodes = self.nodes
         for c in [c for c in self.conns.values() if c.streaming]:
-            p, mach = self.nodes[c.server], c.relay
+            p, mach = nodes[c.server], c.relay
             # an anonymous subscriber of a wal_mode write node gets only rows on disk
             end = p.durable if mach.anon and p.wal_mode == "write" else p.applied_pos
             now = p.wall_us() / 1e6
@@ -271,8 +272,9 @@ class Links:
             if self.relay_batch_max:
                 end = min(end, c.cursor + 1 + int(self.rng.random() * self.relay_batch_max))
             frames = []
+            sub, own = mach.sub, mach.own
             for entry in p.wal[c.cursor:end]:
-                frame, _ = txns_relay_frame(entry, _payload(entry), 0, mach.sub, mach.own)
+                frame, _ = txns_relay_frame(entry, _payload(entry), 0, sub, own)
                 if frame is not None:
                     frames.append(frame)
             c.cursor = end
