@@ -52,7 +52,7 @@ import msgpack
 
 from node.cluster_space.table import STATE_EXPELLED, ClusterTable, Member
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, GROUP_LOCAL, OP_CLUSTER, OP_DELETE, OP_PUT, Txn
-from node.core.vclock import Order
+from node.core.vclock import Order, VClock
 
 if TYPE_CHECKING:
     from tests.sim.harness import Cluster, SimNode
@@ -341,7 +341,6 @@ class Checker:
 
     @staticmethod
     def _on_disk(n: "SimNode"):
-        from node.core.vclock import VClock
         v = dict(n.base.vclock)
         for entry in n.wal[n.base_pos:n.durable]:
             for t in entry:
