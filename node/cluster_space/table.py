@@ -67,7 +67,9 @@ class ClusterTable:
         return len(self._by_uuid)
 
     def members(self) -> list[Member]:
-        return sorted(self._by_uuid.values(), key=lambda m: m.id)
+        """Every member, by id (`_by_id` holds the same members as `_by_uuid`: upsert sets both)."""
+        by_id = self._by_id
+        return [by_id[i] for i in sorted(by_id)]
 
     def rows(self) -> list[list]:
         return [m.to_row() for m in self.members()]

@@ -94,18 +94,26 @@ def advance_hold(old: Hold | None, durable: dict[int, int], now_s: float, anon: 
 def keep_vclock(store_vclock: dict[int, int], positions: list[dict[int, int]]) -> dict[int, int]:
     """Component-wise minimum of the store's vclock and every position that holds the WAL."""
     keep = dict(store_vclock)
+    if not positions:
+        return keep
+    rids = [rid for rid in keep if rid != 0]   # local rows are never sent: only recovery (the store) holds them
     for pos in positions:
-        for rid in list(keep):
-            if rid == 0:
-                continue  # local rows are never sent: only recovery (the store) holds them
-            keep[rid] = min(keep[rid], pos.get(rid, 0))
+        get = pos.get
+        for rid in rids:
+            lsn = get(rid, 0)
+            if lsn < keep[rid]:
+                keep[rid] = lsn
     return keep
 
 
 def collectable_before(next_start: dict[int, int], keep: dict[int, int]) -> bool:
     """A segment (or the simulation's WAL entry) may go when everything in it is below `keep`:
     when the next one starts at or below it in every component."""
-    return all(lsn <= keep.get(rid, 0) for rid, lsn in next_start.items())
+    get = keep.get
+    for rid, lsn in next_start.items():
+        if lsn > get(rid, 0):
+            return False
+    return True
 
 
 class Holds:

@@ -50,8 +50,9 @@ def vclock_error(d: Any) -> str | None:
     """A vclock on the wire: {id: lsn}, ids 0..replica_id_max, lsns 0..lsn_max."""
     if type(d) is not dict or len(d) > limits.members_max + 1:
         return f"a vclock is a map of at most {limits.members_max + 1} components"
-    for k, v in d.items():
-        if type(k) is not int or not 0 <= k <= limits.replica_id_max or lsn_error(v) is not None:
+    id_max, lsn_max = limits.replica_id_max, limits.lsn_max
+    for k, v in d.items():      # (lsn_error's rule, inline: every ACK and SUBSCRIBE carries two)
+        if type(k) is not int or not 0 <= k <= id_max or type(v) is not int or not 0 <= v <= lsn_max:
             return f"vclock component {str(k)[:20]}: {str(v)[:30]} is not id: lsn within bounds"
     return None
 

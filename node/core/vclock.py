@@ -90,14 +90,27 @@ class VClock:
 
     # --- comparing -------------------------------------------------------------
     def compare(self, other: "VClock", ignore_zero: bool = False) -> Order:
+        # every component of either side, each once: ours against theirs (0 where they have
+        # none), then theirs that we lack against 0 (no set of the union is built)
+        mine, theirs = self._c, other._c
         le = ge = True
-        for rid in self._c.keys() | other._c.keys():
+        get = theirs.get
+        for rid, a in mine.items():
             if ignore_zero and rid == 0:
                 continue
-            a, b = self._c.get(rid, 0), other._c.get(rid, 0)
+            b = get(rid, 0)
             if a < b:
                 ge = False
             elif a > b:
+                le = False
+            if not le and not ge:
+                return Order.CONCURRENT
+        for rid, b in theirs.items():
+            if rid in mine or (ignore_zero and rid == 0):
+                continue
+            if 0 < b:
+                ge = False
+            elif 0 > b:
                 le = False
             if not le and not ge:
                 return Order.CONCURRENT
@@ -125,12 +138,16 @@ class VClock:
     # --- translation -----------------------------------------------------------
     def permute(self, id_map: Mapping[int, int]) -> "VClock":
         """Rename components through id_map; components missing from it are left out."""
-        out = VClock()
+        c: dict[int, int] = {}
+        sig = 0
+        get = id_map.get
         for rid, lsn in self._c.items():
-            to = id_map.get(rid)
+            to = get(rid)
             if to is not None:
-                out._c[to] = lsn
-                out._sig += lsn
+                c[to] = lsn
+                sig += lsn
+        out = _new(VClock)
+        out._c, out._sig = c, sig
         return out
 
 

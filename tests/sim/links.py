@@ -257,12 +257,20 @@ class Links:
 
     def _pump_relays(self) -> None:
         """Relay._send_loop, one turn per tick: the entries on disk (or written, wal_mode write)
-        past the cursor, as the production filter cuts them, or a heartbeat when due."""
+        past the cursor, as the production filter cuts them, or a heartbeat when due. (A relay's
+        node's clock and WAL positions are read once per tick: nothing here writes its WAL.)"""
+        nodes = self.nodes
+        servers: dict[str, tuple] = {}      # name -> (node, its wall clock in s, applied_pos, durable if write)
         for c in [c for c in self.conns.values() if c.streaming]:
-            p, mach = self.nodes[c.server], c.relay
-            # an anonymous subscriber of a wal_mode write node gets only rows on disk
-            end = p.durable if mach.anon and p.wal_mode == "write" else p.applied_pos
-            now = p.wall_us() / 1e6
+            mach = c.relay
+            at = servers.get(c.server)
+            if at is None:
+                p = nodes[c.server]
+                at = servers[c.server] = (p, p.wall_us() / 1e6, p.applied_pos,
+                                          p.durable if p.wal_mode == "write" else None)
+            p, now, end, on_disk = at
+            if on_disk is not None and mach.anon:
+                end = on_disk        # an anonymous subscriber of a wal_mode write node gets only rows on disk
             if c.cursor >= end:
                 if now >= mach.next_heartbeat_at():     # (the driver's timer)
                     mach.tick(now, int(now * 1e6))
@@ -271,8 +279,9 @@ class Links:
             if self.relay_batch_max:
                 end = min(end, c.cursor + 1 + int(self.rng.random() * self.relay_batch_max))
             frames = []
+            sub, own = mach.sub, mach.own
             for entry in p.wal[c.cursor:end]:
-                frame, _ = txns_relay_frame(entry, _payload(entry), 0, mach.sub, mach.own)
+                frame, _ = txns_relay_frame(entry, _payload(entry), 0, sub, own)
                 if frame is not None:
                     frames.append(frame)
             c.cursor = end

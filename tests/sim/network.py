@@ -59,7 +59,7 @@ class Conn:
 
 class Network:
     def reachable(self: "Cluster", a: str, b: str) -> bool:
-        return frozenset((a, b)) not in self.blocked
+        return not self.blocked or frozenset((a, b)) not in self.blocked
 
     def _open(self: "Cluster", kind: str, client: SimNode, server: SimNode, addr: str = "") -> Conn:
         self._conn_ids += 1

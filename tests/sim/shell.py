@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Iterator
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core import lifecycle_fence as fence_rules
 from node.core.lifecycle_fence import hear_greeting, own_history_lsn
+from node.core.link.ready import EMPTY
 from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
                                         Status, anon_rejoin_id, member_snapshot)
 from node.core.membership import expel_bounds, greeting_expel_bounds
@@ -212,7 +213,7 @@ class Rejoiner:
 
     def _act(self) -> None:
         machine = self.machine
-        while rd := machine.ready():
+        while (rd := machine.ready()) is not EMPTY:      # (nothing pending: the one EMPTY Ready)
             for note in rd.apply:
                 self._show(note)
             for e in rd.effects:

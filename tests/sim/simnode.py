@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from node import limits
 from node.cluster_space.table import ClusterTable, Member
-from node.core.apply import apply_txn
+from node.core.apply import apply_txn, apply_txns
 from node.core.holds import Hold, Holds, collectable_before, keep_vclock, lapsing
 from node.core.lifecycle_fence import followers_to_forget, take_up_fence
 from node.core.replicaset import NodeCore
@@ -91,6 +91,17 @@ class SimState:
 
     def put(self, space: str, key: str, record: list) -> None:
         self.data[space][key] = list(record)
+
+    def replacer(self, space: str):
+        """StateView.replacer: put a record into `space`, returning the one it replaced (as
+        `get` then `put` would: copies in, copies out)."""
+        records = self.data[space]
+
+        def replace(key: str, record: list) -> list | None:
+            old = records.get(key)
+            records[key] = list(record)
+            return None if old is None else list(old)
+        return replace
 
     def delete(self, space: str, key: str) -> None:
         self.data[space].pop(key, None)
@@ -233,8 +244,10 @@ class SimNode:
             self.core.mark_synced(self.core.vclock.copy())
 
     def _apply(self, txns: list[Txn], on_disk: bool) -> None:
-        for t in txns:
-            apply_txn(self.state, t, self.uuid)
+        """The store's apply of a batch (Store.apply: apply_entries, one apply_txns per run of
+        txns; apply_txns is apply_txn on each), then the commit of its tops."""
+        if txns:
+            apply_txns(self.state, txns, self.uuid)
         self.core.commit_tops(txn_tops(txns), on_disk=on_disk)
 
     def flush(self) -> None:
@@ -361,7 +374,7 @@ class SimNode:
                          dict(st.knowledge), core.hlc.last)
         self.base_pos = self.applied_pos
         self.durable = max(self.durable, self.base_pos)
-        core.mark_synced(VClock(synced))
+        core.mark_synced(st.vclock.copy())
         if new_members:
             self.book.hold_for_new_members(self.uuid, core.table, self._wal_start, now, self.lapse)
         keep = keep_vclock(synced, self.book.positions(core.table, now, anon_ttl, self.lapse))

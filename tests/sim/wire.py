@@ -34,7 +34,10 @@ def decode(mtype: int, data: bytes, scan: Any) -> m.Message:
             return msg
         _keep(_DECLINED, data)
     else:
-        msg = _DECODED.get(data) or m.decode(data)
+        msg = _DECODED.get(data)
+        if msg is not None:
+            return msg
+        msg = m.decode(data)
     if data not in _DECODED:
         if len(_DECODED) >= DECODED_MAX:
             _DECODED.clear()
