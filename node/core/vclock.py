@@ -106,14 +106,10 @@ class VClock:
             if not le and not ge:
                 return Order.CONCURRENT
         for rid, b in theirs.items():
-            if rid in mine or (ignore_zero and rid == 0):
-                continue
-            if 0 < b:
+            if b and rid not in mine and not (ignore_zero and rid == 0):
+                if not le:                   # (lsns are never negative: a component only they
+                    return Order.CONCURRENT  # have is ahead of ours, or equal at 0)
                 ge = False
-            elif 0 > b:
-                le = False
-            if not le and not ge:
-                return Order.CONCURRENT
         if le and ge:
             return Order.EQUAL
         return Order.BEFORE if le else Order.AFTER
