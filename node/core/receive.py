@@ -78,7 +78,7 @@ class Receiving(ClusterRows):
             peer.stats.gaps += 1
             if member.uuid == peer_uuid:
                 self._own_gap(peer, member, have, raw.lsn)
-            if raw.group == GROUP_CLUSTER and self.fence is not None:
+            if self.fence is not None:           # (a `_cluster` txn: plain ones went above, local ones raised)
                 self.fence.hear_expels(raw.ops)
             return []
         if member.state == STATE_EXPELLED and raw.last_lsn > member.expelled_lsn:
