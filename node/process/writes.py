@@ -42,8 +42,9 @@ class Writes:
 
     def replicated_write_check(self) -> None:
         """Writes to replicated spaces, rows under this node's own id: refused on a read-only node
-        or an anonymous replica, on a node expelled from the cluster, while the own-rows fence stands (node/fence.py), and while a peer
-        says it holds more of this node's rows than it has (they are still coming back)."""
+        or an anonymous replica, on a node expelled from the cluster, while the own-rows fence
+        stands (node/fence.py), and while a peer says it holds more of this node's rows than it
+        has (they are still coming back)."""
         node = self.node
         core = node.core
         if node.cfg.read_only or core.anon:
