@@ -94,8 +94,6 @@ def advance_hold(old: Hold | None, durable: dict[int, int], now_s: float, anon: 
 def keep_vclock(store_vclock: dict[int, int], positions: list[dict[int, int]]) -> dict[int, int]:
     """Component-wise minimum of the store's vclock and every position that holds the WAL."""
     keep = dict(store_vclock)
-    if not positions:
-        return keep
     rids = [rid for rid in keep if rid != 0]   # local rows are never sent: only recovery (the store) holds them
     for pos in positions:
         get = pos.get
