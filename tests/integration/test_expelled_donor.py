@@ -48,6 +48,8 @@ def test_a_member_that_takes_its_own_expel_row_takes_no_more_writes_to_replicate
     c.create_space("mine", local=True)
     wait_for(lambda: all(n.get("/v1/spaces/kv/keys")[0] == 200 for n in nodes), 20, "kv everywhere")
     c.kv_put("kv", "before", 1)
+    # (the expel's bound is what A holds of C: a row of C not yet on A would be given up with it)
+    wait_for(lambda: a.kv_get("kv", "before")[0] == 200, 20, "C's row on A before the expel")
     cu = c.uuid()
     s, body = a.delete(f"/v1/cluster/{cu}")
     assert s == 200, (s, body)
