@@ -105,10 +105,10 @@ class VClock:
                 le = False
             if not le and not ge:
                 return Order.CONCURRENT
-        for rid, b in theirs.items():
-            if b and rid not in mine and not (ignore_zero and rid == 0):
-                if not le:                   # (lsns are never negative: a component only they
-                    return Order.CONCURRENT  # have is ahead of ours, or equal at 0)
+        for rid in theirs:
+            if rid not in mine and not (ignore_zero and rid == 0):
+                if not le:                   # (no component is stored at 0: one only they
+                    return Order.CONCURRENT  # have is ahead of ours)
                 ge = False
         if le and ge:
             return Order.EQUAL
