@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 from node.core.rows import GROUP_CLUSTER, GROUP_LOCAL, GROUP_NAMES, OP_CLUSTER, OP_NAMES, txn_from_wire
 from node.errors import RecoveryError, ReplogError, RemoteProtocolError
@@ -72,15 +72,22 @@ class TableAt:
         return self.node_uuid if group == GROUP_LOCAL else self.ids.get(replica_id)
 
 
-def iter_rows(path: str, *, force_recovery: bool = False) -> Iterator[dict]:
-    """Every row of the WAL at `path` (none if it holds no segment)."""
+def iter_rows(path: str, *, force_recovery: bool = False,
+              on_gone: Callable[[str], None] | None = None) -> Iterator[dict]:
+    """Every row of the WAL at `path` (none if it holds no segment). The WAL may be a live
+    node's: a segment it collects between the listing and its reading is passed over, named to
+    `on_gone` (its rows were below what the node keeps, so no row after it is missing)."""
     wal_dir = wal_dir_of(path)
-    names = list_segments(wal_dir)
+    return _rows(wal_dir, list_segments(wal_dir), force_recovery, on_gone)
+
+
+def _rows(wal_dir: str, names: list[str], force_recovery: bool,
+          on_gone: Callable[[str], None] | None) -> Iterator[dict]:
     for i, name in enumerate(names):
         scan = SegmentScan(name, None)
         table: TableAt | None = None
         for ref in iter_segment(os.path.join(wal_dir, name), is_last=i == len(names) - 1,
-                                force_recovery=force_recovery, scan=scan):
+                                force_recovery=force_recovery, scan=scan, missing_ok=True):
             if table is None:
                 table = TableAt(scan.header)  # type: ignore[arg-type]
             written_us, txns = fmt.unpack_frame(ref.body)
@@ -94,12 +101,18 @@ def iter_rows(path: str, *, force_recovery: bool = False) -> Iterator[dict]:
                            "group": GROUP_NAMES[t.group], "timestamp": t.timestamp,
                            "op": OP_NAMES[op.kind], "space": op.space, "key": op.key, "value": op.value}
                 table.follow(t.replica_id, t.group, t.ops)
+        if scan.gone and on_gone is not None:
+            on_gone(name)
 
 
 def dump(path: str, out: IO[str] = sys.stdout, flt: RowFilter = RowFilter(), force_recovery: bool = False) -> int:
     """Print the rows `flt` takes; returns 0 (the exit code)."""
-    segments_of(path)                           # NoWal: an empty dump would look like an empty WAL
-    for row in iter_rows(path, force_recovery=force_recovery):
+    def gone(name: str) -> None:
+        sys.stderr.write(f"replog wal dump: {name} was collected by the node while this dump read its WAL; "
+                         "its rows are not shown\n")
+
+    wal_dir, names = segments_of(path)          # NoWal: an empty dump would look like an empty WAL
+    for row in _rows(wal_dir, names, force_recovery, gone):
         if flt(row):
             out.write(json.dumps(row, ensure_ascii=False, default=repr) + "\n")
     return 0
@@ -110,10 +123,13 @@ def dump_headers(path: str, out: IO[str] = sys.stdout) -> int:
     wal_dir, names = segments_of(path)
     for name in names:
         p = os.path.join(wal_dir, name)
-        h = read_header(p)
+        try:
+            h, size = read_header(p), os.path.getsize(p)
+        except FileNotFoundError:       # a live node collected it since the listing
+            continue
         ids = {int(r[1]): str(r[0]) for r in h.cluster}
         out.write(json.dumps({
-            "segment": name, "bytes": os.path.getsize(p), "format_version": h.version, "node": h.uuid,
+            "segment": name, "bytes": size, "format_version": h.version, "node": h.uuid,
             "created_s": h.created_s, "vclock": {str(k): v for k, v in sorted(h.vclock.items())},
             "vclock_uuid": {ids.get(int(k), f"unknown id {k}"): v for k, v in sorted(h.vclock.items()) if int(k)},
             "cluster": [{"uuid": r[0], "id": r[1], "address": r[2] if len(r) > 2 else "",
@@ -127,11 +143,13 @@ def verify(path: str, out: IO[str] = sys.stdout) -> int:
     wal_dir, names = segments_of(path)
     bad = 0
     frames = 0
+    gone = 0
     for i, name in enumerate(names):
         scan = SegmentScan(name, None)
         p = os.path.join(wal_dir, name)
         try:
-            for ref in iter_segment(p, is_last=i == len(names) - 1, force_recovery=False, scan=scan):
+            for ref in iter_segment(p, is_last=i == len(names) - 1, force_recovery=False, scan=scan,
+                                    missing_ok=True):
                 try:
                     _, txns = fmt.unpack_frame(ref.body)
                     for raw in txns:
@@ -143,8 +161,12 @@ def verify(path: str, out: IO[str] = sys.stdout) -> int:
             out.write(f"{e}\n")
             bad += 1
             continue
+        if scan.gone:
+            out.write(f"{p}: collected by the node since the listing, not checked\n")
+            gone += 1
+            continue
         frames += scan.frames
         state = f"torn tail at byte {scan.torn_at}" if scan.torn_at is not None else "ok"
         out.write(f"{p}: {scan.frames} frames, {scan.valid_end} bytes, {state}\n")
-    out.write(f"{len(names)} segments, {frames} frames, {'OK' if not bad else f'{bad} damaged'}\n")
+    out.write(f"{len(names) - gone} segments, {frames} frames, {'OK' if not bad else f'{bad} damaged'}\n")
     return 0 if not bad else 1

@@ -45,6 +45,7 @@ class SegmentScan:
     valid_end: int = 0                 # offset after the last good frame
     torn_at: int | None = None         # offset of a torn last frame
     skipped: list[int] = field(default_factory=list)  # offsets skipped under force_recovery
+    gone: bool = False                 # listed, then removed before it was read (missing_ok)
 
 
 def _read_file(path: str) -> bytes:
@@ -63,13 +64,22 @@ def iter_segment(
     force_recovery: bool = False,
     scan: SegmentScan | None = None,
     start_offset: int | None = None,
+    missing_ok: bool = False,
 ) -> Iterator[FrameRef]:
     """Yield every good frame of one segment; fill `scan` with what was found.
 
-    Raises RecoveryError for damage that needs an operator (unless force_recovery)."""
+    Raises RecoveryError for damage that needs an operator (unless force_recovery). With
+    `missing_ok`, a segment removed since it was listed (a live node collecting its WAL) yields
+    nothing and sets `scan.gone`; a segment once opened is read whole, so it is never cut short."""
     name = os.path.basename(path)
-    buf = _read_file(path)
     scan = scan if scan is not None else SegmentScan(name, None)
+    try:
+        buf = _read_file(path)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+        scan.gone = True
+        return
     try:
         header, off = fmt.decode_header(buf)
     except fmt.FormatError as e:

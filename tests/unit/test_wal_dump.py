@@ -70,3 +70,48 @@ def test_a_damaged_wal_names_force_recovery_and_dump_accepts_it(tmp_path):
     same = ("offset", "origin", "lsn", "op", "space", "key", "value")
     lost = [x for x in whole if x["offset"] == b.frames[1][1]]
     assert lost and [[x[k] for k in same] for x in kept] == [[x[k] for k in same] for x in whole if x not in lost]
+
+
+def test_a_segment_collected_between_the_listing_and_its_reading_is_named_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """The dump of a live node's WAL: the node may collect its oldest segment after the dump
+    listed it (the full run once met this). The dump, its headers and verify pass over it and
+    say so; every row of the segments left is still shown."""
+    import io
+
+    from node.wal import dump
+
+    _node_a_wal(tmp_path / "wal")
+    d = str(tmp_path / "wal")
+    every = list(dump.iter_rows(d))
+    first = list_segments(d)[0]
+    assert {r["segment"] for r in every} - {first}, "the WAL has rows past its first segment"
+    kept = (tmp_path / "wal" / first).read_bytes()
+    listings = []
+
+    def listing_then_gc(wal_dir: str) -> list[str]:
+        names = list_segments(wal_dir)
+        (tmp_path / "wal" / first).unlink()
+        listings.append(names)
+        return names
+
+    def gc_after_the_next_listing() -> None:
+        (tmp_path / "wal" / first).write_bytes(kept)
+
+    monkeypatch.setattr(dump, "list_segments", listing_then_gc)
+    gc_after_the_next_listing()
+    out = io.StringIO()
+    assert dump.dump(d, out=out) == 0
+    assert [json.loads(line) for line in out.getvalue().splitlines()] == [r for r in every if r["segment"] != first]
+    assert f"{first} was collected by the node while this dump read its WAL" in capsys.readouterr().err
+    gc_after_the_next_listing()
+    out = io.StringIO()
+    assert dump.dump_headers(d, out=out) == 0
+    left = [n for n in list_segments(d) if n != first]
+    assert [json.loads(line)["segment"] for line in out.getvalue().splitlines()] == left
+    gc_after_the_next_listing()
+    out = io.StringIO()
+    assert dump.verify(d, out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith(f"{first}: collected by the node since the listing, not checked")
+    assert lines[-1].startswith(f"{len(left)} segments,") and lines[-1].endswith("OK")
+    assert len(listings) == 3 and all(first in names for names in listings)
