@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from node.cluster_space.table import STATE_EXPELLED
 from node.core import messages as m
 from node.core.vclock import VClock
 from node.storage.store import STORE_FORMAT_VERSION
@@ -66,6 +67,9 @@ def cluster_view(node: "InfoHost") -> dict:
     for mem in node.store.table.members():
         ids = {o: i for (o, mu), i in core.knowledge.items() if mu == mem.uuid}
         ids[node.uuid] = mem.id
-        out.append({"uuid": mem.uuid, "id": mem.id, "address": mem.address, "state": mem.state,
-                    "lsn": core.vclock.get(mem.id), "ids": ids})
+        row = {"uuid": mem.uuid, "id": mem.id, "address": mem.address, "state": mem.state,
+               "lsn": core.vclock.get(mem.id), "ids": ids}
+        if mem.state == STATE_EXPELLED:
+            row["expelled_lsn"] = mem.expelled_lsn     # its rows up to it are accepted, later ones refused
+        out.append(row)
     return {"members": out}

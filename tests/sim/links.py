@@ -32,7 +32,7 @@ from node.core.link.applier import ApplierMachine, ApplierState, DisproveClaim, 
 from node.core.link.filter import rows_batches
 from node.core.link.ready import EMPTY, Hold
 from node.core.link.relay import (AckHold, Register, Registered, RelayMachine, RelayState, SendSnapshot,
-                                  SnapshotSent, Stream, behind)
+                                  SnapshotSent, Stream, behind, expel_bounds_by_id)
 from node.errors import PeerRefused, RemoteProtocolError
 from tests.sim import shell
 from tests.sim.wire import decode, encoded_once
@@ -185,7 +185,7 @@ class Links:
                 self.log(f"{p}: {s} holds its WAL from {h.durable} (SUBSCRIBE durable)")
         for snd in rd.send:
             if snd.mtype == m.ERROR and snd.body["code"] == "need_rejoin":
-                missing = behind(mach.sub, p.gc_vclock)
+                missing = behind(mach.sub, p.gc_vclock, expel_bounds_by_id(p.core.table, mach.greeting))
                 self.checker.on_need_rejoin(p, s, mach.sub, missing)
                 self.log(f"{p} tells {s} to rejoin: components {missing} below {p.gc_vclock} were collected")
             self.send(c, CLIENT, snd.mtype, snd.body)
@@ -248,7 +248,7 @@ class Links:
             for old in [x for x in self.conns.values() if x.server == p.name and x.client == s.name
                         and x.streaming and x is not c]:
                 self.break_conn(old, "replaced by a newer subscription")
-        if not mach.anon and not p.lapse and not behind(mach.durable, p.gc_vclock):
+        if not mach.anon and not p.lapse and not behind(mach.durable, p.gc_vclock, {}):
             # (what was collected before it ever came cannot be held; on an anonymous node with
             # no row of its own every hold lapses with the TTL: node.core.holds.lapsing)
             self.checker.on_held(p, s)

@@ -74,6 +74,12 @@ SEEDED = [
     # member takes, so E held rows nobody else could have; every node told E to rejoin and no
     # snapshot covered it (a stall). A node refused as expelled now registers nobody
     ("a_node_refused_as_expelled_registers_nobody", 15214, True, "node/core/replicaset.py told_expelled"),
+    # session 31: C expelled A while A was cut off; A, not knowing, registered F, whose snapshot so
+    # held A's rows past the bound (no member takes them, no relay can serve them). F told every
+    # member that subscribed to it to rejoin for them, and they told F and each other in turn (a
+    # stall). A relay now wants no row of an expelled member past the bound from a subscriber
+    ("a_node_that_joined_through_a_member_expelled_meanwhile_replicates", 13943, True,
+     "node/core/link/relay.py behind"),
 ]
 
 

@@ -246,6 +246,26 @@ def test_a_subscriber_behind_the_collected_wal_is_told_to_rejoin_with_what_was_c
     assert not rd.persist and rd.stop.error is None and "told to rejoin" in rd.stop.note
 
 
+@pytest.mark.parametrize("sub_gone, said, told", [
+    (3, None, False),     # up to our bound of GONE (3): the rows past it, in our snapshot, are nobody's to want
+    (2, None, True),      # row 3 of GONE it would take is collected
+    (2, 2, False),        # its own bound (its greeting) is 2: it takes no row past it
+    (3, 5, True),         # its bound is 5: it wants rows 4 and 5, collected here
+])
+def test_a_subscriber_needs_no_collected_row_of_an_expelled_member_past_the_bound_it_keeps(sub_gone, said, told):
+    host = Host()
+    host.gc = {1: 7, 4: 6}          # GONE (expelled here at 3): rows up to 6 came in this node's snapshot
+    cluster = [] if said is None else [[GONE, 9, "", STATE_EXPELLED, 0, said]]
+    mach = greeted(relay(host), cluster=cluster)
+    mach.step(subscribe({1: 7, 2: 4, 4: sub_gone}), NOW)
+    rd = mach.ready()
+    if told:
+        (err,) = rd.send
+        assert err.body["code"] == "need_rejoin" and err.body["gc_vclock_uuid"] == {SELF: 7, GONE: 6}
+    else:
+        assert mach.state is RelayState.STREAMING and not any(x.body.get("code") for x in rd.send), rd.send
+
+
 def test_a_node_without_a_wal_serves_no_subscriber():
     host = Host()
     host.wal = False

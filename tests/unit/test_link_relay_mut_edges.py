@@ -24,7 +24,15 @@ from tests.unit.test_link_relay_machine import GONE, NEW, NOW, SUB, Host, greete
     ({}, {0: 5}, []), ({1: 9}, {1: 4, 2: 2, 3: 7}, [2, 3]),
 ])
 def test_a_subscriber_is_behind_in_each_replicated_component_it_holds_less_of_than_was_collected(sub, gc, out):
-    assert behind(sub, gc) == out
+    assert behind(sub, gc, {}) == out
+
+
+@pytest.mark.parametrize("sub, gc, bounds, out", [
+    ({3: 4}, {3: 6}, {3: 4}, []), ({3: 4}, {3: 6}, {3: 5}, [3]), ({3: 4}, {3: 6}, {3: 9}, [3]),
+    ({}, {3: 6}, {3: 0}, []), ({3: 1}, {2: 3, 3: 6}, {3: 1}, [2]),
+])
+def test_of_an_expelled_member_a_subscriber_is_behind_only_below_the_bound(sub, gc, bounds, out):
+    assert behind(sub, gc, bounds) == out
 
 
 def test_a_new_relay_machine_has_no_subscriber_request_or_acks_yet():

@@ -35,11 +35,12 @@ from typing import Protocol
 import msgspec
 
 from node import limits
-from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable
 from node.core import messages as m
 from node.core.link.greeting import check_greeting
 from node.core.lifecycle_fence import own_history_lsn
 from node.core.link.ready import Hold, Outbox, Ready, Send, Stop
+from node.core.membership import greeting_expel_bounds
 from node.core.replicaset import NodeCore
 from node.core.vclock import VClock
 from node.errors import PeerRefused, RemoteProtocolError
@@ -126,9 +127,23 @@ class AckHold(msgspec.Struct, frozen=True):
     anon: bool
 
 
-def behind(sub_vclock: dict[int, int], gc_vclock: dict[int, int]) -> list[int]:
-    """Components in which a subscriber needs rows that were collected."""
-    return sorted(rid for rid, lsn in gc_vclock.items() if rid != 0 and sub_vclock.get(rid, 0) < lsn)
+def expel_bounds_by_id(table: ClusterTable, greeting: dict | None = None) -> dict[int, int]:
+    """id -> accepted bound of each expelled member: the subscriber's, where its `greeting`
+    lists one (it takes no row past it), else ours."""
+    out = {m.id: m.expelled_lsn for m in table.members() if m.state == STATE_EXPELLED}
+    for u, bound in greeting_expel_bounds(greeting or {}).items():
+        m = table.get(u)
+        if m is not None:
+            out[m.id] = bound
+    return out
+
+
+def behind(sub_vclock: dict[int, int], gc_vclock: dict[int, int], bounds: dict[int, int]) -> list[int]:
+    """Components in which a subscriber needs rows that were collected. Of an expelled member
+    (`bounds`: id -> accepted bound) it needs none past the bound: a node that joined through
+    that member may hold some, in its snapshot (ClusterRows._held_for_bound)."""
+    return sorted(rid for rid, lsn in gc_vclock.items()
+                  if rid != 0 and sub_vclock.get(rid, 0) < min(lsn, bounds.get(rid, lsn)))
 
 
 class RelayMachine:
@@ -354,7 +369,7 @@ class RelayMachine:
         if not host.serves_wal():
             return self._refuse("wal_mode", "wal_mode = none: this node keeps no WAL and cannot serve replicas")
         gc_vclock = host.gc_vclock()
-        missing = behind(self.sub, gc_vclock)
+        missing = behind(self.sub, gc_vclock, expel_bounds_by_id(core.table, self.greeting))
         if missing:
             # the collected rows by uuid: the subscriber asks whether another upstream can give them
             return self._refuse("need_rejoin", f"rows of components {missing} below {gc_vclock} were "
