@@ -80,6 +80,10 @@ SEEDED = [
     # stall). A relay now wants no row of an expelled member past the bound from a subscriber
     ("a_node_that_joined_through_a_member_expelled_meanwhile_replicates", 13943, True,
      "node/core/link/relay.py behind"),
+    # session 31, found by the change above: B greeted E stating D's bound 0, took bound 2 before
+    # its SUBSCRIBE went, and stayed on the link E served by bound 0, never getting D's rows up
+    # to 2 (collected on E). A link now notes the bounds as of its greeting: grown, it resubscribes
+    ("a_link_resubscribes_when_a_bound_grows_after_its_greeting", 832, True, "node/core/link/applier.py start"),
 ]
 
 

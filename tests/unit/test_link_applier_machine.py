@@ -361,6 +361,24 @@ def test_an_expelled_members_bound_growing_asks_for_a_fresh_subscribe():
     assert isinstance(rd.stop.error, Resubscribe) and mach.state is ApplierState.STOPPED
 
 
+def test_a_bound_grown_between_our_greeting_and_our_subscribe_asks_for_a_fresh_link():
+    """The relay serves by the bounds our greeting stated (it wants no row of an expelled member
+    past them): a bound grown after the greeting went is not in it, whatever the SUBSCRIBE says
+    (full-mix seed 832: a relay served a member that stated bound 0, and it never got the rows up
+    to the bound it took a moment later, which that relay had collected)."""
+    mach = machine()
+    mach.start(greeting(SELF))
+    mach.advance(mach.ready())
+    mach.core.expel_epoch += 1                       # a bound grew: our greeting is already on its way
+    mach.step(m.Message(m.GREETING, greeting(UP, UP_ROWS)), NOW)
+    mach.advance(mach.ready())
+    mach.step(m.Message(m.SUBSCRIBED, {"vclock": {}}), NOW)
+    mach.advance(mach.ready())
+    mach.tick(NOW + 1)
+    rd = mach.ready()
+    assert isinstance(rd.stop.error, Resubscribe) and mach.state is ApplierState.STOPPED
+
+
 def test_a_fenced_link_subscribes_for_its_own_rows_and_again_once_the_fence_clears():
     core = new_core(vclock={1: 3, 2: 5})
     core.fence = OwnRowsFence("a test loss")

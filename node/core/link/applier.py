@@ -127,6 +127,9 @@ class ApplierMachine:
         """The link is authenticated: greet the upstream with `mine` (this node's greeting)."""
         self._to(ApplierState.GREETING)
         self.mine = mine
+        # the bounds our greeting states are what the relay serves by (RelayMachine: it wants
+        # no row of an expelled member past them): a bound grown since asks for a fresh link
+        self.expel_epoch = self.core.expel_epoch
         self._out.send.append(Send(m.GREETING, mine))
 
     def step(self, msg: m.Message | PeerRefused, now: float) -> None:
@@ -213,7 +216,6 @@ class ApplierMachine:
         for txn in regs:
             self._out.persist.append(Persist(TxnEntry([txn])))
         self.fenced = core.fence is not None      # then only our own rows (NodeCore.subscribe_vclock)
-        self.expel_epoch = core.expel_epoch
         vclock = core.subscribe_vclock(self.peer_uuid, self.peer_vclock if self.fenced else None, theirs["cluster"])
         self.subscribed_from = vclock.to_dict()
         self._to(ApplierState.SUBSCRIBING)
