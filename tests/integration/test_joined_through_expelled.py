@@ -2,11 +2,14 @@
 full-mix seed 13943 found a stall on this path). C expels A while A is cut off; A, not knowing,
 takes a write and registers F, whose snapshot so holds A's rows past the bound C stated. F hears
 of the expel and raises the bound to what it holds (node/cluster_space/resolver.py: the bound
-converges on the most any node holds), so the members then want those rows; F's WAL starts after
-them, so only A can serve them. Once the members follow A again, every node ends with the same
-bound, A's rows up to it and F's writes. A relay wants no row of an expelled member past the
-bound from a subscriber (node/core/link/relay.py `behind`)."""
+converges on the most any node holds), so the members then want those rows, which F's WAL does
+not have (they came in its snapshot): from A while A serves them, or else by rebuilding from F's
+snapshot. Either way every node ends with the same bound, A's rows up to it and F's writes. A
+relay wants no row of an expelled member past the bound from a subscriber (node/core/link/relay.py
+`behind`)."""
 from __future__ import annotations
+
+import pytest
 
 from tests.integration.harness import ReplogProcess, mesh, wait_for
 from tests.integration.oracles import replicated_spaces, upstream
@@ -21,7 +24,9 @@ def _bound(node: ReplogProcess, uuid: str) -> int | None:
     return m.get("expelled_lsn") if m.get("state") == "expelled" else None
 
 
-def test_a_node_that_joined_through_a_member_expelled_meanwhile_ends_with_the_members_bound_and_rows(tmp_path, procs):
+@pytest.mark.parametrize("a_serves", [True, False], ids=["the-expelled-member-serves", "it-is-gone"])
+def test_a_node_that_joined_through_a_member_expelled_meanwhile_ends_with_the_members_bound_and_rows(
+        tmp_path, procs, a_serves):
     nodes = mesh(tmp_path, 3)
     procs.extend(nodes)
     a, b, c = nodes
@@ -47,20 +52,27 @@ def test_a_node_that_joined_through_a_member_expelled_meanwhile_ends_with_the_me
     f.start(wait=False)
     wait_for(lambda: "kv" in replicated_spaces(f), 60, "F joined through A")
     assert _readable(f, "a-after-expel")              # in F's snapshot
+    held = f.cluster()[au]["lsn"]                     # F holds A's rows up to its registration
+    assert held > stated
+    if not a_serves:
+        assert a.stop() == 0
     f_lsn = f.kv_put("kv", "f-1", 1)["lsn"]
 
     f.set_peers([b, c])
     b.set_peers([c, f])
     c.set_peers([b, f])
-    held = f.cluster()[au]["lsn"]                     # F holds A's rows up to its registration
-    wait_for(lambda: _bound(f, au) == held, 30, "F heard of the expel and raised the bound to what it holds")
-    wait_for(lambda: _bound(b, au) == held and _bound(c, au) == held, 30, "B and C took F's bound")
-
-    b.set_peers([c, f, a])                            # A serves its rows up to the bound (an expelled
-    c.set_peers([b, f, a])                            # member still serves subscribers)
+    if a_serves:
+        wait_for(lambda: _bound(f, au) == held, 30, "F heard of the expel and raised the bound to what it holds")
+        wait_for(lambda: _bound(b, au) == held and _bound(c, au) == held, 30, "B and C took F's bound")
+        b.set_peers([c, f, a])                        # A serves its rows up to the bound (an expelled
+        c.set_peers([b, f, a])                        # member still serves subscribers)
     for n in (b, c):
-        wait_for(lambda: _readable(n, "a-after-expel") and _readable(n, "f-1"), 30, f"A's and F's rows on {n.name}")
+        wait_for(lambda: _readable(n, "a-after-expel") and _readable(n, "f-1"), 60, f"A's and F's rows on {n.name}")
         assert n.cluster()[au]["lsn"] == held and n.cluster()[f.uuid()]["lsn"] >= f_lsn
+    assert _bound(b, au) == _bound(c, au) == _bound(f, au) == held
+    if not a_serves:
+        rebuilt = f"rebuilding the store from {f.address}'s snapshot"
+        assert rebuilt in b.log_text() or rebuilt in c.log_text()
     f.kv_put("kv", "f-2", 2)
     wait_for(lambda: _readable(b, "f-2") and _readable(c, "f-2"), 30, "F's next write on B and C")
     for n in (b, c):     # a link F told to rejoin tries again every rejoin_retry_s, and F serves it now

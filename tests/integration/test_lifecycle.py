@@ -225,7 +225,8 @@ def test_option_mismatch_is_refused_naming_the_option(tmp_path, procs):
     last = b.log_text().strip().splitlines()[-1]
     assert last == (f"replog: error: cluster_name: must be the same on every member: this node has 'other', "
                     f"{a.address} has 'replog'"), last
-    assert "cluster_name" in a.log_text()
+    # (A logs the refusal once its ERROR is sent: B may read it and exit first)
+    wait_for(lambda: "cluster_name" in a.log_text(), 10, "A logged why it refused B")
     assert len(a.cluster()) == 1
 
     async def peer_with_other_options() -> tuple[str, str]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from node.cluster_space.table import STATE_ANON, Member
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
 from node.core.link.ready import Send, Stop
 from node.core.link.relay import (_NEXT, AckHold, Register, Registered, RelayState, SendSnapshot, Shutdown, SnapshotSent,
-                                  Stream, behind)
+                                  Stream, behind, expel_bounds_by_id)
 from node.core.membership import OwnRowsFence
 from node.errors import PeerRefused, RemoteProtocolError
 from tests.unit.test_lifecycle_rejoin_mut_edges import check_transitions
@@ -33,6 +33,15 @@ def test_a_subscriber_is_behind_in_each_replicated_component_it_holds_less_of_th
 ])
 def test_of_an_expelled_member_a_subscriber_is_behind_only_below_the_bound(sub, gc, bounds, out):
     assert behind(sub, gc, bounds) == out
+
+
+def test_the_bounds_a_relay_serves_by_are_the_subscribers_where_its_greeting_states_one_else_its_own():
+    table = ClusterTable([Member(SUB, 2, "", STATE_MEMBER), Member(GONE, 4, "", STATE_EXPELLED, 0, 3),
+                          Member(NEW, 5, "", STATE_EXPELLED, 0, 7)])
+    cluster = [[GONE, 9, "", STATE_EXPELLED, 0, 5], [SUB, 1, "", STATE_EXPELLED, 0, 2],
+               ["00000000-0000-4000-8000-00000000000f", 3, "", STATE_EXPELLED, 0, 1]]
+    assert expel_bounds_by_id(table, {"cluster": cluster}) == {4: 5, 5: 7, 2: 2}
+    assert expel_bounds_by_id(table, {}) == expel_bounds_by_id(table) == {4: 3, 5: 7}
 
 
 def test_a_new_relay_machine_has_no_subscriber_request_or_acks_yet():

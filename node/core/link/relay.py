@@ -141,7 +141,7 @@ def expel_bounds_by_id(table: ClusterTable, greeting: dict | None = None) -> dic
 def behind(sub_vclock: dict[int, int], gc_vclock: dict[int, int], bounds: dict[int, int]) -> list[int]:
     """Components in which a subscriber needs rows that were collected. Of an expelled member
     (`bounds`: id -> accepted bound) it needs none past the bound: a node that joined through
-    that member may hold some, in its snapshot (ClusterRows._held_for_bound)."""
+    that member may hold some in its snapshot, which no relay can serve."""
     return sorted(rid for rid, lsn in gc_vclock.items()
                   if rid != 0 and sub_vclock.get(rid, 0) < min(lsn, bounds.get(rid, lsn)))
 
