@@ -3,7 +3,9 @@ quiet: convergence, and every acknowledged write kept.
 
 Convergence (`check_converged`): vclocks by uuid equal (an expelled member's component too:
 every node ends with the same accepted bound for it), the same set of (origin uuid, lsn)
-everywhere with each row held once, the same `_cluster` membership, and every replicated
+everywhere with each row held once, the same `_cluster` membership and, on every member, the
+same accepted bound for each expelled member (compared as numbers, so it holds even where that
+member's rows live in snapshots only and their component is left out), and every replicated
 key with the same record on every node. An anonymous replica may keep an expelled member's
 rows it applied before it heard of the expel (no member follows it to learn its bound), so
 those are left out for it. An anonymous replica is compared too, without its own
@@ -168,6 +170,13 @@ def check_converged(c: "Cluster") -> None:
               for n in nodes if not n.core.anon}
     if len({tuple(sorted(b.items())) for b in bounds.values()}) > 1:
         raise c.fail(f"expel bounds differ: { {k: _short(v) for k, v in bounds.items()} }")
+    for n in nodes:
+        if n.core.anon:
+            continue
+        have = n.core.vclock_by_uuid()
+        short = {u[:8]: (have.get(u, 0), b) for u, b in bounds[n.name].items() if have.get(u, 0) != b}
+        if short:
+            raise c.fail(f"{n} holds an expelled member's rows other than up to the bound (has, bound): {short}")
     spaces = [s for s, d in ref.state.spaces.items() if not d[0]]
     for n in nodes:
         if sorted(s for s, d in n.state.spaces.items() if not d[0]) != sorted(spaces):
