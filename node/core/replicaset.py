@@ -186,12 +186,39 @@ class NodeCore(Receiving):
             self.knowledge[(peer_uuid, uuid)] = rid
             peer.map.learn(rid, local.id)
         self.peers[peer_uuid] = peer
+        if self.fence is None:
+            self._raise_bounds(peer_uuid, peer_rows, own_ops)
         if own_ops:
             txn = self.local_txn(own_ops, GROUP_CLUSTER, wall_us)
             for op in own_ops:
                 self.table.get(op.key).lsn = txn.lsn  # type: ignore[union-attr]
             out.append(txn)
         return out
+
+    def _raise_bounds(self, peer_uuid: str, peer_rows: list[list], own_ops: list[Op]) -> None:
+        """At a greeting, raise each expelled member's bound to the most that the greeting states
+        or that this node holds, and state it in a row of our own (as a `_cluster` row's bound
+        is taken: node/cluster_space/resolver.py). Rows an expelled member's bound does not
+        cover reach a node only inside a snapshot (a joiner through that member, or a rebuild
+        from such a joiner), and the bound such a node has may have come in the snapshot too:
+        no row of its own stated either, and a member that never rebuilds from it would keep
+        a smaller bound for ever (full-mix seed 3372). The expelled member's own word (its
+        greeting's row about itself) is not taken: its rows past what members hold are its own
+        alone; nor this node's."""
+        stated = {str(r[0]): int(r[5]) for r in peer_rows
+                  if len(r) > 5 and r[3] == STATE_EXPELLED and r[0] != peer_uuid}
+        for m in self.table.members():
+            if m.state != STATE_EXPELLED or m.uuid == self.uuid:
+                continue
+            bound = max(stated.get(m.uuid, 0), self.claimed.get(m.id))
+            if bound <= m.expelled_lsn:
+                continue
+            res = resolve_cluster_replace(self.table, m.uuid, m.id, m.address, STATE_EXPELLED,
+                                          from_self=False, expelled_lsn=bound)
+            self.expel_epoch += 1                 # rows refused under the smaller bound may come now
+            self.table.upsert(res.member)
+            own_ops.append(cluster_op(res.member))
+            log.info("_cluster: %s %s to %d (at %s's greeting)", res.reason, m.uuid, bound, peer_uuid)
 
     def subscribe_vclock(self, peer_uuid: str, peer_vclock: dict[str, int] | None = None,
                          peer_rows: list[list] | None = None) -> VClock:

@@ -84,6 +84,12 @@ SEEDED = [
     # its SUBSCRIBE went, and stayed on the link E served by bound 0, never getting D's rows up
     # to 2 (collected on E). A link now notes the bounds as of its greeting: grown, it resubscribes
     ("a_link_resubscribes_when_a_bound_grows_after_its_greeting", 832, True, "node/core/link/applier.py start"),
+    # session 31, found by the bound oracle (tests/sim/liveness.py): D expelled B; B, not knowing,
+    # registered F, whose snapshot came with B's table (B's bound 8) and B's rows to 9. Members
+    # that rebuilt from F took bound 8 from its table, C kept its 7 (no row stated 8), and A held
+    # B's row 9 past every bound. A greeting now raises bounds to what it states or what is held
+    ("a_bound_that_came_in_a_snapshot_reaches_every_member", 3372, True, "node/core/replicaset.py _raise_bounds"),
+    ("a_bound_that_came_in_a_snapshot_reaches_every_member", 5010, True, "node/core/replicaset.py _raise_bounds"),
 ]
 
 

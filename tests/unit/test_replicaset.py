@@ -44,6 +44,43 @@ def cluster(rid: int, lsn: int, *members: tuple, ts: int = WALL) -> Txn:
 
 
 # --- learning a member that is already expelled ---------------------------------------------------
+def _with_expelled(bound: int, held: int) -> NodeCore:
+    """OTHER (id 3 here, 5 to the peer) expelled here at `bound`, with `held` of its rows."""
+    core = _core({1: 4, 2: 5, 3: held})
+    core.table.upsert(Member(OTHER, 3, "c:1", STATE_EXPELLED, 0, bound))
+    return core
+
+
+@pytest.mark.parametrize("held, stated, peer_itself, fenced, raised", [
+    (7, None, False, False, 7),     # rows it holds past the bound (they came in a snapshot): raised to them
+    (4, 9, False, False, 9),        # a greeting states a larger bound: taken
+    (7, 9, False, False, 9),
+    (4, 3, False, False, None),     # a smaller one: nothing
+    (4, 9, True, False, None),      # the expelled member's own word about itself: not taken
+    (7, 9, False, True, None),      # fenced: no row of its own, so nothing yet (the lift greets again)
+])
+def test_a_greeting_raises_an_expelled_members_bound_to_what_it_states_or_this_node_holds_and_says_so(
+        held, stated, peer_itself, fenced, raised):
+    """A bound that came in a snapshot was stated in no row of this node's, so a member that
+    never rebuilds from it would keep a smaller one (full-mix seed 3372)."""
+    core = _with_expelled(4, held)
+    if fenced:
+        from node.core.membership import OwnRowsFence
+        core.fence = OwnRowsFence("a test loss")
+    rows = list(PEER_ROWS)
+    if stated is not None:
+        rows[2] = [OTHER, 5, "c:1", STATE_EXPELLED, 0, stated]
+    epoch = core.expel_epoch
+    own = core.greeting(OTHER if peer_itself else PEER, rows, WALL)
+    if raised is None:
+        assert own == [] and core.table.get(OTHER).expelled_lsn == 4 and core.expel_epoch == epoch
+        return
+    [txn] = own
+    [op] = txn.ops
+    assert (op.key, op.value["state"], op.value["expelled_lsn"]) == (OTHER, STATE_EXPELLED, raised)
+    assert core.table.get(OTHER).expelled_lsn == raised and core.expel_epoch == epoch + 1
+
+
 def test_a_member_first_seen_expelled_in_a_greeting_is_stored_expelled_with_its_bound():
     core = _core()
     rows = PEER_ROWS + [[GONE, 7, "g:1", STATE_EXPELLED, 3, 6]]
