@@ -138,21 +138,24 @@ class Network:
                     self.break_conn(a.conn, "removed from peers")
 
     def _connect(self: "Cluster") -> None:
+        now = self.now
         for s in self.nodes.values():
             if not s.up:
                 continue
-            if s.proc and s.proc_conn is None and self.now >= s.proc_retry_at:
+            if s.proc and s.proc_conn is None and now >= s.proc_retry_at:
                 self._start_request(s)
-            if s.ready:
-                self.apply_links(s)
-            if not s.ready or s.proc:
+            if s.core is None:                  # (not s.ready)
                 continue
-            for addr in s.links():
-                a = s.appliers.get(addr)
+            self.apply_links(s)
+            if s.proc:
+                continue
+            appliers = s.appliers
+            for addr in (s.peers if s.in_effect is None else s.in_effect):     # (s.links())
+                a = appliers.get(addr)
                 if a is None:
-                    a = s.appliers[addr] = Applier(addr)
+                    a = appliers[addr] = Applier(addr)
                     s.links_applied = ()
-                if a.conn is not None or self.now < a.retry_at:
+                if a.conn is not None or now < a.retry_at:
                     continue
                 p = self.nodes[shell.resolve(addr)]
                 if not p.up or not self.reachable(s.name, p.name):
