@@ -369,9 +369,10 @@ class SimNode:
         for a member that never subscribed). Returns how many entries were collected."""
         st, core = self.state, self.core
         synced = dict(st.vclock.items())
+        # (the records are shared, not copied: neither a state nor a base changes a record in
+        # place, SimState.put and its replacer store a new list)
         self.base = Base(st.table.rows(), dict(synced), dict(st.spaces),
-                         {n: {k: list(r) for k, r in d.items()} for n, d in st.data.items()},
-                         dict(st.knowledge), core.hlc.last)
+                         {n: dict(d) for n, d in st.data.items()}, dict(st.knowledge), core.hlc.last)
         self.base_pos = self.applied_pos
         self.durable = max(self.durable, self.base_pos)
         core.mark_synced(st.vclock.copy())
