@@ -278,12 +278,13 @@ class Cluster(Faults, Network, Links, Joins):
         return stack
 
     def _tick(self) -> None:
-        self.now += 1
-        while self._heap and self._heap[0][0] <= self.now:
-            _, _, cid, to, mtype, data = heapq.heappop(self._heap)
-            c = self.conns.get(cid)
+        self.now = now = self.now + 1
+        heap, conns, deliver = self._heap, self.conns, self._deliver    # (never replaced)
+        while heap and heap[0][0] <= now:
+            _, _, cid, to, mtype, data = heapq.heappop(heap)
+            c = conns.get(cid)
             if c is not None:
-                self._deliver(c, to, mtype, data)
+                deliver(c, to, mtype, data)
         self._serve_registrations()
         self._pump_relays()
         self._connect()
@@ -370,7 +371,8 @@ class Cluster(Faults, Network, Links, Joins):
         """Nothing in flight, nothing to persist, no fence, no rejoin under way, every link in
         effect streaming and caught up (a second address of a member followed through another,
         the node itself, an expelled member's refusal and a member down for good excepted)."""
-        if self.in_flight():
+        conns = self.conns
+        if any(m[2] in conns for m in self._heap):      # (self.in_flight(), stopping at the first)
             return False
         for n in self.nodes.values():
             if n.retired:
