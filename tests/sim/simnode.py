@@ -74,7 +74,9 @@ class SimState:
         self.table = ClusterTable(Member.from_row(r) for r in base.table_rows)
         self.vclock = VClock(base.vclock)
         self.spaces: dict[str, tuple[bool, str]] = dict(base.spaces)
-        self.data: dict[str, dict[str, list]] = {s: {k: list(r) for k, r in d.items()} for s, d in base.data.items()}
+        # (records are shared with the base: no record is changed in place, `put` and the
+        # replacer store new lists)
+        self.data: dict[str, dict[str, list]] = {s: dict(d) for s, d in base.data.items()}
         self.knowledge: dict[tuple[str, str], int] = dict(base.knowledge)
         self.own_history_lsn = own_history_lsn    # Store.own_history_lsn (node.core.apply)
 
