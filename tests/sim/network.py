@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from tests.sim.harness import Cluster
 
 _encode_greeting = partial(m.encode_body, m.GREETING)
+_ROWS, _GREETING = m.ROWS, m.GREETING
 ENCODED_MAX = 256      # greetings whose encoding is kept (the cache is emptied when full)
 
 
@@ -87,9 +88,9 @@ class Network:
                 at = c.last_at_client
             c.last_at_client = at
         self._seq += 1
-        if mtype is None or mtype == m.ROWS:
+        if mtype is None or mtype == _ROWS:
             data = body
-        elif mtype == m.GREETING:            # a node's greeting is one object while it holds (shell.greeting)
+        elif mtype == _GREETING:             # a node's greeting is one object while it holds (shell.greeting)
             data = encoded_once(self._encoded, body, _encode_greeting, ENCODED_MAX)
         else:
             data = m.encode_body(mtype, body)
