@@ -145,6 +145,7 @@ class SimNode:
         self.cluster = cluster
         self.name = name
         self.uuid = uuid
+        self._repr = f"{name}({uuid[:8]})"      # (name and uuid never change: every log line names nodes)
         self.addr = f"{name.lower()}.sim:7301"
         self.skew_us = skew_us
         self.anon = anon                      # configured anonymous (until it registers)
@@ -197,7 +198,7 @@ class SimNode:
         self.anon_followers: dict[str, tuple[str, float]] = {}
 
     def __repr__(self) -> str:
-        return f"{self.name}({self.uuid[:8]})"
+        return self._repr
 
     @property
     def ready(self) -> bool:
@@ -378,9 +379,10 @@ class SimNode:
         self.base_pos = self.applied_pos
         self.durable = max(self.durable, self.base_pos)
         core.mark_synced(st.vclock.copy())
+        lapse = self.lapse                  # (new holds change neither the core's table nor its clocks)
         if new_members:
-            self.book.hold_for_new_members(self.uuid, core.table, self._wal_start, now, self.lapse)
-        keep = keep_vclock(synced, self.book.positions(core.table, now, anon_ttl, self.lapse))
+            self.book.hold_for_new_members(self.uuid, core.table, self._wal_start, now, lapse)
+        keep = keep_vclock(synced, self.book.positions(core.table, now, anon_ttl, lapse))
         if core.fence is None:
             for uuid in followers_to_forget(self.anon_followers, self.book.by_uuid, core.table, now, anon_ttl):
                 del self.anon_followers[uuid]
