@@ -14,7 +14,12 @@ Usage (from the tree to measure; one process per job, seeds in order in each):
     python -m tools.simtrace record OUT [--seeds 0-1000] [--full] [--jobs 2]
     python -m tools.simtrace compare A B     # exit 1 and the seeds that differ, if any
 With --verbose-dir DIR, `record` also writes each seed's fingerprint text to DIR/<seed>.txt
-(so two runs that differ can be diffed line by line).
+(so two runs that differ can be diffed line by line). The "before" side is recorded in a copy of
+the base commit's tree with this file added (the native scanner copied in too), e.g.
+    git archive BASE node tests | tar -x -C /tmp/base && mkdir /tmp/base/tools &&
+    cp tools/__init__.py tools/simtrace.py /tmp/base/tools/ && cp node/core/_rowscan*.so /tmp/base/node/core/
+    (cd /tmp/base && python -m tools.simtrace record /tmp/before.txt) && python -m tools.simtrace record /tmp/after.txt
+Session 31 (bench/RESULTS.md) compared the 1000 default seeds and full-mix seeds 0-300 this way.
 """
 from __future__ import annotations
 
