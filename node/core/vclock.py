@@ -5,7 +5,6 @@ stored, the signature (sum of components) is cached, and comparison is four-way.
 The canonical text form `{1: 10, 2: 5}` is used in logs and tests."""
 from __future__ import annotations
 
-# (collections.abc, not typing: isinstance against typing's Mapping runs a Python-level check per call)
 from collections.abc import Iterable, Iterator, Mapping
 from enum import Enum
 
