@@ -42,6 +42,7 @@ class ClusterTable:
     def __init__(self, members: Iterable[Member] = ()):
         self._by_uuid: dict[str, Member] = {}
         self._by_id: dict[int, Member] = {}
+        self._sorted: list[Member] | None = None     # members() until the next upsert
         for m in members:
             self.upsert(m)
 
@@ -67,9 +68,13 @@ class ClusterTable:
         return len(self._by_uuid)
 
     def members(self) -> list[Member]:
-        """Every member, by id (`_by_id` holds the same members as `_by_uuid`: upsert sets both)."""
-        by_id = self._by_id
-        return [by_id[i] for i in sorted(by_id)]
+        """Every member, by id (`_by_id` holds the same members as `_by_uuid`: upsert sets both).
+        The order is kept until the next upsert (the only change); each caller gets its own list."""
+        ordered = self._sorted
+        if ordered is None:
+            by_id = self._by_id
+            ordered = self._sorted = [by_id[i] for i in sorted(by_id)]
+        return list(ordered)
 
     def rows(self) -> list[list]:
         return [m.to_row() for m in self.members()]
@@ -99,3 +104,4 @@ class ClusterTable:
         assert old is not None or len(self._by_uuid) < limits.members_max, "too many members"
         self._by_uuid[m.uuid] = m
         self._by_id[m.id] = m
+        self._sorted = None

@@ -5,8 +5,8 @@ stored, the signature (sum of components) is cached, and comparison is four-way.
 The canonical text form `{1: 10, 2: 5}` is used in logs and tests."""
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from enum import Enum
-from typing import Iterable, Iterator, Mapping
 
 
 class Order(Enum):

@@ -82,6 +82,8 @@ class Track:
     # a table's ids never change in place: see the fingerprints in check_node)
     seen_state: tuple = ()
     maps_read: list = field(default_factory=list)       # what invariant 7 read when it last passed
+    # peer uuid -> (its map, our core, its core, the peer ids whose entry was found true with them)
+    maps_true: dict = field(default_factory=dict)
 
 
 class Checker:
@@ -95,6 +97,7 @@ class Checker:
         self.lost_ok: dict[tuple[str, int], str] = {}        # acknowledged, lost to a fault that may
         self.held: set[tuple[str, str]] = set()              # (relay name, member uuid): invariant 12
         self.stale: set[tuple[str, str]] = set()             # ... whose hold predates the member's lost store
+        self._disk_vc: dict[str, tuple] = {}                 # node -> what _on_disk last read and found
 
     def fail(self, inv: str, n: "SimNode", detail: str):
         return self.c.fail(f"invariant {inv} broken on {n}: {detail}")
@@ -213,17 +216,21 @@ class Checker:
 
     # --- after every tick ---------------------------------------------------------------------
     def check(self) -> None:
+        check_node = self.check_node
         for n in self.c.nodes.values():
             if n.base is not None:
-                self.check_node(n)
+                check_node(n)
         self._check_links()
 
     def check_node(self, n: "SimNode") -> None:
         t = self.tracks[n.name]
-        self._check_new_rows(n, t)
-        if not n.up or n.core is None:
+        held = n.durable if n.wal_mode == "fsync" else len(n.wal)      # (n.applied_pos)
+        if t.checked != held or held != len(n.wal):    # (else nothing newly held or unheld to check)
+            self._check_new_rows(n, t)
+        core = n.core
+        if not n.up or core is None:
             return
-        st, core = n.state, n.core
+        st = n.state
         # Each check runs again only when what it reads changed: vclocks only grow (a change
         # changes a signature), a table's ids never change in place (ClusterTable.upsert), a map
         # changes only at a greeting or with a claim, and a new core or state is a new object.
@@ -339,13 +346,23 @@ class Checker:
         if held != by_uuid:
             raise self.fail("2", n, f"vclock by uuid {by_uuid} does not match the rows held {held}")
 
-    @staticmethod
-    def _on_disk(n: "SimNode"):
-        v = dict(n.base.vclock)
-        for entry in n.wal[n.base_pos:n.durable]:
+    def _on_disk(self, n: "SimNode"):
+        """The vclock of the base and the WAL on disk after it. Kept per node and extended while
+        its base, its WAL list and base_pos stay and `durable` only grows: entries up to
+        `durable` never change (a power loss cuts only what follows, a checkpoint makes a new
+        base, a rebuilt or lost store a new WAL list)."""
+        key = (n.base, n.wal, n.base_pos)
+        kept = self._disk_vc.get(n.name)
+        if kept is not None and kept[0][0] is n.base and kept[0][1] is n.wal and kept[0][2] == n.base_pos \
+                and kept[1] <= n.durable:
+            start, v = kept[1], dict(kept[2])
+        else:
+            start, v = n.base_pos, dict(n.base.vclock)
+        for entry in n.wal[start:n.durable]:
             for t in entry:
                 c = 0 if t.group == GROUP_LOCAL else t.replica_id
                 v[c] = max(v.get(c, 0), t.last_lsn)
+        self._disk_vc[n.name] = (key, n.durable, v)
         return VClock(v)
 
     def _check_table(self, n: "SimNode", t: Track) -> None:
@@ -381,11 +398,21 @@ class Checker:
             if p.core is None:
                 raise self.fail("7", n, f"keeps a map of {p}, which is down (the link should have dropped it)")
             theirs_of = p.core.table.uuid_of
+            # An entry found true (both ids known, one uuid) stays true while the map and both
+            # cores are the same objects, by the same reasons: it is not looked up again.
+            known = t.maps_true.get(pu)
+            if known is None or known[0] is not peer.map or known[1] is not core or known[2] is not p.core:
+                known = t.maps_true[pu] = (peer.map, core, p.core, set())
+            true = known[3]
             for k, mid in peer.map.to_local.items():
+                if k in true:
+                    continue
                 theirs, mine = theirs_of(k), mine_of(mid)
                 if theirs != mine:
                     raise self.fail("7", n, f"map of {p} says its id {k} is my id {mid}, but that is "
                                     f"{(theirs or '?')[:8]} there and {(mine or '?')[:8]} here")
+                if theirs is not None:
+                    true.add(k)
         t.maps_read = read
 
     def _check_origins(self, n: "SimNode") -> None:
@@ -406,7 +433,7 @@ class Checker:
             if conn.kind != "sub":
                 continue
             s = nodes[conn.client]
-            if conn.addr not in s.links():
+            if conn.addr not in (s.peers if s.in_effect is None else s.in_effect):     # (s.links())
                 raise self.fail("11", s, f"a link through {conn.addr!r} is open, which is not in effect {s.links()}")
             if not conn.streaming:
                 continue

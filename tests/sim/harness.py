@@ -77,6 +77,7 @@ SKEW_US_MAX = 5 * TICK_US      # node clocks disagree by up to this much
 TRACE_LINES_MAX = 60           # lines of recent trace printed with a failure
 
 
+_REJOIN_IDLE = shell.RejoinState.IDLE
 _AS_THEY_ARE = contextlib.nullcontext()   # no rule turned back: nothing patched for the tick
 
 
@@ -277,12 +278,13 @@ class Cluster(Faults, Network, Links, Joins):
         return stack
 
     def _tick(self) -> None:
-        self.now += 1
-        while self._heap and self._heap[0][0] <= self.now:
-            _, _, cid, to, mtype, data = heapq.heappop(self._heap)
-            c = self.conns.get(cid)
+        self.now = now = self.now + 1
+        heap, conns, deliver = self._heap, self.conns, self._deliver    # (never replaced)
+        while heap and heap[0][0] <= now:
+            _, _, cid, to, mtype, data = heapq.heappop(heap)
+            c = conns.get(cid)
             if c is not None:
-                self._deliver(c, to, mtype, data)
+                deliver(c, to, mtype, data)
         self._serve_registrations()
         self._pump_relays()
         self._connect()
@@ -307,18 +309,25 @@ class Cluster(Faults, Network, Links, Joins):
     def _membership(self) -> None:
         """Per node, what its shell's background tasks do: checkpoints (Node._checkpoint_loop),
         the fence's watch (FenceKeeper.watch) and the rejoin's (Rejoiner.watch)."""
+        every = self.checkpoint_every
         for n in self.nodes.values():
-            if not n.ready:
+            if not n.up or n.core is None:       # (not n.ready)
                 continue
-            if self.checkpoint_every and n.rejoiner.task is None and self.rng.random() * self.checkpoint_every < 1:
+            rejoiner = n.rejoiner
+            if every and rejoiner.machine.state is _REJOIN_IDLE and self.rng.random() * every < 1:   # (task is None)
                 self.checkpoint(n)
             if n.core.fence is not None:
                 shell.try_lift(self, n)
-            n.rejoiner.step()
+            rejoiner.step()
 
     def checkpoint(self, n: SimNode) -> int:
-        reading = [c.cursor for c in self.conns.values() if c.server == n.name and c.streaming]
-        registering = any(c.server == n.name and c.kind in ("join", "rejoin", "register") for c in self.conns.values())
+        reading, registering = [], False      # (one pass over the links)
+        for c in self.conns.values():
+            if c.server == n.name:
+                if c.streaming:
+                    reading.append(c.cursor)
+                if c.kind in ("join", "rejoin", "register"):
+                    registering = True
         collected = n.checkpoint(self.now, self.anon_ttl, reading, self.rules["holds"] == "register")
         self.stats["checkpoints"] += 1
         if registering or n.joining:
@@ -362,7 +371,8 @@ class Cluster(Faults, Network, Links, Joins):
         """Nothing in flight, nothing to persist, no fence, no rejoin under way, every link in
         effect streaming and caught up (a second address of a member followed through another,
         the node itself, an expelled member's refusal and a member down for good excepted)."""
-        if self.in_flight():
+        conns = self.conns
+        if any(m[2] in conns for m in self._heap):      # (self.in_flight(), stopping at the first)
             return False
         for n in self.nodes.values():
             if n.retired:

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from tests.sim.simnode import Applier, SimNode
 
 CLIENT, SERVER = "client", "server"
+_ROWS, _ERROR, _ACK = m.ROWS, m.ERROR, m.ACK      # (read once: tested per message)
+_RELAY_CLOSED, _APPLIER_STOPPED = RelayState.CLOSED, ApplierState.STOPPED
 # ticks before a refused link is tried again, by the refusal's code (limits.refused_backoff_s,
 # rejoin_retry_s, ... scaled down); a code not here: 20
 BACKOFF = {"not_ready": 2, "anon": 5, "need_rejoin": shell.REJOIN_RETRY, "greet_again": 0}
@@ -136,16 +138,16 @@ class Links:
         if mtype is None:                    # the peer closed the connection (after what it sent)
             return self.break_conn(c, "closed by the relay" if to == CLIENT else "closed by the subscriber")
         scan = None
-        if mtype == m.ROWS and self.scan_rows_p and self.rng.random() < self.scan_rows_p:
+        if mtype == _ROWS and self.scan_rows_p and self.rng.random() < self.scan_rows_p:
             scan = rowscan.scan_rows if rowscan.native is not None else rowscan.scan_rows_py
         try:
             msg: Any = decode(mtype, data, scan)
         except RemoteProtocolError as e:
             self._count_rpe(e)
             return self.break_conn(c, f"undecodable message: {e}")
-        if msg.type == m.ERROR:
+        if msg.type == _ERROR:
             msg = _refusal(msg)
-        elif msg.type == m.ROWS and "scan" in msg.body:
+        elif msg.type == _ROWS and "scan" in msg.body:
             self.stats["rows messages scanned"] += 1
         if to == SERVER:
             self._relay_step(c, msg)
@@ -161,7 +163,7 @@ class Links:
     # --- relay side (node/applier/relay.py serve_link, stream.py Relay) --------------------------------
     def _relay_step(self, c: "Conn", inp: Any) -> None:
         mach = c.relay
-        if mach.state is RelayState.CLOSED:
+        if mach.state is _RELAY_CLOSED:
             return
         mach.step(inp, self.nodes[c.server].wall_us() / 1e6)
         self._relay_act(c, mach)
@@ -184,7 +186,7 @@ class Links:
             elif p.on_subscribe(h.uuid, h.durable, h.anon, self.now):
                 self.log(f"{p}: {s} holds its WAL from {h.durable} (SUBSCRIBE durable)")
         for snd in rd.send:
-            if snd.mtype == m.ERROR and snd.body["code"] == "need_rejoin":
+            if snd.mtype == _ERROR and snd.body["code"] == "need_rejoin":
                 missing = behind(mach.sub, p.gc_vclock, expel_bounds_by_id(p.core.table, mach.greeting))
                 self.checker.on_need_rejoin(p, s, mach.sub, missing)
                 self.log(f"{p} tells {s} to rejoin: components {missing} below {p.gc_vclock} were collected")
@@ -301,7 +303,7 @@ class Links:
     # --- applier side (node/applier/applier.py Applier) -------------------------------------
     def _applier_step(self, c: "Conn", msg: Any) -> None:
         mach = c.applier
-        if mach.state is ApplierState.STOPPED:
+        if mach.state is _APPLIER_STOPPED:
             return
         mach.step(msg, self.nodes[c.client].wall_us() / 1e6)
         self._applier_act(c, mach.ready())
@@ -323,7 +325,7 @@ class Links:
                 self.log(f"{s} registers from {p}'s greeting: " + ", ".join(
                     f"{o.key[:8]}={o.value['id']}" for t in x.entry.txns for o in t.ops))
         for snd in rd.send:
-            if snd.mtype == m.ACK:
+            if snd.mtype == _ACK:
                 core = s.core
                 c.acked_sig = core.synced.signature
                 if core.claimed.signature != core.synced.signature:
@@ -336,7 +338,7 @@ class Links:
             elif type(x) is DisproveClaim:
                 shell.disprove_claim(self, s, p, x.have)
         mach.advance(rd)
-        stop = rd.stop
+        stop = rd.stop if rd.effects else None       # (a Ready's stop is one of its effects)
         if stop is not None:
             self._applier_stopped(c, s, stop.error)
 

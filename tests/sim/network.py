@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from tests.sim.harness import Cluster
 
 _encode_greeting = partial(m.encode_body, m.GREETING)
+_ROWS, _GREETING = m.ROWS, m.GREETING
 ENCODED_MAX = 256      # greetings whose encoding is kept (the cache is emptied when full)
 
 
@@ -87,9 +88,9 @@ class Network:
                 at = c.last_at_client
             c.last_at_client = at
         self._seq += 1
-        if mtype is None or mtype == m.ROWS:
+        if mtype is None or mtype == _ROWS:
             data = body
-        elif mtype == m.GREETING:            # a node's greeting is one object while it holds (shell.greeting)
+        elif mtype == _GREETING:             # a node's greeting is one object while it holds (shell.greeting)
             data = encoded_once(self._encoded, body, _encode_greeting, ENCODED_MAX)
         else:
             data = m.encode_body(mtype, body)
@@ -138,21 +139,24 @@ class Network:
                     self.break_conn(a.conn, "removed from peers")
 
     def _connect(self: "Cluster") -> None:
+        now = self.now
         for s in self.nodes.values():
             if not s.up:
                 continue
-            if s.proc and s.proc_conn is None and self.now >= s.proc_retry_at:
+            if s.proc and s.proc_conn is None and now >= s.proc_retry_at:
                 self._start_request(s)
-            if s.ready:
-                self.apply_links(s)
-            if not s.ready or s.proc:
+            if s.core is None:                  # (not s.ready)
                 continue
-            for addr in s.links():
-                a = s.appliers.get(addr)
+            self.apply_links(s)
+            if s.proc:
+                continue
+            appliers = s.appliers
+            for addr in (s.peers if s.in_effect is None else s.in_effect):     # (s.links())
+                a = appliers.get(addr)
                 if a is None:
-                    a = s.appliers[addr] = Applier(addr)
+                    a = appliers[addr] = Applier(addr)
                     s.links_applied = ()
-                if a.conn is not None or self.now < a.retry_at:
+                if a.conn is not None or now < a.retry_at:
                     continue
                 p = self.nodes[shell.resolve(addr)]
                 if not p.up or not self.reachable(s.name, p.name):

@@ -22,13 +22,14 @@ from node.core import lifecycle_fence as fence_rules
 from node.core.lifecycle_fence import hear_greeting, own_history_lsn
 from node.core.link.ready import EMPTY
 from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
-                                        Status, anon_rejoin_id, member_snapshot)
+                                        RejoinState, Status, anon_rejoin_id, member_snapshot)
 from node.core.membership import expel_bounds, greeting_expel_bounds
 
 if TYPE_CHECKING:
     from tests.sim.harness import Cluster, Conn
     from tests.sim.simnode import Base, SimNode
 
+_IDLE = RejoinState.IDLE
 REJOIN_RETRY = 20          # limits.rejoin_retry_s
 REJOIN_COVER_WAIT = 30     # limits.rejoin_cover_wait_s
 CLUSTER_NAME = "sim"
@@ -204,7 +205,11 @@ class Rejoiner:
 
     # --- acting on it -----------------------------------------------------------------------------
     def step(self) -> None:
-        """Rejoiner.watch, once per tick."""
+        """Rejoiner.watch, once per tick. (An idle machine with no need noted does nothing on
+        its tick, and its outbox was emptied by the last `_act`: nothing else steps it.)"""
+        machine = self.machine
+        if self._rebuilding is None and machine.state is _IDLE and not machine.need:
+            return
         if self._rebuilding is not None:
             self._advance_rebuild()
         else:

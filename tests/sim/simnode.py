@@ -74,7 +74,9 @@ class SimState:
         self.table = ClusterTable(Member.from_row(r) for r in base.table_rows)
         self.vclock = VClock(base.vclock)
         self.spaces: dict[str, tuple[bool, str]] = dict(base.spaces)
-        self.data: dict[str, dict[str, list]] = {s: {k: list(r) for k, r in d.items()} for s, d in base.data.items()}
+        # (records are shared with the base: no record is changed in place, `put` and the
+        # replacer store new lists)
+        self.data: dict[str, dict[str, list]] = {s: dict(d) for s, d in base.data.items()}
         self.knowledge: dict[tuple[str, str], int] = dict(base.knowledge)
         self.own_history_lsn = own_history_lsn    # Store.own_history_lsn (node.core.apply)
 
@@ -143,6 +145,7 @@ class SimNode:
         self.cluster = cluster
         self.name = name
         self.uuid = uuid
+        self._repr = f"{name}({uuid[:8]})"      # (name and uuid never change: every log line names nodes)
         self.addr = f"{name.lower()}.sim:7301"
         self.skew_us = skew_us
         self.anon = anon                      # configured anonymous (until it registers)
@@ -195,7 +198,7 @@ class SimNode:
         self.anon_followers: dict[str, tuple[str, float]] = {}
 
     def __repr__(self) -> str:
-        return f"{self.name}({self.uuid[:8]})"
+        return self._repr
 
     @property
     def ready(self) -> bool:
@@ -369,15 +372,17 @@ class SimNode:
         for a member that never subscribed). Returns how many entries were collected."""
         st, core = self.state, self.core
         synced = dict(st.vclock.items())
+        # (the records are shared, not copied: neither a state nor a base changes a record in
+        # place, SimState.put and its replacer store a new list)
         self.base = Base(st.table.rows(), dict(synced), dict(st.spaces),
-                         {n: {k: list(r) for k, r in d.items()} for n, d in st.data.items()},
-                         dict(st.knowledge), core.hlc.last)
+                         {n: dict(d) for n, d in st.data.items()}, dict(st.knowledge), core.hlc.last)
         self.base_pos = self.applied_pos
         self.durable = max(self.durable, self.base_pos)
         core.mark_synced(st.vclock.copy())
+        lapse = self.lapse                  # (new holds change neither the core's table nor its clocks)
         if new_members:
-            self.book.hold_for_new_members(self.uuid, core.table, self._wal_start, now, self.lapse)
-        keep = keep_vclock(synced, self.book.positions(core.table, now, anon_ttl, self.lapse))
+            self.book.hold_for_new_members(self.uuid, core.table, self._wal_start, now, lapse)
+        keep = keep_vclock(synced, self.book.positions(core.table, now, anon_ttl, lapse))
         if core.fence is None:
             for uuid in followers_to_forget(self.anon_followers, self.book.by_uuid, core.table, now, anon_ttl):
                 del self.anon_followers[uuid]
