@@ -81,6 +81,15 @@ def test_a_greeting_raises_an_expelled_members_bound_to_what_it_states_or_this_n
     assert core.table.get(OTHER).expelled_lsn == raised and core.expel_epoch == epoch + 1
 
 
+def test_a_greeting_raises_no_bound_of_this_node_itself():
+    """A node that learned it was expelled holds all its own rows: its bound is the members'."""
+    core = _core({1: 9, 2: 5, 3: 7})
+    core.table.upsert(Member(SELF, 1, "a:1", STATE_EXPELLED, 0, 4))
+    rows = list(PEER_ROWS)
+    rows[1] = [SELF, 2, "a:1", STATE_EXPELLED, 0, 6]
+    assert core.greeting(PEER, rows, WALL) == [] and core.table.get(SELF).expelled_lsn == 4
+
+
 def test_a_member_first_seen_expelled_in_a_greeting_is_stored_expelled_with_its_bound():
     core = _core()
     rows = PEER_ROWS + [[GONE, 7, "g:1", STATE_EXPELLED, 3, 6]]
