@@ -213,12 +213,11 @@ class NodeCore(Receiving):
             bound = max(stated.get(m.uuid, 0), self.claimed.get(m.id))
             if bound <= m.expelled_lsn:
                 continue
-            res = resolve_cluster_replace(self.table, m.uuid, m.id, m.address, STATE_EXPELLED,
-                                          from_self=False, expelled_lsn=bound)
+            raised = Member(m.uuid, m.id, m.address, STATE_EXPELLED, m.lsn, bound)   # the resolver's expel-lsn
             self.expel_epoch += 1                 # rows refused under the smaller bound may come now
-            self.table.upsert(res.member)
-            own_ops.append(cluster_op(res.member))
-            log.info("_cluster: %s %s to %d (at %s's greeting)", res.reason, m.uuid, bound, peer_uuid)
+            self.table.upsert(raised)
+            own_ops.append(cluster_op(raised))
+            log.info("_cluster: expel-lsn %s to %d (at %s's greeting)", m.uuid, bound, peer_uuid)
 
     def subscribe_vclock(self, peer_uuid: str, peer_vclock: dict[str, int] | None = None,
                          peer_rows: list[list] | None = None) -> VClock:

@@ -81,6 +81,18 @@ def test_a_greeting_raises_an_expelled_members_bound_to_what_it_states_or_this_n
     assert core.table.get(OTHER).expelled_lsn == raised and core.expel_epoch == epoch + 1
 
 
+@pytest.mark.parametrize("row", [
+    [OTHER, 5, "c:1", STATE_EXPELLED],            # an expelled row that states no bound: 0
+    [OTHER, 5, "c:1", STATE_EXPELLED, 0],
+    [OTHER, 5, "c:1", STATE_MEMBER, 0, 9],        # a member's row: its bound field means nothing
+])
+def test_a_greeting_row_that_states_no_bound_raises_none(row):
+    core = _with_expelled(4, 4)
+    rows = list(PEER_ROWS)
+    rows[2] = row
+    assert core.greeting(PEER, rows, WALL) == [] and core.table.get(OTHER).expelled_lsn == 4
+
+
 def test_a_greeting_raises_no_bound_of_this_node_itself():
     """A node that learned it was expelled holds all its own rows: its bound is the members'."""
     core = _core({1: 9, 2: 5, 3: 7})
