@@ -64,8 +64,12 @@ def test_a_node_that_joined_through_a_member_expelled_meanwhile_ends_with_the_me
     if a_serves:
         wait_for(lambda: _bound(f, au) == held, 30, "F heard of the expel and raised the bound to what it holds")
         wait_for(lambda: _bound(b, au) == held and _bound(c, au) == held, 30, "B and C took F's bound")
-        b.set_peers([c, f, a])                        # A serves its rows up to the bound (an expelled
-        c.set_peers([b, f, a])                        # member still serves subscribers)
+        # A serves its rows up to the bound (an expelled member still serves subscribers). A member
+        # F told to rejoin may be rebuilding from F's snapshot meanwhile (the other way to them),
+        # and takes no peer change until it is done (503 not_ready)
+        for n, peers in ((b, [c, f, a]), (c, [b, f, a])):
+            wait_for(lambda: n.put("/v1/admin/peers", {"peers": [p.address for p in peers]})[0] == 200, 60,
+                     f"{n.name} takes A as a peer")
     for n in (b, c):
         wait_for(lambda: _readable(n, "a-after-expel") and _readable(n, "f-1"), 60, f"A's and F's rows on {n.name}")
         assert n.cluster()[au]["lsn"] == held and n.cluster()[f.uuid()]["lsn"] >= f_lsn
