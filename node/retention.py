@@ -15,7 +15,9 @@ hold and every backup's (node/wal/gc.py), never one a relay is reading. The star
 oldest segment kept is the `gc_vclock`, recorded before the files go: a subscriber behind it
 in any component is told to rejoin (node/rejoin.py decides whether it may). An anonymous
 replica that fetches or subscribes is remembered beside the identity first (node/fence.py: a
-lost store waits to hear from it), and forgotten at a checkpoint once its hold timed out."""
+lost store waits to hear from it), and forgotten at a checkpoint once its hold timed out and
+every member holds the rows of this node it may hold (node.core.lifecycle_fence FollowerReach:
+the relay says when each of its links ends)."""
 from __future__ import annotations
 
 import asyncio
@@ -23,8 +25,9 @@ import logging
 import os
 import time
 
+from node import limits
 from node.core.holds import Hold, Holds, keep_vclock, lapsing
-from node.core.lifecycle_fence import Followers, follower_seen, followers_to_forget
+from node.core.lifecycle_fence import FollowerReach, Followers, follower_seen, followers_to_forget
 from node.core.vclock import VClock
 from node.errors import NoSpaceError
 from node.faults import fault
@@ -58,6 +61,8 @@ class Retention:
         self.book = Holds()
         self._followers: Followers | None = None      # node/fence.py's file, read once
         self._followers_full_warned = False
+        self.reach = FollowerReach(0)                  # how far of our rows each follower may hold
+        self._kept_said: set[str] = set()             # followers kept past their TTL, said so
 
     @property
     def followers(self) -> Followers:
@@ -74,6 +79,11 @@ class Retention:
     def load(self) -> None:
         """The holds as the store keeps them ("acks": the name an earlier version used)."""
         self.book = Holds(_holds_from_meta(self.node.store.get_meta("acks")))
+        self.reach = FollowerReach(self._own_claimed())
+
+    def _own_claimed(self) -> int:
+        core = self.node.core
+        return core.claimed.get(core.self_id) if core is not None else 0
 
     def _persist(self, sync: bool) -> None:
         store = self.node.store
@@ -108,10 +118,11 @@ class Retention:
         self._written(uuid, self.book.on_subscribe(uuid, durable, anon, self.node.core.table, time.time()),
                       "it subscribed")
 
-    def follower(self, uuid: str, address: str) -> None:
+    def follower(self, uuid: str, address: str) -> bool:
         """An anonymous replica fetches from or subscribes to this node: remembered, on disk
         before it is answered (node/fence.py), unless it was within half its TTL or the file is
-        full (node.core.lifecycle_fence follower_seen)."""
+        full (node.core.lifecycle_fence follower_seen). Whether it is remembered: its link is
+        then open in `reach` until `follower_link_ended`."""
         followers = self.followers
         entry = follower_seen(followers, uuid, address, time.time(), self.node.cfg.anon_ttl_s)
         new = uuid not in followers
@@ -121,21 +132,43 @@ class Retention:
                 log.warning("retention: this node remembers %d anonymous followers already (anon_followers_max): %s "
                             "and later ones are not remembered, and a lost store will not wait for them",
                             len(followers), uuid)
-            return
-        append_follower(self.node.data_dir, uuid, entry)
-        followers[uuid] = entry
-        if new:
-            log.info("retention: anonymous replica %s (%s) follows this node: a lost store waits to hear from it",
-                     uuid, address)
+        else:
+            append_follower(self.node.data_dir, uuid, entry)
+            followers[uuid] = entry
+            if new:
+                log.info("retention: anonymous replica %s (%s) follows this node: a lost store waits to hear from it",
+                         uuid, address)
+        if uuid not in followers:
+            return False
+        self.reach.opened(uuid)
+        return True
+
+    def follower_link_ended(self, uuid: str) -> None:
+        """A link of a remembered follower (`follower` said so) ends: it holds at most the own
+        rows this node claimed now."""
+        self.reach.closed(uuid, self._own_claimed())
+        if uuid not in self.followers:        # forgotten meanwhile (the table knows it)
+            self.reach.forget(uuid)
 
     def _forget_followers(self, uuids: list[str]) -> None:
         if not uuids:
             return
         for uuid in uuids:
             del self.followers[uuid]
+            self.reach.forget(uuid)
         write_followers(self.node.data_dir, self.followers)
-        log.info("retention: forgets anonymous follower(s) %s (unseen past anon_ttl_s, or now in _cluster)",
+        log.info("retention: forgets anonymous follower(s) %s (unseen past anon_ttl_s and every member holds the "
+                 "rows of this node it may hold, or now in _cluster)",
                  ", ".join(uuids))
+
+    def _keep_followers(self, kept: dict[str, int]) -> None:
+        """Followers unseen past anon_ttl_s that are remembered still: said once per follower."""
+        for uuid, lsn in kept.items():
+            if uuid not in self._kept_said:
+                log.info("retention: anonymous follower %s is unseen past anon_ttl_s but may hold rows of this node up "
+                         "to lsn %s that not every member holds: it is remembered (a lost store waits for it) until "
+                         "they do", uuid, "any" if lsn >= limits.lsn_max else lsn)
+        self._kept_said = set(kept)
 
     def on_ack(self, uuid: str, durable: dict[int, int], anon: bool) -> None:
         """A subscriber has `durable` on disk (written with the next checkpoint)."""
@@ -171,8 +204,10 @@ class Retention:
         self._hold_for_new_members()
         positions = self.book.positions(core.table, time.time(), node.cfg.anon_ttl_s, self.lapse)
         if core.fence is None:      # a fence waits for them: a restart while it stands must too
-            self._forget_followers(followers_to_forget(self.followers, self.book.by_uuid, core.table, time.time(),
-                                                       node.cfg.anon_ttl_s))
+            forget, kept = followers_to_forget(self.followers, self.book.by_uuid, core.table, time.time(),
+                                               node.cfg.anon_ttl_s, self.reach, core.self_id)
+            self._forget_followers(forget)
+            self._keep_followers(kept)
         positions += wal_holds(node.data_dir)       # backups copying the WAL (node/ops/backup.py)
         keep = keep_vclock(synced, positions)
         removable, _ = collectable(node.wal_dir, keep)

@@ -30,16 +30,17 @@ __all__ = ["serve_link"]
 log = logging.getLogger("replog.relay")
 
 
-def _take(node: "RelayHost", mach: RelayMachine, inp, now: float) -> Ready:
-    """Step and persist the holds the step asked for, in one synchronous call."""
+def _take(node: "RelayHost", mach: RelayMachine, inp, now: float, followed: list[str]) -> Ready:
+    """Step and persist the holds the step asked for, in one synchronous call (`followed`: the
+    remembered anonymous followers this link serves, whose end retention must hear of)."""
     try:
         mach.step(inp, now)
     finally:
         rd = mach.ready()
         for h in rd.persist:
             assert type(h) is Hold, h
-            if h.anon:                       # remembered beside the identity before it gets rows
-                node.retention.follower(h.uuid, mach.address)
+            if h.anon and node.retention.follower(h.uuid, mach.address):   # remembered before it gets rows
+                followed.append(h.uuid)
             if h.durable is None:
                 node.retention.hold_all(h.uuid, anon=h.anon)
             else:
@@ -51,6 +52,7 @@ async def serve_link(node: "RelayHost", conn: Conn) -> None:
     """An authenticated inbound link (node/applier/accept.py): greetings, then the one request
     it came for."""
     mach = RelayMachine(NodeRelayContext(node), conn.session.peer_uuid if conn.session else None, conn.peer)
+    followed: list[str] = []
     try:
         inp = None
         while mach.state is not RelayState.CLOSED:
@@ -59,7 +61,7 @@ async def serve_link(node: "RelayHost", conn: Conn) -> None:
                     inp = await conn.recv(timeout=mach.recv_timeout_s())
                 except PeerRefused as e:
                     inp = e                      # the peer's ERROR: the machine decides
-            rd = _take(node, mach, inp, time.monotonic())
+            rd = _take(node, mach, inp, time.monotonic(), followed)
             conn.peer = mach.peer
             inp = await _act(node, conn, mach, rd)
     except Exception as e:  # noqa: BLE001 - the relay's one place: relay_end maps every error, our bugs included
@@ -72,6 +74,8 @@ async def serve_link(node: "RelayHost", conn: Conn) -> None:
             await conn.refuse(end.code, end.message)
     finally:
         mach.close()
+        for uuid in followed:
+            node.retention.follower_link_ended(uuid)
 
 
 async def _act(node: "RelayHost", conn: Conn, mach: RelayMachine, rd: Ready):

@@ -22,8 +22,9 @@ Rules kept here:
 - How many peers a node remembers claims of is bounded (limits.members_max).
 - A node remembers the anonymous replicas that follow it beside its identity (`follower_seen`,
   at most limits.anon_followers_max), and a fence taken up after a loss waits for them like
-  members (`take_up_fence`); while not fenced it forgets one unseen past its TTL or that the
-  table knows (`followers_to_forget`).
+  members (`take_up_fence`); while not fenced it forgets one that the table knows, or one
+  unseen past its TTL once every member holds the rows of ours it may hold (`FollowerReach`:
+  quiet, it may still be their only holder; `followers_to_forget`).
 - At open, a fence the store's meta holds stands again (`take_up_fence`); an expel asked for
   while fenced gives that member up (`give_up`) and is written at the lift, even for a member
   this node has no row for (`expels_after_lift`); a greeting says up to which lsn this node's own
@@ -226,16 +227,84 @@ def follower_seen(followers: Followers, uuid: str, address: str, now_s: float,
     return (address, now_s)
 
 
-def followers_to_forget(followers: Followers, holds: dict, table, now_s: float, anon_ttl_s: float) -> list[str]:
+def followers_to_forget(followers: Followers, holds: dict, table, now_s: float, anon_ttl_s: float,
+                        reach: "FollowerReach", self_id: int) -> tuple[list[str], dict[str, int]]:
     """Which remembered followers this node forgets (at a checkpoint, while not fenced): one
     the table knows (registered: the table covers it; or expelled), and one neither remembered
     nor held (node.core.holds: uuid -> Hold, moved by its ACKs) as seen within `anon_ttl_s`
-    (the replica's time, as for the WAL kept for it)."""
-    out = []
+    (the replica's time, as for the WAL kept for it) whose rows of this node every member
+    holds: `reach.may_hold(uuid)` is the most of our own rows (`self_id`) it may hold, and
+    every member's hold must be at least that. A replica gone quiet may still be the only
+    holder of our last rows (every member cut off from us while it was not): forgotten, a lost
+    store would not wait for it and would write other rows under those lsns. Returns those to
+    forget, and those kept only for that (uuid -> the own lsn it may hold)."""
+    out: list[str] = []
+    kept: dict[str, int] = {}
+    covered: int | None = None
     for uuid, (_, seen) in followers.items():
         h = holds.get(uuid)
         mem = table.get(uuid)
-        last = max(seen, h.seen_s) if h is not None else seen
-        if now_s - last > anon_ttl_s or (mem is not None and mem.state in (STATE_EXPELLED, STATE_MEMBER)):
+        if mem is not None and mem.state in (STATE_EXPELLED, STATE_MEMBER):
             out.append(uuid)
-    return out
+            continue
+        last = max(seen, h.seen_s) if h is not None else seen
+        if now_s - last <= anon_ttl_s:
+            continue
+        if covered is None:
+            covered = members_hold_own(holds, table, self_id)
+        reaches = reach.may_hold(uuid)
+        if reaches <= covered:
+            out.append(uuid)
+        else:
+            kept[uuid] = reaches
+    return out, kept
+
+
+def members_hold_own(holds: dict, table, self_id: int) -> int:
+    """The most of this node's own rows (id `self_id`) that every other member holds on disk by
+    its hold here (a member without a hold: none; no other member: none)."""
+    least: int | None = None
+    for mem in table.members():
+        if mem.state != STATE_MEMBER or mem.id == self_id:
+            continue
+        h = holds.get(mem.uuid)
+        have = h.vclock.get(self_id, 0) if h is not None else 0
+        least = have if least is None else min(least, have)
+    return least or 0
+
+
+class FollowerReach:
+    """How far of this node's own rows each remembered anonymous follower may hold, in memory:
+    the own lsn this node had claimed when the follower's last link here ended (a link sends
+    nothing past it), any lsn while a link is open (`limits.lsn_max`), and for a follower with
+    no link since this process started, the own lsn at the start (what an earlier process sent
+    is at most that: a start that lost rows is fenced, and a fenced node forgets nobody)."""
+    __slots__ = ("at_start", "open", "ended")
+
+    def __init__(self, own_at_start: int):
+        self.at_start = own_at_start
+        self.open: dict[str, int] = {}      # uuid -> its links open now
+        self.ended: dict[str, int] = {}     # uuid -> own lsn claimed when its last link ended
+
+    def opened(self, uuid: str) -> None:
+        """A remembered follower fetches or subscribes (node.core.link.ready Hold, anon)."""
+        self.open[uuid] = self.open.get(uuid, 0) + 1
+
+    def closed(self, uuid: str, own_claimed: int) -> None:
+        """A link that `opened` ends (links that never did sent no row)."""
+        n = self.open.get(uuid, 0)
+        if n == 0:
+            return
+        if n == 1:
+            del self.open[uuid]
+        else:
+            self.open[uuid] = n - 1
+        self.ended[uuid] = own_claimed
+
+    def may_hold(self, uuid: str) -> int:
+        if uuid in self.open:
+            return limits.lsn_max
+        return self.ended.get(uuid, self.at_start)
+
+    def forget(self, uuid: str) -> None:
+        self.ended.pop(uuid, None)

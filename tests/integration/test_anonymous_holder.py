@@ -190,3 +190,44 @@ def test_an_anonymous_replica_whose_rows_are_given_up_is_expelled_and_refused(tm
     assert r.kv_get("kv", "after")[0] == 404 and r.kv_get("kv", "b-0")[0] == 200   # its rows, none of B's new ones
     no_fork([a, b])
     restart_all([a, b])
+
+
+def test_a_replica_quiet_past_its_ttl_is_remembered_while_it_may_hold_rows_no_member_has(tmp_path, procs):
+    """As `lost_store_with_rows_only_on_r`, but R stays away past anon_ttl_s before B's loss, B
+    checkpointing meanwhile. A, down, lacks B's last rows, so R may be their only holder: B keeps
+    remembering it and its fence waits for it. (Forgotten, B's fence would lift on A's word alone
+    and B's next rows would take the lsns R holds: a fork nobody would see.) Once A holds every row
+    of B that R may hold, B forgets R at its next checkpoint past the TTL."""
+    (a, b), r, acked = masters_and_a_replica_of_b(
+        tmp_path, procs, 2, extra=["--checkpoint-interval-s", "0.3", "--anon-ttl-s", "1"])
+    assert a.stop() == 0
+    b_last = [acked.put(b, "kv", f"b-{i}", i)["lsn"] for i in range(20)][-1]
+    acked_everywhere([b, r], acked)
+    ru = r.uuid()
+    assert r.stop() == 0
+    wait_for(lambda: f"anonymous follower {ru} is unseen past anon_ttl_s but may hold rows of this node up to lsn"
+             in b.log_text(), 30, "B kept R past its TTL")
+    assert ru in open(os.path.join(b.data_dir, "anonymous_followers")).read()
+    assert "forgets anonymous follower" not in b.log_text()
+    lose_store_and_rejoin(b, a)
+    fence = wait_for(lambda: (lambda f: f if f and f["waiting_for"] == [ru] else None)(b.info().get("own_rows_fence")),
+                     30, "B heard A and waits for R")
+    s, d = b.put("/v1/spaces/kv/keys/while-fenced", 1)
+    assert s == 503 and d["error"]["code"] == "own_rows_unconfirmed", (s, d)
+
+    r.start()
+    wait_for(lambda: (lambda f: f if f and not f["waiting_for"] and f["target"] == b_last else None)(
+        b.info().get("own_rows_fence")), 30, "B heard R say it holds its rows")
+    b.set_peers([a, r])                                  # what the status says: replicate from R
+    wait_for(lambda: b.info().get("own_rows_fence") is None, 60, "B's rows came back from R")
+    d = b.kv_put("kv", "after", "after")
+    assert d["lsn"] > b_last, f"B's next lsn {d['lsn']} reuses one of its rows up to {b_last}"
+    acked.writes[("kv", "after")] = ("after", b.uuid(), d["lsn"])
+    acked_everywhere([a, b, r], acked, 60)
+    no_fork([a, b, r])
+
+    b.set_peers([a])
+    assert r.stop() == 0                                 # A holds all of B's rows now: R may go
+    wait_for(lambda: ru not in open(os.path.join(b.data_dir, "anonymous_followers")).read(), 30,
+             "B forgets R at a checkpoint past its TTL")
+    restart_all([a, b])

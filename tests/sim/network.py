@@ -51,6 +51,7 @@ class Conn:
     core_peer: Any = None     # client side: the core's Peer its greeting built (Applier._drop_peer)
     last_at_client: int = 0   # the tick the last message to the client arrives (Network.send)
     last_at_server: int = 0   # ... to the server
+    followed: Any = None      # relay side: (the server's FollowerReach, the follower's uuid) it opened
 
     @property
     def fenced(self) -> bool:
@@ -103,6 +104,11 @@ class Network:
         c.relay.close()
         self.conns.pop(c.id, None)
         s, p = self.nodes[c.client], self.nodes[c.server]
+        if c.followed is not None:           # node/applier/relay.py serve_link: follower_link_ended
+            reach, uuid = c.followed
+            reach.closed(uuid, p.core.claimed.get(p.core.self_id) if p.core is not None else 0)
+            if uuid not in p.anon_followers:
+                reach.forget(uuid)
         delay = backoff if backoff is not None else self.rng.randint(1, 4)
         self.stats["link_breaks"] += 1
         if c.kind != "sub" and not why.endswith("(BYE)"):

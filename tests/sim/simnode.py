@@ -41,7 +41,7 @@ from node import limits
 from node.cluster_space.table import ClusterTable, Member
 from node.core.apply import apply_txn, apply_txns
 from node.core.holds import Hold, Holds, collectable_before, keep_vclock, lapsing
-from node.core.lifecycle_fence import followers_to_forget, take_up_fence
+from node.core.lifecycle_fence import FollowerReach, followers_to_forget, take_up_fence
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_LOCAL, Txn
 from node.core.vclock import VClock
@@ -196,6 +196,7 @@ class SimNode:
         self.registered: set[str] = set()
         # node/fence.py anonymous_followers: anonymous replicas that follow this node, beside its identity
         self.anon_followers: dict[str, tuple[str, float]] = {}
+        self.reach = FollowerReach(0)              # Retention.reach: how far of our rows each may hold
 
     def __repr__(self) -> str:
         return self._repr
@@ -286,6 +287,7 @@ class SimNode:
             if take_up_fence(self.core, meta, self.registered, self.anon_followers):
                 self.state.own_history_lsn = limits.lsn_max
         self.holds = dict(self.holds_disk)         # Retention.load
+        self.reach = FollowerReach(self.core.claimed.get(self.core.self_id))
         self.status = "running"
 
     def install(self, base: Base) -> None:
@@ -384,8 +386,10 @@ class SimNode:
             self.book.hold_for_new_members(self.uuid, core.table, self._wal_start, now, lapse)
         keep = keep_vclock(synced, self.book.positions(core.table, now, anon_ttl, lapse))
         if core.fence is None:
-            for uuid in followers_to_forget(self.anon_followers, self.book.by_uuid, core.table, now, anon_ttl):
+            for uuid in followers_to_forget(self.anon_followers, self.book.by_uuid, core.table, now, anon_ttl,
+                                            self.reach, core.self_id)[0]:
                 del self.anon_followers[uuid]
+                self.reach.forget(uuid)
         limit = min([len(self.wal) - 1] + reading)     # the current segment, segments being read
         i, vc = self.wal_gc, dict(self._gc_vc)
         while i < limit:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.core import lifecycle_join, lifecycle_rejoin
+from node.core import lifecycle_fence, lifecycle_join, lifecycle_rejoin
 from node.core.holds import Holds
 from tests.sim.harness import LOC, Cluster, SimFailure
 from tests.sim.liveness import check_acknowledged, check_converged
@@ -398,6 +398,65 @@ def test_a_member_told_to_rejoin_by_an_anonymous_replica_rebuilds_from_its_snaps
     member_rebuilt_from_an_anonymous_replica(make_cluster(39))
 
 
+# --- 8: a quiet anonymous follower holding rows no member has is not forgotten -------------------
+def quiet_follower_holds_rows_no_member_has(c: Cluster) -> None:
+    """R, an anonymous replica, follows A alone. A, cut off from B and C, writes; R takes the
+    rows and goes down. Past R's TTL, A checkpoints: R may be the only holder of A's last rows,
+    so A still remembers it. A loses its store and joins again, fenced: it waits for R too, and
+    writes nothing under its id until R is back and its rows came home (the operator adds R to
+    A's peers when the fence says so: `settle`). Once every member holds them, A forgets R."""
+    form(c, "A", "B", "C")
+    c.add_node("R", anon=True)
+    c.fetch_anon("R", via="A")
+    c.run_until(lambda: ready(c, "R"), what="R fetched")
+    c.configure_peers("R", ["A"])
+    c.run_until_quiet()
+    c.cut("A", "B")
+    c.cut("A", "C")
+    for i in range(3):
+        assert c.put("A", f"a{i}")
+        c.run(1)
+    want = flushed(c, "A")
+    c.run_until(lambda: own_lsn(c, "R", "A") == want, what="R holds A's rows")
+    assert own_lsn(c, "B", "A") < want and own_lsn(c, "C", "A") < want
+    c.crash("R", power=False)
+    c.anon_ttl = 20
+    c.run(30)
+    a, r = c.nodes["A"], c.nodes["R"]
+    c.checkpoint(a)
+    remembered = r.uuid in a.anon_followers       # unseen past its TTL, yet the only holder
+    c.lose_disk("A")
+    c.heal()
+    c.restart("A")
+    c.run_until(lambda: ready(c, "A"), what="A joined again")
+    c.run(30)
+    waited = a.core.fence is not None and r.uuid in a.core.fence.waiting_for(a.core.table, a.uuid)
+    refused = c.put("A", "too-early") is None
+    c.restart("R")                           # (forgotten, R would now hold other rows under A's lsns)
+    c.settle()
+    assert remembered and waited and refused
+    assert a.core.fence is None and own_lsn(c, "A", "A") > want
+    check_converged(c)
+    check_acknowledged(c)
+    c.run_until(lambda: all(own_lsn(c, m, "A") == own_lsn(c, "A", "A") for m in "BC") and not a.queue,
+                what="B and C hold all of A's rows")
+    c.crash("R", power=False)
+    c.run(30)
+    c.run_until(lambda: a.book.by_uuid[c.nodes["B"].uuid].vclock.get(a.core.self_id, 0) >= own_lsn(c, "A", "A")
+                and a.book.by_uuid[c.nodes["C"].uuid].vclock.get(a.core.self_id, 0) >= own_lsn(c, "A", "A"),
+                what="B and C acknowledged A's rows on disk")
+    c.checkpoint(a)
+    assert r.uuid not in a.anon_followers          # now every member holds what R may hold
+
+
+def test_a_quiet_anonymous_follower_holding_rows_no_member_has_is_waited_for_after_a_loss(make_cluster):
+    quiet_follower_holds_rows_no_member_has(make_cluster(40))
+
+
+def forget_quiet_followers_at_once(monkeypatch) -> None:
+    monkeypatch.setattr(lifecycle_fence.FollowerReach, "may_hold", lambda self, uuid: 0)
+
+
 FLIPS = [
     # (scenario, rule turned back: a Cluster.rules switch, or a production function patched, the
     # invariant that must fail)
@@ -409,6 +468,7 @@ FLIPS = [
     (rejoin_under_gc_pressure, ("keep_local", False), "invariant 2"),
     (formation_while_cut, founders_of_whoever_answered, "two clusters"),
     (member_rebuilt_from_an_anonymous_replica, join_through_any_donor, "B rebuilt from R not reached"),
+    (quiet_follower_holds_rows_no_member_has, forget_quiet_followers_at_once, "invariant 1"),
 ]
 
 
@@ -416,7 +476,8 @@ FLIPS = [
 def test_each_scenario_catches_the_rule_it_guards(make_cluster, monkeypatch, scenario, rule, caught):
     seed = {rejoin_keeps_uncovered_rows: 31, lost_store_waits_for_every_member: 32, peer_churn: 34,
             briefly_down_member: 35, registration_then_collection: 36, rejoin_under_gc_pressure: 37,
-            formation_while_cut: 38, member_rebuilt_from_an_anonymous_replica: 39}[scenario]
+            formation_while_cut: 38, member_rebuilt_from_an_anonymous_replica: 39,
+            quiet_follower_holds_rows_no_member_has: 40}[scenario]
     c = make_cluster(seed)
     if callable(rule):
         rule(monkeypatch)

@@ -16,7 +16,8 @@ from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, C
 from node.core import messages as m
 from node.core.entry import txns_relay_frame
 from node.core.holds import Hold
-from node.core.lifecycle_fence import follower_seen, followers_to_forget, hear_greeting, lift, may_lift, take_up_fence
+from node.core.lifecycle_fence import (FollowerReach, follower_seen, followers_to_forget, hear_greeting, lift, may_lift,
+                                       members_hold_own, take_up_fence)
 from node.core.link.relay import RelayState
 from node.core.membership import OwnRowsFence, greeting_expel_bounds
 from node.core.replicaset import NodeCore
@@ -193,7 +194,60 @@ def test_a_follower_is_forgotten_once_unseen_past_its_ttl_or_once_the_table_know
     remembered = {"acked": ("x:1", 1.0),        # subscribed long ago, acknowledged just now
                   "stale": ("x:2", 20.0), "recent": ("x:3", 80.0), "gone": ("x:4", 60.0), "edge": ("x:5", 70.0),
                   PEER: ("b:1", 99.0), OTHER: ("c:1", 99.0)}
-    assert followers_to_forget(remembered, holds, table, 100.0, 30.0) == ["stale", "gone", PEER, OTHER]
+    assert followers_to_forget(remembered, holds, table, 100.0, 30.0, FollowerReach(0), 1) == \
+        (["stale", "gone", PEER, OTHER], {})
+
+
+def three_members(b_holds: int, c_holds: int | None) -> tuple[ClusterTable, dict]:
+    """SELF 1, PEER 2 and OTHER 3 members; PEER's and OTHER's holds of our own rows (None: none)."""
+    table = ClusterTable([Member(SELF, 1, "a:1", STATE_MEMBER), Member(PEER, 2, "b:1", STATE_MEMBER),
+                          Member(OTHER, 3, "c:1", STATE_MEMBER), Member(ANON, 4, ANON_ADDR, STATE_ANON)])
+    holds = {PEER: Hold({1: b_holds, 2: 9}, 99.0, False), SELF: Hold({1: 0}, 99.0, False)}
+    if c_holds is not None:
+        holds[OTHER] = Hold({1: c_holds}, 99.0, False)
+    return table, holds
+
+
+@pytest.mark.parametrize("b_holds,c_holds,forgotten", [
+    (7, 7, True),                # every member holds what it may hold
+    (9, 8, True),
+    (7, 6, False),               # OTHER holds less: R may be the only holder of row 7
+    (6, 9, False),
+    (9, None, False),            # OTHER has no hold here: nothing says it holds our rows
+], ids=["both-hold-it", "both-hold-more", "one-holds-less", "the-other-holds-less", "one-has-no-hold"])
+def test_a_quiet_follower_is_forgotten_only_once_every_member_holds_the_rows_it_may_hold(b_holds, c_holds, forgotten):
+    table, holds = three_members(b_holds, c_holds)
+    reach = FollowerReach(7)                       # no link since this process started at own lsn 7
+    followers = {"quiet": ("x:1", 10.0)}
+    assert followers_to_forget(followers, holds, table, 100.0, 30.0, reach, 1) == \
+        ((["quiet"], {}) if forgotten else ([], {"quiet": 7}))
+    assert members_hold_own(holds, table, 1) == (min(b_holds, c_holds) if c_holds is not None else 0)
+
+
+def test_a_followers_reach_is_any_lsn_while_a_link_is_open_and_the_own_lsn_when_the_last_one_ended():
+    reach = FollowerReach(5)
+    assert reach.may_hold("r") == 5                # what an earlier process may have sent
+    reach.opened("r")
+    reach.opened("r")                              # a second link before the first ended
+    assert reach.may_hold("r") == limits.lsn_max
+    reach.closed("r", 8)
+    assert reach.may_hold("r") == limits.lsn_max  # one still open
+    reach.closed("r", 9)
+    assert reach.may_hold("r") == 9
+    reach.closed("r", 12)                          # a link that never opened sent nothing
+    assert reach.may_hold("r") == 9
+    reach.forget("r")
+    assert reach.may_hold("r") == 5
+
+
+def test_no_other_member_holds_our_rows_when_we_are_the_only_member():
+    table = ClusterTable([Member(SELF, 1, "a:1", STATE_MEMBER), Member(OTHER, 3, "c:1", STATE_EXPELLED, 0, 0)])
+    holds = {OTHER: Hold({1: 9}, 99.0, False)}
+    assert members_hold_own(holds, table, 1) == 0
+    assert followers_to_forget({"quiet": ("x:1", 10.0)}, holds, table, 100.0, 30.0, FollowerReach(0), 1) == \
+        (["quiet"], {})
+    assert followers_to_forget({"quiet": ("x:1", 10.0)}, holds, table, 100.0, 30.0, FollowerReach(1), 1) == \
+        ([], {"quiet": 1})
 
 
 def test_the_followers_file_remembers_each_replica_durably_and_forgets_atomically(tmp_path, monkeypatch):
@@ -298,3 +352,20 @@ def test_a_greeting_maps_the_members_listed_after_an_anonymous_entry_it_skips():
     core.fence = None
     core.greeting(ANON, [[ANON, 7, ANON_ADDR, STATE_ANON]] + PEER_ROWS, WALL)
     assert core.peers[ANON].map.as_dict() == {1: 2, 2: 1, 5: 3}
+
+
+def test_retention_opens_a_remembered_followers_link_and_notes_our_own_lsn_when_it_ends(tmp_path, monkeypatch):
+    core = fenced_core(own=6)
+    core.fence = None
+    r = Retention(SimpleNamespace(data_dir=str(tmp_path), cfg=SimpleNamespace(anon_ttl_s=60.0), core=core))
+    assert r.follower(ANON, ANON_ADDR) is True
+    assert r.reach.may_hold(ANON) == limits.lsn_max            # any of our rows while its link is open
+    core.local_txn([Op(OP_PUT, "kv", "k", 1)], GROUP_DEFAULT, WALL)   # claimed 7, sent or not
+    r.follower_link_ended(ANON)
+    assert r.reach.may_hold(ANON) == 7
+    monkeypatch.setattr(limits, "anon_followers_max", 1)
+    assert r.follower(PEER, "b:1") is False                    # not remembered: nothing to end
+    r.follower_link_ended(PEER)
+    assert PEER not in r.reach.ended
+    r._forget_followers([ANON])
+    assert ANON not in r.reach.ended

@@ -110,7 +110,11 @@ async def test_the_applier_driver_persists_claims_even_when_the_step_fails_with_
     assert events == [("persist", [(2, 6)])]
 
 
-def test_the_relay_driver_puts_a_subscribers_hold_in_place_in_the_step_that_answers_it():
+@pytest.mark.parametrize("anon,remembered", [(False, False), (True, True), (True, False)],
+                         ids=["member", "anonymous-remembered", "anonymous-not-remembered"])
+def test_the_relay_driver_puts_a_subscribers_hold_in_place_in_the_step_that_answers_it(anon, remembered):
+    """... and an anonymous subscriber is remembered first; one remembered is a link whose end
+    serve_link tells retention of (node.core.lifecycle_fence FollowerReach)."""
     calls: list = []
 
     class Retention:
@@ -120,9 +124,15 @@ def test_the_relay_driver_puts_a_subscribers_hold_in_place_in_the_step_that_answ
         def hold_all(self, uuid, anon):
             calls.append(("hold all", uuid))
 
+        def follower(self, uuid, address):
+            calls.append(("follower", uuid))
+            return remembered
+
     class RelayNode:
         retention = Retention()
 
-    mach = relay_greeted(RelayMachine(RelayContext(), authenticated=SUB))
-    rd = relay_take(RelayNode(), mach, subscribe({1: 9}, durable={1: 8}), NOW)
-    assert calls == [("hold", SUB, {1: 8})] and rd.send[0].mtype == m.SUBSCRIBED
+    mach = relay_greeted(RelayMachine(RelayContext(), authenticated=SUB), anon=anon)
+    followed: list[str] = []
+    rd = relay_take(RelayNode(), mach, subscribe({1: 9}, durable={1: 8}), NOW, followed)
+    assert calls == [("follower", SUB)] * anon + [("hold", SUB, {1: 8})] and rd.send[0].mtype == m.SUBSCRIBED
+    assert followed == ([SUB] if remembered else [])
