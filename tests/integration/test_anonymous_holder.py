@@ -10,6 +10,7 @@ when every member has been heard; one gone for good is expelled on B (docs/repli
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 from tests.integration.harness import ReplogProcess, mesh, wait_for
 from tests.integration.oracles import Acked, acked_everywhere, lose_store_and_rejoin, no_fork, restart_all, upstream
@@ -103,19 +104,35 @@ def test_rows_the_anonymous_replica_collected_from_its_wal_come_back_in_its_snap
     restart_all([a, b, c, r])
 
 
+def writes_once_its_rows_came_back(b: ReplogProcess, b_last: int, acked: Acked, nodes: list[ReplogProcess]) -> None:
+    """B's fence lifts (its rows came back from R), its next write follows them, and every node
+    has it; no (origin, lsn) names two rows anywhere."""
+    wait_for(lambda: b.info().get("own_rows_fence") is None, 60, "B's rows came back from R")
+    d = b.kv_put("kv", "after", "after")
+    assert d["lsn"] > b_last, f"B's next lsn {d['lsn']} reuses one of its rows up to {b_last}"
+    acked.writes[("kv", "after")] = ("after", b.uuid(), d["lsn"])
+    acked_everywhere(nodes, acked, 60)
+    no_fork(nodes)
+
+
 Lost = tuple[ReplogProcess, ReplogProcess, ReplogProcess, str, Acked, int]
 
 
-def lost_store_with_rows_only_on_r(tmp_path, procs) -> Lost:
+def lost_store_with_rows_only_on_r(tmp_path, procs, extra: list[str] | None = None,
+                                   before_loss: Callable[[ReplogProcess, str], None] | None = None) -> Lost:
     """Masters A and B, R an anonymous replica of B. With A down B takes 20 writes that only R
-    gets; R stops; B loses its store and WAL (identity kept) and rejoins through A. Returns
-    (a, b, r, R's uuid, acked, B's last lsn before the loss), R down."""
-    (a, b), r, acked = masters_and_a_replica_of_b(tmp_path, procs, 2, extra=["--checkpoint-interval-s", "0.3"])
+    gets; R stops (then `before_loss(b, R's uuid)`); B loses its store and WAL (identity kept)
+    and rejoins through A. Returns (a, b, r, R's uuid, acked, B's last lsn before the loss), R
+    down."""
+    (a, b), r, acked = masters_and_a_replica_of_b(tmp_path, procs, 2,
+                                                  extra=["--checkpoint-interval-s", "0.3"] + (extra or []))
     assert a.stop() == 0
     b_last = [acked.put(b, "kv", f"b-{i}", i)["lsn"] for i in range(20)][-1]
     acked_everywhere([b, r], acked)
     ru = r.uuid()
     assert r.stop() == 0
+    if before_loss is not None:
+        before_loss(b, ru)
     lose_store_and_rejoin(b, a)
     return a, b, r, ru, acked, b_last
 
@@ -136,12 +153,7 @@ def test_a_lost_store_waits_to_hear_from_the_anonymous_replica_that_followed_it(
                      30, "B heard R")
     assert fence["target"] == b_last and f"{ru} at {r.address} is an anonymous replica" in fence["message"], fence
     b.set_peers([a, r])
-    wait_for(lambda: b.info().get("own_rows_fence") is None, 60, "B's rows came back from R")
-    d = b.kv_put("kv", "after", "after")
-    assert d["lsn"] > b_last, f"B's next lsn {d['lsn']} reuses one of its rows up to {b_last}"
-    acked.writes[("kv", "after")] = ("after", b.uuid(), d["lsn"])
-    acked_everywhere([a, b, r], acked, 60)
-    no_fork([a, b, r])
+    writes_once_its_rows_came_back(b, b_last, acked, [a, b, r])
     restart_all([a, b, r])
 
 
@@ -198,18 +210,13 @@ def test_a_replica_quiet_past_its_ttl_is_remembered_while_it_may_hold_rows_no_me
     remembering it and its fence waits for it. (Forgotten, B's fence would lift on A's word alone
     and B's next rows would take the lsns R holds: a fork nobody would see.) Once A holds every row
     of B that R may hold, B forgets R at its next checkpoint past the TTL."""
-    (a, b), r, acked = masters_and_a_replica_of_b(
-        tmp_path, procs, 2, extra=["--checkpoint-interval-s", "0.3", "--anon-ttl-s", "1"])
-    assert a.stop() == 0
-    b_last = [acked.put(b, "kv", f"b-{i}", i)["lsn"] for i in range(20)][-1]
-    acked_everywhere([b, r], acked)
-    ru = r.uuid()
-    assert r.stop() == 0
-    wait_for(lambda: f"anonymous follower {ru} is unseen past anon_ttl_s but may hold rows of this node up to lsn"
-             in b.log_text(), 30, "B kept R past its TTL")
-    assert ru in open(os.path.join(b.data_dir, "anonymous_followers")).read()
-    assert "forgets anonymous follower" not in b.log_text()
-    lose_store_and_rejoin(b, a)
+    def kept_past_its_ttl(b: ReplogProcess, ru: str) -> None:
+        wait_for(lambda: f"anonymous follower {ru} is unseen past anon_ttl_s but may hold rows of this node up to lsn"
+                 in b.log_text(), 30, "B kept R past its TTL")
+        assert ru in open(os.path.join(b.data_dir, "anonymous_followers")).read()
+        assert "forgets anonymous follower" not in b.log_text()
+    a, b, r, ru, acked, b_last = lost_store_with_rows_only_on_r(tmp_path, procs, ["--anon-ttl-s", "1"],
+                                                                kept_past_its_ttl)
     fence = wait_for(lambda: (lambda f: f if f and f["waiting_for"] == [ru] else None)(b.info().get("own_rows_fence")),
                      30, "B heard A and waits for R")
     s, d = b.put("/v1/spaces/kv/keys/while-fenced", 1)
@@ -219,12 +226,7 @@ def test_a_replica_quiet_past_its_ttl_is_remembered_while_it_may_hold_rows_no_me
     wait_for(lambda: (lambda f: f if f and not f["waiting_for"] and f["target"] == b_last else None)(
         b.info().get("own_rows_fence")), 30, "B heard R say it holds its rows")
     b.set_peers([a, r])                                  # what the status says: replicate from R
-    wait_for(lambda: b.info().get("own_rows_fence") is None, 60, "B's rows came back from R")
-    d = b.kv_put("kv", "after", "after")
-    assert d["lsn"] > b_last, f"B's next lsn {d['lsn']} reuses one of its rows up to {b_last}"
-    acked.writes[("kv", "after")] = ("after", b.uuid(), d["lsn"])
-    acked_everywhere([a, b, r], acked, 60)
-    no_fork([a, b, r])
+    writes_once_its_rows_came_back(b, b_last, acked, [a, b, r])
 
     b.set_peers([a])
     assert r.stop() == 0                                 # A holds all of B's rows now: R may go
