@@ -105,7 +105,11 @@ class Faults:
             n.recover()
             n.rejoiner = shell.Rejoiner(self, n)
             self.checker.on_restart(n)
-            if not n.anon:
+            if not n.anon and n.core.anon:
+                # server._start_replication: an anonymous replica started without --anon registers
+                # (its own row lost in a crash after it registered: the exchange is idempotent)
+                self._start_proc(name, "register", None)
+            elif not n.anon:
                 self.initialize_from_store(n)      # server._start_replication: the exchange, then active
         elif n.identity_active and not n.proc:
             n.proc, n.proc_via = "join", None      # an empty store and an identity: join again

@@ -12,7 +12,9 @@ asserting the default run reached it (counts summed over the seeded runs).
 Seeds: the default range below; `REPLOG_SIM_SEEDS=LO-HI` runs seeds LO..HI-1 instead (a
 soak, e.g. "0-5000"); `REPLOG_SIM_SEED=N` runs seed N alone and prints its trace (use
 `-s`); `REPLOG_SIM_MIX=full` also combines the faults whose combinations hit known limits
-(tests/sim/workload.py says which). A failure names its seed and the one command that replays it.
+(tests/sim/workload.py says which), and `REPLOG_SIM_MIX=full+anon` crashes the anonymous replica
+too (apart from `full`, whose seeds tests/sim/test_fixed_bugs.py pins). A failure names its seed
+and the one command that replays it.
 """
 from __future__ import annotations
 
@@ -36,11 +38,12 @@ def _seeds() -> list[int]:
 
 
 def _repro(seed: int) -> str:
-    mix = "REPLOG_SIM_MIX=full " if os.environ.get("REPLOG_SIM_MIX") == "full" else ""
+    mix = f"REPLOG_SIM_MIX={MIX} " if FULL else ""
     return f"cd /work/main && {mix}REPLOG_SIM_SEED={seed} .venv/bin/python -m pytest -q -s tests/sim/test_seeded.py"
 
 
-FULL = os.environ.get("REPLOG_SIM_MIX") == "full"
+MIX = os.environ.get("REPLOG_SIM_MIX", "")
+FULL = MIX in ("full", "full+anon")
 
 # what the seeded runs of this session did, summed (the fault classes' tests read it)
 TOTALS: Counter = Counter()
@@ -49,7 +52,8 @@ RAN: set[int] = set()
 
 @pytest.mark.parametrize("seed", _seeds(), ids=lambda s: f"seed{s}")
 def test_seeded_run_keeps_every_invariant_and_converges(seed):
-    c = run_seed(seed, verbose=bool(os.environ.get("REPLOG_SIM_SEED")), repro=_repro(seed), full=FULL)
+    c = run_seed(seed, verbose=bool(os.environ.get("REPLOG_SIM_SEED")), repro=_repro(seed), full=FULL,
+                 anon_crash=MIX == "full+anon")
     if not FULL:
         TOTALS.update(c.stats)
         RAN.add(seed)

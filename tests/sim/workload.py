@@ -32,8 +32,10 @@ NAMES = "ABCDEFG"
 
 
 def run_seed(seed: int, *, verbose: bool = False, repro: str = "", full: bool = False,
-             rules: dict | None = None) -> Cluster:
+             anon_crash: bool = False, rules: dict | None = None) -> Cluster:
     """One seeded run; `full`: every fault combined with every other (REPLOG_SIM_MIX=full);
+    `anon_crash`: the anonymous replica crashes too (REPLOG_SIM_MIX=full+anon: a fault added
+    after the full mix's seeds were pinned, tests/sim/test_fixed_bugs.py, so kept apart);
     `rules`: Cluster.rules turned back (to show that the run catches it)."""
     c = Cluster(seed, repro=repro, verbose=verbose)
     c.rules.update(rules or {})
@@ -69,7 +71,9 @@ def run_seed(seed: int, *, verbose: bool = False, repro: str = "", full: bool = 
     # replay as before, tests/sim/test_fixed_bugs.py): a lost store only with mild collection
     # and no anonymous replica, an expel of a live member only without collection, a member
     # down for good only with mild collection and no wal_mode write (when every running member
-    # was fenced, nobody could expel it)
+    # was fenced, nobody could expel it). A crash of the anonymous replica comes with
+    # `anon_crash` alone (down up to 60 ticks: past a short TTL, it may be the only holder of
+    # its upstream's last rows, which must not forget it)
     mild = full or c.checkpoint_every in (0, 30)
     expel_left = 1 if rng.random() < 0.3 and (full or not c.checkpoint_every) else 0
     anon_state = "none" if anon else "done"
@@ -101,12 +105,12 @@ def run_seed(seed: int, *, verbose: bool = False, repro: str = "", full: bool = 
                     events += [(at, "checkpoint", via), (at + 1, "crash", via), (at + 3, "restart", via),
                                (at + 4, "checkpoint", via)]
         elif r < 0.64:
-            up = [n for n in ready if n != anon]
+            up = [n for n in ready if n != anon or anon_crash]
             down = sum(1 for n in c.nodes.values() if not n.up and not n.retired)
             if up and down < 2:
                 victim = rng.choice(up)
                 c.crash(victim, power=rng.random() < 0.5)
-                restarts[victim] = c.now + rng.randint(1, 10)
+                restarts[victim] = c.now + (rng.randint(1, 10) if victim != anon else rng.randint(5, 60))
         elif r < 0.71:
             live = sorted(n for n in c.nodes if c.nodes[n].up)
             rng.shuffle(live)
@@ -130,7 +134,8 @@ def run_seed(seed: int, *, verbose: bool = False, repro: str = "", full: bool = 
             if anon_state == "none":
                 c.fetch_anon(anon)
                 anon_state = "fetching"
-            elif c.nodes[anon].base is not None and c.nodes[anon].rejoiner.task is None and rng.random() < 0.5:
+            elif c.nodes[anon].up and c.nodes[anon].base is not None and c.nodes[anon].rejoiner.task is None \
+                    and rng.random() < 0.5:
                 # (Lifecycle.register_anon runs at a start, status "registering": never beside a rebuild)
                 c.register_anon(anon)
                 anon_state = "done"
