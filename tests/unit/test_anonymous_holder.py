@@ -224,6 +224,21 @@ def test_a_quiet_follower_is_forgotten_only_once_every_member_holds_the_rows_it_
     assert members_hold_own(holds, table, 1) == (min(b_holds, c_holds) if c_holds is not None else 0)
 
 
+@pytest.mark.parametrize("reach,forgotten", [(0, True), (1, False)], ids=["may-hold-none", "may-hold-one"])
+def test_a_members_hold_that_names_none_of_our_rows_holds_none_of_them(reach, forgotten):
+    table, holds = three_members(5, 5)
+    holds[OTHER] = Hold({2: 5}, 99.0, False)      # OTHER acknowledged rows of PEER's only
+    out, kept = followers_to_forget({"quiet": ("x:1", 10.0)}, holds, table, 100.0, 30.0, FollowerReach(reach), 1)
+    assert (out, kept) == ((["quiet"], {}) if forgotten else ([], {"quiet": 1}))
+
+
+def test_a_follower_the_table_knows_is_forgotten_once_however_long_unseen_and_whatever_it_may_hold():
+    table, holds = three_members(0, 0)
+    table.upsert(Member(ANON, 4, ANON_ADDR, STATE_MEMBER))      # registered since
+    followers = {ANON: (ANON_ADDR, 1.0)}
+    assert followers_to_forget(followers, holds, table, 100.0, 30.0, FollowerReach(9), 1) == ([ANON], {})
+
+
 def test_a_followers_reach_is_any_lsn_while_a_link_is_open_and_the_own_lsn_when_the_last_one_ended():
     reach = FollowerReach(5)
     assert reach.may_hold("r") == 5                # what an earlier process may have sent
