@@ -105,6 +105,9 @@ PAYLOADS_MAX = 8192     # WAL entries whose frame payload is kept (emptied when 
 def _payload(entry: list) -> bytes:
     """A WAL entry's frame payload, as the journal wrote it (node.wal.format): packed once per
     entry, not once per relay that reads it (an entry is never changed once in a WAL)."""
+    hit = _PAYLOADS.get(id(entry))          # (encoded_once's hit, without its call)
+    if hit is not None and hit[0] is entry:
+        return hit[1]
     return encoded_once(_PAYLOADS, entry, _pack_entry, PAYLOADS_MAX)
 
 
