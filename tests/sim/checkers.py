@@ -268,8 +268,11 @@ class Checker:
         if t.checked == held == len(n.wal):
             return                # nothing newly held, nothing written and not held (the loops below are empty)
         table = n.state.table if n.state is not None else None
+        history = n.state.own_history_lsn if n.state is not None else 0     # (history: not applied)
+        me, rows, wal_count, last, expelled, declared = n.uuid, self.rows, t.wal_count, t.last, t.expelled, t.declared
         for entry in n.wal[t.checked:held]:
             for txn in entry:
+                top = txn.last_lsn
                 if txn.group == GROUP_LOCAL:
                     u = LOCAL     # a local write (only this node writes its local rows): acknowledged now
                     self.local_acked.setdefault(n.name, {})[txn.lsn] = [o.to_wire() for o in txn.ops]
@@ -278,35 +281,35 @@ class Checker:
                     if u is None:
                         raise self.fail("1", n, f"WAL txn {txn.replica_id}:{txn.lsn} is signed by an id "
                                         f"its _cluster does not have")
-                    if u in t.expelled and u != n.uuid and txn.last_lsn > t.expelled[u]:
+                    if u in expelled and u != me and top > expelled[u]:
                         raise self.fail("10", n, f"holds row {txn.replica_id}:{txn.lsn} of {u[:8]} after its "
-                                        f"own _cluster row expelled that member at lsn {t.expelled[u]}")
-                    if u != n.uuid and u not in t.declared:
+                                        f"own _cluster row expelled that member at lsn {expelled[u]}")
+                    if u != me and u not in declared:
                         raise self.fail("6", n, f"holds row {txn.replica_id}:{txn.lsn} of {u[:8]} before its "
                                         f"own _cluster row for that member")
                     body = content(txn)
-                    for i, lsn in enumerate(range(txn.lsn, txn.last_lsn + 1)):
+                    acked = u == me and txn.group == GROUP_DEFAULT      # a client's write, acknowledged now
+                    for i, lsn in enumerate(range(txn.lsn, top + 1)):
                         k = (u, lsn)
-                        t.wal_count[k] = t.wal_count.get(k, 0) + 1
-                        have = self.rows.get(k)
+                        wal_count[k] = wal_count.get(k, 0) + 1
+                        have = rows.get(k)
                         if have is None:
-                            self.rows[k] = (body, n.name, txn.ops[i].to_wire())
+                            rows[k] = (body, n.name, txn.ops[i].to_wire())
                         elif have[0] != body:
                             raise self.fail("1", n, f"row ({u[:8]}, {lsn}) differs from {have[1]}'s: "
                                             f"{msgpack.unpackb(body)} vs {msgpack.unpackb(have[0])}")
-                        if u == n.uuid and txn.group == GROUP_DEFAULT:
-                            self.acked.add(k)      # a client's write, acknowledged now
-                expected = t.last.get(u, 0) + 1
+                        if acked:
+                            self.acked.add(k)
+                expected = last.get(u, 0) + 1
                 if txn.lsn != expected:
                     raise self.fail("4", n, f"origin {u[:8] or 'local'} jumps to lsn {txn.lsn} after "
                                     f"{expected - 1} (txn {txn.replica_id}:{txn.lsn})")
-                t.last[u] = txn.last_lsn
-                history = n.state.own_history_lsn if n.state is not None else 0
-                if u == n.uuid and txn.group == GROUP_CLUSTER and txn.lsn > history:   # (history: not applied)
-                    t.declared.update(o.key for o in txn.ops if o.kind == OP_CLUSTER)
+                last[u] = top
+                if u == me and txn.group == GROUP_CLUSTER and txn.lsn > history:
+                    declared.update(o.key for o in txn.ops if o.kind == OP_CLUSTER)
                     for o in txn.ops:
                         if o.kind == OP_CLUSTER and o.value.get("state") == STATE_EXPELLED:
-                            t.expelled[o.key] = max(t.expelled.get(o.key, 0), o.value.get("expelled_lsn", 0))
+                            expelled[o.key] = max(expelled.get(o.key, 0), o.value.get("expelled_lsn", 0))
         t.checked = held
         # Entries not held yet must not contradict the history either.
         for entry in n.wal[held:]:
@@ -451,19 +454,21 @@ class Checker:
                                     f"{(origin or '?')[:8]} (id {rec[1]})")
 
     def _check_links(self) -> None:
-        seen: set[tuple[str, str]] = set()
+        """Invariant 11. (A pair already streaming leaves `pairs` as large as it was.)"""
+        pairs: set[tuple[str, str]] = set()
         nodes = self.c.nodes
         for conn in self.c.conns.values():
             if conn.kind != "sub":
                 continue
-            s = nodes[conn.client]
+            client = conn.client
+            s = nodes[client]
             if conn.addr not in (s.peers if s.in_effect is None else s.in_effect):     # (s.links())
                 raise self.fail("11", s, f"a link through {conn.addr!r} is open, which is not in effect {s.links()}")
             if not conn.streaming:
                 continue
-            if conn.client == conn.server:
+            if client == conn.server:
                 raise self.fail("11", s, "streams from itself")
-            pair = (conn.client, conn.server)
-            if pair in seen:
+            k = len(pairs)
+            pairs.add((client, conn.server))
+            if len(pairs) == k:
                 raise self.fail("11", s, f"streams from {conn.server} over two links")
-            seen.add(pair)

@@ -295,9 +295,11 @@ class Cluster(Faults, Network, Links, Joins):
         self._journals()
         self._acks()
         self._membership()
-        if self.drop_p:
+        drop_p = self.drop_p
+        if drop_p:
+            draw = self.rng.random
             for c in list(self.conns.values()):
-                if self.rng.random() < self.drop_p:
+                if draw() < drop_p:
                     self.break_conn(c, "dropped")
         self.checker.check()
 
