@@ -99,8 +99,10 @@ class Cluster(Faults, Network, Links, Joins):
         self.registering: list[Conn] = []      # JOIN / REGISTER links whose registration is not durable yet
         self._encoded: dict[int, tuple[dict, bytes]] = {}   # id(greeting) -> (it, its encoding) (Network.send)
         self._conn_ids = 0
-        self._heap: list[tuple[int, int, int, str, int | None, bytes | None]] = []
-        self._seq = 0
+        # the messages in flight: tick due -> (conn id, to, type, data) in the order sent, and
+        # a heap of the ticks that have some (Network.send)
+        self._due: dict[int, list[tuple[int, str, int | None, bytes | None]]] = {}
+        self._due_at: list[int] = []
         self.blocked: set[frozenset] = set()
         self.expelled: list[str] = []          # uuids the operator expelled
         self.expelled_at: dict[str, int] = {}  # uuid -> tick of its (first) expel
@@ -279,31 +281,36 @@ class Cluster(Faults, Network, Links, Joins):
 
     def _tick(self) -> None:
         self.now = now = self.now + 1
-        heap, conns, deliver = self._heap, self.conns, self._deliver    # (never replaced)
-        while heap and heap[0][0] <= now:
-            _, _, cid, to, mtype, data = heapq.heappop(heap)
-            c = conns.get(cid)
-            if c is not None:
-                deliver(c, to, mtype, data)
+        due, due_at, conns, deliver = self._due, self._due_at, self.conns, self._deliver   # (never replaced)
+        # what is due by now, by tick due, then in the order sent (what the deliveries send due
+        # now goes into a new list for this tick, taken after this one: it was sent after)
+        while due_at and due_at[0] <= now:
+            for cid, to, mtype, data in due.pop(heapq.heappop(due_at)):
+                c = conns.get(cid)
+                if c is not None:
+                    deliver(c, to, mtype, data)
         self._serve_registrations()
         self._pump_relays()
         self._connect()
         self._journals()
         self._acks()
         self._membership()
-        if self.drop_p:
+        drop_p = self.drop_p
+        if drop_p:
+            draw = self.rng.random
             for c in list(self.conns.values()):
-                if self.rng.random() < self.drop_p:
+                if draw() < drop_p:
                     self.break_conn(c, "dropped")
         self.checker.check()
 
     def _journals(self) -> None:
+        rng = self.rng
         for n in self.nodes.values():
-            if not n.ready:
+            if not n.up or n.core is None:       # (not n.ready)
                 continue
-            if n.queue and self.rng.random() < self.write_p:
-                n.write_some(1 + int(self.rng.random() * len(n.queue)))
-            if len(n.wal) > n.durable and self.rng.random() < (self.sync_p if n.sync_p is None else n.sync_p):
+            if n.queue and rng.random() < self.write_p:
+                n.write_some(1 + int(rng.random() * len(n.queue)))
+            if len(n.wal) > n.durable and rng.random() < (self.sync_p if n.sync_p is None else n.sync_p):
                 n.sync()
 
     def _membership(self) -> None:
@@ -372,7 +379,7 @@ class Cluster(Faults, Network, Links, Joins):
         effect streaming and caught up (a second address of a member followed through another,
         the node itself, an expelled member's refusal and a member down for good excepted)."""
         conns = self.conns
-        if any(m[2] in conns for m in self._heap):      # (self.in_flight(), stopping at the first)
+        if any(m[0] in conns for q in self._due.values() for m in q):   # (self.in_flight(), stopping at the first)
             return False
         for n in self.nodes.values():
             if n.retired:

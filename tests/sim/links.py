@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 CLIENT, SERVER = "client", "server"
 _ROWS, _ERROR, _ACK = m.ROWS, m.ERROR, m.ACK      # (read once: tested per message)
-_RELAY_CLOSED, _APPLIER_STOPPED = RelayState.CLOSED, ApplierState.STOPPED
+_RELAY_CLOSED, _APPLIER_STOPPED, _FOLLOW = RelayState.CLOSED, ApplierState.STOPPED, ApplierState.FOLLOW
 # ticks before a refused link is tried again, by the refusal's code (limits.refused_backoff_s,
 # rejoin_retry_s, ... scaled down); a code not here: 20
 BACKOFF = {"not_ready": 2, "anon": 5, "need_rejoin": shell.REJOIN_RETRY, "greet_again": 0}
@@ -105,6 +105,9 @@ PAYLOADS_MAX = 8192     # WAL entries whose frame payload is kept (emptied when 
 def _payload(entry: list) -> bytes:
     """A WAL entry's frame payload, as the journal wrote it (node.wal.format): packed once per
     entry, not once per relay that reads it (an entry is never changed once in a WAL)."""
+    hit = _PAYLOADS.get(id(entry))          # (encoded_once's hit, without its call)
+    if hit is not None and hit[0] is entry:
+        return hit[1]
     return encoded_once(_PAYLOADS, entry, _pack_entry, PAYLOADS_MAX)
 
 
@@ -373,16 +376,16 @@ class Links:
         SUBSCRIBE when the fence or an expel bound asks for one. (Nothing else changes what
         a tick would do: an ACK due for time alone goes with the next heartbeat's step.)"""
         keys: dict[str, tuple] = {}
-        follow = ApplierState.FOLLOW
-        for c in [c for c in self.conns.values() if c.applier is not None and c.applier.state is follow]:
+        nodes = self.nodes
+        for c in [c for c in self.conns.values() if c.applier is not None and c.applier.state is _FOLLOW]:
             mach = c.applier
-            if mach.state is not follow or not c.open:      # (an earlier tick's act may stop it)
+            if mach.state is not _FOLLOW or not c.open:      # (an earlier tick's act may stop it)
                 continue
             key = keys.get(c.client)
             if key is None:
-                core = self.nodes[c.client].core
+                core = nodes[c.client].core
                 key = keys[c.client] = (core.vclock.signature, core.synced.signature, core.expel_epoch, core.fence is None)
             if key != c.tick_key:
                 c.tick_key = key
-                mach.tick(self.nodes[c.client].wall_us() / 1e6)
+                mach.tick(nodes[c.client].wall_us() / 1e6)
                 self._applier_act(c, mach.ready())

@@ -88,14 +88,17 @@ class Network:
             if at < c.last_at_client:
                 at = c.last_at_client
             c.last_at_client = at
-        self._seq += 1
         if mtype is None or mtype == _ROWS:
             data = body
         elif mtype == _GREETING:             # a node's greeting is one object while it holds (shell.greeting)
             data = encoded_once(self._encoded, body, _encode_greeting, ENCODED_MAX)
         else:
             data = m.encode_body(mtype, body)
-        heapq.heappush(self._heap, (at, self._seq, c.id, to, mtype, data))
+        q = self._due.get(at)
+        if q is None:                        # (a list per tick due: it keeps the order sent)
+            q = self._due[at] = []
+            heapq.heappush(self._due_at, at)
+        q.append((c.id, to, mtype, data))
 
     def break_conn(self: "Cluster", c: Conn, why: str, backoff: int | None = None) -> None:
         if not c.open:
@@ -129,7 +132,7 @@ class Network:
         self.log(f"link {s.name}<-{p.name} ({c.kind}) breaks: {why}")
 
     def in_flight(self: "Cluster") -> int:
-        return sum(1 for m in self._heap if m[2] in self.conns)
+        return sum(1 for q in self._due.values() for m in q if m[0] in self.conns)
 
     def apply_links(self: "Cluster", s: SimNode) -> None:
         """Node.set_peers: the appliers are exactly the addresses in effect."""
@@ -153,11 +156,13 @@ class Network:
                 self._start_request(s)
             if s.core is None:                  # (not s.ready)
                 continue
-            self.apply_links(s)
+            links = s.peers if s.in_effect is None else s.in_effect       # (s.links())
+            if s.links_applied != (tuple(links), len(s.appliers)):        # (apply_links' own test first)
+                self.apply_links(s)
             if s.proc:
                 continue
             appliers = s.appliers
-            for addr in (s.peers if s.in_effect is None else s.in_effect):     # (s.links())
+            for addr in links:
                 a = appliers.get(addr)
                 if a is None:
                     a = appliers[addr] = Applier(addr)
