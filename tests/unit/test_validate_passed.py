@@ -58,3 +58,31 @@ def test_each_set_is_emptied_when_full_and_keeps_the_one_just_checked(passed, wh
         assert len(passed[which]) == i % n + 1        # full at n: emptied, then the new one
     last = f"{n:08x}-0000-4000-8000-000000000000" if which == 0 else f"h{n}:1"
     assert passed[which] == {last}
+
+
+# The lsn rule written inline (lsn_error's): a _cluster row's bound and lsn, a vclock by uuid's lsns.
+_UUID = "67a9c378-7c65-41e5-82e2-e662f728b4fa"
+_NOT_LSNS = [1.5, True, "5", None, -1, limits.lsn_max + 1]
+
+
+@pytest.mark.parametrize("lsn", _NOT_LSNS[:3] + _NOT_LSNS[4:])
+def test_a_cluster_members_bound_that_is_no_lsn_is_refused_by_lsn_errors_message(lsn):
+    assert validate.cluster_fields_error(1, "", "expelled", lsn) == "_cluster expelled_lsn: " + validate.lsn_error(lsn)
+    assert validate.cluster_fields_error(1, "", "expelled", None) is None                # no bound stated
+    assert validate.cluster_fields_error(1, "", "expelled", 0) is None
+    assert validate.cluster_fields_error(1, "", "expelled", limits.lsn_max) is None
+
+
+@pytest.mark.parametrize("lsn", _NOT_LSNS)
+def test_a_cluster_rows_lsn_that_is_no_lsn_is_refused_by_lsn_errors_message(lsn):
+    from node.core.validate_msgs import cluster_row_error
+    assert cluster_row_error([_UUID, 1, "", "member", lsn]) == "_cluster lsn: " + validate.lsn_error(lsn)
+    assert cluster_row_error([_UUID, 1, "", "member", 0]) is None
+    assert cluster_row_error([_UUID, 1, "", "member", limits.lsn_max, 0]) is None
+
+
+@pytest.mark.parametrize("lsn", _NOT_LSNS)
+def test_a_vclock_by_uuid_whose_lsn_is_no_lsn_is_refused(lsn):
+    from node.core.validate_msgs import vclock_uuid_error
+    assert vclock_uuid_error({_UUID: lsn}) == f"vclock component {_UUID}: {str(lsn)[:30]} is not uuid: lsn within bounds"
+    assert vclock_uuid_error({_UUID: 0}) is None and vclock_uuid_error({_UUID: limits.lsn_max}) is None
