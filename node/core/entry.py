@@ -16,7 +16,7 @@ Rules kept here:
 - the store applies a batch by runs (`apply_entries`): consecutive entries of one representation
   are one call of that representation's `apply_run`, so the per-call setup (space lookups,
   cursors) is paid once per run, never once per transaction;
-- relay filtering is `relay_wants`'s rule (node.core.replicaset) whichever the representation:
+- relay filtering is `relay_wanted`'s rule (node.core.replicaset) whichever the representation:
   a PackedEntry decides whole ranges at once, and falls back to its txns when a range is split."""
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ import msgpack
 
 from node.core import codec
 from node.core.apply import StateView, apply_packed, apply_txns
-from node.core.replicaset import relay_wants
+from node.core.replicaset import relay_wanted
 from node.core.rows import Txn, unpack_frame_txns
 
 _pack = msgpack.Packer(use_bin_type=True).pack     # re-packs what a relay keeps of a frame, as it always has
 
-Own = tuple[int, int] | None                       # the subscriber's own-rows cut (relay_wants)
+Own = tuple[int, int] | None                       # the subscriber's own-rows cut (relay_wanted)
 Tops = dict[int, int]                              # vclock component -> highest last lsn (NodeCore.commit_tops)
 
 
@@ -80,10 +80,9 @@ def apply_entries(view: StateView, entries: list[Entry], self_uuid: str) -> Tops
 def txns_relay_frame(txns: list, payload: bytes, written_us: int, sub: dict[int, int],
                      own: Own) -> tuple[bytes | None, int]:
     """Entry.relay_frame over txns (Txns, or wire lists as a WAL frame read from the file holds them)."""
-    keep = [t for t in txns if relay_wants(t, sub, own)]
+    keep, rows = relay_wanted(txns, sub, own)
     if not keep:
         return None, 0
-    rows = sum([len(t[4]) for t in keep])
     return (payload if len(keep) == len(txns) else _pack([written_us, keep])), rows
 
 

@@ -64,6 +64,10 @@ class JoinState(enum.Enum):
     DONE = "done"                      # joined, fetched, registered or founded
     FAILED = "failed"                  # Abort handed out: start-up stops
 
+    # hashed by identity, as members compare (each is a singleton): enum's own __hash__ is a
+    # Python call, and every transition looks a state up twice (_NEXT)
+    __hash__ = object.__hash__
+
 
 _NEXT = {
     JoinState.IDLE: {JoinState.POLLING, JoinState.ASKING, JoinState.BOOTSTRAPPING, JoinState.FAILED, JoinState.DONE},

@@ -45,6 +45,10 @@ class RejoinState(enum.Enum):
     COVER_PROBING = "cover_probing"  # ... and its greeting was asked again
     REBUILDING = "rebuilding"        # Rebuild handed out, Rebuilt / RebuildFailed awaited
 
+    # hashed by identity, as members compare (each is a singleton): enum's own __hash__ is a
+    # Python call, and every transition looks a state up twice (_NEXT)
+    __hash__ = object.__hash__
+
 
 _NEXT = {
     RejoinState.IDLE: {RejoinState.PROBING},

@@ -21,7 +21,7 @@ Rules kept here:
 - a fenced node writes nothing under its own id, asks only for its own rows, and clears the
   fence only when every member has been heard (node.core.membership OwnRowsFence);
 - a relay never sends local rows, nor a subscriber's own rows past the cut taken when it
-  subscribed (`relay_wants`)."""
+  subscribed (`relay_wanted`)."""
 from __future__ import annotations
 
 import logging
@@ -340,18 +340,34 @@ class NodeCore(Receiving):
 
 
 # --- relay side ----------------------------------------------------------------------
-def relay_wants(txn_wire: list, sub_vclock: dict[int, int], own: tuple[int, int] | None = None) -> bool:
-    """Should a relay send this WAL txn (wire form, relay's ids) to a subscriber whose
-    vclock (in the relay's ids) is sub_vclock? Local rows never leave the node.
+def relay_wanted(txns: list, sub_vclock: dict[int, int], own: tuple[int, int] | None = None) -> tuple[list, int]:
+    """Which of these WAL txns (wire form or Txns, relay's ids, in WAL order) should a relay send
+    to a subscriber whose vclock (in the relay's ids) is sub_vclock? Returns them in order, and
+    the rows they hold. Local rows never leave the node.
 
     `own` = (the subscriber's id, the relay's durable lsn of it when it subscribed): the
     subscriber's own rows go back to it only up to that cut (after Tarantool's relay). Those
     are what it may have lost and what its greeting told it to wait for (the relay's greeting
     came on the same link, before the cut); a row of it past the cut was written by the
-    subscriber that is alive and subscribed now, so sending it back would be an echo."""
-    rid, lsn, group = txn_wire[0], txn_wire[1], txn_wire[2]
-    if group == GROUP_LOCAL:
-        return False
-    if own is not None and rid == own[0] and lsn > own[1]:
-        return False
-    return lsn + len(txn_wire[4]) - 1 > sub_vclock.get(rid, 0)
+    subscriber that is alive and subscribed now, so sending it back would be an echo.
+    (One loop over a frame's txns: a relay runs it for every frame to every subscriber.)"""
+    keep = []
+    rows = 0
+    get = sub_vclock.get
+    for txn_wire in txns:
+        rid, lsn, group = txn_wire[0], txn_wire[1], txn_wire[2]
+        if group == GROUP_LOCAL:
+            continue
+        if own is not None and rid == own[0] and lsn > own[1]:
+            continue
+        n = len(txn_wire[4])
+        if lsn + n - 1 > get(rid, 0):
+            keep.append(txn_wire)
+            rows += n
+    return keep, rows
+
+
+def relay_wants(txn_wire: list, sub_vclock: dict[int, int], own: tuple[int, int] | None = None) -> bool:
+    """relay_wanted's rule for one txn."""
+    keep, _ = relay_wanted((txn_wire,), sub_vclock, own)
+    return bool(keep)

@@ -49,6 +49,7 @@ class Invalid(ValueError):
 SPACE_RE = re.compile(rf"^[A-Za-z_][A-Za-z0-9_]{{0,{limits.space_name_chars_max - 1}}}\Z")   # both ends: msgspec searches
 _UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 _ADDRESS_RE = re.compile(r"(\[[0-9A-Za-z:.%]+\]|[0-9A-Za-z._:-]+):([0-9]{1,5})\Z")
+_UUID_CHARS = limits.uuid_chars
 INT_MIN, UINT_MAX = -(1 << 63), (1 << 64) - 1
 _VALUE_BYTES_MAX = limits.value_bytes_max
 _DEPTH_MAX = limits.value_depth_max
@@ -57,10 +58,33 @@ KEY_CHARS_SAFE = limits.key_bytes_max // 4     # a key of at most this many char
 STR_CHARS_SAFE = (limits.value_bytes_max - 5) // 4
 
 
+# Strings already found to be a canonical uuid (is_uuid) or a well-formed address (address_error):
+# every greeting, `_cluster` table and `_cluster` row names the same few members again, and a
+# regular expression costs more than the rest of a row's checks. Only strings that passed go in,
+# so a string found here has the answer its check gave; each set is emptied when it holds
+# _PASSED_MAX (a peer sending ever new ones costs the checks, never memory).
+_PASSED_MAX = limits.members_max
+_uuids_passed: set[str] = set()
+_addresses_passed: set[str] = set()
+
+
+def _passed(seen: set[str], s: str) -> None:
+    if len(seen) >= _PASSED_MAX:
+        seen.clear()
+    seen.add(s)
+
+
 # --- scalars ---------------------------------------------------------------------------------
 def is_uuid(s: Any) -> bool:
     """A canonical uuid: 8-4-4-4-12 lowercase hex, as str(uuid.uuid4()) writes it."""
-    return type(s) is str and len(s) == limits.uuid_chars and _UUID_RE.match(s) is not None
+    if type(s) is not str or len(s) != _UUID_CHARS:
+        return False
+    if s in _uuids_passed:
+        return True
+    if _UUID_RE.match(s) is None:
+        return False
+    _passed(_uuids_passed, s)
+    return True
 
 
 def check_uuid(s: Any, what: str = "uuid") -> str:
@@ -75,9 +99,12 @@ def address_error(a: Any) -> str | None:
         return "an address is a string"
     if len(a) > limits.address_bytes_max:
         return f"an address is at most {limits.address_bytes_max} bytes"
+    if a in _addresses_passed:
+        return None
     m = _ADDRESS_RE.match(a)
     if m is None or not 0 < int(m.group(2)) < 65536:
         return f"expected host:port, got {a[:80]!r}"
+    _passed(_addresses_passed, a)
     return None
 
 
@@ -157,13 +184,14 @@ def cluster_fields_error(i: Any, a: Any, state: Any, e: Any) -> str | None:
     """A `_cluster` member's fields, as a row's value holds them (cluster_value_error) or a
     `_cluster` tuple (node.core.validate_msgs.cluster_row_error): id 1..replica_id_max, an
     address (or "" / null), a known state, an lsn or null as expelled_lsn."""
-    if type(i) is not int or not 1 <= i <= limits.replica_id_max:
+    if type(i) is not int or not 1 <= i <= _REPLICA_ID_MAX:
         return f"_cluster id {str(i)[:20]} is not 1..{limits.replica_id_max}"
     if a not in ("", None) and address_error(a) is not None:
         return f"_cluster address: {address_error(a)}"
     if state not in STATES:
         return f"_cluster state {str(state)[:40]!r} is not one of {', '.join(STATES)}"
-    if e is not None and lsn_error(e) is not None:
+    # (lsn_error's rule, inline: every row of a greeting's `_cluster` states a bound)
+    if e is not None and (type(e) is not int or not 0 <= e <= _LSN_MAX):
         return "_cluster expelled_lsn: " + lsn_error(e)
     return None
 

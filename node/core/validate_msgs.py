@@ -25,7 +25,8 @@ def cluster_row_error(row: Any) -> str | None:
         return f"_cluster uuid {str(row[0])[:80]!r} is not a canonical uuid"
     n = len(row)
     err = cluster_fields_error(row[1], row[2], row[3], row[5] if n > 5 else None)
-    if err is None and n > 4 and lsn_error(row[4]) is not None:
+    # (lsn_error's rule, inline: a greeting carries a row per member)
+    if err is None and n > 4 and (type(row[4]) is not int or not 0 <= row[4] <= limits.lsn_max):
         err = "_cluster lsn: " + lsn_error(row[4])
     return err
 
@@ -60,8 +61,9 @@ def vclock_error(d: Any) -> str | None:
 def vclock_uuid_error(d: Any) -> str | None:
     if type(d) is not dict or len(d) > limits.members_max:
         return f"a vclock by uuid is a map of at most {limits.members_max} components"
-    for k, v in d.items():
-        if not is_uuid(k) or lsn_error(v) is not None:
+    lsn_max = limits.lsn_max
+    for k, v in d.items():      # (lsn_error's rule, inline)
+        if not is_uuid(k) or type(v) is not int or not 0 <= v <= lsn_max:
             return f"vclock component {str(k)[:40]}: {str(v)[:30]} is not uuid: lsn within bounds"
     return None
 

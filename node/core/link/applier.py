@@ -21,7 +21,7 @@ Rules kept here:
 from __future__ import annotations
 
 import enum
-from typing import Protocol
+from typing import Callable, Protocol
 
 import msgspec
 
@@ -48,6 +48,10 @@ class ApplierState(enum.Enum):
     SUBSCRIBING = "subscribing"    # SUBSCRIBE sent, SUBSCRIBED (or a refusal) awaited
     FOLLOW = "follow"              # ROWS and HEARTBEATs in, ACKs out
     STOPPED = "stopped"            # the link is over (Stop handed out)
+
+    # hashed by identity, as members compare (each is a singleton): enum's own __hash__ is a
+    # Python call, and every transition looks a state up twice (_NEXT)
+    __hash__ = object.__hash__
 
 
 _NEXT = {
@@ -115,13 +119,12 @@ class ApplierMachine:
         self._acked_sig: tuple[int, int] = (-1, -1)
         self._claim_checked = False
         self._out = Outbox()
+        self.ready: Callable[[], Ready] = self._out.take
+        self.advance: Callable[[Ready], None] = self._out.advance
 
     # --- the machine's interface ---------------------------------------------------------
-    def ready(self) -> Ready:
-        return self._out.take()
-
-    def advance(self, rd: Ready) -> None:
-        self._out.advance(rd)
+    # ready() -> Ready and advance(ready) are the outbox's own, set in __init__ (taken after every
+    # step, with no frame of the machine's between): node/core/link/ready.py Outbox.take, advance
 
     def start(self, mine: dict) -> None:
         """The link is authenticated: greet the upstream with `mine` (this node's greeting)."""

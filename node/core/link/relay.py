@@ -30,7 +30,7 @@ Rules kept here:
 from __future__ import annotations
 
 import enum
-from typing import Protocol
+from typing import Callable, Protocol
 
 import msgspec
 
@@ -54,6 +54,10 @@ class RelayState(enum.Enum):
     SUBSCRIBE = "subscribe"        # after a snapshot or a registration: SUBSCRIBE or BYE awaited
     STREAMING = "streaming"        # subscribed: ACKs in, rows out
     CLOSED = "closed"              # the link is over (Stop handed out)
+
+    # hashed by identity, as members compare (each is a singleton): enum's own __hash__ is a
+    # Python call, and every transition looks a state up twice (_NEXT)
+    __hash__ = object.__hash__
 
 
 _NEXT = {
@@ -166,13 +170,12 @@ class RelayMachine:
         self.lag_s = 0.0
         self.last_sent_at = 0.0
         self._out = Outbox()
+        self.ready: Callable[[], Ready] = self._out.take
+        self.advance: Callable[[Ready], None] = self._out.advance
 
     # --- the machine's interface ---------------------------------------------------------
-    def ready(self) -> Ready:
-        return self._out.take()
-
-    def advance(self, rd: Ready) -> None:
-        self._out.advance(rd)
+    # ready() -> Ready and advance(ready) are the outbox's own, set in __init__ (taken after every
+    # step, with no frame of the machine's between): node/core/link/ready.py Outbox.take, advance
 
     def step(self, msg: "m.Message | PeerRefused | Registered | SnapshotSent", now: float) -> None:
         st = self.state
