@@ -137,7 +137,8 @@ def no_ext(code: int, data: memoryview) -> Any:
 
 WIRE_FRAME = tuple[int, list[_WireTxn]]     # a frame payload, as the fast decoders read it
 # RecursionError: msgspec recurses, and a value nested past its limit is refused by the exact path
-FAST_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, Unusual, RecursionError)
+FAST_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, Unusual, RecursionError,
+               UnicodeDecodeError)      # (msgspec raises it for a str that is not UTF-8)
 _fast_frame = msgspec.msgpack.Decoder(WIRE_FRAME, ext_hook=no_ext).decode
 _SCALARS = validate.DECODED_SCALARS
 _STR_SAFE = validate.STR_CHARS_SAFE

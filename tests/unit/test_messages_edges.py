@@ -217,3 +217,19 @@ def test_a_rows_message_of_exactly_txn_bytes_max_keeps_its_txn_whole():
     assert len(data) == limits.txn_bytes_max
     out = m.decode(data)
     assert out["txns"] == [big] and out["error"] is None
+
+
+@pytest.mark.parametrize("scanner", [None, "reference", "native"])
+def test_a_rows_message_holding_a_string_that_is_not_utf8_is_refused_as_a_protocol_error(scanner):
+    """The fast decoder raises UnicodeDecodeError for such a str; it must end as the link's
+    RemoteProtocolError (a retry), never escape decode (the applier would take it for a bug of
+    ours and stop for good)."""
+    from node.core import rowscan
+    if scanner == "native" and rowscan.native is None:
+        pytest.skip("the native row scanner is not built here")
+    scan = {None: None, "reference": rowscan.scan_rows_py, "native": rowscan.scan_rows}[scanner]
+    good = m.encode_rows([msgpack.packb([0, [[1, 1, 0, 5, [[1, "kv", "k", "x"]]]]])])
+    assert m.decode(good, scan).type == m.ROWS
+    bad = good.replace(b"\xa1x", b"\xa1\xc1")          # "x" -> a lone 0xc1, no UTF-8 at all
+    with pytest.raises(RemoteProtocolError, match="UnicodeDecodeError"):
+        m.decode(bad, scan)
