@@ -146,9 +146,7 @@ class Retention:
     def follower_link_ended(self, uuid: str) -> None:
         """A link of a remembered follower (`follower` said so) ends: it holds at most the own
         rows this node claimed now."""
-        self.reach.closed(uuid, self._own_claimed())
-        if uuid not in self.followers:        # forgotten meanwhile (the table knows it)
-            self.reach.forget(uuid)
+        self.reach.closed(uuid, self._own_claimed(), uuid in self.followers)
 
     def _forget_followers(self, uuids: list[str]) -> None:
         if not uuids:

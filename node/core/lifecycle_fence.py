@@ -290,8 +290,9 @@ class FollowerReach:
         """A remembered follower fetches or subscribes (node.core.link.ready Hold, anon)."""
         self.open[uuid] = self.open.get(uuid, 0) + 1
 
-    def closed(self, uuid: str, own_claimed: int) -> None:
-        """A link that `opened` ends (links that never did sent no row)."""
+    def closed(self, uuid: str, own_claimed: int, remembered: bool = True) -> None:
+        """A link that `opened` ends (links that never did sent no row); `remembered`: the
+        follower still is (the table may have come to know it meanwhile: nothing to keep)."""
         n = self.open.get(uuid, 0)
         if n == 0:
             return
@@ -299,7 +300,10 @@ class FollowerReach:
             del self.open[uuid]
         else:
             self.open[uuid] = n - 1
-        self.ended[uuid] = own_claimed
+        if remembered:
+            self.ended[uuid] = own_claimed
+        else:
+            self.forget(uuid)
 
     def may_hold(self, uuid: str) -> int:
         if uuid in self.open:

@@ -109,9 +109,8 @@ class Network:
         s, p = self.nodes[c.client], self.nodes[c.server]
         if c.followed is not None:           # node/applier/relay.py serve_link: follower_link_ended
             reach, uuid = c.followed
-            reach.closed(uuid, p.core.claimed.get(p.core.self_id) if p.core is not None else 0)
-            if uuid not in p.anon_followers:
-                reach.forget(uuid)
+            reach.closed(uuid, p.core.claimed.get(p.core.self_id) if p.core is not None else 0,
+                         uuid in p.anon_followers)
         delay = backoff if backoff is not None else self.rng.randint(1, 4)
         self.stats["link_breaks"] += 1
         if c.kind != "sub" and not why.endswith("(BYE)"):
