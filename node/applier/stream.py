@@ -12,7 +12,9 @@ Rules kept here:
   the next chunk, else from the files.
 - Caught up, the machine's tick decides the heartbeats; a durable batch wakes the sender.
 - Rows read go only if the machine says the greeting still holds (`rows_may_go`, asked after
-  the read, with no await between: a row written after it was asked is not in what was read)."""
+  every read, with no await between: a row written after it was asked is not in what was read;
+  asked when the read found nothing to send too, since rows this link filters out, an
+  anonymous node's own, may be what ended it)."""
 from __future__ import annotations
 
 import asyncio
@@ -120,10 +122,10 @@ class Relay:
                     if frames is None:
                         frames = await loop.run_in_executor(None, cursor.read, journal.position,
                                                             limits.relay_batch_bytes_max)
+                if not mach.rows_may_go():           # checked after the read: nothing written since goes
+                    await self._greet_again()
+                    return
                 if frames:
-                    if not mach.rows_may_go():       # checked after the read: nothing written since goes
-                        await self._greet_again()
-                        return
                     for batch in rows_batches(frames):
                         await self.conn.send_rows(batch)
                     mach.sent_rows(loop.time())

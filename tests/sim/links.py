@@ -280,8 +280,9 @@ class Links:
             if on_disk is not None and mach.anon:
                 end = on_disk        # an anonymous subscriber of a wal_mode write node gets only rows on disk
             if c.cursor >= end:
-                if now >= mach.next_heartbeat_at():     # (the driver's timer)
-                    mach.tick(now, int(now * 1e6))
+                if now >= mach.next_heartbeat_at():     # (the driver's timer: it reads, and asks, first)
+                    if self._greeting_holds(c, mach):
+                        mach.tick(now, int(now * 1e6))
                     self._relay_act(c, mach)
                 continue
             if self.relay_batch_max:
@@ -293,8 +294,7 @@ class Links:
                 if frame is not None:
                     frames.append(frame)
             c.cursor = end
-            if frames and not mach.rows_may_go():    # Relay._send_loop: the greeting no longer holds
-                c.streaming = False
+            if not self._greeting_holds(c, mach):    # Relay._send_loop, after every read
                 self._relay_act(c, mach)
                 continue
             if frames:
@@ -305,6 +305,16 @@ class Links:
                 for batch in rows_batches(frames):
                     self.send(c, CLIENT, m.ROWS, m.encode_rows(batch))
                 mach.sent_rows(now)
+
+    def _greeting_holds(self, c: "Conn", mach: RelayMachine) -> bool:
+        """RelayMachine.rows_may_go; when it says no, the link stops streaming (its ERROR
+        greet_again is in the machine's Ready)."""
+        if mach.rows_may_go():
+            return True
+        c.streaming = False
+        if mach.anon_cut:
+            self.stats["links greeted again: their relay registered"] += 1
+        return False
 
     # --- applier side (node/applier/applier.py Applier) -------------------------------------
     def _applier_step(self, c: "Conn", msg: Any) -> None:

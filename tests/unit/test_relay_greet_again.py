@@ -15,9 +15,12 @@ from node.applier.outcome import RETRY, after_link
 from node.core import messages as m
 from node.core.lifecycle_fence import own_history_lsn
 from node.core.link.relay import GREET_AGAIN, RelayState
+from node.cluster_space.table import STATE_ANON, STATE_MEMBER, ClusterTable, Member
 from node.core.membership import OwnRowsFence
+from node.core.replicaset import NodeCore
+from node.core.vclock import VClock
 from node.errors import PeerRefused
-from tests.unit.test_link_relay_machine import NOW, SELF, Host, greeting, relay, streaming
+from tests.unit.test_link_relay_machine import NOW, SELF, SUB, Host, greeting, relay, streaming
 
 WALL_US = 1_700_000_000_000_000
 
@@ -85,3 +88,46 @@ def test_an_applier_told_to_greet_again_tries_again_at_once_and_says_why_at_info
     nxt = after_link(e, 8.0)
     assert (nxt.then, nxt.status, nxt.delay, nxt.level) == (RETRY, "resubscribing", 0.0, logging.INFO)
     assert "greet again" in nxt.line
+
+
+# --- an anonymous relay that registers (the simulation's full+anon mix, seeds 4088 and 6200) ------
+# R, an anonymous replica, registered, crashed before its registration row was on disk, and came
+# back anonymous; the members subscribed to it (R was in their peers) while it registered again.
+# Its relay took each SUBSCRIBE with its own component cut at lsn_max (an anonymous node sends
+# none of its own rows), and the links outlived the registration: R's own rows, its `_cluster`
+# notes and every row written on it from then on, never reached those members (vclocks differ
+# after healing).
+def anon_core() -> NodeCore:
+    table = ClusterTable([Member(SELF, 3, "1.example:1", STATE_ANON), Member(SUB, 2, "2.example:1", STATE_MEMBER)])
+    return NodeCore(SELF, table, VClock({2: 4, 3: 2}), spaces={"kv": False})
+
+
+def test_a_link_subscribed_while_this_node_was_anonymous_greets_again_once_it_is_a_member():
+    host = Host(anon_core())
+    mach = streaming(relay(host))
+    assert mach.anon_cut and mach.sub[3] == limits.lsn_max     # none of our own rows go on it
+    assert mach.rows_may_go() and mach.state is RelayState.STREAMING
+    _, txn = host.core.register_member(SELF, "1.example:1", WALL_US)
+    assert txn is not None and txn.replica_id == 3 and not host.core.anon
+    assert not mach.rows_may_go()
+    rd = mach.ready()
+    assert [s.mtype for s in rd.send] == [m.ERROR] and rd.send[0].body["code"] == GREET_AGAIN
+    assert "registered as a member" in rd.send[0].body["message"]
+    assert rd.stop is not None and rd.stop.error is None and "member now" in rd.stop.note
+    assert mach.state is RelayState.CLOSED
+
+
+def test_a_link_subscribed_after_the_registration_carries_this_nodes_own_rows():
+    host = Host(anon_core())
+    host.core.register_member(SELF, "1.example:1", WALL_US)
+    mach = streaming(relay(host))
+    assert not mach.anon_cut and mach.sub.get(3, 0) < limits.lsn_max         # ours go from where it is
+    assert mach.rows_may_go() and mach.state is RelayState.STREAMING
+
+
+def test_an_anonymous_relay_that_stays_anonymous_streams_on():
+    host = Host(anon_core())
+    mach = streaming(relay(host))
+    for _ in range(3):
+        assert mach.rows_may_go()
+    assert mach.state is RelayState.STREAMING and mach.ready().send == ()

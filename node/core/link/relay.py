@@ -16,7 +16,9 @@ Rules kept here:
   collected by uuid (the rejoin answer: it asks whether another upstream has those rows).
 - An anonymous node sends none of its own rows (its private `_cluster` notes, signed with its
   private id): a member that replicates from it (to get back rows of its own it lost) neither
-  registers it nor learns its id.
+  registers it nor learns its id. Once the node registers, a link subscribed before ends with
+  `greet_again` (`rows_may_go`): its own rows are a member's now, and the subscriber must hear
+  a greeting that names its id before they go.
 - A subscriber's own rows past what this node held of them when it subscribed are not echoed
   back, unless it asked for them (a fenced subscriber catching its own rows up: own_rows).
 - An ACK moves the subscriber's hold to what it says is on disk (its `durable`; an older peer
@@ -158,6 +160,7 @@ class RelayMachine:
         self.state = RelayState.GREETING
         self.greeting: dict = {}
         self.history_said = 0                # the own_history_lsn our greeting said (rows_may_go)
+        self.anon_cut = False                # subscribed while this node was anonymous: none of its own rows go
         self.uuid = ""
         self.address = ""
         self.anon = False
@@ -237,14 +240,24 @@ class RelayMachine:
         self.last_sent_at = now
 
     def rows_may_go(self) -> bool:
-        """The driver read rows to send: whether they may go. Not once this node's own `_cluster`
-        rows are history up to a lower lsn than our greeting said (a rebuilt store's fence
-        lifted since: it said all of them): the subscriber takes no ids from our rows up to
-        what it heard, so the restated table and every registration after it would teach it
-        nothing, and its map would keep what our earlier incarnation's rows said. The link ends
-        with ERROR greet_again (the rows read are not sent) and the subscriber greets again."""
+        """The driver read this node's WAL (rows to send or not): whether the link goes on. Not
+        once this node's own `_cluster` rows are history up to a lower lsn than our greeting
+        said (a rebuilt store's fence lifted since: it said all of them): the subscriber takes
+        no ids from our rows up to what it heard, so the restated table and every registration
+        after it would teach it nothing, and its map would keep what our earlier incarnation's
+        rows said. Nor once this node, anonymous when the subscriber subscribed, is a member:
+        the link sends none of our own rows (`anon_cut`), and the subscriber's map has no id for
+        us (our greeting named us anonymous), so our rows from now on would never reach it on
+        this link. The link ends with ERROR greet_again (the rows read are not sent) and the
+        subscriber greets again."""
         core = self.host.core
-        if core is None or own_history_lsn(core) >= self.history_said:
+        if core is None:
+            return True
+        if self.anon_cut and not core.anon:
+            self._refuse(GREET_AGAIN, "this node registered as a member since its greeting said it was anonymous: "
+                         "greet again", note=f"{self.peer} greets again: this node is a member now")
+            return False
+        if own_history_lsn(core) >= self.history_said:
             return True
         self._refuse(GREET_AGAIN, "this node's own rows are confirmed and its table restated since its greeting "
                      "said every own `_cluster` row was an earlier incarnation's: greet again",
@@ -369,6 +382,7 @@ class RelayMachine:
             # an anonymous replica's own rows are its private `_cluster` notes: never sent (nor
             # needed: their collection tells nobody to rejoin)
             self.sub[core.self_id] = limits.lsn_max
+            self.anon_cut = True
         if not host.serves_wal():
             return self._refuse("wal_mode", "wal_mode = none: this node keeps no WAL and cannot serve replicas")
         gc_vclock = host.gc_vclock()
