@@ -131,3 +131,12 @@ def test_an_anonymous_relay_that_stays_anonymous_streams_on():
     for _ in range(3):
         assert mach.rows_may_go()
     assert mach.state is RelayState.STREAMING and mach.ready().send == ()
+
+
+def test_a_relay_read_while_the_node_swaps_its_store_at_a_rejoin_asks_nothing_of_the_missing_core():
+    # node/process/opening.py reopen_after_rejoin closes every link, then drops the core before
+    # the new store opens: a send loop that was reading its WAL asks once more on the way out
+    for host in (Host(anon_core()), FenceHost()):
+        mach = streaming(relay(host))
+        host.core = None
+        assert mach.rows_may_go() and mach.state is RelayState.STREAMING and mach.ready().send == ()
