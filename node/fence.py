@@ -24,7 +24,7 @@ import logging
 import os
 
 from node import limits
-from node.core.lifecycle_fence import Followers, give_up, lift, loss_at_open, may_lift, take_up_fence
+from node.core.lifecycle_fence import Followers, Forgotten, give_up, lift, loss_at_open, may_lift, take_up_fence
 from node.wal.writer import fsync_dir
 
 log = logging.getLogger("replog.fence")
@@ -32,6 +32,7 @@ log = logging.getLogger("replog.fence")
 FENCE_META = "own_fence"
 REGISTERED_FILE = "registered_members"   # beside the identity file: members this node registered
 FOLLOWERS_FILE = "anonymous_followers"   # beside it: anonymous replicas that follow this node
+FORGOTTEN_FILE = "forgotten_followers"   # and those the operator had it forget (refused if they come back)
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 BOOT_ID_ENV = "REPLOG_BOOT_ID_FILE"     # tests stand a machine restart in with another file
 
@@ -201,10 +202,37 @@ def append_follower(data_dir: str, uuid: str, entry: tuple[str, float]) -> None:
 def write_followers(data_dir: str, followers: Followers) -> None:
     """Rewrite the followers file, one line per follower (atomically: a crash keeps the old file
     or the new)."""
-    path = os.path.join(data_dir, FOLLOWERS_FILE)
+    _rewrite(data_dir, FOLLOWERS_FILE, [f"{u} {a or '-'} {t:.3f}\n" for u, (a, t) in followers.items()])
+
+
+def forgotten_followers(data_dir: str) -> Forgotten:
+    """The anonymous replicas the operator had this node forget: uuid -> when (s)."""
+    out: Forgotten = {}
+    try:
+        with open(os.path.join(data_dir, FORGOTTEN_FILE)) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 2:
+                    try:
+                        out[parts[0]] = float(parts[1])
+                    except ValueError:
+                        continue
+    except OSError:
+        pass
+    return out
+
+
+def write_forgotten(data_dir: str, forgotten: Forgotten) -> None:
+    """Rewrite the forgotten followers' file (atomically), before the followers file drops them:
+    a crash between the two leaves a follower both remembered and refused, never neither."""
+    _rewrite(data_dir, FORGOTTEN_FILE, [f"{u} {t:.3f}\n" for u, t in forgotten.items()])
+
+
+def _rewrite(data_dir: str, name: str, lines: list[str]) -> None:
+    path = os.path.join(data_dir, name)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        f.writelines(f"{u} {a or '-'} {t:.3f}\n" for u, (a, t) in followers.items())
+        f.writelines(lines)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

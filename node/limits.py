@@ -179,6 +179,9 @@ anon_followers_max = anon_acks_max   # anonymous replicas a node remembers besid
                                      # followers (node/fence.py; a lost store waits for them): a peer
                                      # subscribing under made-up uuids cannot grow the file, or what a
                                      # fence waits for, past this
+forgotten_followers_max = 4 * anon_followers_max   # anonymous replicas the operator had this node forget
+                                     # (DELETE /v1/admin/followers), refused if they come back: past it
+                                     # the one forgotten longest ago is dropped from the list
 task_restart_s = 5.0                 # a supervised background task that failed is restarted after this
 peer_poll_timeout_s = 5.0            # one status poll of one peer while a cluster forms (connect + auth +
                                      # greeting)

@@ -27,11 +27,12 @@ import time
 
 from node import limits
 from node.core.holds import Hold, Holds, keep_vclock, lapsing
-from node.core.lifecycle_fence import FollowerReach, Followers, follower_seen, followers_to_forget
+from node.core.lifecycle_fence import (FollowerReach, Followers, Forgotten, follower_seen, followers_report,
+                                      followers_to_forget, with_forgotten)
 from node.core.vclock import VClock
 from node.errors import NoSpaceError
 from node.faults import fault
-from node.fence import anonymous_followers, append_follower, write_followers
+from node.fence import anonymous_followers, append_follower, forgotten_followers, write_followers, write_forgotten
 from node.ops.backup import wal_holds
 from node.wal.gc import collectable
 from node.wal.reader import list_segments, read_header
@@ -60,6 +61,7 @@ class Retention:
         self.node = node
         self.book = Holds()
         self._followers: Followers | None = None      # node/fence.py's file, read once
+        self._forgotten: Forgotten | None = None      # the followers the operator had it forget, read once
         self._followers_full_warned = False
         self.reach = FollowerReach(0)                  # how far of our rows each follower may hold
         self._kept_said: set[str] = set()             # followers kept past their TTL, said so
@@ -71,6 +73,37 @@ class Retention:
         if self._followers is None:
             self._followers = anonymous_followers(self.node.data_dir)
         return self._followers
+
+    @property
+    def forgotten(self) -> Forgotten:
+        """The anonymous replicas the operator had this node forget (refused if they come back)."""
+        if self._forgotten is None:
+            self._forgotten = forgotten_followers(self.node.data_dir)
+        return self._forgotten
+
+    def followers_report(self) -> list[dict]:
+        """Every remembered follower as the operator sees it (lifecycle_fence.followers_report)."""
+        core = self.node.core
+        return followers_report(self.followers, self.holds, core.table, self.reach, core.self_id, time.time(),
+                                self.node.cfg.anon_ttl_s)
+
+    def forget_by_operator(self, uuids: list[str]) -> None:
+        """The operator says these remembered followers are gone for good: refused from now on if
+        they come back (written first), then forgotten (a lost store will not wait for them)."""
+        if not uuids:
+            return
+        reaches = {u: self.reach.may_hold(u) for u in uuids}
+        self._forgotten = with_forgotten(self.forgotten, uuids, time.time())
+        write_forgotten(self.node.data_dir, self._forgotten)
+        for uuid in uuids:
+            del self.followers[uuid]
+            self.reach.forget(uuid)
+            self._kept_said.discard(uuid)
+        write_followers(self.node.data_dir, self.followers)
+        for uuid in uuids:
+            log.warning("retention: the operator had this node forget anonymous follower %s, which may hold its rows "
+                        "up to lsn %d: a lost store no longer waits for it, and it is refused if it comes back "
+                        "(rebuild it with a new data directory)", uuid, reaches[uuid])
 
     @property
     def holds(self) -> dict[str, Hold]:

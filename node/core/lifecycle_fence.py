@@ -24,7 +24,9 @@ Rules kept here:
   at most limits.anon_followers_max), and a fence taken up after a loss waits for them like
   members (`take_up_fence`); while not fenced it forgets one that the table knows, or one
   unseen past its TTL once every member holds the rows of ours it may hold (`FollowerReach`:
-  quiet, it may still be their only holder; `followers_to_forget`).
+  quiet, it may still be their only holder; `followers_to_forget`). The operator may have it
+  forget those unseen for a while and not linked (`followers_unseen`); a follower forgotten so
+  is refused if it comes back (`with_forgotten`: a lost store would not have waited for it).
 - At open, a fence the store's meta holds stands again (`take_up_fence`); an expel asked for
   while fenced gives that member up (`give_up`) and is written at the lift, even for a member
   this node has no row for (`expels_after_lift`); a greeting says up to which lsn this node's own
@@ -271,6 +273,61 @@ def members_hold_own(holds: dict, table, self_id: int) -> int:
         have = h.vclock.get(self_id, 0) if h is not None else 0
         least = have if least is None else min(least, have)
     return least or 0
+
+
+Forgotten = dict[str, float]     # uuid -> when the operator had this node forget that follower (s)
+
+
+def follower_last_seen(entry: tuple[str, float], hold) -> float:
+    """When a remembered follower was last heard: its entry's FETCH or SUBSCRIBE, or an ACK that
+    moved its hold (node.core.holds Hold; None: it has none)."""
+    return max(entry[1], hold.seen_s) if hold is not None else entry[1]
+
+
+def followers_report(followers: Followers, holds: dict, table, reach: "FollowerReach", self_id: int,
+                     now_s: float, anon_ttl_s: float) -> list[dict]:
+    """What the operator sees of every remembered follower (GET /v1/admin/followers), in uuid
+    order: its address, when it was last heard, whether a link of it is open here, the most
+    of our own rows it may hold (None: any, a link is open), and whether it is kept only
+    because not every member holds those (`followers_to_forget`'s `kept`)."""
+    covered = members_hold_own(holds, table, self_id)
+    out = []
+    for uuid in sorted(followers):
+        address, _ = followers[uuid]
+        last = follower_last_seen(followers[uuid], holds.get(uuid))
+        reaches = reach.may_hold(uuid)
+        linked = uuid in reach.open
+        quiet = now_s - last > anon_ttl_s
+        out.append({"uuid": uuid, "address": address, "last_seen_s": round(last, 3),
+                    "unseen_s": round(max(0.0, now_s - last), 3), "linked": linked,
+                    "may_hold_own_lsn": None if linked else reaches,
+                    "kept_for_rows": quiet and not linked and reaches > covered})
+    return out
+
+
+def followers_unseen(followers: Followers, holds: dict, reach: "FollowerReach", now_s: float,
+                     unseen_s: float) -> tuple[list[str], list[str]]:
+    """The remembered followers the operator may have this node forget by `unseen_s`: those not
+    heard for at least that long with no link open here (one that is linked holds whatever the
+    link sends it), and the others. Both in uuid order."""
+    gone, kept = [], []
+    for uuid in sorted(followers):
+        last = follower_last_seen(followers[uuid], holds.get(uuid))
+        (gone if uuid not in reach.open and now_s - last >= unseen_s else kept).append(uuid)
+    return gone, kept
+
+
+def with_forgotten(forgotten: Forgotten, uuids: Iterable[str], now_s: float) -> Forgotten:
+    """The list of forgotten followers with `uuids` added (a follower the operator says is gone
+    is refused if it comes back: its rows of ours may differ from ours by then), at most
+    `limits.forgotten_followers_max`, the one forgotten longest ago dropped first."""
+    out = dict(forgotten)
+    for uuid in uuids:
+        out.pop(uuid, None)
+        out[uuid] = now_s
+    while len(out) > limits.forgotten_followers_max:
+        del out[min(out, key=out.__getitem__)]
+    return out
 
 
 class FollowerReach:

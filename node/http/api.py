@@ -10,6 +10,7 @@ import errno
 import hmac
 import json
 import logging
+import math
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -234,6 +235,35 @@ async def delete_member(request: web.Request) -> web.Response:
     return reply(request, doc, 202 if doc["state"] == "expel_pending" else 200)   # pending: node/fence.py give_up
 
 
+def _unseen_s(raw: str | None) -> float:
+    """The `unseen_s` query parameter: required for the bulk form, a finite number >= 0."""
+    if raw is None:
+        raise ClientError(400, "bad_unseen_s", "unseen_s is required: forget the followers unseen for at least "
+                          "this many seconds (DELETE /v1/admin/followers?unseen_s=86400)")
+    try:
+        v = float(raw)
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v) or v < 0:
+        raise ClientError(400, "bad_unseen_s", f"unseen_s is a number of seconds >= 0, not {raw[:40]!r}")
+    return v
+
+
+async def get_followers(request: web.Request) -> web.Response:
+    return reply(request, _node(request).followers_view())
+
+
+async def delete_followers(request: web.Request) -> web.Response:
+    """DELETE /v1/admin/followers?unseen_s=N: forget every remembered anonymous follower unseen
+    for at least N seconds and not linked (node/process/followers.py)."""
+    unseen_s = _unseen_s(request.query.get("unseen_s"))
+    return reply(request, _node(request).forget_followers(None, unseen_s))
+
+
+async def delete_follower(request: web.Request) -> web.Response:
+    return reply(request, _node(request).forget_followers(request.match_info["uuid"], None))
+
+
 async def put_peers(request: web.Request) -> web.Response:
     body = await read_body(request)
     if not isinstance(body, dict) or not isinstance(body.get("peers"), list) or \
@@ -313,6 +343,9 @@ def make_app(node: "ApiHost") -> web.Application:
     r.add_get("/v1/client", get_client)
     r.add_get("/v1/cluster", get_cluster)
     r.add_delete("/v1/cluster/{uuid}", delete_member)
+    r.add_get("/v1/admin/followers", get_followers)
+    r.add_delete("/v1/admin/followers", delete_followers)
+    r.add_delete("/v1/admin/followers/{uuid}", delete_follower)
     r.add_put("/v1/admin/peers", put_peers)
     r.add_post("/v1/admin/shutdown", post_shutdown)
     r.add_post("/v1/admin/backup", post_backup)

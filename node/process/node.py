@@ -39,6 +39,7 @@ from node.journal import Journal
 from node.join import Aborted, Join
 from node.lifecycle import Lifecycle
 from node.process import views
+from node.process.followers import FollowerAdmin
 from node.process.opening import Opening
 from node.process.peering import Peering
 from node.process.tasks import Tasks
@@ -99,6 +100,7 @@ class Node:
         self.retention = Retention(self)                 # who holds the WAL; checkpoints (node/retention.py)
         self.fence = FenceKeeper(self)                   # own-rows fence after a loss (node/fence.py)
         self.rejoiner = Rejoiner(self)                   # need_rejoin answers and safe rebuilds (node/rejoin.py)
+        self.follower_admin = FollowerAdmin(self)        # the operator's view of the anonymous followers
 
         # --- the names the ports declare, served by the parts ---
         t, p, w = self.tasks, self.peering, self.writes
@@ -113,6 +115,7 @@ class Node:
         self.register_member = w.register_member
         self.vclock_uuid, self.has_applied, self.wait_applied = w.vclock_uuid, w.has_applied, w.wait_applied
         self.reopen_after_rejoin = self.opening.reopen_after_rejoin
+        self.followers_view, self.forget_followers = self.follower_admin.view, self.follower_admin.forget
 
     # --- state the parts keep ------------------------------------------------------------------
     @property

@@ -4,7 +4,9 @@ theirs, the claims a peer makes to hold this node's own rows, and the set of ups
 
 Rules kept here (the rules on claims are node/core/lifecycle_fence.py's, which the
 simulation runs too):
-- `peers` is changed in place, so every holder of the list sees the sources in effect."""
+- `peers` is changed in place, so every holder of the list sees the sources in effect.
+- An anonymous replica the operator had this node forget is refused at its greeting, either
+  direction (ERROR `forgotten`: node/process/followers.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING
 from node.applier.applier import Applier
 from node.core.lifecycle_fence import (claims_unheeded, disprove_claim, hear_greeting, own_history_lsn,
                                       own_rows_awaited)
+from node.errors import PeerRefused
 
 if TYPE_CHECKING:
     from node.process.ports import PeeringHost
@@ -63,6 +66,12 @@ class Peering:
         node = self.node
         if node.lease:
             node.lease.check_peer(theirs)
+        if theirs.get("anon") and theirs["uuid"] in node.retention.forgotten:
+            # the operator said it is gone (node/process/followers.py): its rows of ours may differ
+            # from ours under the same lsns by now, and a lost store did not wait for it
+            raise PeerRefused("forgotten", f"anonymous replica {theirs['uuid']} was forgotten by this node at the "
+                              "operator's request (DELETE /v1/admin/followers): start it again with a new data "
+                              "directory")
         node.life.observe_greeting(theirs)
         hear_greeting(node.core, self.own_claims, self.claims_disproved, theirs, node.uuid)   # fence, claims
 

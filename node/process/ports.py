@@ -199,6 +199,8 @@ class ApiHost(AcceptHost, MetricsView, EventsView, BrowserView, ClientHost, Back
     async def expel(self, uuid: str) -> dict: ...
     async def checkpoint(self) -> list[str]: ...
     async def request_shutdown(self, cluster: bool, **phase) -> dict: ...
+    def followers_view(self) -> dict: ...
+    def forget_followers(self, uuid: str | None, unseen_s: float | None) -> dict: ...
 
 
 # --- identity, lifecycle, shutdown ---------------------------------------------------------------
@@ -336,6 +338,7 @@ class PeeringHost(ApplierHost, Protocol):
     lease: Any
     life: Any                                 # greeting_fields, observe_greeting
     appliers: dict[str, Any]
+    retention: Any                            # forgotten: anonymous replicas refused at their greeting
 
     @property
     def options_digest(self) -> str: ...
@@ -357,6 +360,14 @@ class WritesHost(Protocol):
 
     def wall_us(self) -> int: ...
     def own_rows_awaited(self) -> tuple[int, str] | None: ...
+
+
+class FollowersHost(Protocol):
+    """The anonymous followers the operator sees and has forgotten (node/process/followers.py)."""
+    cfg: "Config"
+    core: "NodeCore | None"
+    status: str
+    retention: Any                            # followers, forgotten, holds, reach, followers_report, forget_by_operator
 
 
 class InfoHost(Protocol):
