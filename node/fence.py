@@ -176,19 +176,7 @@ def registered_members(data_dir: str) -> set[str]:
 def anonymous_followers(data_dir: str) -> Followers:
     """The anonymous replicas this node remembers as its followers: uuid -> (address, when it
     last fetched or subscribed); a later line of a uuid supersedes an earlier one."""
-    out: Followers = {}
-    try:
-        with open(os.path.join(data_dir, FOLLOWERS_FILE)) as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) == 3:
-                    try:
-                        out[parts[0]] = (parts[1], float(parts[2]))
-                    except ValueError:
-                        continue
-    except OSError:
-        pass
-    return out
+    return {p[0]: (p[1], t) for p, t in _timed_lines(data_dir, FOLLOWERS_FILE, 3)}
 
 
 def append_follower(data_dir: str, uuid: str, entry: tuple[str, float]) -> None:
@@ -207,19 +195,24 @@ def write_followers(data_dir: str, followers: Followers) -> None:
 
 def forgotten_followers(data_dir: str) -> Forgotten:
     """The anonymous replicas the operator had this node forget: uuid -> when (s)."""
-    out: Forgotten = {}
+    return {p[0]: t for p, t in _timed_lines(data_dir, FORGOTTEN_FILE, 2)}
+
+
+def _timed_lines(data_dir: str, name: str, fields: int):
+    """(the fields, the last one as a time) of every well-formed line of a file beside the
+    identity (none if it is missing); a torn or damaged line is skipped."""
     try:
-        with open(os.path.join(data_dir, FORGOTTEN_FILE)) as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) == 2:
-                    try:
-                        out[parts[0]] = float(parts[1])
-                    except ValueError:
-                        continue
+        with open(os.path.join(data_dir, name)) as f:
+            lines = f.read().splitlines()
     except OSError:
-        pass
-    return out
+        return
+    for line in lines:
+        parts = line.split()
+        if len(parts) == fields:
+            try:
+                yield parts, float(parts[-1])
+            except ValueError:
+                continue
 
 
 def write_forgotten(data_dir: str, forgotten: Forgotten) -> None:
