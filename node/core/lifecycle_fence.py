@@ -323,7 +323,6 @@ def with_forgotten(forgotten: Forgotten, uuids: Iterable[str], now_s: float) -> 
     `limits.forgotten_followers_max`, the one forgotten longest ago dropped first."""
     out = dict(forgotten)
     for uuid in uuids:
-        out.pop(uuid, None)
         out[uuid] = now_s
     while len(out) > limits.forgotten_followers_max:
         del out[min(out, key=out.__getitem__)]

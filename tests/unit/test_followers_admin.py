@@ -52,6 +52,14 @@ def test_the_report_says_when_each_follower_was_heard_what_it_may_hold_and_wheth
     assert not any(r["kept_for_rows"] for r in rows2)   # the next checkpoint forgets QUIET by itself
 
 
+def test_the_report_rounds_times_to_the_millisecond_and_a_follower_unseen_for_exactly_its_ttl_is_not_quiet():
+    core, holds = table_and_holds(4, 5)
+    rows = followers_report({QUIET: ("q:1", 100.1234567)}, holds, core.table, FollowerReach(5), 1, 160.5, 60.0)
+    assert (rows[0]["last_seen_s"], rows[0]["unseen_s"], rows[0]["kept_for_rows"]) == (100.123, 60.377, True)
+    rows = followers_report({QUIET: ("q:1", 100.0)}, holds, core.table, FollowerReach(5), 1, 160.0, 60.0)
+    assert rows[0]["unseen_s"] == 60.0 and not rows[0]["kept_for_rows"]   # within its TTL still (followers_to_forget: <=)
+
+
 def test_unseen_s_takes_the_followers_not_heard_for_that_long_and_never_a_linked_one():
     holds = {RECENT: Hold({1: 5}, 990.0, True)}
     followers = {QUIET: ("q:1", 100.0), LINKED: ("l:1", 100.0), RECENT: ("r:1", 100.0)}
