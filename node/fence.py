@@ -110,7 +110,7 @@ class FenceKeeper:
         core = node.core
         if core is None or core.fence is None:
             return True
-        if node.journal is None or not may_lift(core):
+        if node.journal is None or not may_lift(core, node.rejoiner.rebuilding):
             return False
         self._lift()
         return True

@@ -126,6 +126,9 @@ class Rejoiner:
     blocked = property(lambda self: self.machine.blocked)      # why the last attempt could not rebuild
     attempts = property(lambda self: self.machine.attempts)
     running = property(lambda self: self.machine.running)
+    # a snapshot is on its way to replace the store: nothing is written under our own id
+    # (node.core.lifecycle_fence may_lift)
+    rebuilding = property(lambda self: self.machine.state is RejoinState.REBUILDING)
 
     # --- what the appliers say ------------------------------------------------------------------
     def on_need_rejoin(self, address: str, reason: str, collected: dict[str, int]) -> None:

@@ -18,7 +18,8 @@ Rules kept here:
   claimed) is dropped, the peer is not believed again while this node runs, and the fence
   counts it as holding only what came.
 - The fence lifts (`may_lift`, then `lift`) once every member was heard and our own rows are
-  back; a rebuilt store's fence then states its table again (NodeCore.clear_fence).
+  back, and not while a rebuild is under way (the store is about to be replaced); a rebuilt
+  store's fence then states its table again (NodeCore.clear_fence).
 - How many peers a node remembers claims of is bounded (limits.members_max).
 - A node remembers the anonymous replicas that follow it beside its identity (`follower_seen`,
   at most limits.anon_followers_max), and a fence taken up after a loss waits for them like
@@ -138,9 +139,15 @@ def claims_unheeded(claims: Claims, have: int, upstreams: set[str]) -> list[tupl
                   if lsn > have and uuid not in upstreams and address not in upstreams)
 
 
-def may_lift(core: NodeCore) -> bool:
-    """Every member was heard and our own rows are back (OwnRowsFence.can_clear)."""
-    return core.fence_state()[0]
+def may_lift(core: NodeCore, rebuilding: bool = False) -> bool:
+    """Every member was heard and our own rows are back (OwnRowsFence.can_clear), and no
+    rebuild is under way (`rebuilding`: node.core.lifecycle_rejoin REBUILDING). A rebuild
+    replaces the store with a donor's snapshot checked against what this node held when it
+    began; the rows a lift writes under our own id (the restated table, the expels asked for
+    while fenced) would be dropped at the swap, after a relay still serving may have sent
+    them, and the next rows would take their lsns (the simulation's full mix, seed 23372).
+    The rebuilt store keeps the fence, and it lifts there."""
+    return not rebuilding and core.fence_state()[0]
 
 
 @dataclass(frozen=True, slots=True)

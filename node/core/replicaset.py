@@ -177,8 +177,11 @@ class NodeCore(Receiving):
                 continue
             if local is None:
                 m = Member.from_row(row)
+                # an expelled peer's bound for itself is its own word (it may hold rows past what any
+                # member took): not taken, as _raise_bounds takes none (full-mix seed 24624); the
+                # members' rows and greetings raise it to theirs
                 res = resolve_cluster_replace(self.table, m.uuid, m.id, m.address, m.state, from_self=False,
-                                              expelled_lsn=m.expelled_lsn)
+                                              expelled_lsn=m.expelled_lsn if uuid != peer_uuid else 0)
                 self.table.upsert(res.member)
                 own_ops.append(cluster_op(res.member))
                 log.info("_cluster: %s %s as id %d (from %s's greeting)", res.reason, m.uuid, res.local_id, peer_uuid)

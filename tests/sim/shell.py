@@ -132,7 +132,10 @@ def try_lift(c: "Cluster", n: "SimNode") -> bool:
     core = n.core
     if core is None or core.fence is None:
         return True
-    if c.rules["fence"] and not fence_rules.may_lift(core):
+    rebuilding = n.rejoiner is not None and n.rejoiner.machine.state is RejoinState.REBUILDING
+    if c.rules["fence"] and not fence_rules.may_lift(core, rebuilding):
+        if rebuilding and fence_rules.may_lift(core):
+            c.stats["fence lifts deferred by a rebuild"] += 1
         return False
     lifted = fence_rules.lift(core, n.wall_us(), n.meta.get("given_up"))
     restate, given_up = lifted.restate, lifted.given_up

@@ -99,6 +99,17 @@ SEEDED = [
      "node/core/link/relay.py RelayMachine.rows_may_go (anon_cut)"),
     ("a_link_subscribed_while_its_relay_was_anonymous_greets_again_once_it_registers", 6200, "anon",
      "node/core/link/relay.py RelayMachine.rows_may_go (anon_cut)"),
+    # session 33: B, fenced after a lost store, was rebuilding from E's snapshot when its fence
+    # could lift; it lifted and restated its table under its own id in the store the swap then
+    # replaced (invariant 2: its own vclock went back from 6 to 3; a relay still serving could
+    # have sent those rows, and the next took their lsns). The fence now waits for the rebuild
+    ("a_fence_does_not_lift_while_a_rebuild_is_under_way", 23372, True,
+     "node/core/lifecycle_fence.py may_lift (rebuilding)"),
+    # session 33: B first heard of E, expelled, in E's own greeting and took E's bound for itself,
+    # 3, from it; E's row 3 reached no member (they refuse it), and every member ended with bound
+    # 3 and E's rows to 2. An expelled peer's word about its own bound is not taken there either
+    ("an_expelled_peers_own_greeting_states_no_bound_for_itself", 24624, True,
+     "node/core/replicaset.py NodeCore.greeting"),
 ]
 
 
@@ -115,6 +126,8 @@ def test_a_seeded_run_that_showed_a_membership_bug_keeps_every_invariant(behavio
         assert c.stats["peers_added_for_fence"] > 0     # only an anonymous replica held the rows
     if behaviour.startswith("a_link_subscribed_while_its_relay_was_anonymous"):
         assert c.stats["links greeted again: their relay registered"] > 0
+    if behaviour.startswith("a_fence_does_not_lift_while"):
+        assert c.stats["fence lifts deferred by a rebuild"] > 0
 
 
 def finish(c: Cluster) -> None:

@@ -384,3 +384,11 @@ def test_retention_opens_a_remembered_followers_link_and_notes_our_own_lsn_when_
     assert PEER not in r.reach.ended
     r._forget_followers([ANON])
     assert ANON not in r.reach.ended
+
+
+def test_a_fence_that_may_lift_waits_while_a_rebuild_is_under_way():
+    """Full-mix seed 23372: the lift's rows (the restated table, pending expels) went into the
+    store a rebuild then replaced, and the node's own vclock went back."""
+    core = fenced_core()
+    assert may_lift(core) and may_lift(core, rebuilding=False)
+    assert not may_lift(core, rebuilding=True)

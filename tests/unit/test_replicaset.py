@@ -102,6 +102,22 @@ def test_a_greeting_raises_no_bound_of_this_node_itself():
     assert core.greeting(PEER, rows, WALL) == [] and core.table.get(SELF).expelled_lsn == 4
 
 
+def test_an_expelled_peer_first_seen_in_its_own_greeting_is_stored_expelled_without_its_word_on_its_bound():
+    """Full-mix seed 24624: a node that first heard of an expelled member in that member's own
+    greeting took its bound for itself from it (3: rows no member took) and every member ended
+    with it; the members' rows and greetings raise the bound to theirs."""
+    table = ClusterTable([Member(SELF, 1, "a:1", STATE_MEMBER), Member(PEER, 2, "b:1", STATE_MEMBER)])
+    core = NodeCore(SELF, table, VClock({1: 4, 2: 5}), spaces={"kv": False})
+    rows = [[GONE, 1, "g:1", STATE_EXPELLED, 3, 3], [SELF, 2, "a:1", STATE_MEMBER], [PEER, 3, "b:1", STATE_MEMBER]]
+    [own] = core.greeting(GONE, rows, WALL)
+    gone = core.table.get(GONE)
+    assert (gone.state, gone.expelled_lsn) == (STATE_EXPELLED, 0)
+    [op] = own.ops
+    assert (op.key, op.value["expelled_lsn"]) == (GONE, 0)
+    core.greeting(PEER, PEER_ROWS + [[GONE, 7, "g:1", STATE_EXPELLED, 3, 2]], WALL)   # a member's word: taken
+    assert core.table.get(GONE).expelled_lsn == 2
+
+
 def test_a_member_first_seen_expelled_in_a_greeting_is_stored_expelled_with_its_bound():
     core = _core()
     rows = PEER_ROWS + [[GONE, 7, "g:1", STATE_EXPELLED, 3, 6]]
