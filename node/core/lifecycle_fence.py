@@ -250,14 +250,12 @@ def followers_to_forget(followers: Followers, holds: dict, table, now_s: float, 
     out: list[str] = []
     kept: dict[str, int] = {}
     covered: int | None = None
-    for uuid, (_, seen) in followers.items():
-        h = holds.get(uuid)
+    for uuid, entry in followers.items():
         mem = table.get(uuid)
         if mem is not None and mem.state in (STATE_EXPELLED, STATE_MEMBER):
             out.append(uuid)
             continue
-        last = max(seen, h.seen_s) if h is not None else seen
-        if now_s - last <= anon_ttl_s:
+        if now_s - follower_last_seen(entry, holds.get(uuid)) <= anon_ttl_s:
             continue
         if covered is None:
             covered = members_hold_own(holds, table, self_id)
