@@ -77,6 +77,7 @@ class ClusterRows:
     fence: OwnRowsFence | None
     self_id: int
     local_txn: Callable[[list[Op], int, int], Txn]     # claims the next own lsns (NodeCore.local_txn)
+    _note_bound: Callable[[str, Member | None, int], None]   # what backs an expelled member's bound
 
     def _cluster_rows_refusal(self, peer: Peer, origin: Member, ops, peer_history: bool = False) -> str | None:
         """Why `_cluster` rows of `origin` (arriving from `peer`) cannot be followed, checked
@@ -187,6 +188,9 @@ class ClusterRows:
                 self.expel_epoch += 1
             if res.changed:
                 self.table.upsert(res.member)
+            if state == STATE_EXPELLED:
+                self._note_bound(op.key, known, int(v.get("expelled_lsn") or 0))
+            if res.changed:
                 if origin.uuid != self.uuid:      # a row of our own coming back is our row already
                     own_ops.append(cluster_op(res.member))
                 log.info("_cluster: %s %s as id %d (row of %s)", res.reason, op.key, res.local_id, origin.uuid)

@@ -59,6 +59,10 @@ class NodeCore(Receiving):
         # grows when an expelled member's accepted bound grows: appliers resubscribe then,
         # so rows they refused under the smaller bound come again
         self.expel_epoch = 0
+        # expelled member uuid -> how much of its bound another node's word or this node's disk
+        # backs, where the bound is larger: raised to rows of that member claimed here and not on
+        # disk yet (greeting_rows states no more than is backed)
+        self.bounds_ahead: dict[str, int] = {}
         # set after a loss: this node may hold fewer of its own rows than a member does, so it
         # writes nothing under its own id (node.core.membership) until the fence is cleared
         self.fence: OwnRowsFence | None = None
@@ -141,10 +145,49 @@ class NodeCore(Receiving):
         if not res.changed:
             return res.local_id, None
         self.table.upsert(res.member)
+        self._note_bound(uuid, known, 0)
         txn = self.local_txn([cluster_op(res.member)], GROUP_CLUSTER, wall_us)
         res.member.lsn = txn.lsn
         log.info("_cluster: %s %s as id %d", res.reason, uuid, res.local_id)
         return res.local_id, txn
+
+    def _note_bound(self, uuid: str, was: Member | None, word: int) -> None:
+        """After `uuid`'s entry may have changed from `was`: `word` is a bound another node
+        stated for it (a row, a greeting; 0 for none). What backs its bound grows by that word; a
+        bound this node raised past what backs it, to rows it has claimed, is in bounds_ahead."""
+        m = self.table.get(uuid)
+        if m is None or m.state != STATE_EXPELLED:
+            return
+        backed = self.bounds_ahead.get(uuid)
+        if backed is None:
+            backed = was.expelled_lsn if was is not None and was.state == STATE_EXPELLED else 0
+        backed = max(backed, word)
+        if m.expelled_lsn > backed:
+            self.bounds_ahead[uuid] = backed
+        else:
+            self.bounds_ahead.pop(uuid, None)
+
+    def greeting_rows(self) -> list[list]:
+        """`_cluster` as this node's greeting states it. An expelled member's bound is raised to
+        the rows of that member this node has claimed, so as to take the rows in flight; but a
+        peer takes a greeting's bound as its own and states it in a row of its own, so stated
+        before those rows are on disk here, a crash here would lose them and leave every member
+        a bound naming rows no member has (the simulation's full mix, seed 16143). The bound is
+        stated as far as another node's word or this node's disk backs it; the row of our own
+        that raised it is on disk after those rows, and peers take the rest from it."""
+        rows = self.table.rows()
+        ahead = self.bounds_ahead
+        if ahead:
+            synced = self.synced
+            for r in rows:
+                backed = ahead.get(r[0])
+                if backed is not None:
+                    on_disk = synced.get(r[1])
+                    if on_disk >= r[5]:
+                        del ahead[r[0]]               # on disk up to the bound now
+                    else:
+                        r[5] = max(backed, on_disk)
+        return rows
 
     # --- handshake ---------------------------------------------------------------
     def greeting(self, peer_uuid: str, peer_rows: list[list], wall_us: int, history_lsn: int = 0) -> list[Txn]:
@@ -213,12 +256,15 @@ class NodeCore(Receiving):
         for m in self.table.members():
             if m.state != STATE_EXPELLED or m.uuid == self.uuid:
                 continue
-            bound = max(stated.get(m.uuid, 0), self.claimed.get(m.id))
+            word = stated.get(m.uuid, 0)
+            bound = max(word, self.claimed.get(m.id))
             if bound <= m.expelled_lsn:
+                self._note_bound(m.uuid, m, word)
                 continue
             raised = Member(m.uuid, m.id, m.address, STATE_EXPELLED, m.lsn, bound)   # the resolver's expel-lsn
             self.expel_epoch += 1                 # rows refused under the smaller bound may come now
             self.table.upsert(raised)
+            self._note_bound(m.uuid, m, word)
             own_ops.append(cluster_op(raised))
             log.info("_cluster: expel-lsn %s to %d (at %s's greeting)", m.uuid, bound, peer_uuid)
 

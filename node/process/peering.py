@@ -39,7 +39,6 @@ class Peering:
     def greeting(self) -> dict:
         node = self.node
         core, store, cfg = node.core, node.store, node.cfg
-        table = core.table if core else None
         return {
             "uuid": node.uuid,
             "cluster_uuid": store.get_meta("cluster_uuid") if store else None,
@@ -48,7 +47,7 @@ class Peering:
             "options": cfg.must_match(),
             "anon": cfg.anon,
             "address": cfg.address,
-            "cluster": table.rows() if table else [],
+            "cluster": core.greeting_rows() if core else [],     # bounds as far as backed
             "status": node.status,
             "lease": node.lease.greeting_field() if node.lease else None,
             # our own `_cluster` rows up to here are an earlier incarnation's (all of them while a

@@ -63,7 +63,8 @@ def greeting_key(n: "SimNode") -> tuple:
     if core is None:
         return (None, n.uuid, n.anon, n.addr, n.identity_active)
     return (core, n.uuid, n.anon, n.addr, n.status, n.cluster.cluster_uuid, core.vclock.signature, core.claimed.signature,
-            len(core.table), core.fence is not None and core.fence.rebuilt, core.own_history_lsn)
+            len(core.table), core.fence is not None and core.fence.rebuilt, core.own_history_lsn,
+            core.synced.signature if core.bounds_ahead else 0)
 
 
 def _greeting(n: "SimNode") -> dict:
@@ -72,8 +73,11 @@ def _greeting(n: "SimNode") -> dict:
          "anon": n.anon, "address": n.addr, "status": "joining", "vclock_uuid": {}, "cluster": [],
          "own_history_lsn": 0}
     if core is not None:
+        rows = core.greeting_rows()
+        if core.bounds_ahead:
+            n.cluster.stats["greetings stating a bound as far as on disk"] += 1
         g.update(cluster_uuid=n.cluster.cluster_uuid, status=n.status, vclock_uuid=core.vclock_by_uuid(core.claimed),
-                 cluster=core.table.rows(),
+                 cluster=rows,
                  own_history_lsn=own_history_lsn(core))
     elif n.identity_active:               # its store lost, its identity kept (Lifecycle.greeting_fields)
         g["member_of"] = n.cluster.cluster_uuid
