@@ -180,20 +180,19 @@ class ClusterRows:
                     continue
                 log.error("_cluster: %s says this node is expelled", origin.uuid)
             known = self.table.get(op.key)
+            word = int(v.get("expelled_lsn") or 0)
             res = resolve_cluster_replace(self.table, op.key, their_id, address, state,
                                           from_self=(op.key == origin.uuid),
-                                          expelled_lsn=int(v.get("expelled_lsn") or 0),
+                                          expelled_lsn=word,
                                           have_lsn=self.claimed.get(known.id) if known else 0)
             if res.reason == "expel-lsn":
                 self.expel_epoch += 1
             if res.changed:
                 self.table.upsert(res.member)
-            if state == STATE_EXPELLED:
-                self._note_bound(op.key, known, int(v.get("expelled_lsn") or 0))
-            if res.changed:
                 if origin.uuid != self.uuid:      # a row of our own coming back is our row already
                     own_ops.append(cluster_op(res.member))
                 log.info("_cluster: %s %s as id %d (row of %s)", res.reason, op.key, res.local_id, origin.uuid)
+            self._note_bound(op.key, known, word)
             if origin.uuid == peer.uuid and learn:
                 peer.map.learn(their_id, res.local_id)
         if not own_ops:

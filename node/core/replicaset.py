@@ -152,17 +152,16 @@ class NodeCore(Receiving):
         return res.local_id, txn
 
     def _note_bound(self, uuid: str, was: Member | None, word: int) -> None:
-        """After `uuid`'s entry may have changed from `was`: `word` is a bound another node
-        stated for it (a row, a greeting; 0 for none). What backs its bound grows by that word; a
-        bound this node raised past what backs it, to rows it has claimed, is in bounds_ahead."""
-        m = self.table.get(uuid)
-        if m is None or m.state != STATE_EXPELLED:
-            return
+        """After `uuid`'s entry may have changed from `was` (None: it is new here): `word` is a
+        bound another node stated for it (a row, a greeting; 0 for none). What backs its bound
+        grows by that word; a bound this node raised past what backs it, to rows it has claimed,
+        is in bounds_ahead. (A member not expelled has bound 0: nothing is ahead.)"""
+        bound = self.table.get(uuid).expelled_lsn     # type: ignore[union-attr]
         backed = self.bounds_ahead.get(uuid)
         if backed is None:
-            backed = was.expelled_lsn if was is not None and was.state == STATE_EXPELLED else 0
+            backed = was.expelled_lsn if was is not None else 0
         backed = max(backed, word)
-        if m.expelled_lsn > backed:
+        if bound > backed:
             self.bounds_ahead[uuid] = backed
         else:
             self.bounds_ahead.pop(uuid, None)

@@ -94,3 +94,11 @@ def test_only_the_expelled_members_bound_is_stated_differently():
     rows, table = core.greeting_rows(), core.table.rows()
     assert [r[:5] for r in rows] == [r[:5] for r in table]
     assert [r for r in rows if r[0] != OTHER] == [r for r in table if r[0] != OTHER]
+
+
+def test_an_expel_made_here_of_a_member_with_no_row_on_disk_here_states_bound_0():
+    core = _core({1: 4, 2: 5})
+    _in_flight(core, 1)
+    _, txn = core.register_member(OTHER, "c:1", WALL, state=STATE_EXPELLED)
+    assert txn is not None and txn.ops[0].value["expelled_lsn"] == 1
+    assert _stated(core) == 0
