@@ -27,7 +27,7 @@ import time
 
 from node import limits
 from node.core.holds import Hold, Holds, keep_vclock, lapsing
-from node.core.lifecycle_fence import (FollowerReach, Followers, Forgotten, follower_seen, followers_report,
+from node.core.lifecycle_fence import (FollowerReach, Followers, Forgotten, follower_seen, followers_full, followers_report,
                                       followers_to_forget, with_forgotten)
 from node.core.vclock import VClock
 from node.errors import NoSpaceError
@@ -62,7 +62,6 @@ class Retention:
         self.book = Holds()
         self._followers: Followers | None = None      # node/fence.py's file, read once
         self._forgotten: Forgotten | None = None      # the followers the operator had it forget, read once
-        self._followers_full_warned = False
         self.reach = FollowerReach(0)                  # how far of our rows each follower may hold
         self._kept_said: set[str] = set()             # followers kept past their TTL, said so
 
@@ -151,30 +150,28 @@ class Retention:
         self._written(uuid, self.book.on_subscribe(uuid, durable, anon, self.node.core.table, time.time()),
                       "it subscribed")
 
-    def follower(self, uuid: str, address: str) -> bool:
+    def follower(self, uuid: str, address: str) -> None:
         """An anonymous replica fetches from or subscribes to this node: remembered, on disk
-        before it is answered (node/fence.py), unless it was within half its TTL or the file is
-        full (node.core.lifecycle_fence follower_seen). Whether it is remembered: its link is
-        then open in `reach` until `follower_link_ended`."""
+        before it is answered (node/fence.py), unless it was within half its TTL (node.core.
+        lifecycle_fence follower_seen); its link is then open in `reach` until
+        `follower_link_ended`. A new one past anon_followers_max is refused (PeerRefused
+        `followers_full`): served and not remembered, it could be the only holder of this node's
+        last rows, and a lost store would not wait for it."""
         followers = self.followers
         entry = follower_seen(followers, uuid, address, time.time(), self.node.cfg.anon_ttl_s)
-        new = uuid not in followers
         if entry is None:
-            if new and not self._followers_full_warned:
-                self._followers_full_warned = True
-                log.warning("retention: this node remembers %d anonymous followers already (anon_followers_max): %s "
-                            "and later ones are not remembered, and a lost store will not wait for them",
-                            len(followers), uuid)
+            if uuid not in followers:
+                log.warning("retention: refused anonymous replica %s (%s): this node remembers %d anonymous "
+                            "followers already (anon_followers_max)", uuid, address, len(followers))
+                raise followers_full(len(followers))
         else:
+            new = uuid not in followers
             append_follower(self.node.data_dir, uuid, entry)
             followers[uuid] = entry
             if new:
                 log.info("retention: anonymous replica %s (%s) follows this node: a lost store waits to hear from it",
                          uuid, address)
-        if uuid not in followers:
-            return False
         self.reach.opened(uuid)
-        return True
 
     def follower_link_ended(self, uuid: str) -> None:
         """A link of a remembered follower (`follower` said so) ends: it holds at most the own

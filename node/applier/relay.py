@@ -39,7 +39,8 @@ def _take(node: "RelayHost", mach: RelayMachine, inp, now: float, followed: list
         rd = mach.ready()
         for h in rd.persist:
             assert type(h) is Hold, h
-            if h.anon and node.retention.follower(h.uuid, mach.address):   # remembered before it gets rows
+            if h.anon:                  # remembered before it gets rows (or refused: followers_full)
+                node.retention.follower(h.uuid, mach.address)
                 followed.append(h.uuid)
             if h.durable is None:
                 node.retention.hold_all(h.uuid, anon=h.anon)

@@ -22,7 +22,7 @@ Rules kept here:
   store's fence then states its table again (NodeCore.clear_fence).
 - How many peers a node remembers claims of is bounded (limits.members_max).
 - A node remembers the anonymous replicas that follow it beside its identity (`follower_seen`,
-  at most limits.anon_followers_max), and a fence taken up after a loss waits for them like
+  at most limits.anon_followers_max; a new one past that is refused, `followers_full`), and a fence taken up after a loss waits for them like
   members (`take_up_fence`); while not fenced it forgets one that the table knows, or one
   unseen past its TTL once every member holds the rows of ours it may hold (`FollowerReach`:
   quiet, it may still be their only holder; `followers_to_forget`). The operator may have it
@@ -42,6 +42,7 @@ from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER
 from node.core.membership import OwnRowsFence
 from node.core.replicaset import NodeCore
 from node.core.rows import Txn
+from node.errors import PeerRefused
 
 Claims = dict[str, tuple[int, str]]     # peer uuid -> (the most of our rows it says it holds, its address)
 
@@ -234,6 +235,13 @@ def follower_seen(followers: Followers, uuid: str, address: str, now_s: float,
     if old is None and len(followers) >= limits.anon_followers_max:
         return None
     return (address, now_s)
+
+
+def followers_full(remembered: int) -> PeerRefused:
+    """The refusal of a new anonymous follower when `remembered` (anon_followers_max) are."""
+    return PeerRefused("followers_full", f"this node remembers {remembered} anonymous followers (anon_followers_max) "
+                       "and takes no more: one it did not remember could hold its last rows when it loses its "
+                       "store; the operator can forget those gone for good (DELETE /v1/admin/followers)")
 
 
 def followers_to_forget(followers: Followers, holds: dict, table, now_s: float, anon_ttl_s: float,

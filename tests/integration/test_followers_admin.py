@@ -4,6 +4,11 @@ member holds its rows: each may be their only other holder), so one gone for goo
 operator says so; forgotten, it is refused if it comes back, and the others follow on."""
 from __future__ import annotations
 
+import os
+import time
+import uuid
+
+from node import limits
 from tests.integration.harness import ReplogProcess, mesh, wait_for
 from tests.integration.oracles import Acked, acked_everywhere, upstream
 
@@ -61,3 +66,36 @@ def test_the_operator_sees_the_followers_and_forgets_one_gone_for_good_which_is_
     acked_everywhere([m, r2], acked)                    # r2 follows on
     assert r1.kv_get("kv", "b")[0] == 404
     assert u2 in followers(m) and u1 not in followers(m)
+
+
+def test_a_node_that_remembers_as_many_followers_as_it_may_refuses_a_new_one_until_the_operator_makes_room(
+        tmp_path, procs):
+    """Past anon_followers_max a new anonymous replica would be served and not remembered: the only
+    holder of the node's last rows, perhaps, and a lost store would not wait for it. It is refused
+    with ERROR followers_full instead (here 1024 followers gone for two days fill the file), and
+    follows once the operator forgets those gone for good."""
+    acked = Acked()
+    (m,) = mesh(tmp_path, 1)
+    procs.append(m)
+    m.create_space("kv")
+    acked.put(m, "kv", "a", 1)
+    assert m.stop() == 0
+    old = time.time() - 2 * 86400
+    with open(os.path.join(m.data_dir, "anonymous_followers"), "a") as f:
+        for i in range(limits.anon_followers_max):
+            f.write(f"{uuid.UUID(int=i + 1)} gone{i}.example:1 {old:.3f}\n")
+    m.start()
+    assert len(followers(m)) == limits.anon_followers_max
+
+    r = ReplogProcess(tmp_path, "r", peers=[m], extra=["--anon"])
+    procs.append(r)
+    r.start(wait=False)
+    wait_for(lambda: "followers_full" in r.log_text(), 30, "m refuses r: it remembers as many followers as it may")
+    assert "refused anonymous replica" in m.log_text()
+    assert r.info().get("status") != "running"
+
+    s, d = m.delete("/v1/admin/followers?unseen_s=86400")
+    assert s == 200 and len(d["forgotten"]) == limits.anon_followers_max and d["kept"] == [], (s, len(d["forgotten"]))
+    acked.put(m, "kv", "b", 2)
+    acked_everywhere([m, r], acked, 60)                 # r tries again (slowly: it was refused) and follows
+    assert set(followers(m)) == {r.uuid()}

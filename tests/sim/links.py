@@ -182,9 +182,10 @@ class Links:
                 entry = follower_seen(p.anon_followers, h.uuid, s.addr, self.now, self.anon_ttl)
                 if entry is not None:
                     p.anon_followers[h.uuid] = entry
-                if h.uuid in p.anon_followers:   # its link is open in reach until it ends (break_conn)
-                    p.reach.opened(h.uuid)
-                    c.followed = (p.reach, h.uuid)
+                # (past anon_followers_max the driver refuses it: no run has that many)
+                assert h.uuid in p.anon_followers, "a follower past anon_followers_max"
+                p.reach.opened(h.uuid)       # its link is open in reach until it ends (break_conn)
+                c.followed = (p.reach, h.uuid)
             if self.rules["holds"] != "register":
                 continue
             if h.durable is None:

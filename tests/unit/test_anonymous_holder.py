@@ -23,7 +23,7 @@ from node.core.membership import OwnRowsFence, greeting_expel_bounds
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, OP_PUT, Op, Txn
 from node.core.vclock import VClock
-from node.errors import RemoteProtocolError
+from node.errors import PeerRefused, RemoteProtocolError
 from node.fence import anonymous_followers
 from node.retention import Retention
 from tests.unit.test_link_relay_machine import NOW, Host, greeted, relay
@@ -373,15 +373,19 @@ def test_retention_opens_a_remembered_followers_link_and_notes_our_own_lsn_when_
     core = fenced_core(own=6)
     core.fence = None
     r = Retention(SimpleNamespace(data_dir=str(tmp_path), cfg=SimpleNamespace(anon_ttl_s=60.0), core=core))
-    assert r.follower(ANON, ANON_ADDR) is True
+    r.follower(ANON, ANON_ADDR)
     assert r.reach.may_hold(ANON) == limits.lsn_max            # any of our rows while its link is open
     core.local_txn([Op(OP_PUT, "kv", "k", 1)], GROUP_DEFAULT, WALL)   # claimed 7, sent or not
     r.follower_link_ended(ANON)
     assert r.reach.may_hold(ANON) == 7
     monkeypatch.setattr(limits, "anon_followers_max", 1)
-    assert r.follower(PEER, "b:1") is False                    # not remembered: nothing to end
+    with pytest.raises(PeerRefused) as e:                      # not remembered: refused, nothing to end
+        r.follower(PEER, "b:1")
+    assert e.value.code == "followers_full" and "DELETE /v1/admin/followers" in e.value.message
+    assert PEER not in r.followers and PEER not in anonymous_followers(str(tmp_path))
     r.follower_link_ended(PEER)
     assert PEER not in r.reach.ended
+    r.follower(ANON, ANON_ADDR)                                # one remembered already: served as before
     r._forget_followers([ANON])
     assert ANON not in r.reach.ended
 

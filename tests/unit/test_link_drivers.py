@@ -11,9 +11,10 @@ from node.applier.applier import Applier
 from node.applier.hosts import NodeApplierContext
 from node.applier.relay import _take as relay_take
 from node.core import messages as m
+from node.core.lifecycle_fence import followers_full
 from node.core.link.applier import ApplierMachine, ApplierState
 from node.core.link.relay import RelayMachine
-from node.errors import RemoteProtocolError
+from node.errors import PeerRefused, RemoteProtocolError
 from tests.unit.test_link_applier_machine import NOW, SELF, UP, UP_ROWS, greeting, new_core, put, rows
 from tests.unit.test_link_relay_machine import SUB, Host as RelayContext, greeted as relay_greeted, subscribe
 
@@ -111,10 +112,11 @@ async def test_the_applier_driver_persists_claims_even_when_the_step_fails_with_
 
 
 @pytest.mark.parametrize("anon,remembered", [(False, False), (True, True), (True, False)],
-                         ids=["member", "anonymous-remembered", "anonymous-not-remembered"])
+                         ids=["member", "anonymous-remembered", "anonymous-refused"])
 def test_the_relay_driver_puts_a_subscribers_hold_in_place_in_the_step_that_answers_it(anon, remembered):
     """... and an anonymous subscriber is remembered first; one remembered is a link whose end
-    serve_link tells retention of (node.core.lifecycle_fence FollowerReach)."""
+    serve_link tells retention of (node.core.lifecycle_fence FollowerReach). One retention
+    cannot remember (anon_followers_max) is refused before its hold or any answer."""
     calls: list = []
 
     class Retention:
@@ -126,13 +128,19 @@ def test_the_relay_driver_puts_a_subscribers_hold_in_place_in_the_step_that_answ
 
         def follower(self, uuid, address):
             calls.append(("follower", uuid))
-            return remembered
+            if not remembered:
+                raise followers_full(1024)
 
     class RelayNode:
         retention = Retention()
 
     mach = relay_greeted(RelayMachine(RelayContext(), authenticated=SUB), anon=anon)
     followed: list[str] = []
+    if anon and not remembered:
+        with pytest.raises(PeerRefused) as e:
+            relay_take(RelayNode(), mach, subscribe({1: 9}, durable={1: 8}), NOW, followed)
+        assert e.value.code == "followers_full" and calls == [("follower", SUB)] and followed == []
+        return
     rd = relay_take(RelayNode(), mach, subscribe({1: 9}, durable={1: 8}), NOW, followed)
     assert calls == [("follower", SUB)] * anon + [("hold", SUB, {1: 8})] and rd.send[0].mtype == m.SUBSCRIBED
-    assert followed == ([SUB] if remembered else [])
+    assert followed == ([SUB] if anon else [])
