@@ -27,8 +27,8 @@ import time
 
 from node import limits
 from node.core.holds import Hold, Holds, keep_vclock, lapsing
-from node.core.lifecycle_fence import (FollowerReach, Followers, Forgotten, follower_seen, followers_full, followers_report,
-                                      followers_to_forget, with_forgotten)
+from node.core.lifecycle_fence import (FollowerReach, Followers, Forgotten, follower_seen, followers_full,
+                                      followers_report, followers_to_forget, with_forgotten)
 from node.core.vclock import VClock
 from node.errors import NoSpaceError
 from node.faults import fault
@@ -161,9 +161,7 @@ class Retention:
         entry = follower_seen(followers, uuid, address, time.time(), self.node.cfg.anon_ttl_s)
         if entry is None:
             if uuid not in followers:
-                log.warning("retention: refused anonymous replica %s (%s): this node remembers %d anonymous "
-                            "followers already (anon_followers_max)", uuid, address, len(followers))
-                raise followers_full(len(followers))
+                raise followers_full(len(followers))      # (the relay logs the refusal: relay_end)
         else:
             new = uuid not in followers
             append_follower(self.node.data_dir, uuid, entry)

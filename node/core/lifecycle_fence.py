@@ -22,10 +22,11 @@ Rules kept here:
   store's fence then states its table again (NodeCore.clear_fence).
 - How many peers a node remembers claims of is bounded (limits.members_max).
 - A node remembers the anonymous replicas that follow it beside its identity (`follower_seen`,
-  at most limits.anon_followers_max; a new one past that is refused, `followers_full`), and a fence taken up after a loss waits for them like
-  members (`take_up_fence`); while not fenced it forgets one that the table knows, or one
-  unseen past its TTL once every member holds the rows of ours it may hold (`FollowerReach`:
-  quiet, it may still be their only holder; `followers_to_forget`). The operator may have it
+  at most limits.anon_followers_max: a new one past that is refused, `followers_full`), and a
+  fence taken up after a loss waits for them like members (`take_up_fence`); while not fenced
+  it forgets one that the table knows, or one unseen past its TTL once every member holds the
+  rows of ours it may hold (`FollowerReach`: quiet, it may still be their only holder;
+  `followers_to_forget`). The operator may have it
   forget those unseen for a while and not linked (`followers_unseen`); a follower forgotten so
   is refused if it comes back (`with_forgotten`: a lost store would not have waited for it).
 - At open, a fence the store's meta holds stands again (`take_up_fence`); an expel asked for
