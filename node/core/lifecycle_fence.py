@@ -26,9 +26,9 @@ Rules kept here:
   fence taken up after a loss waits for them like members (`take_up_fence`); while not fenced
   it forgets one that the table knows, or one unseen past its TTL once every member holds the
   rows of ours it may hold (`FollowerReach`: quiet, it may still be their only holder;
-  `followers_to_forget`). The operator may have it
-  forget those unseen for a while and not linked (`followers_unseen`); a follower forgotten so
-  is refused if it comes back (`with_forgotten`: a lost store would not have waited for it).
+  `followers_to_forget`). The operator may have it forget those unseen for a while and not
+  linked (`followers_unseen`); a follower forgotten so is refused if it comes back
+  (`with_forgotten`: a lost store would not have waited for it).
 - At open, a fence the store's meta holds stands again (`take_up_fence`); an expel asked for
   while fenced gives that member up (`give_up`) and is written at the lift, even for a member
   this node has no row for (`expels_after_lift`); a greeting says up to which lsn this node's own

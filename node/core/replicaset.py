@@ -257,15 +257,13 @@ class NodeCore(Receiving):
                 continue
             word = stated.get(m.uuid, 0)
             bound = max(word, self.claimed.get(m.id))
-            if bound <= m.expelled_lsn:
-                self._note_bound(m.uuid, m, word)
-                continue
-            raised = Member(m.uuid, m.id, m.address, STATE_EXPELLED, m.lsn, bound)   # the resolver's expel-lsn
-            self.expel_epoch += 1                 # rows refused under the smaller bound may come now
-            self.table.upsert(raised)
+            if bound > m.expelled_lsn:
+                raised = Member(m.uuid, m.id, m.address, STATE_EXPELLED, m.lsn, bound)   # the resolver's expel-lsn
+                self.expel_epoch += 1             # rows refused under the smaller bound may come now
+                self.table.upsert(raised)
+                own_ops.append(cluster_op(raised))
+                log.info("_cluster: expel-lsn %s to %d (at %s's greeting)", m.uuid, bound, peer_uuid)
             self._note_bound(m.uuid, m, word)
-            own_ops.append(cluster_op(raised))
-            log.info("_cluster: expel-lsn %s to %d (at %s's greeting)", m.uuid, bound, peer_uuid)
 
     def subscribe_vclock(self, peer_uuid: str, peer_vclock: dict[str, int] | None = None,
                          peer_rows: list[list] | None = None) -> VClock:

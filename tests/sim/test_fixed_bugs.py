@@ -433,6 +433,10 @@ def test_the_simulation_catches_a_newcomer_that_takes_a_member_without_its_store
 def _rows_only_an_expelled_member_kept(c: Cluster) -> list[tuple[str, str, int]]:
     """(expelled node, origin node, lsn) of each row of another origin that an expelled node
     holds and that differs from the origin's own row under that lsn."""
+    own: dict[str, dict[int, bytes]] = {}        # origin uuid -> lsn -> content, of its own WAL
+    for o in c.nodes.values():
+        if o.core is not None:
+            own[o.uuid] = {s.lsn: content(s) for e in o.wal for s in e if s.replica_id == o.core.self_id}
     out = []
     for u in c.expelled:
         x = c.by_uuid[u]
@@ -441,12 +445,9 @@ def _rows_only_an_expelled_member_kept(c: Cluster) -> list[tuple[str, str, int]]
         for entry in x.wal:
             for t in entry:
                 origin = x.core.table.uuid_of(t.replica_id)
-                o = c.by_uuid.get(origin) if origin not in (None, u) else None
-                if o is None or o.core is None:
-                    continue
-                mine = {(s.lsn, content(s)) for e in o.wal for s in e if s.replica_id == o.core.self_id}
-                if any(lsn == t.lsn for lsn, _ in mine) and (t.lsn, content(t)) not in mine:
-                    out.append((x.name, o.name, t.lsn))
+                theirs = own.get(origin, {}).get(t.lsn) if origin != u else None
+                if theirs is not None and theirs != content(t):
+                    out.append((x.name, c.by_uuid[origin].name, t.lsn))
     return out
 
 
