@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from node.core.kinds import GROUP_LOCAL
 from tests.sim.checkers import content
 from tests.sim.harness import Cluster, SimFailure
 from tests.sim.liveness import check_acknowledged, check_converged
@@ -436,7 +437,8 @@ def _rows_only_an_expelled_member_kept(c: Cluster) -> list[tuple[str, str, int]]
     own: dict[str, dict[int, bytes]] = {}        # origin uuid -> lsn -> content, of its own WAL
     for o in c.nodes.values():
         if o.core is not None:
-            own[o.uuid] = {s.lsn: content(s) for e in o.wal for s in e if s.replica_id == o.core.self_id}
+            own[o.uuid] = {s.lsn: content(s) for e in o.wal for s in e
+                           if s.replica_id == o.core.self_id and s.group != GROUP_LOCAL}
     out = []
     for u in c.expelled:
         x = c.by_uuid[u]
