@@ -273,14 +273,27 @@ class NodeCore(Receiving):
         not sent now (they come once the fence is cleared and the applier subscribes again).
         That includes members the peer has and this node does not (a fenced node registers
         nobody): their rows could not be translated here, and would stop the link before our
-        own rows came."""
+        own rows came.
+
+        From a peer expelled here, with its vclock, only the rows of expelled members (its own
+        up to the bound, wanted from it while it runs): every other component is asked from
+        where it is. A fence waits for no expelled member, so a row of a member's that reached
+        the expelled one alone may since have been written again, differently, by that member,
+        which lost it (docs/replication.md, seed 27742); taken from there, it would fork us.
+        Members' rows come from members."""
         peer = self.peers[peer_uuid]
-        if self.fence is None or peer_vclock is None:
+        upstream = self.table.get(peer_uuid)
+        outside = upstream is not None and upstream.state == STATE_EXPELLED and self.fence is None
+        if peer_vclock is None or (self.fence is None and not outside):
             return peer.map.vclock_to_peer(self.claimed)
         want = self.claimed.copy()
         for rid, _ in list(want.items()) + [(m.id, 0) for m in self.table.members()]:
             u = self.table.uuid_of(rid)
-            theirs = peer_vclock.get(u, 0) if u is not None and u != self.uuid else 0
+            if outside:
+                m = self.table.get(u) if u is not None else None
+                theirs = peer_vclock.get(u, 0) if m is not None and m.state != STATE_EXPELLED else 0
+            else:
+                theirs = peer_vclock.get(u, 0) if u is not None and u != self.uuid else 0
             if theirs > want.get(rid):
                 want.follow(rid, theirs)
         out = peer.map.vclock_to_peer(want)

@@ -14,6 +14,7 @@ from node.core.kinds import GROUP_LOCAL
 from tests.sim.checkers import content
 from tests.sim.harness import Cluster, SimFailure
 from tests.sim.liveness import check_acknowledged, check_converged
+from tests.sim.test_scenarios_expel import _old_row_on_expelled_b_new_row_on_c
 from tests.sim.steps import flushed, form, own_lsn, ready
 from tests.sim.workload import run_seed
 
@@ -116,8 +117,9 @@ SEEDED = [
     # (bound 1) reached it; E raised the bound to 4, so as to take them, and F took 4 from E's
     # greeting and stated it in a row of its own. E was killed and lost rows 3-4; every member
     # ended with bound 4 and C's rows to 2, rows 3-4 on C alone. A greeting states a bound as far
-    # as another node's word or the node's disk backs it
-    ("a_bound_raised_to_rows_not_on_disk_is_stated_only_as_far_as_backed", 16143, True,
+    # as another node's word or the node's disk backs it (seed 16143 then; since session 35's
+    # subscriptions to an expelled upstream, seed 16 reaches that greeting: the stat below)
+    ("a_bound_raised_to_rows_not_on_disk_is_stated_only_as_far_as_backed", 16, True,
      "node/core/replicaset.py NodeCore.greeting_rows"),
 ]
 
@@ -453,14 +455,19 @@ def _rows_only_an_expelled_member_kept(c: Cluster) -> list[tuple[str, str, int]]
     return out
 
 
-def test_a_fenced_node_may_write_again_a_row_only_an_expelled_member_holds():
-    """REPLOG_SIM_MIX=full, seed 27742 (a strict xfail in session 33): G expelled A; E then wrote
-    its own row 4 (restating A's expel with a larger bound), which reached A alone, and lost its
-    store and WAL to a power loss. E joined again fenced, heard every member (A, expelled, is not
-    waited for: expelling a member is how an operator lifts a fence that waits for it), lifted,
-    and wrote another row 4. The old row 4 is on A alone, which every member refuses: A keeps a
-    row that differs and must be rebuilt, as the docs say of an expelled node. The run keeps every
-    invariant (no member holds two rows for one lsn; invariant 1 leaves the expelled node's
-    copies of others' rows out), and the situation is real: A's row differs from E's."""
-    c = run_seed(27742, full=True)
-    assert _rows_only_an_expelled_member_kept(c), "the run no longer reaches the situation it pins"
+def test_a_fenced_node_may_write_again_a_row_only_an_expelled_member_holds(make_cluster):
+    """REPLOG_SIM_MIX=full, seed 27742 (a strict xfail in session 33), now scripted, since the
+    seed no longer reaches it: C's row n reached B alone; A expelled B; C lost its store,
+    joined again fenced, heard every member (B, expelled, is not waited for: expelling a member
+    is how an operator lifts a fence that waits for it), lifted, and wrote other rows from lsn
+    n. The old row n is on B alone, which every member refuses, and from which no member takes
+    a member's row (test_scenarios_expel.py): B keeps a row that differs and must be rebuilt,
+    as the docs say of an expelled node. The run keeps every invariant (no member holds two
+    rows for one lsn; invariant 1 leaves the expelled node's copies of others' rows out), and
+    the situation is real: B's row differs from C's."""
+    c = make_cluster(34)
+    n = _old_row_on_expelled_b_new_row_on_c(c)
+    assert _rows_only_an_expelled_member_kept(c) == [("B", "C", n)]
+    c.heal()
+    finish(c)
+

@@ -11,6 +11,7 @@ from __future__ import annotations
 from node.cluster_space.table import STATE_EXPELLED
 from tests.sim.liveness import check_converged
 from tests.sim.harness import Cluster
+from tests.sim.steps import flushed, own_lsn, ready
 from tests.sim.test_scenarios import form, form_chain, id_of, rows_of
 
 
@@ -95,4 +96,49 @@ def test_a_member_that_learns_of_an_expel_only_through_a_third_node_keeps_the_bo
     c.run(50)
     assert _bound(c, "S", "C") == _bound(c, "B", "C") == bound
     assert rows_of(c, "S", "C") == rows_of(c, "A", "C") == list(range(1, bound + 1))
+    check_converged(c)
+
+
+def _old_row_on_expelled_b_new_row_on_c(c: Cluster) -> int:
+    """C's next row (lsn n, returned) reaches B alone; A expels B; C loses its store, joins
+    again, hears every member (B, expelled, is not waited for), lifts its fence and writes
+    rows from lsn n again (its table restated, a put). D, cut
+    off from A and C, can reach only B, which still runs and serves subscribers."""
+    form(c, "A", "B", "C", "D")
+    for i in range(2):
+        assert c.put("C", f"c{i}")
+        c.run(1)
+    c.run_until_quiet()
+    n = flushed(c, "C") + 1
+    c.partition(["B", "C"], ["A", "D"])
+    assert c.put("C", "c2-old")
+    assert flushed(c, "C") == n
+    c.run_until(lambda: own_lsn(c, "B", "C") == n, what="B holds C's row n")
+    assert own_lsn(c, "D", "C") == n - 1
+    assert c.expel("B", via="A")
+    c.run_until(lambda: _expelled_everywhere(c, "B", "AD"), what="D hears of B's expel")
+    c.lose_disk("C")
+    c.heal()
+    c.partition(["B"], ["A", "C", "D"])
+    c.restart("C")
+    c.run_until(lambda: ready(c, "C") and c.nodes["C"].core.fence is None, what="C joined again, unfenced")
+    c.heal()
+    c.partition(["A", "C"], ["B", "D"])
+    assert c.put("C", "c2-new")
+    assert flushed(c, "C") >= n                      # rows under lsn n again: the lift's, then this
+    c.run(60)
+    return n
+
+
+def test_a_member_takes_from_an_expelled_upstream_no_row_of_a_member(make_cluster):
+    """Seed 27742's case seen from a member: C's old row n is on B alone, expelled. D follows
+    B and takes B's own rows up to the bound from it, but no member's row: taken, C's old row n
+    would make (C, n) name two rows (invariant 1). D takes C's rows from C once it can."""
+    c = make_cluster(34)
+    n = _old_row_on_expelled_b_new_row_on_c(c)
+    assert own_lsn(c, "D", "C") == n - 1             # nothing of C's from B
+    assert c.nodes["D"].appliers["B"].status == "follow"
+    c.heal()
+    c.run_until(lambda: own_lsn(c, "D", "C") == own_lsn(c, "C", "C"), what="D takes C's rows from C")
+    c.run_until_quiet()
     check_converged(c)

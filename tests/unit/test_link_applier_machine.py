@@ -379,6 +379,27 @@ def test_a_bound_grown_between_our_greeting_and_our_subscribe_asks_for_a_fresh_l
     assert isinstance(rd.stop.error, Resubscribe) and mach.state is ApplierState.STOPPED
 
 
+def test_a_link_to_an_expelled_upstream_subscribes_for_expelled_members_rows_only():
+    core = new_core(vclock={1: 3, 2: 5})
+    core.table.upsert(Member(UP, 2, "2.example:1", STATE_EXPELLED, 0, 7))
+    mach = greeted(machine(core), vclock_uuid={UP: 8, SELF: 6, OTHER: 4})
+    assert mach.outside and not mach.fenced
+    assert mach.subscribed_from == {1: 5, 2: 6, 3: 4}  # the upstream's rows from ours; the rest from where it is
+
+
+def test_a_link_whose_upstream_is_expelled_since_it_subscribed_subscribes_again():
+    mach = following(vclock_uuid={UP: 8, SELF: 6})
+    assert not mach.outside and mach.subscribed_from == {1: 5, 2: 1}      # ours: our row registering OTHER
+    mach.step(m.Message(m.HEARTBEAT, {"now_us": WALL_US}), NOW)
+    assert mach.state is ApplierState.FOLLOW
+    mach.advance(mach.ready())
+    mach.core.register_member(UP, "2.example:1", WALL_US, state=STATE_EXPELLED)
+    mach.step(m.Message(m.HEARTBEAT, {"now_us": WALL_US}), NOW)
+    rd = mach.ready()
+    assert isinstance(rd.stop.error, Resubscribe) and "expelled" in str(rd.stop.error)
+    assert mach.state is ApplierState.STOPPED
+
+
 def test_a_fenced_link_subscribes_for_its_own_rows_and_again_once_the_fence_clears():
     core = new_core(vclock={1: 3, 2: 5})
     core.fence = OwnRowsFence("a test loss")

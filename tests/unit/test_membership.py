@@ -111,6 +111,23 @@ def test_a_fenced_subscription_asks_only_for_this_nodes_own_rows():
     assert core.subscribe_vclock(PEER, {SELF: 20, PEER: 9}).to_dict() == {1: 10, 2: 5, 3: 7}
 
 
+def test_a_subscription_to_an_expelled_peer_asks_only_for_expelled_members_rows():
+    """A fence waits for no expelled member, so a member's row that reached an expelled one alone
+    may have been written again, differently, by that member since (seed 27742): from an expelled
+    upstream only expelled members' rows are taken (its own up to the bound), every other
+    component from where it is. Our own rows too: ours that only it holds may differ from ours."""
+    table = ClusterTable([Member(SELF, 1, "a:1", STATE_MEMBER), Member(PEER, 2, "b:1", STATE_EXPELLED, 0, 9),
+                          Member(OTHER, 3, "c:1", STATE_MEMBER), Member(NEW, 4, "d:1", STATE_EXPELLED, 0, 6)])
+    core = NodeCore(SELF, table, VClock({1: 10, 2: 5, 3: 7, 4: 2}), spaces={"kv": False})
+    core.greeting(PEER, [m.to_row() for m in table.members()], WALL)
+    theirs = {SELF: 20, PEER: 9, OTHER: 12, NEW: 6}
+    assert core.subscribe_vclock(PEER, theirs).to_dict() == {1: 20, 2: 5, 3: 12, 4: 2}
+    assert core.subscribe_vclock(PEER, {SELF: 3, OTHER: 1}).to_dict() == {1: 10, 2: 5, 3: 7, 4: 2}
+    assert core.subscribe_vclock(PEER).to_dict() == {1: 10, 2: 5, 3: 7, 4: 2}     # its vclock unknown
+    core.fence = OwnRowsFence("a test loss")          # fenced: our own rows back, from anyone
+    assert core.subscribe_vclock(PEER, theirs).to_dict() == {1: 10, 2: 9, 3: 12, 4: 6}
+
+
 def test_a_fenced_subscription_asks_for_a_member_it_does_not_know_from_where_the_peer_is():
     """A fenced node registers nobody: rows of a member only the peer has could not be translated
     here and would stop the link before this node's own rows come back."""

@@ -26,6 +26,7 @@ from typing import Callable, Protocol
 import msgspec
 
 from node import limits
+from node.cluster_space.table import STATE_EXPELLED
 from node.core import messages as m
 from node.core.link.greeting import check_greeting
 from node.core.link.ready import Outbox, Persist, Ready, Send, Stop
@@ -108,6 +109,7 @@ class ApplierMachine:
         self.peer_vclock: dict[str, int] = {}   # the upstream's vclock by uuid, from its greeting
         self.core_peer: Peer | None = None   # the core's Peer this link built (NodeCore.greeting)
         self.fenced = False                  # subscribed for our own rows only
+        self.outside = False                 # the upstream was expelled here: subscribed for expelled members' rows
         self.subscribed_from: dict[int, int] = {}   # the SUBSCRIBE vclock, in the upstream's ids
         self.expel_epoch = 0
         self.lag_s = 0.0
@@ -219,7 +221,8 @@ class ApplierMachine:
         for txn in regs:
             self._out.persist.append(Persist(TxnEntry([txn])))
         self.fenced = core.fence is not None      # then only our own rows (NodeCore.subscribe_vclock)
-        vclock = core.subscribe_vclock(self.peer_uuid, self.peer_vclock if self.fenced else None, theirs["cluster"])
+        self.outside = _expelled(core, self.peer_uuid)   # then only expelled members' rows (likewise)
+        vclock = core.subscribe_vclock(self.peer_uuid, self.peer_vclock, theirs["cluster"])
         self.subscribed_from = vclock.to_dict()
         self._to(ApplierState.SUBSCRIBING)
         self._out.send.append(Send(m.SUBSCRIBE, {"vclock": self.subscribed_from,
@@ -242,6 +245,9 @@ class ApplierMachine:
             return False
         if self.fenced and core.fence is None:
             self._stop(Resubscribe("this node's own rows are confirmed: subscribing for every origin"))
+            return False
+        if not self.outside and _expelled(core, self.peer_uuid):    # type: ignore[arg-type]
+            self._stop(Resubscribe("this upstream is expelled now: subscribing for expelled members' rows only"))
             return False
         return True
 
@@ -363,3 +369,8 @@ class ApplierMachine:
             if entry:
                 persist.append(Persist(TxnEntry(entry, entry_rows)))
         return valid[-1].timestamp if valid else 0
+
+
+def _expelled(core: NodeCore, uuid: str) -> bool:
+    m = core.table.get(uuid)
+    return m is not None and m.state == STATE_EXPELLED
