@@ -100,6 +100,7 @@ class Checker:
         self.acked: set[tuple[str, int]] = set()             # acknowledged replicated writes
         self.local_acked: dict[str, dict[int, list]] = {}    # node -> local lsn -> ops acknowledged
         self.lost_ok: dict[tuple[str, int], str] = {}        # acknowledged, lost to a fault that may
+        self.gone: dict[tuple[str, int], str] = {}           # left the history (held by no member), why
         self.held: set[tuple[str, str]] = set()              # (relay name, member uuid): invariant 12
         self.stale: set[tuple[str, str]] = set()             # ... whose hold predates the member's lost store
         self._disk_vc: dict[str, tuple] = {}                 # node -> what _on_disk last read and found
@@ -195,6 +196,7 @@ class Checker:
         for lsn in range(lo, hi + 1):
             if self.rows.pop((u, lsn), None) is not None:
                 self.c.stats["rows_gone_everywhere"] += 1
+                self.gone[(u, lsn)] = reason
             if (u, lsn) in self.acked:
                 self.lost_ok.setdefault((u, lsn), reason)
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from node.cluster_space.table import STATE_EXPELLED
 from node.core.kinds import GROUP_LOCAL
+from tests.sim import liveness
 from tests.sim.checkers import content
 from tests.sim.harness import Cluster, SimFailure
 from tests.sim.liveness import check_acknowledged, check_converged
@@ -471,3 +473,34 @@ def test_a_fenced_node_may_write_again_a_row_only_an_expelled_member_holds(make_
     c.heal()
     finish(c)
 
+
+def _bounds_past_what_members_hold(c: Cluster) -> list[tuple[str, str, int, int]]:
+    """(member, expelled node, rows held, bound) of each member that holds an expelled member's
+    rows short of the bound every member accepted."""
+    out = []
+    for n in c.members():
+        if n.core is None or n.core.anon:
+            continue
+        have = n.core.vclock_by_uuid()
+        for m in n.core.table.members():
+            if m.state == STATE_EXPELLED and have.get(m.uuid, 0) < m.expelled_lsn:
+                out.append((n.name, c.by_uuid[m.uuid].name, have.get(m.uuid, 0), m.expelled_lsn))
+    return out
+
+
+def test_rows_up_to_a_bound_that_a_lost_disk_alone_held_live_on_the_expelled_member_alone(monkeypatch):
+    """REPLOG_SIM_MIX=full, seed 242: E expelled A with bound 1. D, which had taken A's rows to
+    7, raised the bound to 7 from its disk, and every member took it; D then lost its store, and
+    the operator's final peer lists leave A out. A's row 7 is on A alone: every member ends with
+    A's rows to 6 under bound 7 (docs/replication.md, "A bound is only as safe as the disk that
+    backs it"). The run keeps every invariant: the bound oracle excuses the rows that left the
+    history with a member's disk (liveness._lost_with_a_disk), and fails without that."""
+    c = run_seed(242, full=True)
+    short = _bounds_past_what_members_hold(c)
+    assert short, "the run no longer reaches the situation it pins"
+    for _, x, have, bound in short:
+        why = {c.checker.gone.get((c.nodes[x].uuid, lsn), "") for lsn in range(have + 1, bound + 1)}
+        assert all(w.startswith("lost store of ") for w in why), why
+    monkeypatch.setattr(liveness, "_lost_with_a_disk", lambda *a: False)
+    with pytest.raises(SimFailure, match="holds an expelled member's rows other than up to the bound"):
+        run_seed(242, full=True)
