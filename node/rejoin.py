@@ -215,7 +215,7 @@ class Rejoiner:
         serving = bool(theirs.get("cluster_uuid")) and theirs.get("status") == "running"
         receiving = any(r.uuid == theirs.get("uuid") for r in node.relays)
         return Probed(address, greeting_vclock(theirs), serving, receiving, greeting_expel_bounds(theirs),
-                      theirs.get("anon") is True)
+                      theirs.get("anon") is True, str(theirs.get("uuid") or ""))
 
     async def _rebuild(self, address: str, reason: str, donor_anon: bool = False) -> None:
         """Links down, the journal drained, the donor's snapshot into a side store that must

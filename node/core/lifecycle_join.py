@@ -49,6 +49,7 @@ from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED
                                              CatchUp, CaughtUp, IdGranted, Install, Installed, PollPeers, Polled,
                                              SnapshotReceived, Status, WipePartial)
 from node.core.link.ready import Outbox, Ready
+from node.core.membership import running_donors
 from node.errors import PeerRefused
 from node.identity.signature import InitialSignature, Outcome, decide_join, initial_from_wire
 
@@ -315,8 +316,7 @@ class JoinMachine:
         if self.with_store:
             return self._store_polled(polled, now)
         self._polled, self._failed = polled, []
-        running = [(a, g) for a, g in polled.items()
-                   if isinstance(g, dict) and g.get("cluster_uuid") and g.get("status") == "running"]
+        running = running_donors(polled)
         if running:
             return self._ask(running)
         self._round_over(now, running=False)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from node import limits
-from node.cluster_space.table import STATE_ANON, ClusterTable
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, ClusterTable
 from node.core.link.ready import Outbox, Ready
 from node.core.membership import describe_uncovered, expel_bounds, uncovered
 from node.core.replicaset import NodeCore
@@ -83,13 +83,15 @@ class Probed:
     refused); `serving`: it is a running member of a cluster (else it cannot be a donor);
     `receiving`: it subscribes to this node (it gets our rows); `bounds`: the members its
     `_cluster` says are expelled, with their accepted bounds (its greeting's); `anon`: it is an
-    anonymous replica (its greeting says so), which registers nobody."""
+    anonymous replica (its greeting says so), which registers nobody; `uuid`: its own (its
+    greeting's)."""
     address: str
     vclock: dict | None
     serving: bool = True
     receiving: bool = False
     bounds: dict | None = None
     anon: bool = False
+    uuid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +314,14 @@ class RejoinMachine:
             bounds = {u: b for u, b in bounds.items() if u not in expelled}
         return uncovered(have, theirs, bounds)
 
+    def _expelled(self, uuid: str) -> bool:
+        """A peer expelled here is no donor, though it may not know it yet and serve: a fence
+        waits for no expelled member, so a member's row that reached it alone may since have
+        been written again, differently, by that member. Members' rows come from members (as
+        NodeCore.subscribe_vclock asks of an expelled upstream)."""
+        m = self.host.core().table.get(uuid)
+        return m is not None and m.state == STATE_EXPELLED
+
     def snapshot_uncovered(self, mine: dict[str, int], by_uuid: dict[str, int],
                            bounds: dict[str, int] | None = None) -> str | None:
         """The rebuild's check of the snapshot it received (`by_uuid`: its vclock by member uuid;
@@ -340,7 +350,7 @@ class RejoinMachine:
 
     def _probed(self, ev: Probed, now: float) -> None:
         assert ev.address == self._order[self._at - 1], f"Probed {ev.address}, asked {self._order[self._at - 1]}"
-        if ev.vclock is None or not ev.serving or self.uncovered(self._wanted, ev.vclock):
+        if ev.vclock is None or not ev.serving or self._expelled(ev.uuid) or self.uncovered(self._wanted, ev.vclock):
             return self._probe_next()    # it cannot be a donor, or lacks the collected rows too
         self._donor_anon = ev.anon
         missing = self.uncovered(self._mine, ev.vclock, ev.bounds)

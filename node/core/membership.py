@@ -60,6 +60,18 @@ def greeting_expel_bounds(greeting: dict) -> dict[str, int]:
             if len(r) > 3 and r[3] == STATE_EXPELLED}
 
 
+def running_donors(polled: dict) -> list[tuple[str, dict]]:
+    """The polled peers (address -> greeting, or the error) a join may ask: running members of
+    a cluster that no polled greeting lists as expelled. One may not know of its expel yet and
+    serve; but a fence waits for no expelled member, so a member's row that reached it alone
+    may since have been written again, differently, by that member: members' rows come from
+    members (NodeCore.subscribe_vclock; the rejoin's donors likewise)."""
+    greetings = [(a, g) for a, g in polled.items() if isinstance(g, dict)]
+    expelled = {u for _, g in greetings for u in greeting_expel_bounds(g)}
+    return [(a, g) for a, g in greetings
+            if g.get("cluster_uuid") and g.get("status") == "running" and g.get("uuid") not in expelled]
+
+
 def describe_uncovered(missing: dict[str, tuple[int, int]], limit: int = 4) -> str:
     parts = [f"{u} up to lsn {mine} (it has {theirs})" for u, (mine, theirs) in sorted(missing.items())[:limit]]
     more = len(missing) - limit
@@ -120,6 +132,11 @@ class OwnRowsFence:
                 members.discard(m.uuid)
         return sorted(members - self.heard.keys() - self.expelled - self.given_up - {self_uuid})
 
+    def is_expelled(self, table: ClusterTable, uuid: str) -> bool:
+        """Heard of as expelled (an expel row past a gap), or so in this node's table."""
+        m = table.get(uuid)
+        return uuid in self.expelled or (m is not None and m.state == STATE_EXPELLED)
+
     def can_clear(self, table: ClusterTable, self_uuid: str, own_lsn: int) -> bool:
         return not self.waiting_for(table, self_uuid) and own_lsn >= self.target()
 
@@ -135,10 +152,12 @@ class OwnRowsFence:
         holders = sorted(u for u, n in self.heard.items() if n == target and u not in self.given_up)
         if own_lsn >= target or not holders:
             return f"{self.reason}: this node's own rows up to lsn {target} are coming back from its peers (it has {own_lsn})"
-        gone = [u for u in holders if u in self.expelled]
-        way_out = (f"; {_named(gone)} {'is' if len(gone) == 1 else 'are'} expelled: if no node follows "
-                   "it, its rows cannot come back, and expelling it on this node too stops the wait") if gone else ""
-        anon = [u for u in holders if u in self.anonymous and u not in self.expelled]
+        gone = [u for u in holders if self.is_expelled(table, u)]
+        way_out = (f"; {_named([_at(table, u) for u in gone])} {'is' if len(gone) == 1 else 'are'} expelled: "
+                   "its rows come back only if this node replicates from it (add its address to this node's "
+                   "peers; members take no member's rows from an expelled one), or expelling it on this node "
+                   "too stops the wait (they are then given up)") if gone else ""
+        anon = [u for u in holders if u in self.anonymous and u not in gone]
         if anon:
             way_out += (f"; {_anonymous([f'{u} at {self.anonymous[u]}' for u in anon])}: "
                         "its rows come back if this node replicates from it (add its address to this node's "
@@ -146,6 +165,11 @@ class OwnRowsFence:
                         "differ from this node's next ones under the same lsns: rebuild it under a new identity)")
         return (f"{self.reason}: this node's own rows up to lsn {target} are coming back from its peers "
                 f"(it has {own_lsn}; {_named(holders)} said it holds them){way_out}")
+
+
+def _at(table: ClusterTable, uuid: str) -> str:
+    m = table.get(uuid)
+    return f"{uuid} at {m.address}" if m is not None and m.address else uuid
 
 
 def _named(uuids: list[str], limit: int = 4) -> str:

@@ -422,20 +422,23 @@ class Cluster(Faults, Network, Links, Joins):
 
     def _follow_fences(self) -> bool:
         """The operator does what a fence's status says when its node waits for rows only an
-        anonymous replica holds (OwnRowsFence.explain): it adds that replica's address to the
-        node's peers (PUT /v1/admin/peers), and the rows come back from it. Whether it did."""
+        anonymous replica or an expelled member holds (OwnRowsFence.explain): it adds that
+        node's address to the fenced node's peers (PUT /v1/admin/peers), and the rows come back
+        from it (no member takes a member's rows from an expelled one). Whether it did."""
         did = False
         for n in self.nodes.values():
             fence = n.core.fence if n.core is not None else None
-            if fence is None or not fence.anonymous:
+            if fence is None:
                 continue
-            own = n.core.vclock.get(n.core.self_id)
+            own, table = n.core.vclock.get(n.core.self_id), n.core.table
             for m in self.nodes.values():
-                if m.uuid in fence.anonymous and fence.heard.get(m.uuid, 0) > own and m.name not in n.peers \
-                        and m.uuid not in fence.given_up:
+                gone = fence.is_expelled(table, m.uuid)
+                if (m.uuid in fence.anonymous or gone) and fence.heard.get(m.uuid, 0) > own \
+                        and m.name not in n.peers and m is not n and m.uuid not in fence.given_up:
                     n.peers.append(m.name)
+                    what = "an expelled member" if gone else "an anonymous replica"
                     self.stats["peers_added_for_fence"] += 1
-                    self.log(f"{n} is fenced on rows anonymous {m} holds: the operator adds {m} to its peers")
+                    self.log(f"{n} is fenced on rows {what}, {m}, holds: the operator adds {m} to its peers")
                     did = True
         return did
 

@@ -269,7 +269,7 @@ class Rejoiner:
             return Probed(address, None)
         receiving = any(x.client == d.name and x.server == n.name and x.streaming for x in c.conns.values())
         return Probed(address, theirs["vclock_uuid"], receiving=receiving, bounds=greeting_expel_bounds(theirs),
-                      anon=theirs["anon"])
+                      anon=theirs["anon"], uuid=theirs["uuid"])
 
     def rebuild(self, address: str, donor_anon: bool = False) -> Iterator[None]:
         """Rejoiner._rebuild: links down, journal drained, a JOIN (FETCH_SNAPSHOT for an

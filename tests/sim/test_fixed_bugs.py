@@ -77,8 +77,10 @@ SEEDED = [
     # session 30: C, expelled while it was down, started again not knowing it (every member
     # refused its links as expelled) and registered E: its own row past its expel bound, which no
     # member takes, so E held rows nobody else could have; every node told E to rejoin and no
-    # snapshot covered it (a stall). A node refused as expelled now registers nobody
-    ("a_node_refused_as_expelled_registers_nobody", 15214, True, "node/core/replicaset.py told_expelled"),
+    # snapshot covered it (a stall). A node refused as expelled now registers nobody (seed 15214
+    # then; since session 35 a join asks no donor another polled peer lists as expelled, and
+    # seed 40 reaches a JOIN refused as expelled: the stat below)
+    ("a_node_refused_as_expelled_registers_nobody", 40, True, "node/core/replicaset.py told_expelled"),
     # session 31: C expelled A while A was cut off; A, not knowing, registered F, whose snapshot so
     # held A's rows past the bound (no member takes them, no relay can serve them). F told every
     # member that subscribed to it to rejoin for them, and they told F and each other in turn (a

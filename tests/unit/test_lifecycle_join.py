@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from node import limits
-from node.cluster_space.table import STATE_ANON, STATE_MEMBER, ClusterTable, Member
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
 from node.core.lifecycle_fence import give_up, own_history_lsn, take_up_fence
 from node.core.lifecycle_join import JoinMachine, JoinState, anon_id, join_fence, refusal_notes, requested_id, wrong_store
@@ -142,6 +142,17 @@ def test_a_running_peer_is_asked_to_join_with_the_lowest_id_free_in_its_cluster(
 def test_a_peer_that_is_not_a_running_member_is_not_asked(greeting):
     rd = polled_with(j := machine(), {ADDR_B: greeting, ADDR_C: PeerRefused("secret", "no")})
     assert j.state is JoinState.WAITING and not any(type(e) is Ask for e in rd.effects)
+
+
+def test_a_running_peer_that_another_polled_peer_lists_as_expelled_is_not_asked():
+    """It may not know of its expel yet and serve: a member's row that reached it alone may
+    since have been written again by that member (whose fence waits for no expelled member)."""
+    c_says_b_expelled = running(UUID_C, rows=[[UUID_B, 1, ADDR_B, STATE_EXPELLED, 0, 3],
+                                              [UUID_C, 2, ADDR_C, STATE_MEMBER, 0]])
+    rd = polled_with(j := machine(), {ADDR_B: running(), ADDR_C: c_says_b_expelled})
+    assert j.state is JoinState.ASKING and rd.effects == (Ask(ADDR_C, m.JOIN, c_says_b_expelled, 3),)
+    rd = polled_with(j := machine(), {ADDR_B: running(), ADDR_C: c_says_b_expelled | {"status": "catching_up"}})
+    assert j.state is JoinState.WAITING and not any(type(e) is Ask for e in rd.effects)   # B alone serves
 
 
 def test_a_running_peer_of_another_cluster_than_this_nodes_identity_stops_the_join():

@@ -126,16 +126,25 @@ def test_a_fence_waiting_for_rows_names_the_members_that_said_they_hold_them():
     assert text.endswith(f"up to lsn 8 are coming back from its peers (it has 5; {PEER} said it holds them)")
 
 
-def test_a_fence_whose_rows_only_an_expelled_member_holds_says_the_way_out():
-    # an expelled member that still runs counts (it may be followed and pass the rows on); if
-    # nobody follows it the wait is for ever, so the status says how the operator ends it
+def test_a_fence_whose_rows_only_an_expelled_member_holds_says_the_ways_out():
+    # an expelled member that still runs counts (it gives the rows back if this node follows
+    # it: no member takes a member's rows from an expelled one); unfollowed, the wait is for
+    # ever, so the status says how the operator ends it, with the address to follow
     table = _table()
     fence = OwnRowsFence("lost")
     fence.hear(PEER, 3)
     fence.hear(OTHER, 8)
     fence.expelled.add(OTHER)
     text = fence.explain(table, SELF, 3)
-    assert f"({'it has 3'}; {OTHER} said it holds them); {OTHER} is expelled: if no node follows it" in text
-    assert text.endswith("expelling it on this node too stops the wait")
+    assert f"({'it has 3'}; {OTHER} said it holds them); {OTHER} at c:1 is expelled: its rows come back only if " \
+           "this node replicates from it (add its address to this node's peers" in text
+    assert text.endswith("expelling it on this node too stops the wait (they are then given up)")
+    only_table = OwnRowsFence("lost")               # the expel known from this node's table alone
+    only_table.hear(PEER, 3)
+    only_table.hear(OTHER, 8)
+    assert "expelled" not in only_table.explain(table, SELF, 3)
+    expelled_here = _table()
+    expelled_here.upsert(Member(OTHER, 3, "c:1", STATE_EXPELLED, 0, 8))
+    assert only_table.explain(expelled_here, SELF, 3) == text
     fence.given_up.add(OTHER)                       # the operator expelled it here: its word is gone
     assert fence.target() == 3 and "expelled" not in fence.explain(table, SELF, 3)

@@ -7,10 +7,10 @@ the simulation's full mix, seed 2370 (D held rows 1-3 of B, expelled with bound 
 node knows itself stays its own (mine()), even where the donor's is lower."""
 from __future__ import annotations
 
-from node.core.lifecycle_rejoin import Probed, Rebuild, RejoinState, Status
+from node.core.lifecycle_rejoin import Probed, ProbeDonor, Rebuild, RejoinState, Status
 from node.core.membership import greeting_expel_bounds
 from tests.unit.helpers import UUID_A, UUID_B, UUID_C
-from tests.unit.test_lifecycle_rejoin import ADDR_B, ADDR_C, UUID_D, WHY, by_uuid, machine, take, told
+from tests.unit.test_lifecycle_rejoin import ADDR_B, ADDR_C, ADDR_D, UUID_D, WHY, by_uuid, machine, take, told
 
 
 def probing(vclock: dict, **kw):
@@ -60,3 +60,21 @@ def test_a_greeting_lists_its_expelled_members_with_their_bounds():
                      [UUID_C, 3, "c:1", "expelled"], [UUID_B, 2, "b:1", "anon", 0]]}
     assert greeting_expel_bounds(g) == {UUID_D: 3, UUID_C: 0}
     assert greeting_expel_bounds({}) == {} and greeting_expel_bounds({"cluster": None}) == {}
+
+
+def _probe_d(expelled_d: int | None):
+    """The need's upstream (C) and B cannot be donors; D covers this node."""
+    mc, _ = probing({1: 4, 2: 7, 3: 2, 4: 3}, expelled_d=expelled_d)
+    mc.step(Probed(ADDR_C, None), 100.0)
+    mc.step(Probed(ADDR_B, None), 100.0)
+    assert take(mc) == ([], [ProbeDonor(ADDR_B), ProbeDonor(ADDR_D)])
+    mc.step(Probed(ADDR_D, {**by_uuid(), UUID_D: 3}, uuid=UUID_D), 100.0)
+    return mc
+
+
+def test_a_peer_expelled_here_is_no_donor_though_it_serves_and_covers_this_node():
+    """It may not know of its expel yet: a member's row that reached it alone may since have
+    been written again by that member (its fence waits for no expelled member)."""
+    mc = _probe_d(expelled_d=3)
+    assert mc.state is RejoinState.IDLE and "no reachable peer" in mc.blocked
+    assert _probe_d(expelled_d=None).state is RejoinState.REBUILDING      # the same peer, a member
