@@ -89,8 +89,9 @@ class OwnRowsFence:
     the loss) it holds. `known`: members this node must hear from beyond its table: those any
     heard member's greeting lists, and those it registered itself before the loss (kept beside
     its identity, node/fence.py). `expelled`: members some peer says are expelled: not waited
-    for, but what they said they hold still counts — an expelled member that still runs may be
-    followed and pass this node's rows on. `given_up`: members the operator expelled on this
+    for, but what they said they hold still counts — an expelled member that still runs gives
+    this node's rows back if this node follows it (no member takes them from it: members' rows
+    come from members). `given_up`: members the operator expelled on this
     node while it was fenced (their expel is written once the fence is lifted): neither waited
     for nor believed. `anonymous`: anonymous replicas (uuid -> address) heard, or remembered as
     followers (those are in `known` too: waited for); what one said it holds counts, and its rows

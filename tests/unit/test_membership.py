@@ -126,6 +126,10 @@ def test_a_subscription_to_an_expelled_peer_asks_only_for_expelled_members_rows(
     assert core.subscribe_vclock(PEER).to_dict() == {1: 10, 2: 5, 3: 7, 4: 2}     # its vclock unknown
     core.fence = OwnRowsFence("a test loss")          # fenced: our own rows back, from anyone
     assert core.subscribe_vclock(PEER, theirs).to_dict() == {1: 10, 2: 9, 3: 12, 4: 6}
+    # a member we hold none of, which the expelled peer's vclock lacks: asked from 0 (it has none)
+    core = NodeCore(SELF, table, VClock({1: 10, 2: 5}), spaces={"kv": False})
+    core.greeting(PEER, [m.to_row() for m in table.members()], WALL)
+    assert core.subscribe_vclock(PEER, {SELF: 3}).to_dict() == {1: 10, 2: 5}
 
 
 def test_a_fenced_subscription_asks_for_a_member_it_does_not_know_from_where_the_peer_is():

@@ -146,5 +146,7 @@ def test_a_fence_whose_rows_only_an_expelled_member_holds_says_the_ways_out():
     expelled_here = _table()
     expelled_here.upsert(Member(OTHER, 3, "c:1", STATE_EXPELLED, 0, 8))
     assert only_table.explain(expelled_here, SELF, 3) == text
+    expelled_here.upsert(Member(OTHER, 3, "", STATE_EXPELLED, 0, 8))      # its address unknown here
+    assert f"; {OTHER} is expelled: its rows come back" in only_table.explain(expelled_here, SELF, 3)
     fence.given_up.add(OTHER)                       # the operator expelled it here: its word is gone
     assert fence.target() == 3 and "expelled" not in fence.explain(table, SELF, 3)
