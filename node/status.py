@@ -90,6 +90,7 @@ def members(r: Report) -> list[dict]:
             e["ids"][n] = mem.get("id")
             if mem.get("state") == "expelled":
                 e["state"] = "expelled"
+                e["expelled_lsn"] = max(e.get("expelled_lsn", 0), int(mem.get("expelled_lsn") or 0))
     for n, info in r.nodes.items():
         e = order.setdefault(n, {"uuid": n, "address": info.get("address", ""), "state": "", "ids": {}})
         if info.get("anon"):
@@ -159,7 +160,8 @@ def render_table(r: Report, names: dict[str, str] | None = None) -> str:
         lines += _grid(["node"] + [_label(o, _short(o)) for o in origins],
                        [[_label(n, _short(n))] + [str(r.nodes[n].get("vclock_uuid", {}).get(o, 0)) for o in origins]
                         for n in nodes])
-    problems = []
+    problems = [_short_of_bound(r, e, ms, label) for e in ms if e["state"] == "expelled"]
+    problems = [p for p in problems if p]
     for e in ms:
         if e["state"] == "expelled":
             continue
@@ -177,6 +179,21 @@ def render_table(r: Report, names: dict[str, str] | None = None) -> str:
                         "name it on the command line")
     lines += [""] + (problems or ["every member answers and is ready"])
     return "\n".join(lines)
+
+
+def _short_of_bound(r: Report, x: dict, ms: list[dict], label: dict[str, str]) -> str | None:
+    """An expelled member whose rows up to its bound not every member that answered holds yet:
+    it alone may hold the rest (docs/replication.md, "A bound is only as safe as the disk that
+    backs it"), so it must run, followed, until they do."""
+    bound = x.get("expelled_lsn", 0)
+    state = {e["uuid"]: e["state"] for e in ms}
+    short = [(label.get(n, _short(n)), info.get("vclock_uuid", {}).get(x["uuid"], 0)) for n, info in r.nodes.items()
+             if state.get(n) not in ("expelled", "anonymous") and info.get("vclock_uuid", {}).get(x["uuid"], 0) < bound]
+    if not short:
+        return None
+    held = ", ".join(f"{name} holds them to {lsn}" for name, lsn in short)
+    return (f"{label[x['uuid']]} is expelled with its rows accepted up to lsn {bound}, but {held}: keep it "
+            "running and followed until every member holds them all, or those rows are lost with it")
 
 
 def _order(ms: list[dict]):
