@@ -64,6 +64,10 @@ class ClusterTable:
     def __contains__(self, uuid: str) -> bool:
         return uuid in self._by_uuid
 
+    def expelled(self, uuid: str) -> bool:
+        m = self._by_uuid.get(uuid)
+        return m is not None and m.state == STATE_EXPELLED
+
     def __len__(self) -> int:
         return len(self._by_uuid)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from node import limits
-from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, ClusterTable
+from node.cluster_space.table import STATE_ANON, ClusterTable
 from node.core.link.ready import Outbox, Ready
 from node.core.membership import describe_uncovered, expel_bounds, uncovered
 from node.core.replicaset import NodeCore
@@ -319,8 +319,7 @@ class RejoinMachine:
         waits for no expelled member, so a member's row that reached it alone may since have
         been written again, differently, by that member. Members' rows come from members (as
         NodeCore.subscribe_vclock asks of an expelled upstream)."""
-        m = self.host.core().table.get(uuid)
-        return m is not None and m.state == STATE_EXPELLED
+        return self.host.core().table.expelled(uuid)
 
     def snapshot_uncovered(self, mine: dict[str, int], by_uuid: dict[str, int],
                            bounds: dict[str, int] | None = None) -> str | None:

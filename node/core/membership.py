@@ -135,8 +135,7 @@ class OwnRowsFence:
 
     def is_expelled(self, table: ClusterTable, uuid: str) -> bool:
         """Heard of as expelled (an expel row past a gap), or so in this node's table."""
-        m = table.get(uuid)
-        return uuid in self.expelled or (m is not None and m.state == STATE_EXPELLED)
+        return uuid in self.expelled or table.expelled(uuid)
 
     def can_clear(self, table: ClusterTable, self_uuid: str, own_lsn: int) -> bool:
         return not self.waiting_for(table, self_uuid) and own_lsn >= self.target()

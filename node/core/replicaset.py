@@ -282,16 +282,14 @@ class NodeCore(Receiving):
         which lost it (docs/replication.md, seed 27742); taken from there, it would fork us.
         Members' rows come from members."""
         peer = self.peers[peer_uuid]
-        upstream = self.table.get(peer_uuid)
-        outside = upstream is not None and upstream.state == STATE_EXPELLED and self.fence is None
+        outside = self.fence is None and self.table.expelled(peer_uuid)
         if peer_vclock is None or (self.fence is None and not outside):
             return peer.map.vclock_to_peer(self.claimed)
         want = self.claimed.copy()
         for rid, _ in list(want.items()) + [(m.id, 0) for m in self.table.members()]:
             u = self.table.uuid_of(rid)
             if outside:
-                m = self.table.get(u) if u is not None else None
-                theirs = peer_vclock.get(u, 0) if m is not None and m.state != STATE_EXPELLED else 0
+                theirs = peer_vclock.get(u, 0) if u is not None and not self.table.expelled(u) else 0
             else:
                 theirs = peer_vclock.get(u, 0) if u is not None and u != self.uuid else 0
             if theirs > want.get(rid):

@@ -26,7 +26,6 @@ from typing import Callable, Protocol
 import msgspec
 
 from node import limits
-from node.cluster_space.table import STATE_EXPELLED
 from node.core import messages as m
 from node.core.link.greeting import check_greeting
 from node.core.link.ready import Outbox, Persist, Ready, Send, Stop
@@ -221,7 +220,7 @@ class ApplierMachine:
         for txn in regs:
             self._out.persist.append(Persist(TxnEntry([txn])))
         self.fenced = core.fence is not None      # then only our own rows (NodeCore.subscribe_vclock)
-        self.outside = _expelled(core, self.peer_uuid)   # then only expelled members' rows (likewise)
+        self.outside = core.table.expelled(self.peer_uuid)   # then only expelled members' rows (likewise)
         vclock = core.subscribe_vclock(self.peer_uuid, self.peer_vclock, theirs["cluster"])
         self.subscribed_from = vclock.to_dict()
         self._to(ApplierState.SUBSCRIBING)
@@ -246,7 +245,7 @@ class ApplierMachine:
         if self.fenced and core.fence is None:
             self._stop(Resubscribe("this node's own rows are confirmed: subscribing for every origin"))
             return False
-        if not self.outside and _expelled(core, self.peer_uuid):    # type: ignore[arg-type]
+        if not self.outside and core.table.expelled(self.peer_uuid):    # type: ignore[arg-type]
             self._stop(Resubscribe("this upstream is expelled now: subscribing for expelled members' rows only"))
             return False
         return True
@@ -369,8 +368,3 @@ class ApplierMachine:
             if entry:
                 persist.append(Persist(TxnEntry(entry, entry_rows)))
         return valid[-1].timestamp if valid else 0
-
-
-def _expelled(core: NodeCore, uuid: str) -> bool:
-    m = core.table.get(uuid)
-    return m is not None and m.state == STATE_EXPELLED
