@@ -160,8 +160,7 @@ def render_table(r: Report, names: dict[str, str] | None = None) -> str:
         lines += _grid(["node"] + [_label(o, _short(o)) for o in origins],
                        [[_label(n, _short(n))] + [str(r.nodes[n].get("vclock_uuid", {}).get(o, 0)) for o in origins]
                         for n in nodes])
-    problems = [_short_of_bound(r, e, ms, label) for e in ms if e["state"] == "expelled"]
-    problems = [p for p in problems if p]
+    problems = [p for e in ms if e["state"] == "expelled" and (p := _short_of_bound(r, e, ms, label))]
     for e in ms:
         if e["state"] == "expelled":
             continue
@@ -186,9 +185,9 @@ def _short_of_bound(r: Report, x: dict, ms: list[dict], label: dict[str, str]) -
     it alone may hold the rest (docs/replication.md, "A bound is only as safe as the disk that
     backs it"), so it must run, followed, until they do."""
     bound = x.get("expelled_lsn", 0)
-    state = {e["uuid"]: e["state"] for e in ms}
-    short = [(label.get(n, _short(n)), info.get("vclock_uuid", {}).get(x["uuid"], 0)) for n, info in r.nodes.items()
-             if state.get(n) not in ("expelled", "anonymous") and info.get("vclock_uuid", {}).get(x["uuid"], 0) < bound]
+    members = {e["uuid"] for e in ms if e["state"] not in ("expelled", "anonymous")}
+    have = {n: info.get("vclock_uuid", {}).get(x["uuid"], 0) for n, info in r.nodes.items() if n in members}
+    short = [(label.get(n, _short(n)), lsn) for n, lsn in have.items() if lsn < bound]
     if not short:
         return None
     held = ", ".join(f"{name} holds them to {lsn}" for name, lsn in short)
