@@ -138,6 +138,8 @@ class FenceKeeper:
             return None
         own = core.vclock.get(core.self_id)
         return {"reason": core.fence.reason, "waiting_for": core.fence.waiting_for(core.table, core.uuid),
+                # members heard before they knew of an expel the fence relies on -> those expels
+                "unaware": core.fence.unaware(core.table, core.uuid),
                 "own_lsn": own, "target": core.fence.target(), "message": core.fence.explain(core.table, core.uuid, own)}
 
 

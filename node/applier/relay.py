@@ -18,7 +18,7 @@ from node.applier.hosts import NodeRelayContext
 from node.applier.outcome import relay_end
 from node.applier.stream import Relay, send_snapshot
 from node.core import messages as m
-from node.core.link.ready import Hold, Ready
+from node.core.link.ready import Hold, Persist, Ready
 from node.core.link.relay import Register, Registered, RelayMachine, RelayState, SendSnapshot, Shutdown, SnapshotSent, Stream
 from node.errors import ClientError, PeerRefused
 from node.faults import fault
@@ -38,6 +38,9 @@ def _take(node: "RelayHost", mach: RelayMachine, inp, now: float, followed: list
     finally:
         rd = mach.ready()
         for h in rd.persist:
+            if type(h) is Persist:      # an own `_cluster` txn (expels the subscriber's greeting stated)
+                node.journal.submit_entry_nowait(h.entry, want_future=False)
+                continue
             assert type(h) is Hold, h
             if h.anon:                  # remembered before it gets rows (or refused: followers_full)
                 node.retention.follower(h.uuid, mach.address)

@@ -195,9 +195,14 @@ class ClusterRows:
             self._note_bound(op.key, known, word)
             if origin.uuid == peer.uuid and learn:
                 peer.map.learn(their_id, res.local_id)
-        if not own_ops:
+        return self.own_cluster_txn(own_ops, wall_us)
+
+    def own_cluster_txn(self, ops: list[Op], wall_us: int) -> Txn | None:
+        """The `_cluster` txn of our own that states `ops` (entries already in the table), each
+        entry noting its lsn; None for no ops."""
+        if not ops:
             return None
-        own = self.local_txn(own_ops, GROUP_CLUSTER, wall_us)
-        for op in own_ops:
+        own = self.local_txn(ops, GROUP_CLUSTER, wall_us)   # type: ignore[attr-defined]
+        for op in ops:
             self.table.get(op.key).lsn = own.lsn  # type: ignore[union-attr]
         return own

@@ -93,7 +93,8 @@ def hear_greeting(core: NodeCore | None, claims: Claims, disproved: set[str], th
         # an anonymous replica is heard too: one that subscribed to us directly may hold our
         # rows that no member does (waited for only as a remembered follower)
         core.observe_peer(uuid, vu, theirs.get("cluster") or [],
-                          anonymous=str(theirs.get("address") or "") if theirs.get("anon") else None)
+                          anonymous=str(theirs.get("address") or "") if theirs.get("anon") else None,
+                          expels_heard=theirs.get("expels_heard") or ())
     own = vu.get(self_uuid)
     if isinstance(own, int) and own > claims.get(uuid, (0, ""))[0] \
             and (uuid in claims or len(claims) < limits.members_max):

@@ -21,6 +21,7 @@ Rules kept here (docs/replication.md, "Membership never loses or forks a write")
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from node import limits
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable
@@ -60,6 +61,12 @@ def greeting_expel_bounds(greeting: dict) -> dict[str, int]:
             if len(r) > 3 and r[3] == STATE_EXPELLED}
 
 
+def greeting_expels(greeting: dict) -> set[str]:
+    """Every member a greeting says is expelled: its `cluster` rows, and the expels a fenced
+    sender heard and has no row for yet (`expels_heard`, NodeCore.expels_heard)."""
+    return set(greeting_expel_bounds(greeting)) | set(greeting.get("expels_heard") or ())
+
+
 def running_donors(polled: dict) -> list[tuple[str, dict]]:
     """The polled peers (address -> greeting, or the error) a join may ask: running members of
     a cluster that no polled greeting lists as expelled. One may not know of its expel yet and
@@ -70,6 +77,16 @@ def running_donors(polled: dict) -> list[tuple[str, dict]]:
     expelled = {u for _, g in greetings for u in greeting_expel_bounds(g)}
     return [(a, g) for a, g in greetings
             if g.get("cluster_uuid") and g.get("status") == "running" and g.get("uuid") not in expelled]
+
+
+def news_for(fence: "OwnRowsFence", table: ClusterTable, self_uuid: str, peer_uuid: str, said: dict) -> list[str]:
+    """The expels this fence relies on that `peer_uuid` did not know when it spoke, if `said`
+    (our greeting on the link to it) did not state them: a greeting of ours now does, so the
+    link is begun again and the peer, told, greets again (OwnRowsFence.unaware). Else []."""
+    lacks = fence.unaware(table, self_uuid).get(peer_uuid)
+    if not lacks or greeting_expels(said) >= set(lacks):
+        return []
+    return lacks
 
 
 def describe_uncovered(missing: dict[str, tuple[int, int]], limit: int = 4) -> str:
@@ -104,10 +121,19 @@ class OwnRowsFence:
     expelled: set[str] = field(default_factory=set)
     given_up: set[str] = field(default_factory=set)
     anonymous: dict[str, str] = field(default_factory=dict)
+    knows: dict[str, set[str]] = field(default_factory=dict)
+    told: dict[str, frozenset[str]] = field(default_factory=dict)
 
-    def hear(self, member_uuid: str, own_lsn: int) -> None:
+    def hear(self, member_uuid: str, own_lsn: int, knows: Iterable[str] = ()) -> None:
+        """`knows`: the members the speaker's greeting lists as expelled (it takes no member's
+        rows from those: NodeCore.subscribe_vclock), to at most limits.members_max."""
         if own_lsn > self.heard.get(member_uuid, -1):
             self.heard[member_uuid] = own_lsn
+        known = self.knows.setdefault(member_uuid, set())
+        for u in knows:
+            if len(known) >= limits.members_max:
+                break
+            known.add(u)
 
     def hear_expels(self, ops) -> None:
         """A `_cluster` txn that came past a gap while fenced (this node asks every other
@@ -126,12 +152,43 @@ class OwnRowsFence:
         return max((n for u, n in self.heard.items() if u not in self.given_up), default=0)
 
     def waiting_for(self, table: ClusterTable, self_uuid: str) -> list[str]:
-        """Members not yet heard from (expelled ones and anonymous replicas never hold us up)."""
+        """Members not yet heard from (expelled ones and anonymous replicas never hold us up),
+        and members heard from before they knew of an expel this fence relies on (`unaware`)."""
+        members = self._members(table, self_uuid)
+        return sorted((members - self.heard.keys()) | self.unaware(table, self_uuid, members).keys())
+
+    def _members(self, table: ClusterTable, self_uuid: str) -> set[str]:
         members = {m.uuid for m in table.members() if m.state == STATE_MEMBER} | self.known
         for m in table.members():
             if m.state == STATE_EXPELLED:
                 members.discard(m.uuid)
-        return sorted(members - self.heard.keys() - self.expelled - self.given_up - {self_uuid})
+        return members - self.expelled - self.given_up - {self_uuid}
+
+    def disregarded(self, table: ClusterTable, self_uuid: str) -> set[str]:
+        """Expelled members in this node's table whose word was not heard: what they hold of
+        this node's rows is not waited for."""
+        return {m.uuid for m in table.members() if self.is_expelled(table, m.uuid)} \
+            - self.heard.keys() - self.given_up - {self_uuid}
+
+    def unaware(self, table: ClusterTable, self_uuid: str, members: set[str] | None = None) -> dict[str, list[str]]:
+        """Heard members whose greetings never listed an expel this fence relies on (member ->
+        those expelled members). Not waiting for an expelled member is safe only once no member
+        takes this node's rows from it: a member takes none of them from an upstream it knows
+        to be expelled, but one that spoke before it knew could take, after its word, a row the
+        expelled member alone kept, which this node then writes again under the same lsn. A
+        member learns of an expel from this node's greeting (NodeCore.adopt_expels) and greets
+        again (RelayMachine: greet_again)."""
+        gone = self.disregarded(table, self_uuid)
+        if not gone:
+            return {}
+        if members is None:
+            members = self._members(table, self_uuid)
+        out = {}
+        for u in members & self.heard.keys():
+            lacks = gone - self.knows.get(u, set())
+            if lacks:
+                out[u] = sorted(lacks)
+        return out
 
     def is_expelled(self, table: ClusterTable, uuid: str) -> bool:
         """Heard of as expelled (an expel row past a gap), or so in this node's table."""
@@ -141,13 +198,22 @@ class OwnRowsFence:
         return not self.waiting_for(table, self_uuid) and own_lsn >= self.target()
 
     def explain(self, table: ClusterTable, self_uuid: str, own_lsn: int) -> str:
-        waiting = self.waiting_for(table, self_uuid)
+        members = self._members(table, self_uuid)
+        waiting = sorted(members - self.heard.keys())
         if waiting:
             anon = [u for u in waiting if u in self.anonymous]
             also = f"; {_anonymous(anon)} that followed this node" if anon else ""
             return (f"{self.reason}: this node does not write under its own id until every member has said how "
                     f"many of its rows it holds; not heard from {_named(waiting)} (start it, or expel it if it is gone "
                     f"for good){also}")
+        unaware = self.unaware(table, self_uuid, members)
+        if unaware:
+            gone = sorted({g for lacks in unaware.values() for g in lacks})
+            return (f"{self.reason}: {_named(sorted(unaware))} said how many of this node's rows "
+                    f"{'it holds' if len(unaware) == 1 else 'they hold'} before knowing that {_named(gone)} "
+                    f"{'is' if len(gone) == 1 else 'are'} expelled (until then a member may take this node's rows "
+                    "from it): waiting for a greeting that knows it (this node's greeting tells it; a link between "
+                    "them in either direction carries it)")
         target = self.target()
         holders = sorted(u for u, n in self.heard.items() if n == target and u not in self.given_up)
         if own_lsn >= target or not holders:

@@ -188,11 +188,24 @@ class NodeCore(Receiving):
                         r[5] = max(backed, on_disk)
         return rows
 
+    def expels_heard(self) -> list[str]:
+        """While fenced: the expelled members this node waits for no word of (heard of, or in
+        its table: OwnRowsFence.disregarded). Its greeting states them, so that the members
+        whose word it waits for expel them too before they speak again (OwnRowsFence.unaware,
+        adopt_expels); one it heard of has no row here saying so yet (none is written while
+        fenced), and the lift writes it (clear_fence)."""
+        fence = self.fence
+        if fence is None:
+            return []
+        return sorted(fence.disregarded(self.table, self.uuid))
+
     # --- handshake ---------------------------------------------------------------
-    def greeting(self, peer_uuid: str, peer_rows: list[list], wall_us: int, history_lsn: int = 0) -> list[Txn]:
+    def greeting(self, peer_uuid: str, peer_rows: list[list], wall_us: int, history_lsn: int = 0,
+                 expels_heard: list[str] | tuple = ()) -> list[Txn]:
         """An upstream's greeting carried its whole `_cluster`; build its id map before
         SUBSCRIBE is sent (the answer to the reference's open question) and register
-        every member it knows that we do not, before any of its rows is applied."""
+        every member it knows that we do not, before any of its rows is applied; expel those a
+        fenced upstream heard are expelled (`expels_heard`: _adopt_expels)."""
         old = self.peers.get(peer_uuid)   # a map lives as long as one session: rebuilt from each greeting
         peer = Peer(peer_uuid, stats=old.stats) if old is not None else Peer(peer_uuid)
         peer.history_lsn = history_lsn
@@ -232,13 +245,40 @@ class NodeCore(Receiving):
             peer.map.learn(rid, local.id)
         self.peers[peer_uuid] = peer
         if self.fence is None:
+            self._adopt_expels(peer_uuid, expels_heard, own_ops)
             self._raise_bounds(peer_uuid, peer_rows, own_ops)
-        if own_ops:
-            txn = self.local_txn(own_ops, GROUP_CLUSTER, wall_us)
-            for op in own_ops:
-                self.table.get(op.key).lsn = txn.lsn  # type: ignore[union-attr]
+        txn = self.own_cluster_txn(own_ops, wall_us)
+        if txn is not None:
             out.append(txn)
         return out
+
+    def _adopt_expels(self, peer_uuid: str, expels_heard: list[str] | tuple, own_ops: list[Op]) -> None:
+        """A fenced peer's greeting says members of ours are expelled (NodeCore.expels_heard):
+        expel them here too, as a `_cluster` row of theirs would (bound: the rows of each we
+        hold; the rows that state the expel raise it). The fenced peer waits for no expelled
+        member, and may write again, under the same lsns, rows that one alone kept; a member
+        that does not know of the expel could take those from it (OwnRowsFence.unaware)."""
+        for uuid in expels_heard:
+            local = self.table.get(uuid)
+            if local is None or local.state != STATE_MEMBER or uuid == self.uuid:
+                continue
+            res = resolve_cluster_replace(self.table, uuid, local.id, local.address, STATE_EXPELLED,
+                                          from_self=False, have_lsn=self.claimed.get(local.id))
+            self.table.upsert(res.member)
+            self._note_bound(uuid, local, 0)
+            own_ops.append(cluster_op(res.member))
+            log.info("_cluster: expel %s (bound %d), heard from %s", uuid, res.member.expelled_lsn, peer_uuid)
+
+    def adopt_expels(self, peer_uuid: str, expels_heard: list[str] | tuple, wall_us: int) -> Txn | None:
+        """_adopt_expels for a downstream's greeting (our relay's side): the own `_cluster` txn
+        to persist before our greeting answers, or None (nothing new, or we are fenced: then the
+        fence hears them instead, observe_peer)."""
+        if not expels_heard or self.fence is not None or \
+                self.table.get(self.uuid).state != STATE_MEMBER:  # type: ignore[union-attr]
+            return None
+        own_ops: list[Op] = []
+        self._adopt_expels(peer_uuid, expels_heard, own_ops)
+        return self.own_cluster_txn(own_ops, wall_us)
 
     def _raise_bounds(self, peer_uuid: str, peer_rows: list[list], own_ops: list[Op]) -> None:
         """At a greeting, raise each expelled member's bound to the most that the greeting states
@@ -317,7 +357,7 @@ class NodeCore(Receiving):
 
     # --- the own-rows fence (node.core.membership) -------------------------------------
     def observe_peer(self, peer_uuid: str, vclock_by_uuid: dict[str, int], cluster_rows: list[list],
-                     anonymous: str | None = None) -> None:
+                     anonymous: str | None = None, expels_heard: list[str] | tuple = ()) -> None:
         """A peer's greeting (either direction): while fenced, how many of our rows it holds,
         which members it knows (each must be heard from too) and which it knows to be expelled
         (those are not waited for). `anonymous`: the address of an anonymous replica's greeting
@@ -328,7 +368,11 @@ class NodeCore(Receiving):
             return
         if peer_uuid not in fence.heard and len(fence.heard) >= limits.members_max + limits.anon_followers_max:
             return                 # greetings under made-up uuids (a peer with the secret) grow it no further
-        fence.hear(peer_uuid, int(vclock_by_uuid.get(self.uuid, 0)))
+        knows = [str(r[0]) for r in cluster_rows if len(r) > 3 and r[3] == STATE_EXPELLED]
+        fence.hear(peer_uuid, int(vclock_by_uuid.get(self.uuid, 0)), knows + list(expels_heard))
+        for u in expels_heard:                 # a fenced peer heard it: so do we (our greeting says it)
+            if len(fence.expelled) < limits.members_max:
+                fence.expelled.add(u)
         if anonymous is not None:
             fence.anonymous[peer_uuid] = anonymous
         for row in cluster_rows:
@@ -347,15 +391,16 @@ class NodeCore(Receiving):
         rows that differ under those lsns.)"""
         fence = self.fence
         assert fence is not None
+        heard = sorted(fence.expelled)
         self.fence = None
+        # expels heard while fenced (no row could say them then) are this node's own now, before
+        # any applier subscribes for every origin: members' rows come from members
+        expels: list[Op] = []
+        self._adopt_expels("a greeting while fenced", heard, expels)
         if not fence.rebuilt:
-            return None
+            return self.own_cluster_txn(expels, wall_us)
         self.own_history_lsn = max(self.own_history_lsn, self.claimed.get(self.self_id))
-        ops = [cluster_op(m) for m in self.table.members() if m.state != STATE_ANON]
-        txn = self.local_txn(ops, GROUP_CLUSTER, wall_us)
-        for op in ops:
-            self.table.get(op.key).lsn = txn.lsn  # type: ignore[union-attr]
-        return txn
+        return self.own_cluster_txn([cluster_op(m) for m in self.table.members() if m.state != STATE_ANON], wall_us)
 
     def fence_state(self) -> tuple[bool, str]:
         """(may clear now, why not / what it waited for)."""

@@ -53,6 +53,9 @@ class Peering:
             # our own `_cluster` rows up to here are an earlier incarnation's (all of them while a
             # rebuilt store is fenced): peers take no ids from them (Peer.history_lsn)
             "own_history_lsn": self.own_history_lsn(),
+            # while fenced: members it heard are expelled, with no row of its own yet (the members
+            # it waits for expel them too before their word counts: OwnRowsFence.unaware)
+            **({"expels_heard": heard} if core and (heard := core.expels_heard()) else {}),
             **node.life.greeting_fields(),   # store status, signatures, vclock by uuid (join protocol)
         }
 

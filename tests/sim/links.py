@@ -30,7 +30,7 @@ from node.core.lifecycle_fence import claim_of, follower_seen
 from node.core.link import claims
 from node.core.link.applier import ApplierMachine, ApplierState, DisproveClaim, Followed, Resubscribe
 from node.core.link.filter import rows_batches
-from node.core.link.ready import EMPTY, Hold
+from node.core.link.ready import EMPTY, Hold, Persist
 from node.core.link.relay import (AckHold, Register, Registered, RelayMachine, RelayState, SendSnapshot,
                                   SnapshotSent, Stream, behind, expel_bounds_by_id)
 from node.errors import PeerRefused, RemoteProtocolError
@@ -177,6 +177,11 @@ class Links:
             return
         s, p = self.nodes[c.client], self.nodes[c.server]
         for h in rd.persist:                 # WAL holds, in place before the answer goes
+            if type(h) is Persist:           # an own `_cluster` txn (expels a greeting stated)
+                p.submit(h.entry.txns)
+                self.log(f"{p} expels as {s}'s greeting states: " + ", ".join(
+                    o.key[:8] for t in h.entry.txns for o in t.ops))
+                continue
             assert type(h) is Hold, h
             if h.anon:                       # Retention.follower, before the hold
                 entry = follower_seen(p.anon_followers, h.uuid, s.addr, self.now, self.anon_ttl)

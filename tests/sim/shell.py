@@ -64,6 +64,7 @@ def greeting_key(n: "SimNode") -> tuple:
         return (None, n.uuid, n.anon, n.addr, n.identity_active)
     return (core, n.uuid, n.anon, n.addr, n.status, n.cluster.cluster_uuid, core.vclock.signature, core.claimed.signature,
             len(core.table), core.fence is not None and core.fence.rebuilt, core.own_history_lsn,
+            len(core.fence.expelled) if core.fence is not None else -1,
             core.synced.signature if core.bounds_ahead else 0)
 
 
@@ -79,6 +80,9 @@ def _greeting(n: "SimNode") -> dict:
         g.update(cluster_uuid=n.cluster.cluster_uuid, status=n.status, vclock_uuid=core.vclock_by_uuid(core.claimed),
                  cluster=rows,
                  own_history_lsn=own_history_lsn(core))
+        heard = core.expels_heard()
+        if heard:
+            g["expels_heard"] = heard
     elif n.identity_active:               # its store lost, its identity kept (Lifecycle.greeting_fields)
         g["member_of"] = n.cluster.cluster_uuid
     return g

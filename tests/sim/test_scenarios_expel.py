@@ -99,11 +99,8 @@ def test_a_member_that_learns_of_an_expel_only_through_a_third_node_keeps_the_bo
     check_converged(c)
 
 
-def _old_row_on_expelled_b_new_row_on_c(c: Cluster) -> int:
-    """C's next row (lsn n, returned) reaches B alone; A expels B; C loses its store, joins
-    again, hears every member (B, expelled, is not waited for), lifts its fence and writes
-    rows from lsn n again (its table restated, a put). D, cut
-    off from A and C, can reach only B, which still runs and serves subscribers."""
+def _c_row_on_b_alone(c: Cluster) -> int:
+    """A, B, C, D form; C's next row (lsn n, returned) reaches B alone (A and D are cut off)."""
     form(c, "A", "B", "C", "D")
     for i in range(2):
         assert c.put("C", f"c{i}")
@@ -115,6 +112,15 @@ def _old_row_on_expelled_b_new_row_on_c(c: Cluster) -> int:
     assert flushed(c, "C") == n
     c.run_until(lambda: own_lsn(c, "B", "C") == n, what="B holds C's row n")
     assert own_lsn(c, "D", "C") == n - 1
+    return n
+
+
+def _old_row_on_expelled_b_new_row_on_c(c: Cluster) -> int:
+    """C's next row (lsn n, returned) reaches B alone; A expels B; C loses its store, joins
+    again, hears every member (B, expelled, is not waited for), lifts its fence and writes
+    rows from lsn n again (its table restated, a put). D, cut
+    off from A and C, can reach only B, which still runs and serves subscribers."""
+    n = _c_row_on_b_alone(c)
     assert c.expel("B", via="A")
     c.run_until(lambda: _expelled_everywhere(c, "B", "AD"), what="D hears of B's expel")
     c.lose_disk("C")
@@ -140,5 +146,37 @@ def test_a_member_takes_from_an_expelled_upstream_no_row_of_a_member(make_cluste
     assert c.nodes["D"].appliers["B"].status == "follow"
     c.heal()
     c.run_until(lambda: own_lsn(c, "D", "C") == own_lsn(c, "C", "C"), what="D takes C's rows from C")
+    c.run_until_quiet()
+    check_converged(c)
+
+
+def test_a_fence_lifts_only_once_the_members_it_heard_know_of_the_expel_it_relies_on(make_cluster):
+    """C's row n reached B alone. C loses its store and joins again through A while D is cut
+    off from A and B; then A expels B, and C (fenced, taking no row of A's) hears of it past a
+    gap. C waits for no expelled member. D, which can reach only B and C, speaks to C before it
+    knows of the expel: were its word enough, C would lift and write lsn n again, while D
+    followed B, which still serves, and took C's old row n (two rows under (C, n), silent;
+    7 of seeds 30-49 did so). C's greeting states the expel it heard (`expels_heard`), D expels
+    B too and greets C again, and only that word counts."""
+    c = make_cluster(30)
+    _c_row_on_b_alone(c)
+    c.heal()
+    c.partition(["A", "C"], ["B"], ["D"])
+    c.lose_disk("C")
+    c.restart("C")
+    cc = c.nodes["C"]
+    c.run_until(lambda: ready(c, "C") and cc.core.fence is not None and c.nodes["A"].uuid in cc.core.fence.heard,
+                what="C joined again and heard A")
+    assert c.expel("B", via="A")
+    b = c.nodes["B"].uuid
+    c.run_until(lambda: cc.core.fence.is_expelled(cc.core.table, b), what="C hears of B's expel")
+    assert not _expelled_everywhere(c, "B", "CD")        # C heard it (no row of its own says it); D did not
+    c.heal()
+    c.partition(["A"], ["B", "C", "D"])
+    c.run_until(lambda: cc.core.fence is None, what="C lifts its fence")
+    assert _expelled_everywhere(c, "B", "CD")            # D knew before its word counted; C wrote it at the lift
+    c.run(60)
+    assert own_lsn(c, "D", "C") == own_lsn(c, "C", "C")  # D has C's rows, from C
+    c.heal()
     c.run_until_quiet()
     check_converged(c)

@@ -57,11 +57,11 @@ def test_a_fence_waits_for_every_live_member_and_for_the_most_any_of_them_holds(
                                                                 STATE_ANON))
     f = OwnRowsFence("lost")
     assert f.waiting_for(table, SELF) == [PEER, OTHER]        # not itself, not expelled, not anonymous
-    f.hear(PEER, 12)
+    f.hear(PEER, 12, [NEW])                                   # each knows NEW is expelled (OwnRowsFence.unaware)
     f.hear(PEER, 11)                                          # an older greeting does not lower it
     assert not f.can_clear(table, SELF, 12)
     assert OTHER in f.explain(table, SELF, 12)
-    f.hear(OTHER, 3)
+    f.hear(OTHER, 3, [NEW])
     assert f.target() == 12
     assert not f.can_clear(table, SELF, 11)
     assert "up to lsn 12" in f.explain(table, SELF, 11)
@@ -76,8 +76,34 @@ def test_rows_past_an_expelled_members_bound_are_nothing_a_snapshot_must_cover()
 def test_a_member_some_peer_says_is_expelled_is_not_waited_for():
     f = OwnRowsFence("lost")
     f.expelled.add(OTHER)
-    f.hear(PEER, 0)
+    f.hear(PEER, 0, [OTHER])
     assert f.can_clear(_table(), SELF, 0)
+
+
+def test_a_member_heard_before_it_knew_of_an_expel_the_fence_relies_on_is_heard_again():
+    """PEER spoke before it knew OTHER is expelled: it may take this node's rows from OTHER
+    after its word, so the fence waits for a word of PEER's that knows (the explain says so)."""
+    table = _table()
+    f = OwnRowsFence("lost")
+    f.expelled.add(OTHER)
+    f.hear(PEER, 4)
+    assert f.unaware(table, SELF) == {PEER: [OTHER]}
+    assert f.waiting_for(table, SELF) == [PEER] and not f.can_clear(table, SELF, 4)
+    assert "before knowing that" in f.explain(table, SELF, 4) and OTHER in f.explain(table, SELF, 4)
+    f.hear(PEER, 4, [OTHER])
+    assert f.unaware(table, SELF) == {} and f.can_clear(table, SELF, 4)
+
+
+def test_an_expelled_member_whose_word_was_heard_or_given_up_needs_no_one_to_know():
+    table = _table()
+    f = OwnRowsFence("lost")
+    f.expelled.add(OTHER)
+    f.hear(OTHER, 2)                 # its word counts: this node waits for its rows instead
+    f.hear(PEER, 4)
+    assert f.unaware(table, SELF) == {} and f.disregarded(table, SELF) == set()
+    g = OwnRowsFence("lost", given_up={OTHER})
+    g.hear(PEER, 4)
+    assert g.unaware(table, SELF) == {}
 
 
 def test_a_fenced_core_refuses_any_row_under_its_own_id():

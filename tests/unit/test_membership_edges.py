@@ -50,7 +50,7 @@ def test_a_member_a_greeting_named_is_not_waited_for_once_this_node_knows_it_is_
     table = _table(Member(NEW, 4, "", STATE_EXPELLED, 0, 3))
     fence = OwnRowsFence("lost", known={NEW})
     for u in (PEER, OTHER):
-        fence.hear(u, 0)
+        fence.hear(u, 0, [NEW])
     assert fence.waiting_for(table, SELF) == [] and fence.can_clear(table, SELF, 0)
 
 

@@ -29,7 +29,7 @@ from node import limits
 from node.core import messages as m
 from node.core.link.greeting import check_greeting
 from node.core.link.ready import Outbox, Persist, Ready, Send, Stop
-from node.core.membership import describe_uncovered, greeting_vclock, uncovered
+from node.core.membership import describe_uncovered, greeting_vclock, news_for, uncovered
 from node.core.replicaset import NodeCore, Peer
 from node.core.rows import GROUP_DEFAULT
 from node.core.entry import PackedEntry, TxnEntry
@@ -213,7 +213,8 @@ class ApplierMachine:
                 raise RemoteProtocolError(f"{self.address} has not joined a cluster yet")
             history = theirs.get("own_history_lsn")
             history = history if type(history) is int and 0 <= history <= limits.lsn_max else 0
-            regs = core.greeting(self.peer_uuid, theirs["cluster"], int(now * 1e6), history)
+            regs = core.greeting(self.peer_uuid, theirs["cluster"], int(now * 1e6), history,
+                                 theirs.get("expels_heard") or ())
         except (PeerRefused, RemoteProtocolError, ConnectionError) as e:
             return self._stop(e)
         self.core_peer = core.peers[self.peer_uuid]
@@ -248,6 +249,13 @@ class ApplierMachine:
         if not self.outside and core.table.expelled(self.peer_uuid):    # type: ignore[arg-type]
             self._stop(Resubscribe("this upstream is expelled now: subscribing for expelled members' rows only"))
             return False
+        fence = core.fence
+        if fence is not None:
+            lacks = news_for(fence, core.table, core.uuid, self.peer_uuid, self.mine)  # type: ignore[arg-type]
+            if lacks:
+                self._stop(Resubscribe(f"this node's fence relies on the expel of {', '.join(lacks)}, which the "
+                                       "upstream did not know when it spoke: greeting it again"))
+                return False
         return True
 
     def _on_rows(self, msg: m.Message, now: float) -> None:

@@ -41,8 +41,9 @@ from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, C
 from node.core import messages as m
 from node.core.link.greeting import check_greeting
 from node.core.lifecycle_fence import own_history_lsn
-from node.core.link.ready import Hold, Outbox, Ready, Send, Stop
-from node.core.membership import greeting_expel_bounds
+from node.core.entry import TxnEntry
+from node.core.link.ready import Hold, Outbox, Persist, Ready, Send, Stop
+from node.core.membership import greeting_expel_bounds, greeting_expels, news_for
 from node.core.replicaset import NodeCore
 from node.core.vclock import VClock
 from node.errors import PeerRefused, RemoteProtocolError
@@ -159,6 +160,7 @@ class RelayMachine:
         self.peer = peer                     # how logs name the subscriber
         self.state = RelayState.GREETING
         self.greeting: dict = {}
+        self.mine: dict = {}                 # our greeting, as sent
         self.history_said = 0                # the own_history_lsn our greeting said (rows_may_go)
         self.anon_cut = False                # subscribed while this node was anonymous: none of its own rows go
         self.uuid = ""
@@ -195,7 +197,7 @@ class RelayMachine:
         if st is RelayState.GREETING:
             if msg.type != m.GREETING:
                 return self._stop(RemoteProtocolError(f"{self.peer}: expected GREETING, got {msg.name}"))
-            return self._on_greeting(msg.body)
+            return self._on_greeting(msg.body, now)
         if st is RelayState.REQUEST:
             if msg.type not in _REQUESTS:
                 return self._stop(RemoteProtocolError(f"{self.peer}: expected a request, got {msg.name}"))
@@ -257,6 +259,15 @@ class RelayMachine:
             self._refuse(GREET_AGAIN, "this node registered as a member since its greeting said it was anonymous: "
                          "greet again", note=f"{self.peer} greets again: this node is a member now")
             return False
+        fence = core.fence
+        if fence is not None and self.state is RelayState.STREAMING:
+            lacks = news_for(fence, core.table, core.uuid, self.uuid, self.mine)
+            if lacks:
+                self._refuse(GREET_AGAIN, f"this node's fence relies on the expel of {', '.join(lacks)}, which this "
+                             "link's greeting did not state: greet again",
+                             note=f"{self.peer} greets again: it spoke before it knew of an expel this node's fence "
+                             "relies on")
+                return False
         if own_history_lsn(core) >= self.history_said:
             return True
         self._refuse(GREET_AGAIN, "this node's own rows are confirmed and its table restated since its greeting "
@@ -291,7 +302,7 @@ class RelayMachine:
         self._out.send.append(Send(m.ERROR, {"code": code, "message": message, **fields}))
         self._stop(PeerRefused(code, message) if raise_ else None, note)
 
-    def _on_greeting(self, theirs: dict) -> None:
+    def _on_greeting(self, theirs: dict, now: float) -> None:
         host = self.host
         self.greeting = theirs
         self.uuid, self.address, self.anon = theirs["uuid"], theirs["address"], theirs["anon"]
@@ -310,6 +321,17 @@ class RelayMachine:
         me = core.table.get(self.uuid) if core is not None else None
         if me is not None and me.state == STATE_EXPELLED:
             return self._refuse("expelled", f"{self.uuid} was expelled from this cluster", raise_=True)
+        if core is not None:
+            # expels its greeting states that we did not know: ours too, on disk before our
+            # greeting (which states them) goes (NodeCore.adopt_expels, OwnRowsFence.unaware);
+            # only while running (not while a rebuild may swap the store under the row)
+            txn = core.adopt_expels(self.uuid, theirs.get("expels_heard") or (), int(now * 1e6)) \
+                if host.status()[0] == "running" else None
+            if txn is not None:
+                self._out.persist.append(Persist(TxnEntry([txn])))
+            if txn is not None or core.fence is not None:
+                mine = host.greeting()      # with what it told us (a fence heard its expels)
+        self.mine = mine
         self._to(RelayState.REQUEST)
         history = mine.get("own_history_lsn")
         self.history_said = history if type(history) is int else 0
@@ -352,6 +374,23 @@ class RelayMachine:
             return self._snapshot()
         self._on_subscribe(req)
 
+    def _greet_again_for_fence(self, core: NodeCore) -> bool:
+        """Our fence heard the subscriber before it knew of an expel the fence relies on, and
+        our greeting told it (it expelled that member too before it subscribed: its greeting
+        says so now): it greets again, once per news told (not a loop if it did not take it)."""
+        fence = core.fence
+        assert fence is not None
+        lacks = fence.unaware(core.table, core.uuid).get(self.uuid)
+        if not lacks:
+            return False
+        told = frozenset(greeting_expels(self.mine))
+        if not told.issuperset(lacks) or fence.told.get(self.uuid) == told:
+            return False
+        fence.told[self.uuid] = told
+        self._refuse(GREET_AGAIN, f"this node's fence heard {self.uuid} before it knew that {', '.join(lacks)} "
+                     "is expelled: greet again")
+        return True
+
     def _registered(self, applied: Registered) -> None:
         if not applied.ok:
             self._out.send.append(Send(m.ERROR, {"code": "register_rejected", "message": applied.reason,
@@ -385,6 +424,8 @@ class RelayMachine:
             self.anon_cut = True
         if not host.serves_wal():
             return self._refuse("wal_mode", "wal_mode = none: this node keeps no WAL and cannot serve replicas")
+        if core.fence is not None and self._greet_again_for_fence(core):
+            return None
         gc_vclock = host.gc_vclock()
         missing = behind(self.sub, gc_vclock, expel_bounds_by_id(core.table, self.greeting))
         if missing:
