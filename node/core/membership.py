@@ -155,7 +155,7 @@ class OwnRowsFence:
         """Members not yet heard from (expelled ones and anonymous replicas never hold us up),
         and members heard from before they knew of an expel this fence relies on (`unaware`)."""
         members = self._members(table, self_uuid)
-        return sorted((members - self.heard.keys()) | self.unaware(table, self_uuid, members).keys())
+        return sorted((members - self.heard.keys()) | self.unaware(table, self_uuid).keys())
 
     def _members(self, table: ClusterTable, self_uuid: str) -> set[str]:
         members = {m.uuid for m in table.members() if m.state == STATE_MEMBER} | self.known
@@ -170,7 +170,7 @@ class OwnRowsFence:
         return {m.uuid for m in table.members() if self.is_expelled(table, m.uuid)} \
             - self.heard.keys() - self.given_up - {self_uuid}
 
-    def unaware(self, table: ClusterTable, self_uuid: str, members: set[str] | None = None) -> dict[str, list[str]]:
+    def unaware(self, table: ClusterTable, self_uuid: str) -> dict[str, list[str]]:
         """Heard members whose greetings never listed an expel this fence relies on (member ->
         those expelled members). Not waiting for an expelled member is safe only once no member
         takes this node's rows from it: a member takes none of them from an upstream it knows
@@ -181,10 +181,8 @@ class OwnRowsFence:
         gone = self.disregarded(table, self_uuid)
         if not gone:
             return {}
-        if members is None:
-            members = self._members(table, self_uuid)
         out = {}
-        for u in members & self.heard.keys():
+        for u in self._members(table, self_uuid) & self.heard.keys():
             lacks = gone - self.knows.get(u, set())
             if lacks:
                 out[u] = sorted(lacks)
@@ -206,7 +204,7 @@ class OwnRowsFence:
             return (f"{self.reason}: this node does not write under its own id until every member has said how "
                     f"many of its rows it holds; not heard from {_named(waiting)} (start it, or expel it if it is gone "
                     f"for good){also}")
-        unaware = self.unaware(table, self_uuid, members)
+        unaware = self.unaware(table, self_uuid)
         if unaware:
             gone = sorted({g for lacks in unaware.values() for g in lacks})
             return (f"{self.reason}: {_named(sorted(unaware))} said how many of this node's rows "

@@ -189,15 +189,15 @@ class NodeCore(Receiving):
         return rows
 
     def expels_heard(self) -> list[str]:
-        """While fenced: the expelled members this node waits for no word of (heard of, or in
-        its table: OwnRowsFence.disregarded). Its greeting states them, so that the members
-        whose word it waits for expel them too before they speak again (OwnRowsFence.unaware,
-        adopt_expels); one it heard of has no row here saying so yet (none is written while
-        fenced), and the lift writes it (clear_fence)."""
+        """While fenced: every member of its table this node knows is expelled (by a row, or
+        heard of: OwnRowsFence.is_expelled). Its greeting states them, so that the members whose
+        word a fence waits for expel them too before they speak again (OwnRowsFence.unaware,
+        adopt_expels), and a fenced member's word knows them. One it heard of has no row here
+        saying so yet (none is written while fenced): the lift writes it (clear_fence)."""
         fence = self.fence
         if fence is None:
             return []
-        return sorted(fence.disregarded(self.table, self.uuid))
+        return sorted(m.uuid for m in self.table.members() if m.uuid != self.uuid and fence.is_expelled(self.table, m.uuid))
 
     # --- handshake ---------------------------------------------------------------
     def greeting(self, peer_uuid: str, peer_rows: list[list], wall_us: int, history_lsn: int = 0,
@@ -368,18 +368,18 @@ class NodeCore(Receiving):
             return
         if peer_uuid not in fence.heard and len(fence.heard) >= limits.members_max + limits.anon_followers_max:
             return                 # greetings under made-up uuids (a peer with the secret) grow it no further
-        knows = [str(r[0]) for r in cluster_rows if len(r) > 3 and r[3] == STATE_EXPELLED]
-        fence.hear(peer_uuid, int(vclock_by_uuid.get(self.uuid, 0)), knows + list(expels_heard))
-        for u in expels_heard:                 # a fenced peer heard it: so do we (our greeting says it)
-            if len(fence.expelled) < limits.members_max:
-                fence.expelled.add(u)
         if anonymous is not None:
             fence.anonymous[peer_uuid] = anonymous
+        knows = list(expels_heard)             # a fenced peer's (checked by decode)
         for row in cluster_rows:
             if len(row) > 3 and row[3] == STATE_EXPELLED:
-                fence.expelled.add(str(row[0]))
+                knows.append(str(row[0]))
             elif len(row) > 3 and row[3] == STATE_MEMBER:
                 fence.known.add(str(row[0]))     # a member we must hear from too, if we do not know it
+        fence.hear(peer_uuid, int(vclock_by_uuid.get(self.uuid, 0)), knows)
+        for u in knows:                        # expelled as far as we know too (our greeting says it)
+            if len(fence.expelled) < limits.members_max:
+                fence.expelled.add(u)
 
     def clear_fence(self, wall_us: int) -> Txn | None:
         """Every member has been heard and our own rows are back: we may write under our own id

@@ -202,3 +202,49 @@ def test_an_unfenced_applier_expels_what_its_fenced_upstream_heard_before_it_sub
     rd = mach.ready()
     assert [o.key for p in rd.persist for t in p.entry.txns for o in t.ops] == [B]
     assert [s.mtype for s in rd.send] == [m.SUBSCRIBE] and c.table.expelled(B)
+
+
+# --- edges the mutation run found unguarded ------------------------------------------------------
+def test_a_fenced_node_never_names_itself_among_the_expels_it_states():
+    c = core(fenced=True)
+    c.fence.expelled |= {SELF, B}
+    assert c.expels_heard() == [B]
+
+
+def test_heard_expels_skip_ourselves_and_members_already_expelled_and_go_on_past_them():
+    c = core()
+    c.table.upsert(Member(SUB, 2, "2.example:1", STATE_EXPELLED, 0, 4))
+    txn = c.adopt_expels(SUB, [SELF, SUB, B], WALL)
+    assert txn is not None and [o.key for o in txn.ops] == [B]
+
+
+def test_an_expelled_node_expels_nobody_from_a_greeting():
+    c = core()
+    c.table.upsert(Member(SELF, 1, "1.example:1", STATE_EXPELLED, 0, 9))
+    assert c.adopt_expels(SUB, [B], WALL) is None and not c.table.expelled(B)
+
+
+def test_a_heard_expels_bound_is_stated_only_as_far_as_this_nodes_disk_backs_it():
+    """Adopted, B's bound is the rows of it we claimed (6); a greeting states it as far as they
+    are on disk (none yet), as for every bound this node raised (NodeCore.greeting_rows)."""
+    c = core()
+    c.synced = VClock({1: 9, 2: 4})
+    c.adopt_expels(SUB, [B], WALL)
+    assert c.table.get(B).expelled_lsn == 6
+    assert [r[5] for r in c.greeting_rows() if r[0] == B] == [0]
+
+
+def test_a_member_listed_as_a_member_in_a_greeting_is_not_known_expelled_by_its_sender():
+    c = core(fenced=True)
+    c.fence.expelled.add(B)
+    c.observe_peer(SUB, {}, [mem.to_row() for mem in c.table.members()])     # B is a member there
+    assert c.fence.unaware(c.table, SELF) == {SUB: [B]}
+    c.observe_peer(SUB, {}, [[B, 3, "b.example:1", STATE_EXPELLED, 0, 6]])
+    assert c.fence.unaware(c.table, SELF) == {}
+
+
+def test_the_expels_a_fence_hears_are_capped_at_members_max(monkeypatch):
+    c = core(fenced=True)
+    monkeypatch.setattr("node.limits.members_max", 2)
+    c.observe_peer(SUB, {}, [], expels_heard=[f"{i:08x}-0000-4000-8000-000000000000" for i in range(4)])
+    assert len(c.fence.expelled) == 2

@@ -362,3 +362,12 @@ def test_a_fenced_store_reopens_with_its_own_history_bound_only_when_it_was_rebu
     s = Store(str(tmp_path / "s"))
     assert s.own_history_lsn == expected
     s.close()
+
+
+def test_what_a_member_is_heard_to_know_is_capped_at_members_max(monkeypatch):
+    """A peer with the secret that lists made-up expels grows the fence's memory no further."""
+    monkeypatch.setattr("node.limits.members_max", 3)
+    f = OwnRowsFence("lost")
+    f.hear(PEER, 1, [f"{i:08x}-0000-4000-8000-000000000000" for i in range(5)])
+    f.hear(PEER, 1, ["ffffffff-0000-4000-8000-000000000000"])
+    assert len(f.knows[PEER]) == 3
