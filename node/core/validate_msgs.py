@@ -116,7 +116,7 @@ def greeting_error(g: dict) -> str | None:
         err = vclock_uuid_error(g["vclock_uuid"])
     heard = g.get("expels_heard")
     if err is None and heard is not None and (type(heard) is not list or len(heard) > limits.members_max
-                                              or not all(type(u) is str and is_uuid(u) for u in heard)):
+                                              or not all(is_uuid(u) for u in heard)):
         err = f"expels_heard is a list of at most {limits.members_max} canonical uuids"
     for name, types in (("options", (dict,)), ("lease", (dict,)), ("wait_for", (int,))):
         if err is None and g.get(name) is not None and type(g[name]) not in types:

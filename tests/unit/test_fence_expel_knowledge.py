@@ -98,8 +98,11 @@ def test_the_expels_a_fence_heard_are_written_when_it_lifts_before_any_link_subs
 def test_a_greeting_names_at_most_members_max_canonical_uuids_as_heard_expels():
     base = greeting(SUB) | {"status": "running", "cluster_uuid": "00000000-0000-4000-8000-0000000000cc"}
     assert greeting_error(base | {"expels_heard": [B]}) is None
-    for bad in ("x", [1], ["not-a-uuid"], [B] * (limits.members_max + 1)):
+    for bad in ("x", [1], ["not-a-uuid"], {B: 1}, [B] * (limits.members_max + 1)):
         assert "expels_heard" in (greeting_error(base | {"expels_heard": bad}) or ""), bad
+    assert greeting_error(base | {"expels_heard": [B] * limits.members_max}) is None
+    # the first error found is the one told
+    assert "host:port" in greeting_error(base | {"address": "no port", "expels_heard": "x"})
     assert m.decode(m.encode(m.GREETING, **(base | {"expels_heard": [B]})))["expels_heard"] == [B]
 
 
@@ -111,6 +114,7 @@ def test_a_relay_expels_what_a_fenced_subscriber_heard_on_disk_before_its_greeti
     rd = mach.ready()
     assert [type(p) for p in rd.persist] == [Persist] and [o.key for t in rd.persist[0].entry.txns
                                                            for o in t.ops] == [B]
+    assert rd.persist[0].entry.txns[0].timestamp >= int(NOW * 1e6)        # stamped at the step's time
     reply = rd.send[0]
     assert reply.mtype == m.GREETING and [r[3] for r in reply.body["cluster"] if r[0] == B] == [STATE_EXPELLED]
     assert mach.state is RelayState.REQUEST
@@ -170,11 +174,13 @@ def test_an_applier_whose_greeting_did_not_state_an_expel_its_fence_now_relies_o
     mach.step(m.Message(m.SUBSCRIBED, {"vclock": {}}), NOW)
     mach.advance(mach.ready())
     mach.tick(NOW)
+    mach.advance(mach.ready())
     assert mach.state is ApplierState.FOLLOW
     c.fence.expelled.add(B)                          # heard since
-    mach.tick(NOW + 1)
+    mach.tick(NOW + 60)                              # (an ACK would be due by now)
     rd = mach.ready()
     assert mach.state is ApplierState.STOPPED and isinstance(rd.stop.error, Resubscribe)
+    assert rd.send == ()                             # nothing more goes on a stopped link
     assert "greeting it again" in str(rd.stop.error)
 
 
@@ -248,3 +254,27 @@ def test_the_expels_a_fence_hears_are_capped_at_members_max(monkeypatch):
     monkeypatch.setattr("node.limits.members_max", 2)
     c.observe_peer(SUB, {}, [], expels_heard=[f"{i:08x}-0000-4000-8000-000000000000" for i in range(4)])
     assert len(c.fence.expelled) == 2
+
+
+def test_a_fenced_relays_greeting_states_the_expels_a_subscribers_greeting_just_told_it():
+    host = PeeringHost(core(fenced=True))
+    mach = relay(host)
+    mach.step(m.Message(m.GREETING, greeting(SUB, expels_heard=[B])), NOW)
+    rd = mach.ready()
+    assert rd.persist == () and rd.send[0].body["expels_heard"] == [B]      # heard, not written
+
+
+def test_a_fenced_relay_whose_greeting_did_not_state_an_expel_streams_and_then_greets_again_for_it():
+    """Our greeting on this link told the subscriber nothing: a greet_again at its SUBSCRIBE
+    would bring the same word back; the link streams, and its first read ends it (news_for)."""
+    host = Host(core(fenced=True))                    # a greeting without expels_heard
+    host.core.fence.expelled.add(B)
+    host.core.observe_peer(SUB, {}, [])
+    mach = relay(host)
+    mach.step(m.Message(m.GREETING, greeting(SUB)), NOW)
+    mach.advance(mach.ready())
+    mach.step(subscribe({1: 3, 2: 4}), NOW)
+    rd = mach.ready()
+    assert rd.send[-1].mtype == m.SUBSCRIBED and mach.state is RelayState.STREAMING
+    mach.advance(rd)
+    assert not mach.rows_may_go() and mach.ready().send[0].body["code"] == GREET_AGAIN

@@ -260,7 +260,7 @@ class RelayMachine:
                          "greet again", note=f"{self.peer} greets again: this node is a member now")
             return False
         fence = core.fence
-        if fence is not None and self.state is RelayState.STREAMING:
+        if fence is not None:
             lacks = news_for(fence, core.table, core.uuid, self.uuid, self.mine)
             if lacks:
                 self._refuse(GREET_AGAIN, f"this node's fence relies on the expel of {', '.join(lacks)}, which this "
