@@ -62,8 +62,8 @@ def greeting_expel_bounds(greeting: dict) -> dict[str, int]:
 
 
 def greeting_expels(greeting: dict) -> set[str]:
-    """Every member a greeting says is expelled: its `cluster` rows, and the expels a fenced
-    sender heard and has no row for yet (`expels_heard`, NodeCore.expels_heard)."""
+    """Every member a greeting says is expelled: its `cluster` rows, and every expel a fenced
+    sender knows of, by a row or heard of (`expels_heard`, NodeCore.expels_heard)."""
     return set(greeting_expel_bounds(greeting)) | set(greeting.get("expels_heard") or ())
 
 

@@ -325,8 +325,9 @@ class RelayMachine:
             # expels its greeting states that we did not know: ours too, on disk before our
             # greeting (which states them) goes (NodeCore.adopt_expels, OwnRowsFence.unaware);
             # only while running (not while a rebuild may swap the store under the row)
-            txn = core.adopt_expels(self.uuid, theirs.get("expels_heard") or (), int(now * 1e6)) \
-                if host.status()[0] == "running" else None
+            heard = theirs.get("expels_heard")
+            txn = core.adopt_expels(self.uuid, heard, int(now * 1e6)) \
+                if heard and host.status()[0] == "running" else None
             if txn is not None:
                 self._out.persist.append(Persist(TxnEntry([txn])))
             if txn is not None or core.fence is not None:
