@@ -19,7 +19,10 @@ Rules kept here:
 - another member's row about this node changes nothing here but an expel; while fenced, a row
   that would change this node's table (and so need an own row) waits until the fence is
   cleared; one that arrives past a gap while fenced still tells the fence which members are
-  expelled (OwnRowsFence.hear_expels)."""
+  expelled (OwnRowsFence.hear_expels);
+- the expels a fenced peer's greeting states (`expels_heard`) are this node's too, in a row of
+  its own, before it answers or subscribes: a fence counts only the word of a member that knows
+  of the expels it relies on (OwnRowsFence.unaware)."""
 from __future__ import annotations
 
 import logging
@@ -195,6 +198,46 @@ class ClusterRows:
             self._note_bound(op.key, known, word)
             if origin.uuid == peer.uuid and learn:
                 peer.map.learn(their_id, res.local_id)
+        return self.own_cluster_txn(own_ops, wall_us)
+
+    # --- expels a fenced peer states (OwnRowsFence.unaware) -----------------------------
+    def expels_heard(self) -> list[str]:
+        """While fenced: every member of its table this node knows is expelled (by a row, or
+        heard of: OwnRowsFence.is_expelled). Its greeting states them, so that the members whose
+        word a fence waits for expel them too before they speak again (OwnRowsFence.unaware,
+        adopt_expels), and a fenced member's word knows them. One it heard of has no row here
+        saying so yet (none is written while fenced): the lift writes it (clear_fence)."""
+        fence = self.fence
+        if fence is None:
+            return []
+        return sorted(m.uuid for m in self.table.members() if m.uuid != self.uuid and fence.is_expelled(self.table, m.uuid))
+
+    def _adopt_expels(self, peer_uuid: str, expels_heard: list[str] | tuple, own_ops: list[Op]) -> None:
+        """A fenced peer's greeting says members of ours are expelled (NodeCore.expels_heard):
+        expel them here too, as a `_cluster` row of theirs would (bound: the rows of each we
+        hold; the rows that state the expel raise it). The fenced peer waits for no expelled
+        member, and may write again, under the same lsns, rows that one alone kept; a member
+        that does not know of the expel could take those from it (OwnRowsFence.unaware)."""
+        for uuid in expels_heard:
+            local = self.table.get(uuid)
+            if local is None or local.state != STATE_MEMBER or uuid == self.uuid:
+                continue
+            res = resolve_cluster_replace(self.table, uuid, local.id, local.address, STATE_EXPELLED,
+                                          from_self=False, have_lsn=self.claimed.get(local.id))
+            self.table.upsert(res.member)
+            self._note_bound(uuid, local, 0)
+            own_ops.append(cluster_op(res.member))
+            log.info("_cluster: expel %s (bound %d), heard from %s", uuid, res.member.expelled_lsn, peer_uuid)
+
+    def adopt_expels(self, peer_uuid: str, expels_heard: list[str] | tuple, wall_us: int) -> Txn | None:
+        """_adopt_expels for a downstream's greeting (our relay's side): the own `_cluster` txn
+        to persist before our greeting answers, or None (nothing new, or we are fenced: then the
+        fence hears them instead, observe_peer)."""
+        if not expels_heard or self.fence is not None or \
+                self.table.get(self.uuid).state != STATE_MEMBER:  # type: ignore[union-attr]
+            return None
+        own_ops: list[Op] = []
+        self._adopt_expels(peer_uuid, expels_heard, own_ops)
         return self.own_cluster_txn(own_ops, wall_us)
 
     def own_cluster_txn(self, ops: list[Op], wall_us: int) -> Txn | None:

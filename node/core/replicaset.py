@@ -188,17 +188,6 @@ class NodeCore(Receiving):
                         r[5] = max(backed, on_disk)
         return rows
 
-    def expels_heard(self) -> list[str]:
-        """While fenced: every member of its table this node knows is expelled (by a row, or
-        heard of: OwnRowsFence.is_expelled). Its greeting states them, so that the members whose
-        word a fence waits for expel them too before they speak again (OwnRowsFence.unaware,
-        adopt_expels), and a fenced member's word knows them. One it heard of has no row here
-        saying so yet (none is written while fenced): the lift writes it (clear_fence)."""
-        fence = self.fence
-        if fence is None:
-            return []
-        return sorted(m.uuid for m in self.table.members() if m.uuid != self.uuid and fence.is_expelled(self.table, m.uuid))
-
     # --- handshake ---------------------------------------------------------------
     def greeting(self, peer_uuid: str, peer_rows: list[list], wall_us: int, history_lsn: int = 0,
                  expels_heard: list[str] | tuple = ()) -> list[Txn]:
@@ -251,34 +240,6 @@ class NodeCore(Receiving):
         if txn is not None:
             out.append(txn)
         return out
-
-    def _adopt_expels(self, peer_uuid: str, expels_heard: list[str] | tuple, own_ops: list[Op]) -> None:
-        """A fenced peer's greeting says members of ours are expelled (NodeCore.expels_heard):
-        expel them here too, as a `_cluster` row of theirs would (bound: the rows of each we
-        hold; the rows that state the expel raise it). The fenced peer waits for no expelled
-        member, and may write again, under the same lsns, rows that one alone kept; a member
-        that does not know of the expel could take those from it (OwnRowsFence.unaware)."""
-        for uuid in expels_heard:
-            local = self.table.get(uuid)
-            if local is None or local.state != STATE_MEMBER or uuid == self.uuid:
-                continue
-            res = resolve_cluster_replace(self.table, uuid, local.id, local.address, STATE_EXPELLED,
-                                          from_self=False, have_lsn=self.claimed.get(local.id))
-            self.table.upsert(res.member)
-            self._note_bound(uuid, local, 0)
-            own_ops.append(cluster_op(res.member))
-            log.info("_cluster: expel %s (bound %d), heard from %s", uuid, res.member.expelled_lsn, peer_uuid)
-
-    def adopt_expels(self, peer_uuid: str, expels_heard: list[str] | tuple, wall_us: int) -> Txn | None:
-        """_adopt_expels for a downstream's greeting (our relay's side): the own `_cluster` txn
-        to persist before our greeting answers, or None (nothing new, or we are fenced: then the
-        fence hears them instead, observe_peer)."""
-        if not expels_heard or self.fence is not None or \
-                self.table.get(self.uuid).state != STATE_MEMBER:  # type: ignore[union-attr]
-            return None
-        own_ops: list[Op] = []
-        self._adopt_expels(peer_uuid, expels_heard, own_ops)
-        return self.own_cluster_txn(own_ops, wall_us)
 
     def _raise_bounds(self, peer_uuid: str, peer_rows: list[list], own_ops: list[Op]) -> None:
         """At a greeting, raise each expelled member's bound to the most that the greeting states
