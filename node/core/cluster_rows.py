@@ -212,7 +212,7 @@ class ClusterRows:
             return []
         return sorted(m.uuid for m in self.table.members() if m.uuid != self.uuid and fence.is_expelled(self.table, m.uuid))
 
-    def _adopt_expels(self, peer_uuid: str, expels_heard: list[str] | tuple, own_ops: list[Op]) -> None:
+    def _adopt_expels(self, source: str, expels_heard: list[str] | tuple, own_ops: list[Op]) -> None:
         """A fenced peer's greeting says members of ours are expelled (NodeCore.expels_heard):
         expel them here too, as a `_cluster` row of theirs would (bound: the rows of each we
         hold; the rows that state the expel raise it). The fenced peer waits for no expelled
@@ -227,7 +227,7 @@ class ClusterRows:
             self.table.upsert(res.member)
             self._note_bound(uuid, local, 0)
             own_ops.append(cluster_op(res.member))
-            log.info("_cluster: expel %s (bound %d), heard from %s", uuid, res.member.expelled_lsn, peer_uuid)
+            log.info("_cluster: expel %s (bound %d), heard from %s", uuid, res.member.expelled_lsn, source)
 
     def adopt_expels(self, peer_uuid: str, expels_heard: list[str] | tuple, wall_us: int) -> Txn | None:
         """_adopt_expels for a downstream's greeting (our relay's side): the own `_cluster` txn
@@ -245,7 +245,7 @@ class ClusterRows:
         entry noting its lsn; None for no ops."""
         if not ops:
             return None
-        own = self.local_txn(ops, GROUP_CLUSTER, wall_us)   # type: ignore[attr-defined]
+        own = self.local_txn(ops, GROUP_CLUSTER, wall_us)
         for op in ops:
             self.table.get(op.key).lsn = own.lsn  # type: ignore[union-attr]
         return own

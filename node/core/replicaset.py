@@ -33,7 +33,7 @@ from node.core.cluster_rows import Peer, ReceiveStats, cluster_op  # noqa: F401 
 from node.core.hlc import HLC
 from node.core.membership import OwnRowsFence
 from node.core.receive import Receiving
-from node.core.rows import GROUP_CLUSTER, GROUP_LOCAL, OP_SPACE, Op, Txn
+from node.core.rows import GROUP_LOCAL, OP_SPACE, Op, Txn
 from node.core.vclock import VClock
 from node.errors import RemoteProtocolError
 
@@ -146,8 +146,7 @@ class NodeCore(Receiving):
             return res.local_id, None
         self.table.upsert(res.member)
         self._note_bound(uuid, known, 0)
-        txn = self.local_txn([cluster_op(res.member)], GROUP_CLUSTER, wall_us)
-        res.member.lsn = txn.lsn
+        txn = self.own_cluster_txn([cluster_op(res.member)], wall_us)
         log.info("_cluster: %s %s as id %d", res.reason, uuid, res.local_id)
         return res.local_id, txn
 
@@ -357,7 +356,7 @@ class NodeCore(Receiving):
         # expels heard while fenced (no row could say them then) are this node's own now, before
         # any applier subscribes for every origin: members' rows come from members
         expels: list[Op] = []
-        self._adopt_expels("a greeting while fenced", heard, expels)
+        self._adopt_expels("greetings while fenced", heard, expels)
         if not fence.rebuilt:
             return self.own_cluster_txn(expels, wall_us)
         self.own_history_lsn = max(self.own_history_lsn, self.claimed.get(self.self_id))

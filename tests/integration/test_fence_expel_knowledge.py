@@ -44,7 +44,8 @@ def test_a_fenced_node_counts_a_members_word_only_once_it_knows_of_the_expel_the
     assert a.stop() == 0                              # D can learn of the expel only from C now
 
     d.start()
-    s, w = write_answer(c, "after-lift")              # the fence lifted on D's word
+    wait_for(lambda: not _fence(c), 30, "C's fence lifts on a word of D's that knows of B's expel")
+    s, w = write_answer(c, "after-lift")
     assert s == 200, (s, w)
     assert d.cluster()[bu]["state"] == "expelled"    # D knew before its word counted
     assert f"expel {bu}" in log_since_last_start(d) and "heard from" in log_since_last_start(d)
