@@ -140,6 +140,9 @@ class Rejoiner:
     def status_of(self, address: str) -> str:
         return self.machine.status_of(address)
 
+    def going_without(self) -> dict[str, int]:
+        return self.machine.going_without()
+
     # --- what the machine reads (RejoinContext) --------------------------------------------------
     def core(self):
         return self.node.core

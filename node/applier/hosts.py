@@ -46,6 +46,9 @@ class NodeApplierContext:
     def own_claim(self, peer_uuid: str) -> int:
         return claim_of(self.node.own_claims, self.node.core.fence, peer_uuid)
 
+    def going_without(self) -> list[str]:
+        return list(self.node.rejoiner.going_without())
+
     def release(self) -> None:
         """The link ended: another link may follow its member now."""
         claims.release_link(self.node.followers, self.link.peer_uuid, self.link)

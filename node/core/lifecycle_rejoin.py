@@ -10,7 +10,9 @@ replicated component this node holds (`mine`), or a snapshot of it would discard
 this node has. A donor that lacks some of this node's rows but receives them from it gets
 `cover_wait_s` with this node's writes paused (status "rejoining") to catch up, asked again
 every `cover_poll_s`. Just before a rebuild, an attempt that meanwhile caught up rebuilds
-nothing. An attempt that finds no donor says why (`blocked`) and keeps the store.
+nothing. An attempt that finds no donor says why (`blocked`) and keeps the store;
+the expelled members among what it lacks are then gone without (`going_without`): its links
+ask their upstreams for the rest.
 
 Interface (as the link machines', node/core/link/): `tick(now)` (the watch), `step(event,
 now)` with the driver's answers (`Probed`, `Rebuilt`, `RebuildFailed`), `ready()` -> Ready
@@ -173,6 +175,7 @@ class RejoinMachine:
         self.need: dict[str, str] = {}                 # upstream address -> why it told us to rejoin
         self.needed: dict[str, dict[str, int]] = {}    # upstream address -> what it collected, by uuid
         self.blocked = ""                              # why the last attempt could not rebuild
+        self.without: dict[str, int] = {}              # expelled members' rows gone without: uuid -> lsn (going_without)
         self.attempts = 0
         self.last_try = 0.0
         # the attempt under way
@@ -250,6 +253,7 @@ class RejoinMachine:
         self._to(RejoinState.IDLE)
         if type(event) is Rebuilt:
             self.need.clear()
+            self.without.clear()
             self.blocked = ""
             return
         assert type(event) is RebuildFailed, f"unknown event {event!r}"
@@ -287,6 +291,20 @@ class RejoinMachine:
                 if lsn > have.get(u, 0):
                     out[u] = max(out.get(u, 0), lsn)
         return out
+
+    def going_without(self) -> dict[str, int]:
+        """The expelled members whose collected rows this node lacks and goes without (uuid ->
+        the lsn it lacks them to): the last
+        attempt found no donor that has them and covers this node (they live in a snapshot
+        only, on a node that holds none of ours, docs/replication.md "A rejoin discards
+        nothing"). Its links say so (SUBSCRIBE `without`), and an upstream that collected only
+        those serves the rest: the other members' rows still flow. A member's rows are never
+        gone without: a member writes on, and its next row needs the ones before it."""
+        if not self.without:
+            return {}
+        core = self.host.core()
+        have, table = core.vclock_by_uuid(), core.table
+        return {u: lsn for u, lsn in sorted(self.without.items()) if have.get(u, 0) < lsn and table.expelled(u)}
 
     def caught_up(self) -> bool:
         """Every upstream that told this node to rejoin said what it collected, and this node
@@ -345,6 +363,10 @@ class RejoinMachine:
                             f"this node keeps its store and asks again every {self.retry_s:.0f} s")
         else:
             self.blocked = "no reachable peer has the collected rows this node lacks, to give a snapshot of"
+        table = self.host.core().table
+        for u, lsn in self._wanted.items():
+            if table.expelled(u):
+                self.without[u] = max(lsn, self.without.get(u, 0))
         self._out.apply.append(Blocked(self.blocked))
 
     def _probed(self, ev: Probed, now: float) -> None:

@@ -12,8 +12,10 @@ Conversation (client = the subscribing node, server = the relay; node/core/sessi
   C: GREETING {...}     S: GREETING {...} | ERROR   uuid (= the authenticated one), cluster,
                                                     options digest, whole _cluster
   C: JOIN {code, id} | FETCH_SNAPSHOT | REGISTER {code, id} | SHUTDOWN | BYE
-     | SUBSCRIBE {vclock, durable, own_rows}       (durable: on disk, holds the WAL; own_rows: a
-                                                    fenced subscriber wants its own rows back too)
+     | SUBSCRIBE {vclock, durable, own_rows,       (durable: on disk, holds the WAL; own_rows: a
+                  without}                          fenced subscriber wants its own rows back too;
+                                                    without: members whose collected rows it goes
+                                                    without, node/core/link/relay.py)
   S: REGISTERED {id} | ERROR register_rejected      (JOIN, REGISTER; node/lifecycle.py)
   S: SNAPSHOT {meta} SNAPSHOT_ROWS* SNAPSHOT_END   (JOIN, FETCH_SNAPSHOT)
   S: SUBSCRIBED {vclock}  then ROWS {frames} / HEARTBEAT   (SUBSCRIBE)
@@ -209,9 +211,7 @@ def decode(data: bytes, scan_rows: Callable[[bytes], Any] | None = None) -> Mess
 # what a message's fields may hold past their types (node.core.validate), by type
 _CHECKS: dict[int, Callable[[dict], str | None]] = {
     GREETING: validate_msgs.greeting_error,
-    SUBSCRIBE: lambda b: validate_msgs.vclock_error(b["vclock"]) or (
-        validate_msgs.vclock_error(b["durable"]) if "durable" in b else None) or (
-        None if type(b.get("own_rows", False)) is bool else "own_rows is not a boolean"),
+    SUBSCRIBE: validate_msgs.subscribe_error,
     SUBSCRIBED: lambda b: validate_msgs.vclock_error(b["vclock"]),
     ACK: lambda b: validate_msgs.vclock_error(b["vclock"]) or (
         validate_msgs.vclock_error(b["durable"]) if "durable" in b else None),

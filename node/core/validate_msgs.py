@@ -99,6 +99,23 @@ def store_field_error(st: Any) -> str | None:
     return None
 
 
+def uuid_list_error(v, name: str) -> str | None:
+    """An optional list of members (GREETING expels_heard, SUBSCRIBE without): absent, or at
+    most members_max canonical uuids."""
+    if v is not None and (type(v) is not list or len(v) > limits.members_max or not all(is_uuid(u) for u in v)):
+        return f"{name} is a list of at most {limits.members_max} canonical uuids"
+    return None
+
+
+def subscribe_error(b: dict) -> str | None:
+    """SUBSCRIBE {vclock, durable?, own_rows?, without?}: `without`, the members whose rows the
+    subscriber goes without where this relay collected them (node.core.link.relay)."""
+    err = vclock_error(b["vclock"]) or (vclock_error(b["durable"]) if "durable" in b else None)
+    if err is None and type(b.get("own_rows", False)) is not bool:
+        err = "own_rows is not a boolean"
+    return err or uuid_list_error(b.get("without"), "without")
+
+
 def greeting_error(g: dict) -> str | None:
     """The fields of a GREETING that this node acts on, past their types (node.core.messages);
     the optional ones are null or of the shape this node reads."""
@@ -114,10 +131,8 @@ def greeting_error(g: dict) -> str | None:
     err = address_error(g["address"]) or cluster_rows_error(g["cluster"])
     if err is None and g.get("vclock_uuid") is not None:
         err = vclock_uuid_error(g["vclock_uuid"])
-    heard = g.get("expels_heard")
-    if err is None and heard is not None and (type(heard) is not list or len(heard) > limits.members_max
-                                              or not all(is_uuid(u) for u in heard)):
-        err = f"expels_heard is a list of at most {limits.members_max} canonical uuids"
+    if err is None:
+        err = uuid_list_error(g.get("expels_heard"), "expels_heard")
     for name, types in (("options", (dict,)), ("lease", (dict,)), ("wait_for", (int,))):
         if err is None and g.get(name) is not None and type(g[name]) not in types:
             err = f"{name} is {' or '.join(t.__name__ for t in types)} or null"

@@ -46,11 +46,22 @@ def info(node: "InfoHost") -> dict:
         "wal": wal_info(node),
         "tasks": node.task_failures,
         "own_rows_fence": node.fence.info(),
-        "rejoin": {"needed_by": sorted(rejoiner.need), "blocked": rejoiner.blocked} if rejoiner.need else None,
+        "rejoin": rejoin_info(rejoiner),
         "space": node.space.now(),
         "versions": {"protocol": [m.PROTOCOL_VERSION_MIN, m.PROTOCOL_VERSION], "store_format": STORE_FORMAT_VERSION,
                      "wal_format": WAL_FORMAT_VERSION},     # docs/upgrade.md
     }
+
+
+def rejoin_info(rejoiner) -> dict | None:
+    """Who told this node to rejoin and why no rebuild yet; `going_without`: the expelled
+    members (uuid -> the lsn it lacks them to) whose collected rows it goes without, its links
+    asking their upstreams for the rest (docs/replication.md, "A rejoin discards nothing")."""
+    without = rejoiner.going_without()
+    if not rejoiner.need and not without:
+        return None
+    return {"needed_by": sorted(rejoiner.need), "blocked": rejoiner.blocked,
+            "going_without": without}
 
 
 def wal_info(node: "InfoHost") -> dict:

@@ -97,6 +97,9 @@ class ApplierHost:
     def own_claim(self, peer_uuid: str) -> int:
         return claim_of(self.n.own_claims, self.n.core.fence, peer_uuid)
 
+    def going_without(self) -> list[str]:
+        return list(self.n.rejoiner.machine.going_without()) if self.n.rejoiner is not None else []
+
 
 _PAYLOADS: dict[int, tuple[list, bytes]] = {}
 PAYLOADS_MAX = 8192     # WAL entries whose frame payload is kept (emptied when full)

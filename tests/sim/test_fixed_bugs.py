@@ -508,16 +508,32 @@ def test_rows_up_to_a_bound_that_a_lost_disk_alone_held_live_on_the_expelled_mem
         run_seed(242, full=True)
 
 
-@pytest.mark.xfail(strict=True, reason="open (session 35): two rows that live in snapshots only, on two "
-                   "nodes that each tell the other to rejoin", raises=SimFailure)
 def test_rows_in_two_snapshots_only_do_not_stall_the_members():
     """REPLOG_SIM_MIX=full+anon, seed 16768 (found in session 35, since members take no member's
-    rows from an expelled upstream; main before that passed this seed under another schedule):
-    F joined through B, expelled meanwhile, and its snapshot holds B's row 5; E joined through C,
-    down for good since and expelled, and its snapshot holds C's row 12. No WAL holds either row.
-    E tells F to rejoin (F lacks C's row 12) and F tells E to (E lacks B's row 5); neither
-    snapshot covers the other, and A and D lack both: the links stay in need_rejoin, every node
-    keeps serving and says why (docs/replication.md, "A rejoin discards nothing"). The rows are
-    of expelled members between bounds, the limitation tests/sim/liveness.py names; what is open
-    is that the members never become quiet."""
-    run_seed(16768, full=True, anon_crash=True)
+    rows from an expelled upstream): F joined through B, expelled meanwhile, and its snapshot
+    holds B's row 5; E joined through C, down for good since and expelled, and its snapshot holds
+    C's row 12. No WAL that a member reaches holds either row. E tells F to rejoin (F lacks C's
+    row 12) and F tells E to (E lacks B's row 5); neither snapshot covers the other, and A and D
+    lack both. The links stayed in need_rejoin for ever, so the rows E and F wrote since reached
+    neither each other nor A and D. Now each node's rejoin, finding no donor, goes without the
+    expelled members' rows it lacks (RejoinMachine.going_without), its SUBSCRIBE says so, and
+    the relays serve the rest (docs/replication.md, "A rejoin discards nothing"): the run
+    converges but for those two rows, which live in one snapshot each."""
+    c = run_seed(16768, full=True, anon_crash=True)
+    b, cc = c.nodes["B"].uuid, c.nodes["C"].uuid
+    gone = {x.name: set(x.rejoiner.machine.going_without()) for x in c.nodes.values()
+            if x.core is not None and not x.core.table.expelled(x.uuid)}
+    assert gone == {"A": {b, cc}, "D": {b, cc}, "E": {b}, "F": {cc}, "R": {b}}, gone
+    e, f = c.nodes["E"], c.nodes["F"]
+    for x in c.nodes.values():
+        if x.name != "B" and x.core is not None:
+            have = x.core.vclock_by_uuid()
+            assert have[e.uuid] == own_lsn(c, "E", "E") and have[f.uuid] == own_lsn(c, "F", "F"), x
+
+
+def test_the_simulation_catches_links_that_never_go_without_a_snapshot_only_row(monkeypatch):
+    """Turned back (no rejoin goes without anything), the same run never becomes quiet."""
+    from node.core.lifecycle_rejoin import RejoinMachine
+    monkeypatch.setattr(RejoinMachine, "going_without", lambda self: {})
+    with pytest.raises(SimFailure, match="quiet .* not reached"):
+        run_seed(16768, full=True, anon_crash=True)

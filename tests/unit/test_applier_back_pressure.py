@@ -90,6 +90,10 @@ class Node:
         self.followers: dict = {}
         self.own_claims: dict = {}
         self.journal = self.space = None
+        self.rejoiner = self                 # (the rejoin watch: nothing gone without)
+
+    def going_without(self) -> dict:
+        return {}
 
     def check_peer_greeting(self, theirs: dict) -> None:
         pass

@@ -73,3 +73,22 @@ def test_a_node_without_a_wal_serves_no_subscriber_and_one_never_collected_has_c
     collected = SimpleNamespace(get_meta=lambda key: {1: 5} if key == "gc_vclock" else None)
     ctx = NodeRelayContext(SimpleNamespace(journal=SimpleNamespace(wal=object()), store=collected, core=None))
     assert ctx.serves_wal() and ctx.gc_vclock() == {1: 5} and ctx.core is None
+
+
+def test_a_links_subscribe_goes_without_what_the_nodes_rejoin_watch_goes_without():
+    """The applier machine asks the host (SUBSCRIBE `without`); the node's rejoin watch answers
+    (node/rejoin.py Rejoiner.going_without, the machine's): the expelled members' uuids only."""
+    from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
+    from node.core.replicaset import NodeCore
+    from node.core.vclock import VClock
+    from node.rejoin import Rejoiner
+    gone = "00000000-0000-4000-8000-000000000004"
+    table = ClusterTable([Member(UP, 1, "a:1", STATE_MEMBER), Member(gone, 2, "g:1", STATE_EXPELLED, 0, 9)])
+    n = node(core=NodeCore(UP, table, VClock({2: 3}), spaces={"kv": False}))
+    n.rejoiner = Rejoiner(n)
+    ctx = NodeApplierContext(n, link("a:1"))
+    assert ctx.going_without() == []
+    n.rejoiner.machine.without = {gone: 6}
+    assert ctx.going_without() == [gone]
+    n.core.vclock = VClock({2: 6})                   # the rows came: nothing gone without
+    assert ctx.going_without() == []

@@ -30,6 +30,9 @@ class Rejoiner:
     def status_of(self, address: str) -> str:
         return "waiting for a donor"
 
+    def going_without(self) -> dict:
+        return {}
+
 
 class Journal:
     pending = 0

@@ -33,6 +33,7 @@ class Host:
         self.claims: list[str] = []
         self.pending = 0
         self.own: dict[str, int] = {}
+        self.without: list[str] = []
 
     def check_peer_greeting(self, theirs: dict) -> None:
         if self.refusal is not None:
@@ -46,6 +47,9 @@ class Host:
 
     def own_claim(self, peer_uuid: str) -> int:
         return self.own.get(peer_uuid, 0)
+
+    def going_without(self) -> list[str]:
+        return list(self.without)
 
 
 def greeting(uuid: str, cluster: list[list] | None = None, **kw) -> dict:

@@ -35,6 +35,9 @@ class Rejoiner:
     def on_follow(self, address: str) -> None:
         self.events.append(("apply", "follow"))
 
+    def going_without(self) -> dict:
+        return {}
+
 
 class Node:
     def __init__(self, events: list):

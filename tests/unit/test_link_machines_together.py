@@ -55,6 +55,9 @@ class Side:
     def own_claim(self, peer_uuid: str) -> int:
         return 0
 
+    def going_without(self) -> list[str]:
+        return []
+
     def status(self) -> tuple[str, str]:
         return "running", ""
 

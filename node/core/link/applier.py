@@ -17,7 +17,10 @@ Rules kept here:
   (Stop with Resubscribe), since rows refused under the smaller bound must come again.
 - An upstream that heartbeats (it has sent all it held) without our own rows that its
   greeting claimed to hold is not believed (DisproveClaim).
-- ACKs go at most every ack_interval_s, and at least every heartbeat_interval_s."""
+- ACKs go at most every ack_interval_s, and at least every heartbeat_interval_s.
+- A SUBSCRIBE names the expelled members whose collected rows this node goes without
+  (`without`, once its rejoin found no donor for them): an upstream that collected only those
+  serves the rest instead of telling it to rejoin."""
 from __future__ import annotations
 
 import enum
@@ -81,6 +84,10 @@ class ApplierContext(Protocol):
         """How far the peer said it holds this node's own rows: its greeting's claim, or what a
         fence heard from it (node.core.lifecycle_fence.claim_of; 0: no claim)."""
 
+    def going_without(self) -> list[str]:
+        """The expelled members whose collected rows this node goes without (its rejoin found no
+        donor: node.core.lifecycle_rejoin RejoinMachine.going_without); SUBSCRIBE says so."""
+
 
 class Followed(msgspec.Struct, frozen=True):
     """SUBSCRIBED came: the link follows the upstream from `vclock` (in its ids)."""
@@ -110,6 +117,7 @@ class ApplierMachine:
         self.fenced = False                  # subscribed for our own rows only
         self.outside = False                 # the upstream was expelled here: subscribed for expelled members' rows
         self.subscribed_from: dict[int, int] = {}   # the SUBSCRIBE vclock, in the upstream's ids
+        self.without: list[str] = []         # the SUBSCRIBE's `without` (going_without)
         self.expel_epoch = 0
         self.lag_s = 0.0
         self.last_row_at = 0.0
@@ -225,9 +233,12 @@ class ApplierMachine:
         vclock = core.subscribe_vclock(self.peer_uuid, self.peer_vclock, theirs["cluster"])
         self.subscribed_from = vclock.to_dict()
         self._to(ApplierState.SUBSCRIBING)
-        self._out.send.append(Send(m.SUBSCRIBE, {"vclock": self.subscribed_from,
-                                                  "durable": core.ack_durable(self.peer_uuid).to_dict(),
-                                                  "own_rows": self.fenced}))
+        req = {"vclock": self.subscribed_from, "durable": core.ack_durable(self.peer_uuid).to_dict(),
+               "own_rows": self.fenced}
+        self.without = [] if self.fenced else self.host.going_without()
+        if self.without:
+            req["without"] = self.without
+        self._out.send.append(Send(m.SUBSCRIBE, req))
 
     def _rejoin_answer(self, e: PeerRefused) -> None:
         """The upstream collected rows we still need: say what a snapshot from it would discard,

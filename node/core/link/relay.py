@@ -13,7 +13,10 @@ Rules kept here:
 - A joiner's WAL hold (all that is here) is on disk before its snapshot is read; a
   subscriber's hold moves to its durable vclock before SUBSCRIBED goes (persist comes first).
 - A subscriber behind what this node's WAL collected is told to rejoin, with what was
-  collected by uuid (the rejoin answer: it asks whether another upstream has those rows).
+  collected by uuid (the rejoin answer: it asks whether another upstream has those rows),
+  unless it says it goes without every such component (SUBSCRIBE `without`: its rejoin found
+  no donor, and they are expelled members'): then no row of those members goes on the link,
+  and the rest does.
 - An anonymous node sends none of its own rows (its private `_cluster` notes, signed with its
   private id): a member that replicates from it (to get back rows of its own it lost) neither
   registers it nor learns its id. Once the node registers, a link subscribed before ends with
@@ -169,6 +172,7 @@ class RelayMachine:
         self.request = 0                     # the request's message type
         self.sub: dict[int, int] = {}        # the SUBSCRIBE vclock, in our ids
         self.own: tuple[int, int] | None = None   # the subscriber's own-rows cut (relay_wants)
+        self.without: list[str] = []         # members whose collected rows it goes without (none sent)
         self.durable: dict[int, int] = {}    # what the subscriber has on disk
         self.acked: dict[int, int] = {}
         self.acked_at = 0.0
@@ -402,6 +406,22 @@ class RelayMachine:
             return self._snapshot()
         self._to(RelayState.SUBSCRIBE)
 
+    def _go_without(self, missing: list[int], without: list | None) -> list[int]:
+        """The components of `missing` the subscriber does not say it goes without. Those it
+        does are never sent on this link (its vclock there taken as past every lsn, as for an
+        anonymous node's own rows): no row of theirs could follow the collected gap."""
+        if not without:
+            return missing
+        table = self.host.core.table
+        ids = {mem.id for mem in map(table.get, without) if mem is not None}
+        gone = [rid for rid in missing if rid in ids]
+        if len(gone) < len(missing):
+            return [rid for rid in missing if rid not in ids]
+        for rid in gone:
+            self.sub[rid] = limits.lsn_max
+        self.without = sorted(table.uuid_of(rid) for rid in gone)
+        return []
+
     def _snapshot(self) -> None:
         # The joiner's hold exists before its snapshot is read and holds all that is here
         # until it subscribes and says where it is (it may take its snapshot elsewhere in the
@@ -429,6 +449,8 @@ class RelayMachine:
             return None
         gc_vclock = host.gc_vclock()
         missing = behind(self.sub, gc_vclock, expel_bounds_by_id(core.table, self.greeting))
+        if missing:
+            missing = self._go_without(missing, req.get("without"))
         if missing:
             # the collected rows by uuid: the subscriber asks whether another upstream can give them
             return self._refuse("need_rejoin", f"rows of components {missing} below {gc_vclock} were "

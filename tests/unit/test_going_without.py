@@ -1,0 +1,194 @@
+"""Going without an expelled member's rows that live in a snapshot only (docs/replication.md,
+"A rejoin discards nothing"): the rejoin machine names them once an attempt finds no donor
+(RejoinMachine.going_without), the applier's SUBSCRIBE says so (`without`), and a relay that
+collected only those components serves the rest instead of telling the subscriber to rejoin.
+The run that needed it is tests/sim/test_fixed_bugs.py test_rows_in_two_snapshots_only_do_not_stall_the_members."""
+from __future__ import annotations
+
+import pytest
+
+from node import limits
+from node.cluster_space.table import STATE_EXPELLED
+from node.core import messages as m
+from node.core.lifecycle_rejoin import Probed, Rebuilt, RejoinState
+from node.core.link.applier import ApplierState
+from node.core.link.relay import RelayState
+from node.core.membership import OwnRowsFence
+from node.core.replicaset import relay_wanted
+from node.core.vclock import VClock
+from node.errors import RemoteProtocolError
+from node.process.views import rejoin_info
+from tests.unit import test_link_applier_machine as am
+from tests.unit import test_link_relay_machine as rm
+from tests.unit import test_lifecycle_rejoin as rj
+from tests.unit.helpers import UUID_B
+
+# --- the rejoin machine: what an attempt that found no donor goes without ------------------------
+
+
+def _blocked(collected: dict, vclock=None, expelled_d: int | None = 9):
+    mc, host = rj.machine(vclock, expelled_d=expelled_d)
+    rj.told(mc, collected)
+    rj._blocked_attempt(mc, 100.0)
+    return mc, host
+
+
+def test_an_attempt_that_finds_no_donor_goes_without_the_expelled_members_rows_only():
+    """B is a member: it writes on, and its next row needs the ones before it, so its rows are
+    never gone without (the links keep asking for a rejoin). D is expelled, with bound 9."""
+    mc, _ = _blocked({UUID_B: 8, rj.UUID_D: 6})
+    assert mc.going_without() == {rj.UUID_D: 6}
+
+
+def test_nothing_is_gone_without_before_an_attempt_ends_blocked():
+    mc, _ = rj.machine(expelled_d=9)
+    rj.told(mc, {rj.UUID_D: 6})
+    mc.tick(100.0)
+    assert mc.state is RejoinState.PROBING and mc.going_without() == {}
+
+
+def test_a_donor_that_lacks_only_this_nodes_rows_blocks_too_and_the_expelled_rows_are_gone_without():
+    mc, _ = rj.machine({1: 4, 2: 7, 3: 2}, expelled_d=9)
+    rj.told(mc, {rj.UUID_D: 6})
+    mc.tick(100.0)
+    for addr in (rj.ADDR_C, rj.ADDR_B, rj.ADDR_D):
+        rj.take(mc)
+        # it has D's rows but lacks this node's own (A 4): a snapshot of it would discard them
+        mc.step(Probed(addr, {rj.UUID_A: 3, UUID_B: 7, rj.UUID_C: 2, rj.UUID_D: 6}), 100.0)
+    assert mc.state is RejoinState.IDLE and "would discard" in mc.blocked
+    assert mc.going_without() == {rj.UUID_D: 6}
+
+
+@pytest.mark.parametrize("d_has, gone", [(5, {rj.UUID_D: 6}), (6, {}), (7, {})])
+def test_rows_gone_without_are_no_longer_named_once_they_came(d_has, gone):
+    mc, host = _blocked({rj.UUID_D: 6}, {1: 4, 2: 7, 3: 2, 4: 0})
+    host.the_core.vclock = VClock({1: 4, 2: 7, 3: 2, 4: d_has})
+    assert mc.going_without() == gone
+
+
+def test_the_most_an_attempt_lacked_is_kept_and_a_rebuild_forgets_it():
+    mc, host = _blocked({rj.UUID_D: 6})
+    mc.needed[rj.ADDR_C] = {rj.UUID_D: 4}
+    rj._blocked_attempt(mc, 100.0 + rj.RETRY)
+    assert mc.going_without() == {rj.UUID_D: 6}
+    mc.state = RejoinState.REBUILDING
+    mc.step(Rebuilt(rj.ADDR_C), 200.0)
+    assert mc.going_without() == {} and mc.without == {}
+
+
+# --- the applier: SUBSCRIBE says what it goes without --------------------------------------------
+
+
+def _subscribe(core=None, without=()):
+    host = am.Host()
+    host.without = list(without)
+    mach = am.machine(core or am.new_core(), host)
+    mach.start(am.greeting(am.SELF))
+    mach.advance(mach.ready())
+    mach.step(m.Message(m.GREETING, am.greeting(am.UP, am.UP_ROWS)), am.NOW)
+    rd = mach.ready()
+    assert mach.state is ApplierState.SUBSCRIBING
+    (sub,) = rd.send
+    return mach, sub.body
+
+
+def test_a_subscribe_names_what_the_node_goes_without_and_nothing_when_it_goes_without_nothing():
+    mach, body = _subscribe(without=[am.OTHER])
+    assert body["without"] == [am.OTHER] and mach.without == [am.OTHER]
+    _, body = _subscribe()
+    assert "without" not in body
+
+
+def test_a_fenced_subscribe_goes_without_nothing():
+    """A fenced link asks for its own rows only: there is nothing to go without."""
+    core = am.new_core(vclock={1: 3, 2: 5})
+    core.fence = OwnRowsFence("a test loss")
+    mach, body = _subscribe(core, without=[am.OTHER])
+    assert body["own_rows"] is True and "without" not in body and mach.without == []
+
+
+# --- the wire ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("without, ok", [
+    ([], True),
+    ([rm.GONE], True),
+    ([rm.GONE] * limits.members_max, True),
+    ([rm.GONE] * (limits.members_max + 1), False),
+    ([rm.GONE.replace("-", "")], False),
+    (["x" * 36], False),
+    ([7], False),
+    (rm.GONE, False),
+    (None, True),
+])
+def test_a_subscribe_names_at_most_members_max_canonical_uuids_it_goes_without(without, ok):
+    body = {"vclock": {1: 2}} if without is None else {"vclock": {1: 2}, "without": without}
+    data = m.encode(m.SUBSCRIBE, **body)
+    if ok:
+        assert m.decode(data).body == body
+    else:
+        with pytest.raises(RemoteProtocolError, match="SUBSCRIBE: without is a list of at most"):
+            m.decode(data)
+
+
+# --- the relay: it serves the rest -----------------------------------------------------------------
+
+
+def _relay_subscribed(sub: dict, without, bound_said: int = 6):
+    host = rm.Host()
+    host.gc = {1: 7, 4: 6}          # GONE (expelled here at 3): rows up to 6 came in this node's snapshot
+    mach = rm.greeted(rm.relay(host), cluster=[[rm.GONE, 9, "", STATE_EXPELLED, 0, bound_said]])
+    body = {} if without is None else {"without": without}
+    mach.step(rm.subscribe(sub, **body), rm.NOW)
+    return mach, mach.ready()
+
+
+def test_a_subscriber_that_goes_without_every_collected_component_it_lacks_is_served_the_rest():
+    mach, rd = _relay_subscribed({1: 7, 2: 4, 4: 3}, [rm.GONE])
+    assert mach.state is RelayState.STREAMING and [s.mtype for s in rd.send] == [m.SUBSCRIBED]
+    assert mach.without == [rm.GONE] and mach.sub[4] == limits.lsn_max
+    assert rd.persist == (rm.Hold(rm.SUB, False, {1: 7, 2: 4, 4: 3}),)     # the hold where it is
+    # no row of GONE goes on the link; the others' do
+    keep, rows = relay_wanted([[4, 7, 0, 0, [["op"]]], [1, 8, 0, 0, [["op"]]]], mach.sub)
+    assert [t[0] for t in keep] == [1] and rows == 1
+
+
+def test_without_it_the_same_subscriber_is_told_to_rejoin():
+    mach, rd = _relay_subscribed({1: 7, 2: 4, 4: 3}, None)
+    (err,) = rd.send
+    assert err.body["code"] == "need_rejoin" and mach.state is RelayState.CLOSED and mach.without == []
+
+
+def test_a_subscriber_that_lacks_other_collected_rows_too_is_told_to_rejoin_for_them():
+    mach, rd = _relay_subscribed({1: 5, 2: 4, 4: 3}, [rm.GONE])
+    (err,) = rd.send
+    assert err.body["code"] == "need_rejoin" and "components [1] " in err.body["message"]
+    assert mach.state is RelayState.CLOSED and mach.without == []
+
+
+@pytest.mark.parametrize("without", [[rm.GONE], [rm.NEW], [rm.SUB]])
+def test_a_component_the_subscriber_does_not_lack_here_is_served_whatever_it_says(without):
+    """It goes without only what this relay collected and it lacks: GONE's rows past its
+    vclock (6) are sent, and so is everything of a uuid this node does not know (NEW)."""
+    mach, rd = _relay_subscribed({1: 7, 2: 4, 4: 6}, without)
+    assert mach.state is RelayState.STREAMING and mach.without == [] and mach.sub[4] == 6
+    keep, _ = relay_wanted([[4, 7, 0, 0, [["op"]]]], mach.sub)
+    assert len(keep) == 1
+
+
+# --- what the node shows ----------------------------------------------------------------------------
+
+
+class _Rejoiner:
+    def __init__(self, need, blocked, gone):
+        self.need, self.blocked, self.gone = need, blocked, gone
+
+    def going_without(self):
+        return self.gone
+
+
+def test_info_shows_what_the_node_goes_without_after_its_links_follow_again():
+    assert rejoin_info(_Rejoiner({}, "", {})) is None
+    assert rejoin_info(_Rejoiner({}, "no donor", {rm.GONE: 6})) == {
+        "needed_by": [], "blocked": "no donor", "going_without": {rm.GONE: 6}}
+    assert rejoin_info(_Rejoiner({"c:1": "why"}, "", {})) == {"needed_by": ["c:1"], "blocked": "", "going_without": {}}
