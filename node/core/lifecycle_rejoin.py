@@ -221,12 +221,12 @@ class RejoinMachine:
         """The watch: start an attempt if one is due; in a cover wait, look again."""
         if self.state is RejoinState.COVER_WAIT:
             return self._cover_tick(now)
-        if self.state is not RejoinState.IDLE or not self.need:
+        if self.state is not RejoinState.IDLE or not (self.need or self.without):
             return
         upstreams = self.host.upstreams()
         self.need = {a: r for a, r in self.need.items() if a in upstreams}
         self.needed = {a: n for a, n in self.needed.items() if a in self.need}
-        if not self.need or not self.host.may_rejoin():
+        if not (self.need or self.going_without()) or not self.host.may_rejoin():
             return
         if self.caught_up():
             return                         # caught up past what they collected: the links serve again
@@ -283,9 +283,11 @@ class RejoinMachine:
         return {u: n for u, (n, _) in uncovered(mine, {}, expel_bounds(core.table)).items()}
 
     def wanted(self) -> dict[str, int]:
-        """The collected rows this node still lacks: uuid -> the lsn it needs to reach."""
+        """The collected rows this node still lacks: uuid -> the lsn it needs to reach. Those
+        it goes without too: its links follow again, but a donor that has them and covers this
+        node may appear (every peer may since have taken the rows that kept them from it)."""
         have = self.host.core().vclock_by_uuid()
-        out: dict[str, int] = {}
+        out: dict[str, int] = self.going_without()
         for collected in self.needed.values():
             for u, lsn in collected.items():
                 if lsn > have.get(u, 0):
@@ -312,9 +314,10 @@ class RejoinMachine:
         return not self.wanted() and all(self.needed.get(a) for a in self.need)
 
     def fed(self, wanted: dict[str, int]) -> bool:
-        """A streaming upstream has what this node lacks (or some need was not said): wait for it."""
+        """A streaming upstream has what this node lacks (or some need was not said): wait for it.
+        Not rows gone without: an upstream that has them only in its snapshot follows too."""
         following = [vclock for ok, vclock in self.host.upstreams().values() if ok]
-        if not following:
+        if not following or (self.without and not self.without.keys().isdisjoint(wanted)):
             return False
         if not wanted:
             return True          # an older relay said nothing of what it collected: give the stream time

@@ -10,7 +10,7 @@ import pytest
 from node import limits
 from node.cluster_space.table import STATE_EXPELLED
 from node.core import messages as m
-from node.core.lifecycle_rejoin import Probed, Rebuilt, RejoinState
+from node.core.lifecycle_rejoin import ProbeDonor, Probed, Rebuilt, RejoinState
 from node.core.link.applier import ApplierState
 from node.core.link.relay import RelayState
 from node.core.membership import OwnRowsFence
@@ -74,6 +74,34 @@ def test_the_most_an_attempt_lacked_is_kept_and_a_rebuild_forgets_it():
     mc.state = RejoinState.REBUILDING
     mc.step(Rebuilt(rj.ADDR_C), 200.0)
     assert mc.going_without() == {} and mc.without == {}
+
+
+def test_a_node_going_without_asks_again_every_retry_interval_and_rebuilds_once_a_donor_covers_it():
+    """Its links follow again (no need is left), yet it still looks for a donor: every peer
+    may since have taken the rows that kept one from covering it (full seed 1597: A went
+    without D's row 5 while only A held its own row 6; then every peer had both, in snapshots).
+    An upstream that follows and has the rows does not hold the attempt: it may have them in
+    its snapshot only, and it serves this node without them."""
+    mc, host = _blocked({rj.UUID_D: 6})
+    rj.take(mc)                                      # (the first attempt's Blocked)
+    mc.note_follow(rj.ADDR_C)
+    host.links = {rj.ADDR_B: (True, {rj.UUID_D: 6}), rj.ADDR_C: (True, {rj.UUID_D: 6})}
+    assert mc.need == {} and mc.wanted() == {rj.UUID_D: 6} and not mc.fed(mc.wanted())
+    mc.tick(100.0 + rj.RETRY - 0.001)
+    assert mc.state is RejoinState.IDLE and mc.attempts == 1
+    mc.tick(100.0 + rj.RETRY)
+    assert mc.state is RejoinState.PROBING and mc.attempts == 2
+    assert rj.take(mc) == ([], [ProbeDonor(rj.ADDR_B)])
+    mc.step(Probed(rj.ADDR_B, {rj.UUID_A: 4, UUID_B: 7, rj.UUID_C: 2, rj.UUID_D: 6}), 200.0)
+    assert mc.state is RejoinState.REBUILDING
+
+
+def test_a_node_that_goes_without_nothing_any_more_has_nothing_to_ask():
+    mc, host = _blocked({rj.UUID_D: 6})
+    mc.note_follow(rj.ADDR_C)
+    host.the_core.vclock = VClock({1: 4, 2: 7, 3: 2, 4: 6})
+    mc.tick(1000.0)
+    assert mc.state is RejoinState.IDLE and mc.attempts == 1
 
 
 # --- the applier: SUBSCRIBE says what it goes without --------------------------------------------
