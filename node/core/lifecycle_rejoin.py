@@ -12,7 +12,9 @@ this node has. A donor that lacks some of this node's rows but receives them fro
 every `cover_poll_s`. Just before a rebuild, an attempt that meanwhile caught up rebuilds
 nothing. An attempt that finds no donor says why (`blocked`) and keeps the store;
 the expelled members among what it lacks are then gone without (`going_without`): its links
-ask their upstreams for the rest.
+ask their upstreams for the rest. While any are, an attempt still starts every `retry_s` (a
+donor that has them and covers this node may appear), but no writes pause for one: only a
+donor that covers this node as it is is taken.
 
 Interface (as the link machines', node/core/link/): `tick(now)` (the watch), `step(event,
 now)` with the driver's answers (`Probed`, `Rebuilt`, `RebuildFailed`), `ready()` -> Ready
@@ -189,6 +191,7 @@ class RejoinMachine:
         self._theirs: dict[str, int] = {}
         self._bounds: dict | None = None               # the donor's expelled members (Probed.bounds)
         self._missing: dict = {}                       # what the donor lacked at the last look
+        self._covering_only = False                    # only a donor that covers this node now (going_without)
         self._deadline = self._next_probe = 0.0
         self._check_due = False
         self._out = Outbox()
@@ -237,6 +240,8 @@ class RejoinMachine:
         self.last_try = now
         self.attempts += 1
         self._mine, self._wanted = self.mine(), self.wanted()
+        # only rows gone without: the links serve, so no writes pause for a donor to receive ours
+        self._covering_only = not self.need
         self._order = list(self.need) + [a for a in self.host.peers() if a not in self.need]
         self._at, self._best = 0, None
         self._to(RejoinState.PROBING)
@@ -380,7 +385,7 @@ class RejoinMachine:
         missing = self.uncovered(self._mine, ev.vclock, ev.bounds)
         if not missing:
             return self._rebuild(ev.address)
-        if ev.receiving:
+        if ev.receiving and not self._covering_only:
             # It is receiving our rows: pause writes so that it can have all of them.
             self._to(RejoinState.COVER_WAIT)
             self._out.apply.append(Status("rejoining", f"waiting for {ev.address} to receive this node's rows"))

@@ -96,6 +96,26 @@ def test_a_node_going_without_asks_again_every_retry_interval_and_rebuilds_once_
     assert mc.state is RejoinState.REBUILDING
 
 
+def test_a_node_going_without_pauses_no_writes_for_a_donor_that_receives_its_rows():
+    """Its links serve, so a donor that lacks rows of this node's is passed over, receiving
+    them or not: a cover wait every retry interval would pause writes most of the time (a real
+    process did: tests/integration/test_going_without.py). A node told to rejoin waits for one."""
+    lacking = {rj.UUID_A: 3, UUID_B: 7, rj.UUID_C: 2, rj.UUID_D: 6}      # it lacks A's row 4
+    mc, host = _blocked({rj.UUID_D: 6})
+    rj.take(mc)
+    mc.note_follow(rj.ADDR_C)
+    mc.tick(100.0 + rj.RETRY)
+    assert rj.take(mc) == ([], [ProbeDonor(rj.ADDR_B)])
+    mc.step(Probed(rj.ADDR_B, lacking, receiving=True), 200.0)
+    assert mc.state is RejoinState.PROBING and rj.take(mc) == ([], [ProbeDonor(rj.ADDR_C)])
+    mc, _ = rj.machine(expelled_d=9)
+    rj.told(mc, {rj.UUID_D: 6})
+    mc.tick(100.0)
+    rj.take(mc)
+    mc.step(Probed(rj.ADDR_C, lacking, receiving=True), 100.0)
+    assert mc.state is RejoinState.COVER_WAIT
+
+
 def test_a_node_that_goes_without_nothing_any_more_has_nothing_to_ask():
     mc, host = _blocked({rj.UUID_D: 6})
     mc.note_follow(rj.ADDR_C)
