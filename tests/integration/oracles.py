@@ -152,6 +152,16 @@ def downstreams_of(node: ReplogProcess, uuid: str) -> list[dict]:
     return [d for d in node.info()["downstreams"] if d["uuid"] == uuid]
 
 
+def readable(node: ReplogProcess, key: str, space: str = "kv") -> bool:
+    return node.kv_get(space, key)[0] == 200
+
+
+def expel_bound(node: ReplogProcess, uuid: str) -> int | None:
+    """The member's accepted bound if the node's `_cluster` says it is expelled, else None."""
+    m = node.cluster().get(uuid) or {}
+    return m.get("expelled_lsn") if m.get("state") == "expelled" else None
+
+
 def upstream(node: ReplogProcess, address: str) -> dict:
     return next((u for u in node.info()["upstreams"] if u["address"] == address), {})
 

@@ -11,16 +11,7 @@ and the relays serve the rest: E's and F's writes reach every node (docs/replica
 from __future__ import annotations
 
 from tests.integration.harness import ReplogProcess, mesh, wait_for
-from tests.integration.oracles import replicated_spaces, upstream
-
-
-def _readable(node: ReplogProcess, key: str) -> bool:
-    return node.kv_get("kv", key)[0] == 200
-
-
-def _bound(node: ReplogProcess, uuid: str) -> int | None:
-    m = node.cluster().get(uuid) or {}
-    return m.get("expelled_lsn") if m.get("state") == "expelled" else None
+from tests.integration.oracles import expel_bound, readable, replicated_spaces, upstream
 
 
 def _write(node: ReplogProcess, key: str) -> None:
@@ -34,7 +25,7 @@ def _going_without(node: ReplogProcess) -> dict:
 
 
 def _each_row_or_going_without(a, e, f, bu: str, cu: str) -> None:
-    wait_for(lambda: all(_readable(n, key) or x in _going_without(n)
+    wait_for(lambda: all(readable(n, key) or x in _going_without(n)
                          for n in (a, e, f) for x, key in ((bu, "b-after-expel"), (cu, "c-after-expel"))),
              60, "each node goes without the rows no donor could give")
 
@@ -53,7 +44,7 @@ def test_rows_that_live_in_two_snapshots_only_do_not_stop_the_others_from_flowin
     a, b, c = nodes
     a.create_space("kv")
     a.kv_put("kv", "early", 1)
-    wait_for(lambda: _readable(b, "early") and _readable(c, "early"), 20, "A's write on B and C")
+    wait_for(lambda: readable(b, "early") and readable(c, "early"), 20, "A's write on B and C")
     bu, cu = b.uuid(), c.uuid()
 
     for n in (a, b, c):                   # each cut off from the others
@@ -67,13 +58,13 @@ def test_rows_that_live_in_two_snapshots_only_do_not_stop_the_others_from_flowin
     c.kv_put("kv", "c-after-expel", 1)
     f = _joiner(tmp_path, procs, "f", b)
     e = _joiner(tmp_path, procs, "e", c)
-    assert _readable(f, "b-after-expel") and not _readable(f, "c-after-expel")    # in F's snapshot
-    assert _readable(e, "c-after-expel") and not _readable(e, "b-after-expel")    # in E's
+    assert readable(f, "b-after-expel") and not readable(f, "c-after-expel")    # in F's snapshot
+    assert readable(e, "c-after-expel") and not readable(e, "b-after-expel")    # in E's
     assert b.stop() == 0 and c.stop() == 0                                         # gone for good
 
     for n, peers in ((a, [e, f]), (e, [a, f]), (f, [a, e])):
         n.set_peers(peers)
-    wait_for(lambda: all(_bound(n, bu) is not None and _bound(n, cu) is not None for n in (a, e, f)), 60,
+    wait_for(lambda: all(expel_bound(n, bu) is not None and expel_bound(n, cu) is not None for n in (a, e, f)), 60,
              "E and F heard of both expels")
     # Each node ends with each row or going without it: A may rebuild from E's snapshot or F's
     # first (whichever told it to rejoin first covers it then), but nobody can have both rows
@@ -82,14 +73,14 @@ def test_rows_that_live_in_two_snapshots_only_do_not_stop_the_others_from_flowin
     _write(e, "e-1")
     _write(f, "f-1")
     for n in (a, e, f):
-        wait_for(lambda: _readable(n, "e-1") and _readable(n, "f-1"), 60, f"E's and F's writes on {n.name}")
+        wait_for(lambda: readable(n, "e-1") and readable(n, "f-1"), 60, f"E's and F's writes on {n.name}")
     for n, others in ((a, (e, f)), (e, (a, f)), (f, (a, e))):
         for o in others:
             wait_for(lambda: upstream(n, o.address).get("status") == "follow", 30, f"{n.name} follows {o.name}")
     # the two rows stay where they are, in snapshots (the limitation the docs name)
-    assert not any(_readable(n, "b-after-expel") and _readable(n, "c-after-expel") for n in (a, e, f))
-    assert not _readable(e, "b-after-expel") and not _readable(f, "c-after-expel")
-    assert _bound(a, bu) == _bound(e, bu) == _bound(f, bu) and _bound(a, cu) == _bound(e, cu) == _bound(f, cu)
+    assert not any(readable(n, "b-after-expel") and readable(n, "c-after-expel") for n in (a, e, f))
+    assert not readable(e, "b-after-expel") and not readable(f, "c-after-expel")
+    assert expel_bound(a, bu) == expel_bound(e, bu) == expel_bound(f, bu) and expel_bound(a, cu) == expel_bound(e, cu) == expel_bound(f, cu)
     for n in (a, e, f):                   # every node restarts, and its links serve again
         assert n.stop() == 0
     for n, peers in ((a, [e, f]), (e, [a, f]), (f, [a, e])):
@@ -98,5 +89,5 @@ def test_rows_that_live_in_two_snapshots_only_do_not_stop_the_others_from_flowin
     _write(e, "e-2")
     _write(f, "f-2")
     for n in (a, e, f):
-        wait_for(lambda: _readable(n, "e-2") and _readable(n, "f-2"), 60, f"E's and F's writes after the restart on {n.name}")
+        wait_for(lambda: readable(n, "e-2") and readable(n, "f-2"), 60, f"E's and F's writes after the restart on {n.name}")
     _each_row_or_going_without(a, e, f, bu, cu)      # (the rejoin's state is not kept: it is found again)

@@ -12,16 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.harness import ReplogProcess, mesh, wait_for
-from tests.integration.oracles import replicated_spaces, upstream
-
-
-def _readable(node: ReplogProcess, key: str) -> bool:
-    return node.kv_get("kv", key)[0] == 200
-
-
-def _bound(node: ReplogProcess, uuid: str) -> int | None:
-    m = node.cluster().get(uuid) or {}
-    return m.get("expelled_lsn") if m.get("state") == "expelled" else None
+from tests.integration.oracles import expel_bound, readable, replicated_spaces, upstream
 
 
 @pytest.mark.parametrize("a_serves", [True, False], ids=["the-expelled-member-serves", "it-is-gone"])
@@ -32,7 +23,7 @@ def test_a_node_that_joined_through_a_member_expelled_meanwhile_ends_with_the_me
     a, b, c = nodes
     a.create_space("kv")
     a.kv_put("kv", "early", 1)
-    wait_for(lambda: _readable(b, "early") and _readable(c, "early"), 20, "A's write on B and C")
+    wait_for(lambda: readable(b, "early") and readable(c, "early"), 20, "A's write on B and C")
     au = a.uuid()
 
     a.set_peers([])                                   # A is cut off: it follows nobody, nobody follows it
@@ -41,9 +32,9 @@ def test_a_node_that_joined_through_a_member_expelled_meanwhile_ends_with_the_me
     wait_for(lambda: not upstream(b, a.address) and not upstream(c, a.address), 20, "B and C stopped following A")
     s, d = c.delete(f"/v1/cluster/{au}")
     assert s == 200, (s, d)
-    wait_for(lambda: _bound(b, au) is not None, 20, "A expelled on B")
-    stated = _bound(c, au)
-    assert _bound(b, au) == stated
+    wait_for(lambda: expel_bound(b, au) is not None, 20, "A expelled on B")
+    stated = expel_bound(c, au)
+    assert expel_bound(b, au) == stated
 
     a_after = a.kv_put("kv", "a-after-expel", 1)      # A has not heard: its rows past the stated bound
     assert a_after["lsn"] > stated, (a_after, stated)
@@ -51,7 +42,7 @@ def test_a_node_that_joined_through_a_member_expelled_meanwhile_ends_with_the_me
     procs.append(f)
     f.start(wait=False)
     wait_for(lambda: "kv" in replicated_spaces(f), 60, "F joined through A")
-    assert _readable(f, "a-after-expel")              # in F's snapshot
+    assert readable(f, "a-after-expel")              # in F's snapshot
     held = f.cluster()[au]["lsn"]                     # F holds A's rows up to its registration
     assert held > stated
     if not a_serves:
@@ -62,8 +53,8 @@ def test_a_node_that_joined_through_a_member_expelled_meanwhile_ends_with_the_me
     b.set_peers([c, f])
     c.set_peers([b, f])
     if a_serves:
-        wait_for(lambda: _bound(f, au) == held, 30, "F heard of the expel and raised the bound to what it holds")
-        wait_for(lambda: _bound(b, au) == held and _bound(c, au) == held, 30, "B and C took F's bound")
+        wait_for(lambda: expel_bound(f, au) == held, 30, "F heard of the expel and raised the bound to what it holds")
+        wait_for(lambda: expel_bound(b, au) == held and expel_bound(c, au) == held, 30, "B and C took F's bound")
         # A serves its rows up to the bound (an expelled member still serves subscribers). A member
         # F told to rejoin may be rebuilding from F's snapshot meanwhile (the other way to them),
         # and takes no peer change until it is done (503 not_ready)
@@ -71,13 +62,13 @@ def test_a_node_that_joined_through_a_member_expelled_meanwhile_ends_with_the_me
             wait_for(lambda: n.put("/v1/admin/peers", {"peers": [p.address for p in peers]})[0] == 200, 60,
                      f"{n.name} takes A as a peer")
     for n in (b, c):
-        wait_for(lambda: _readable(n, "a-after-expel") and _readable(n, "f-1"), 60, f"A's and F's rows on {n.name}")
+        wait_for(lambda: readable(n, "a-after-expel") and readable(n, "f-1"), 60, f"A's and F's rows on {n.name}")
         assert n.cluster()[au]["lsn"] == held and n.cluster()[f.uuid()]["lsn"] >= f_lsn
-    assert _bound(b, au) == _bound(c, au) == _bound(f, au) == held
+    assert expel_bound(b, au) == expel_bound(c, au) == expel_bound(f, au) == held
     if not a_serves:
         rebuilt = f"rebuilding the store from {f.address}'s snapshot"
         assert rebuilt in b.log_text() or rebuilt in c.log_text()
     f.kv_put("kv", "f-2", 2)
-    wait_for(lambda: _readable(b, "f-2") and _readable(c, "f-2"), 30, "F's next write on B and C")
+    wait_for(lambda: readable(b, "f-2") and readable(c, "f-2"), 30, "F's next write on B and C")
     for n in (b, c):     # a link F told to rejoin tries again every rejoin_retry_s, and F serves it now
         wait_for(lambda: upstream(n, f.address).get("status") == "follow", 30, f"{n.name} follows F")
