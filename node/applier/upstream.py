@@ -57,7 +57,9 @@ class Upstream:
                 "lag_s": round(self.lag_s, 6), "error": self.error,
                 "id_map": {str(k): v for k, v in (peer.map.as_dict() if peer else {}).items()},
                 "gaps": peer.stats.gaps if peer else 0,
-                "messages": {"scanned": self.messages_scanned, "decoded": self.messages_decoded}}
+                "messages": {"scanned": self.messages_scanned, "decoded": self.messages_decoded},
+                # the expelled members whose collected rows this link's SUBSCRIBE went without
+                "without": list(self.machine.without) if self.machine is not None else []}
 
     async def stop(self) -> None:
         """End this upstream for good and return once it has: the socket closed, the task done."""

@@ -309,9 +309,8 @@ class RejoinMachine:
         gone without: a member writes on, and its next row needs the ones before it."""
         if not self.without:
             return {}
-        core = self.host.core()
-        have, table = core.vclock_by_uuid(), core.table
-        return {u: lsn for u, lsn in sorted(self.without.items()) if have.get(u, 0) < lsn and table.expelled(u)}
+        have = self.host.core().vclock_by_uuid()       # (only expelled members are noted: an expel is for good)
+        return {u: lsn for u, lsn in sorted(self.without.items()) if have.get(u, 0) < lsn}
 
     def caught_up(self) -> bool:
         """Every upstream that told this node to rejoin said what it collected, and this node
@@ -322,7 +321,7 @@ class RejoinMachine:
         """A streaming upstream has what this node lacks (or some need was not said): wait for it.
         Not rows gone without: an upstream that has them only in its snapshot follows too."""
         following = [vclock for ok, vclock in self.host.upstreams().values() if ok]
-        if not following or (self.without and not self.without.keys().isdisjoint(wanted)):
+        if not following or not self.without.keys().isdisjoint(wanted):
             return False
         if not wanted:
             return True          # an older relay said nothing of what it collected: give the stream time

@@ -102,18 +102,16 @@ def store_field_error(st: Any) -> str | None:
 def uuid_list_error(v, name: str) -> str | None:
     """An optional list of members (GREETING expels_heard, SUBSCRIBE without): absent, or at
     most members_max canonical uuids."""
-    if v is not None and (type(v) is not list or len(v) > limits.members_max or not all(is_uuid(u) for u in v)):
-        return f"{name} is a list of at most {limits.members_max} canonical uuids"
-    return None
+    ok = v is None or (type(v) is list and len(v) <= limits.members_max and all(is_uuid(u) for u in v))
+    return None if ok else f"{name} is a list of at most {limits.members_max} canonical uuids"
 
 
 def subscribe_error(b: dict) -> str | None:
     """SUBSCRIBE {vclock, durable?, own_rows?, without?}: `without`, the members whose rows the
     subscriber goes without where this relay collected them (node.core.link.relay)."""
-    err = vclock_error(b["vclock"]) or (vclock_error(b["durable"]) if "durable" in b else None)
-    if err is None and type(b.get("own_rows", False)) is not bool:
-        err = "own_rows is not a boolean"
-    return err or uuid_list_error(b.get("without"), "without")
+    return (vclock_error(b["vclock"]) or (vclock_error(b["durable"]) if "durable" in b else None)
+            or (None if type(b.get("own_rows", False)) is bool else "own_rows is not a boolean")
+            or uuid_list_error(b.get("without"), "without"))
 
 
 def greeting_error(g: dict) -> str | None:

@@ -89,6 +89,18 @@ def test_info_shows_the_links_peer_its_id_map_and_status():
     info = u.info()
     assert (info["uuid"], info["address"], info["status"], info["error"]) == (UP, ADDR, "follow", "")
     assert info["id_map"] == {"1": 2, "2": 1, "3": 3}        # OTHER registered here as 3 by the greeting
+    assert info["without"] == []
+
+
+def test_info_shows_what_a_link_goes_without_from_its_first_moment():
+    u = Upstream(Node(), ADDR)
+    assert u.info()["without"] == []
+    u.new_machine()                       # not greeted yet
+    assert u.info()["without"] == []
+    gone = "00000000-0000-4000-8000-0000000000aa"
+    u.node.rejoiner.going_without = lambda: {gone: 3}
+    following(u)
+    assert u.info()["without"] == [gone]
 
 
 def test_following_clears_the_error_and_tells_the_rejoiner(caplog):

@@ -66,6 +66,20 @@ def test_rows_gone_without_are_no_longer_named_once_they_came(d_has, gone):
     assert mc.going_without() == gone
 
 
+def test_a_member_this_node_has_no_row_of_is_gone_without_from_its_first_row():
+    mc, host = _blocked({rj.UUID_D: 1}, {1: 4, 2: 7, 3: 2})
+    assert mc.going_without() == {rj.UUID_D: 1}
+
+
+def test_rows_gone_without_do_not_stop_a_streaming_upstream_from_feeding_other_rows():
+    """Only what is gone without is not fed by a following upstream: B's row 8, which it has,
+    is still left to it (no attempt)."""
+    mc, host = _blocked({rj.UUID_D: 6})
+    rj.take(mc)
+    host.links[rj.ADDR_B] = (True, {UUID_B: 8, rj.UUID_D: 6})
+    assert mc.fed({UUID_B: 8}) and not mc.fed({UUID_B: 8, rj.UUID_D: 6})
+
+
 def test_the_most_an_attempt_lacked_is_kept_and_a_rebuild_forgets_it():
     mc, host = _blocked({rj.UUID_D: 6})
     mc.needed[rj.ADDR_C] = {rj.UUID_D: 4}
@@ -177,6 +191,16 @@ def test_a_subscribe_names_at_most_members_max_canonical_uuids_it_goes_without(w
     else:
         with pytest.raises(RemoteProtocolError, match="SUBSCRIBE: without is a list of at most"):
             m.decode(data)
+
+
+def test_a_subscribe_says_its_first_wrong_field():
+    for body, first in (({"vclock": {1: -2}, "own_rows": 1, "without": 7}, "vclock"),
+                        ({"vclock": {1: 2}, "durable": {1: -1}, "own_rows": 1}, "vclock"),
+                        ({"vclock": {1: 2}, "own_rows": 1, "without": 7}, "own_rows"),
+                        ({"vclock": {1: 2}, "own_rows": True, "without": 7}, "without")):
+        with pytest.raises(RemoteProtocolError) as e:
+            m.decode(m.encode(m.SUBSCRIBE, **body))
+        assert str(e.value).startswith(f"SUBSCRIBE: {first}"), (body, str(e.value))
 
 
 # --- the relay: it serves the rest -----------------------------------------------------------------

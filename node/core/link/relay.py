@@ -410,7 +410,7 @@ class RelayMachine:
         """The components of `missing` the subscriber does not say it goes without. Those it
         does are never sent on this link (its vclock there taken as past every lsn, as for an
         anonymous node's own rows): no row of theirs could follow the collected gap."""
-        if not without:
+        if not missing or not without:
             return missing
         table = self.host.core.table
         ids = {mem.id for mem in map(table.get, without) if mem is not None}
@@ -448,9 +448,8 @@ class RelayMachine:
         if core.fence is not None and self._greet_again_for_fence(core):
             return None
         gc_vclock = host.gc_vclock()
-        missing = behind(self.sub, gc_vclock, expel_bounds_by_id(core.table, self.greeting))
-        if missing:
-            missing = self._go_without(missing, req.get("without"))
+        missing = self._go_without(behind(self.sub, gc_vclock, expel_bounds_by_id(core.table, self.greeting)),
+                                   req.get("without"))
         if missing:
             # the collected rows by uuid: the subscriber asks whether another upstream can give them
             return self._refuse("need_rejoin", f"rows of components {missing} below {gc_vclock} were "
