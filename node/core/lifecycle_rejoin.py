@@ -301,12 +301,12 @@ class RejoinMachine:
 
     def going_without(self) -> dict[str, int]:
         """The expelled members whose collected rows this node lacks and goes without (uuid ->
-        the lsn it lacks them to): the last
-        attempt found no donor that has them and covers this node (they live in a snapshot
-        only, on a node that holds none of ours, docs/replication.md "A rejoin discards
-        nothing"). Its links say so (SUBSCRIBE `without`), and an upstream that collected only
-        those serves the rest: the other members' rows still flow. A member's rows are never
-        gone without: a member writes on, and its next row needs the ones before it."""
+        the lsn it lacks them to): the last attempt found no donor that has them and covers
+        this node (they live in a snapshot only, on a node that lacks rows this one has:
+        docs/replication.md "A rejoin discards nothing"). Its links say so (SUBSCRIBE
+        `without`), and an upstream that collected only those serves the rest: the other
+        members' rows still flow. A member's rows are never gone without: a member writes on,
+        and its next row needs the ones before it."""
         if not self.without:
             return {}
         have = self.host.core().vclock_by_uuid()       # (only expelled members are noted: an expel is for good)
