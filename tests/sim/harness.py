@@ -93,6 +93,7 @@ class Cluster(Faults, Network, Links, Joins):
         self.rng = random.Random(seed)
         self.cluster_uuid = str(uuidlib.UUID(int=seed, version=4))   # (drawn from no stream)
         self.now = 0
+        self._vclocks_seen: tuple = ((), 0)    # quiet(): every vclock as last looked at, and since when
         self.nodes: dict[str, SimNode] = {}
         self.by_uuid: dict[str, SimNode] = {}
         self.conns: dict[int, Conn] = {}
@@ -405,7 +406,22 @@ class Cluster(Faults, Network, Links, Joins):
                     return False
                 if a.conn.cursor < p.applied_pos:
                     return False
-        return True
+        return self._without_looked_again()
+
+    def _without_looked_again(self) -> bool:
+        """A node that goes without rows (RejoinMachine.going_without) asks for a donor again
+        every retry interval, since a node that covers it may have come about meanwhile (full
+        seed 11470): quiet only once each such node's last attempt came after every vclock
+        was last seen to change."""
+        going = [n.rejoiner.machine for n in self.nodes.values()
+                 if n.rejoiner is not None and n.core is not None and n.rejoiner.machine.going_without()]
+        if not going:
+            return True
+        sig = tuple(tuple(n.core.vclock.items()) if n.core is not None else () for n in self.nodes.values())
+        if sig != self._vclocks_seen[0]:
+            self._vclocks_seen = (sig, self.now)
+        since = self._vclocks_seen[1]
+        return all(not mc.running and mc.last_try > since for mc in going)
 
     def run_until_quiet(self, max_ticks: int = 2000) -> None:
         self.run_until(self.quiet, max_ticks, "quiet (every link caught up, nothing in flight)")

@@ -216,10 +216,11 @@ class Rejoiner:
 
     # --- acting on it -----------------------------------------------------------------------------
     def step(self) -> None:
-        """Rejoiner.watch, once per tick. (An idle machine with no need noted does nothing on
-        its tick, and its outbox was emptied by the last `_act`: nothing else steps it.)"""
+        """Rejoiner.watch, once per tick. (An idle machine with no need noted and nothing gone
+        without does nothing on its tick, and its outbox was emptied by the last `_act`: nothing
+        else steps it.)"""
         machine = self.machine
-        if self._rebuilding is None and machine.state is _IDLE and not machine.need:
+        if self._rebuilding is None and machine.state is _IDLE and not machine.need and not machine.without:
             return
         if self._rebuilding is not None:
             self._advance_rebuild()

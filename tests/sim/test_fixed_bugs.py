@@ -531,6 +531,30 @@ def test_rows_in_two_snapshots_only_do_not_stall_the_members():
             assert have[e.uuid] == own_lsn(c, "E", "E") and have[f.uuid] == own_lsn(c, "F", "F"), x
 
 
+def test_a_node_going_without_rows_rebuilds_once_a_peer_covers_it():
+    """REPLOG_SIM_MIX=full, seed 11470: E went without C's rows 2-3 (expelled C), which lived
+    in snapshots only; the bound later rose to 8 and every other node took C's rows to 8 in
+    snapshots, and came to cover E. E's links served it without C, so no upstream told it to
+    rejoin again: only the attempt it keeps up every retry interval while it goes without rows
+    (RejoinMachine.going_without) finds such a donor. (The simulation once ticked no rejoin
+    machine without a need, and called the cluster quiet before that attempt came: it now
+    waits for one after the last change, Cluster._without_looked_again.)"""
+    c = run_seed(11470, full=True)
+    e = c.nodes["E"]
+    assert e.rejoiner.machine.going_without() == {} and e.rejoiner.machine.without == {}
+    assert own_lsn(c, "E", "C") == own_lsn(c, "A", "C") == 8
+
+
+def test_the_simulation_catches_a_node_that_stops_asking_once_it_goes_without(monkeypatch):
+    """Turned back (the rejoin machine attempts only while a link says need_rejoin), E never
+    looks for a donor again, and the run never becomes quiet (it waits for that look)."""
+    from node.core.lifecycle_rejoin import RejoinMachine
+    tick = RejoinMachine.tick
+    monkeypatch.setattr(RejoinMachine, "tick", lambda self, now: tick(self, now) if self.need else None)
+    with pytest.raises(SimFailure, match="quiet .* not reached"):
+        run_seed(11470, full=True)
+
+
 def test_the_simulation_catches_links_that_never_go_without_a_snapshot_only_row(monkeypatch):
     """Turned back (no rejoin goes without anything), the same run never becomes quiet."""
     from node.core.lifecycle_rejoin import RejoinMachine
