@@ -31,8 +31,9 @@ from node.core.link import claims
 from node.core.link.applier import ApplierMachine, ApplierState, DisproveClaim, Followed, Resubscribe
 from node.core.link.filter import rows_batches
 from node.core.link.ready import EMPTY, Hold, Persist
+from node.core.link.collected import behind, expel_bounds_by_id
 from node.core.link.relay import (AckHold, Register, Registered, RelayMachine, RelayState, SendSnapshot,
-                                  SnapshotSent, Stream, behind, expel_bounds_by_id)
+                                  SnapshotSent, Stream)
 from node.errors import PeerRefused, RemoteProtocolError
 from tests.sim import shell
 from tests.sim.wire import decode, encoded_once

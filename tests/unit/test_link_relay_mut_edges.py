@@ -11,8 +11,9 @@ import pytest
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
 from node.core.link.ready import Send, Stop
+from node.core.link.collected import behind, expel_bounds_by_id
 from node.core.link.relay import (_NEXT, AckHold, Register, Registered, RelayState, SendSnapshot, Shutdown, SnapshotSent,
-                                  Stream, behind, expel_bounds_by_id)
+                                  Stream)
 from node.core.membership import OwnRowsFence
 from node.errors import PeerRefused, RemoteProtocolError
 from tests.unit.test_lifecycle_rejoin_mut_edges import check_transitions

@@ -16,7 +16,7 @@ Rules kept here:
   collected by uuid (the rejoin answer: it asks whether another upstream has those rows),
   unless it says it goes without every such component (SUBSCRIBE `without`: its rejoin found
   no donor, and they are expelled members'): then no row of those members goes on the link,
-  and the rest does.
+  and the rest does (node/core/link/collected.py).
 - An anonymous node sends none of its own rows (its private `_cluster` notes, signed with its
   private id): a member that replicates from it (to get back rows of its own it lost) neither
   registers it nor learns its id. Once the node registers, a link subscribed before ends with
@@ -40,13 +40,14 @@ from typing import Callable, Protocol
 import msgspec
 
 from node import limits
-from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable
+from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER
 from node.core import messages as m
+from node.core.link.collected import behind, expel_bounds_by_id, split_without
 from node.core.link.greeting import check_greeting
 from node.core.lifecycle_fence import own_history_lsn
 from node.core.entry import TxnEntry
 from node.core.link.ready import Hold, Outbox, Persist, Ready, Send, Stop
-from node.core.membership import greeting_expel_bounds, greeting_expels, news_for
+from node.core.membership import greeting_expels, news_for
 from node.core.replicaset import NodeCore
 from node.core.vclock import VClock
 from node.errors import PeerRefused, RemoteProtocolError
@@ -135,25 +136,6 @@ class AckHold(msgspec.Struct, frozen=True):
     uuid: str
     durable: dict
     anon: bool
-
-
-def expel_bounds_by_id(table: ClusterTable, greeting: dict | None = None) -> dict[int, int]:
-    """id -> accepted bound of each expelled member: the subscriber's, where its `greeting`
-    lists one (it takes no row past it), else ours."""
-    out = {m.id: m.expelled_lsn for m in table.members() if m.state == STATE_EXPELLED}
-    for u, bound in greeting_expel_bounds(greeting or {}).items():
-        m = table.get(u)
-        if m is not None:
-            out[m.id] = bound
-    return out
-
-
-def behind(sub_vclock: dict[int, int], gc_vclock: dict[int, int], bounds: dict[int, int]) -> list[int]:
-    """Components in which a subscriber needs rows that were collected. Of an expelled member
-    (`bounds`: id -> accepted bound) it needs none past the bound: a node that joined through
-    that member may hold some in its snapshot, which no relay can serve."""
-    return sorted(rid for rid, lsn in gc_vclock.items()
-                  if rid != 0 and sub_vclock.get(rid, 0) < min(lsn, bounds.get(rid, lsn)))
 
 
 class RelayMachine:
@@ -406,22 +388,6 @@ class RelayMachine:
             return self._snapshot()
         self._to(RelayState.SUBSCRIBE)
 
-    def _go_without(self, missing: list[int], without: list | None) -> list[int]:
-        """The components of `missing` the subscriber does not say it goes without. Those it
-        does are never sent on this link (its vclock there taken as past every lsn, as for an
-        anonymous node's own rows): no row of theirs could follow the collected gap."""
-        if not missing or not without:
-            return missing
-        table = self.host.core.table
-        ids = {mem.id for mem in map(table.get, without) if mem is not None}
-        gone = [rid for rid in missing if rid in ids]
-        if len(gone) < len(missing):
-            return [rid for rid in missing if rid not in ids]
-        for rid in gone:
-            self.sub[rid] = limits.lsn_max
-        self.without = sorted(table.uuid_of(rid) for rid in gone)
-        return []
-
     def _snapshot(self) -> None:
         # The joiner's hold exists before its snapshot is read and holds all that is here
         # until it subscribes and says where it is (it may take its snapshot elsewhere in the
@@ -448,8 +414,11 @@ class RelayMachine:
         if core.fence is not None and self._greet_again_for_fence(core):
             return None
         gc_vclock = host.gc_vclock()
-        missing = self._go_without(behind(self.sub, gc_vclock, expel_bounds_by_id(core.table, self.greeting)),
-                                   req.get("without"))
+        missing, gone = split_without(behind(self.sub, gc_vclock, expel_bounds_by_id(core.table, self.greeting)),
+                                      req.get("without"), core.table)
+        for rid in gone:         # never sent on this link: as past every lsn (as an anonymous node's own rows)
+            self.sub[rid] = limits.lsn_max
+        self.without = sorted(core.table.uuid_of(rid) for rid in gone)
         if missing:
             # the collected rows by uuid: the subscriber asks whether another upstream can give them
             return self._refuse("need_rejoin", f"rows of components {missing} below {gc_vclock} were "
