@@ -307,9 +307,10 @@ class RejoinMachine:
         `without`), and an upstream that collected only those serves the rest: the other
         members' rows still flow. A member's rows are never gone without: a member writes on,
         and its next row needs the ones before it."""
-        if not self.without:
+        core = self.host.core()
+        if not self.without or core is None:           # (no core: the store is being swapped; /v1/info may ask)
             return {}
-        have = self.host.core().vclock_by_uuid()       # (only expelled members are noted: an expel is for good)
+        have = core.vclock_by_uuid()                   # (only expelled members are noted: an expel is for good)
         return {u: lsn for u, lsn in sorted(self.without.items()) if have.get(u, 0) < lsn}
 
     def caught_up(self) -> bool:

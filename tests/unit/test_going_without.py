@@ -80,6 +80,13 @@ def test_rows_gone_without_do_not_stop_a_streaming_upstream_from_feeding_other_r
     assert mc.fed({UUID_B: 8}) and not mc.fed({UUID_B: 8, rj.UUID_D: 6})
 
 
+def test_while_the_store_is_swapped_nothing_is_gone_without():
+    """A rebuild reopens the node with no core for a moment; /v1/info may ask meanwhile."""
+    mc, host = _blocked({rj.UUID_D: 6})
+    host.core = lambda: None
+    assert mc.going_without() == {}
+
+
 def test_the_most_an_attempt_lacked_is_kept_and_a_rebuild_forgets_it():
     mc, host = _blocked({rj.UUID_D: 6})
     mc.needed[rj.ADDR_C] = {rj.UUID_D: 4}
