@@ -7,8 +7,10 @@ spark/localdaemon) apply only to a local master outside spark-submit, and a sett
 passes in `conf` wins over ours; everything else is the same on a cluster."""
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -104,7 +106,11 @@ def ship_code(spark: SparkSession | SparkContext) -> None:
     if getattr(sc, "_replog_code_shipped", False):
         return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.join(tempfile.mkdtemp(prefix="replog-analyze-"), "replog_analysis.zip")
+    # Executors fetch the zip from the driver's file server for as long as the context lives,
+    # so it stays until this process ends, and goes then (not one directory left per run).
+    where = tempfile.mkdtemp(prefix="replog-analyze-")
+    atexit.register(shutil.rmtree, where, True)
+    path = os.path.join(where, "replog_analysis.zip")
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for pkg in ("spark", "node"):
             for dirpath, dirnames, files in os.walk(os.path.join(root, pkg)):
