@@ -11,7 +11,8 @@ limit once the peer has proven the secret) -> hand the sealed link to the relay
 Rules kept here:
 - Before auth nothing larger than `preauth_message_bytes_max` is read and nothing is inflated;
   the wait for AUTH is bounded by `handshake_timeout_s`.
-- Every handshake admitted is released exactly once, when auth succeeds or fails.
+- Every handshake admitted is released exactly once, when auth succeeds or fails (or the peer
+  goes before the upgrade is answered: a reason logged, no traceback).
 - An unauthenticated peer's failures are logged through LinkGuard: one WARNING per remote
   address per `auth_failure_log_interval_s`, carrying the count of those not logged.
 """
@@ -70,7 +71,11 @@ async def handle_replication(node: "AcceptHost", request: web.Request) -> web.St
                                timeout=limits.link_close_timeout_s, compress=False)
     conn = Conn(ws, remote)
     try:
-        await ws.prepare(request)
+        try:
+            await ws.prepare(request)
+        except ConnectionError as e:                # gone while its upgrade was answered
+            guard.note_failure(remote, f"closed during the upgrade: {e or type(e).__name__}")
+            return ws
         if node.status in ("stopping", "stopped"):   # stop() has closed the links it knew of
             await conn.refuse("not_ready", "this node is shutting down")
             return ws
