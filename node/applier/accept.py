@@ -75,7 +75,10 @@ async def handle_replication(node: "AcceptHost", request: web.Request) -> web.St
             await ws.prepare(request)
         except ConnectionError as e:                # gone while its upgrade was answered
             guard.note_failure(remote, f"closed during the upgrade: {e or type(e).__name__}")
-            return ws
+            # Not `ws`: aiohttp finishes what the handler returns, and a WebSocketResponse
+            # whose prepare failed raises RuntimeError there. A plain answer's write fails
+            # with ConnectionError, which aiohttp takes quietly as a client gone.
+            return web.Response(status=400)
         if node.status in ("stopping", "stopped"):   # stop() has closed the links it knew of
             await conn.refuse("not_ready", "this node is shutting down")
             return ws
