@@ -60,6 +60,9 @@ class Peer:
     history_lsn: int = 0
     # this node's lsn of the peer's own rows when a gap in them was logged on this link (-1: none)
     own_gap_at: int = -1
+    # this link was subscribed while fenced (NodeCore.subscribe_vclock): the peer's own rows were
+    # asked from where it was, so a gap in them is ours even once the fence has lifted
+    fenced_subscription: bool = False
 
 
 def cluster_op(m: Member) -> Op:

@@ -12,7 +12,8 @@ Rules kept here:
   overlapping what was claimed is a protocol error;
 - a gap in the peer's own rows is logged, once per gap on a link (`_own_gap`), unless this
   node caused it: a fenced node asks a peer for its own rows from where the peer is
-  (NodeCore.subscribe_vclock), and an expelled member's rows past its bound are not taken.
+  (NodeCore.subscribe_vclock; rows of that link still in flight when the fence lifts are
+  such rows too), and an expelled member's rows past its bound are not taken.
   Otherwise the origin skipped lsns of its own (its WAL lost rows it had, or it is broken or
   lying): not refused, since its rows past the gap may still come by another route;
   a `_cluster` row past a gap while fenced still tells the fence which members are expelled
@@ -220,10 +221,11 @@ class Receiving(ClusterRows):
 
     def _own_gap(self, peer: Peer, member, have: int, lsn: int) -> None:
         """The peer sent a row of its own origin at `lsn` while this node holds its rows up to
-        `have` (< lsn - 1): a warning, once per gap on a link, unless this node caused it (fenced: it
-        asked the peer's own rows from where the peer is; an expelled member: its rows past
-        the bound were not taken)."""
-        if self.fence is not None or member.state == STATE_EXPELLED or peer.own_gap_at == have:
+        `have` (< lsn - 1): a warning, once per gap on a link, unless this node caused it (fenced,
+        or subscribed on this link while fenced, the fence since lifted: it asked the peer's own
+        rows from where the peer is; an expelled member: its rows past the bound were not taken)."""
+        if self.fence is not None or peer.fenced_subscription or member.state == STATE_EXPELLED \
+                or peer.own_gap_at == have:
             return
         peer.own_gap_at = have
         log.warning("replication: %s sent its own row %d while this node holds its rows up to %d: it skipped "

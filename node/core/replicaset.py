@@ -284,7 +284,9 @@ class NodeCore(Receiving):
         peer = self.peers[peer_uuid]
         outside = self.fence is None and self.table.expelled(peer_uuid)
         if peer_vclock is None or (self.fence is None and not outside):
+            peer.fenced_subscription = False
             return peer.map.vclock_to_peer(self.claimed)
+        peer.fenced_subscription = self.fence is not None
         want = self.claimed.copy()
         for rid, _ in list(want.items()) + [(m.id, 0) for m in self.table.members()]:
             u = self.table.uuid_of(rid)

@@ -108,3 +108,21 @@ def test_an_expelled_peers_rows_after_those_past_its_bound_log_no_gap(path, capl
     assert core.table.get(PEER).state == STATE_EXPELLED and core.claimed.get(2) == 6
     path(core, put(1, 7), put(1, 8))                     # 7 is past the bound, 8 follows it
     assert own_gap_lines(caplog) == [] and core.peers[PEER].stats.expelled == 1
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_rows_of_a_link_subscribed_while_fenced_log_no_gap_once_the_fence_lifted(path, caplog):
+    """The fence lifts between two messages of a link subscribed while fenced (a nemesis run
+    on real processes met it): that link still carries the peer's own rows from where the peer
+    was, so the gap is this node's doing. The next subscription, unfenced, asks for every row
+    again, and a gap on it is the peer's."""
+    core = _core()
+    core.fence = OwnRowsFence("a test loss")
+    core.subscribe_vclock(PEER, {PEER: 7}, [])
+    core.fence = None
+    path(core, put(1, 8))
+    assert own_gap_lines(caplog) == [] and core.peers[PEER].stats.gaps == 1
+    core.subscribe_vclock(PEER, None)
+    path(core, put(1, 9))
+    assert [line.split(":")[1] for line in own_gap_lines(caplog)] == [
+        f" {PEER} sent its own row 9 while this node holds its rows up to 5"]
