@@ -1,0 +1,277 @@
+"""A seeded nemesis for real processes: masters written to from a thread each, while faults come
+and go at random (kill -9, SIGSTOP, orderly stop, a cut link, a lost store), with small WAL
+segments and frequent checkpoints so WAL collection runs all the time. Then everything heals,
+and the oracles of tests/integration/oracles.py must hold: every acknowledged write on every
+node, no (origin, lsn) naming two rows, every node restarting.
+
+The simulation (tests/sim) draws such schedules by the thousand, on the cores; this runs the
+real shell around them: the asyncio drivers, LMDB, the WAL on disk, real sockets and timing.
+
+Rules kept here:
+- Only what a write's answer promises is checked: a refused or unanswered write is not recorded.
+- A store is lost only once another running node holds every row its writer had acknowledged
+  (the writer paused first): a store's only copy of a row may be lost with it.
+- At most `FAULTS_MAX` faults at a time, so most of the cluster is up most of the time.
+- The schedule comes from the seed; the timing does not, so a failure prints what happened
+  (`Nemesis.history`) and the seed.
+
+Run longer by hand: `python -m tests.integration.nemesis --seconds 600 --seed 7`."""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+from tests.integration.harness import ReplogProcess, mesh, vclocks_converged, wait_for
+from tests.integration.oracles import Acked, acked_everywhere, no_fork, replicated_spaces, restart_all
+
+# Small WAL segments and frequent checkpoints: the nodes collect their WAL every few hundred rows.
+SMALL = ["--segment-bytes-max", "4096", "--checkpoint-interval-s", "0.3", "--anon-ttl-s", "1.5"]
+FAULTS_MAX = 2
+KINDS = ("kill", "pause", "stop", "cut", "lose")
+WEIGHTS = (4, 3, 2, 3, 1)
+
+
+class Writer:
+    """Acknowledged writes of unique keys to one node from a thread; pausable."""
+
+    def __init__(self, node: ReplogProcess, acked: Acked):
+        self.node, self.acked = node, acked
+        self.done, self.go = threading.Event(), threading.Event()
+        self.go.set()
+        self.idle = threading.Event()
+        self.count = 0
+        self.thread = threading.Thread(target=self._run, name=f"writer-{node.name}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        i = 0
+        while not self.done.is_set():
+            if not self.go.is_set():
+                self.idle.set()
+                self.go.wait(0.1)
+                continue
+            self.idle.clear()
+            try:
+                self.acked.put(self.node, "kv", f"{self.node.name}-{i}", {"by": self.node.name, "i": i, "pad": "x" * 60})
+                self.count += 1
+            except (OSError, AssertionError, ValueError):
+                time.sleep(0.05)                    # a client's retry pause, not synchronisation
+            i += 1
+
+    def pause(self) -> None:
+        """Stop writing; returns once no write of this writer is in flight."""
+        self.go.clear()
+        wait_for(self.idle.is_set, 60, f"{self.node.name}'s writer idle")
+
+    def stop(self) -> None:
+        self.done.set()
+        self.go.set()
+        self.thread.join(60)
+
+
+class Nemesis:
+    def __init__(self, tmp, seed: int, nodes: int = 4):
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.tmp = tmp
+        self.acked = Acked()
+        self.nodes = mesh(tmp, nodes, extra=SMALL)
+        self.addresses = {n.name: n.address for n in self.nodes}
+        self.cuts: set[frozenset[str]] = set()
+        self.faults: list[tuple[float, str, ReplogProcess | tuple]] = []   # (heal at, kind, whom)
+        self.history: list[str] = []
+        self.writers: list[Writer] = []
+        self.t0 = time.monotonic()
+
+    def note(self, what: str) -> None:
+        self.history.append(f"{time.monotonic() - self.t0:7.2f} {what}")
+
+    # --- set-up and the end -------------------------------------------------------------------
+    def start_writing(self) -> None:
+        self.nodes[0].create_space("kv")
+        for n in self.nodes:
+            wait_for(lambda: "kv" in replicated_spaces(n), 30, f"the space on {n.name}")
+        self.writers = [Writer(n, self.acked) for n in self.nodes]
+
+    def run(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            now = time.monotonic()
+            for f in [f for f in self.faults if f[0] <= now]:
+                self.faults.remove(f)
+                self._heal(f[1], f[2])
+            if len(self.faults) < FAULTS_MAX:
+                self._fault(self.rng.choices(KINDS, WEIGHTS)[0])
+            time.sleep(self.rng.uniform(0.2, 1.0))  # the time between faults: the schedule itself
+
+    def heal_all(self) -> None:
+        for _, kind, whom in list(self.faults):
+            self._heal(kind, whom)
+        self.faults.clear()
+        for n in self.nodes:
+            n.wait_healthy(60)
+        for w in self.writers:
+            w.stop()
+        self.note(f"healed; {len(self.acked.writes)} acknowledged writes")
+
+    def check(self) -> None:
+        """The oracles, after healing: converged vclocks, every acknowledged write everywhere,
+        no fork, and again after every node was killed and restarted."""
+        try:
+            wait_for(lambda: vclocks_converged(self.nodes), 120, "vclocks converged after healing")
+            acked_everywhere(self.nodes, self.acked, 60)
+            no_fork(self.nodes)
+            restart_all(self.nodes)
+            acked_everywhere(self.nodes, self.acked, 60)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\nseed {self.seed}; what happened:\n" + "\n".join(self.history)) from None
+
+    # --- faults -------------------------------------------------------------------------------
+    def _free(self) -> list[ReplogProcess]:
+        busy = {id(w) for _, _, w in self.faults if isinstance(w, ReplogProcess)}
+        return [n for n in self.nodes if id(n) not in busy]
+
+    def _fault(self, kind: str) -> None:
+        free = self._free()
+        if kind == "cut":
+            pairs = [frozenset((a.name, b.name)) for i, a in enumerate(self.nodes) for b in self.nodes[i + 1:]]
+            pairs = [p for p in pairs if p not in self.cuts and all(self._running(self._by(x)) for x in p)]
+            if not pairs:
+                return
+            pair = self.rng.choice(pairs)
+            self.cuts.add(pair)
+            self._apply_peers(pair)
+            self._later("cut", tuple(sorted(pair)), 1.0, 4.0)
+            return
+        if not free:
+            return
+        n = self.rng.choice(free)
+        if not self._running(n):
+            return
+        if kind == "kill":
+            n.kill9()
+            self._later("kill", n, 0.2, 3.0)
+        elif kind == "pause":
+            n.proc.send_signal(signal.SIGSTOP)
+            self._later("pause", n, 0.5, 4.0)
+        elif kind == "stop":
+            n.stop()
+            self._later("stop", n, 0.2, 3.0)
+        elif kind == "lose":
+            if not self._lose(n):
+                return
+            self._later("lose", n, 0.0, 0.5)
+        self.note(f"{kind} {n.name}")
+
+    def _lose(self, n: ReplogProcess) -> bool:
+        """n's writer pauses; once another running node holds every row n has (n's component of
+        the vclock), n is killed and its store and WAL go (its identity files stay)."""
+        others = [o for o in self.nodes if o is not n and self._running(o) and self._linked(o, n)]
+        if not others:
+            return False
+        w = self.writers[self.nodes.index(n)]
+        w.pause()
+        try:
+            uuid = n.uuid()
+            own = n.info()["vclock_uuid"].get(uuid, 0)
+            holder = wait_for(lambda: next((o for o in others if o.info()["vclock_uuid"].get(uuid, 0) >= own), None),
+                              60, f"another node holding {n.name}'s rows to {own}")
+        except (OSError, AssertionError, ValueError, KeyError):    # n or its holders not answering yet
+            w.go.set()
+            return False
+        n.kill9()
+        shutil.rmtree(os.path.join(n.data_dir, "store"), ignore_errors=True)
+        shutil.rmtree(os.path.join(n.data_dir, "wal"), ignore_errors=True)
+        self.note(f"lose {n.name}'s store (its rows to {own} are on {holder.name})")
+        return True
+
+    def _later(self, kind: str, whom, lo: float, hi: float) -> None:
+        self.faults.append((time.monotonic() + self.rng.uniform(lo, hi), kind, whom))
+
+    def _heal(self, kind: str, whom) -> None:
+        if kind == "cut":
+            self.cuts.discard(frozenset(whom))
+            self._apply_peers(frozenset(whom))
+            return
+        n: ReplogProcess = whom
+        if kind == "pause":
+            n.proc.send_signal(signal.SIGCONT)
+            try:
+                n.set_peers(n.peers)                # a cut or mend while it was stopped
+            except (OSError, AssertionError):
+                pass
+        else:
+            n.peers = self._peers_of(n)
+            n.start(wait=False)
+            if kind == "lose":
+                self.writers[self.nodes.index(n)].go.set()
+        self.note(f"end {kind} {n.name}")
+
+    # --- links --------------------------------------------------------------------------------
+    def _by(self, name: str) -> ReplogProcess:
+        return next(n for n in self.nodes if n.name == name)
+
+    def _running(self, n: ReplogProcess) -> bool:
+        return n.proc is not None and n.proc.poll() is None and \
+            not any(w is n and k == "pause" for _, k, w in self.faults)
+
+    def _linked(self, a: ReplogProcess, b: ReplogProcess) -> bool:
+        return frozenset((a.name, b.name)) not in self.cuts
+
+    def _peers_of(self, n: ReplogProcess) -> list[str]:
+        return [self.addresses[o.name] for o in self.nodes if o is not n and self._linked(n, o)]
+
+    def _apply_peers(self, pair: frozenset[str]) -> None:
+        """Both ends of `pair` take their peer lists as the cuts now say (a node that is down
+        takes them when it starts)."""
+        for name in pair:
+            n = self._by(name)
+            n.peers = self._peers_of(n)
+            if self._running(n):
+                try:
+                    n.set_peers(n.peers)
+                except (OSError, AssertionError):
+                    pass                            # it went down meanwhile: it starts with n.peers
+        self.note(("cut " if pair in self.cuts else "peers back ") + "-".join(sorted(pair)))
+
+
+def run(tmp, seed: int, seconds: float, nodes: int = 4) -> Nemesis:
+    """The whole run: a cluster, writes under faults for `seconds`, healing, the oracles."""
+    nem = Nemesis(tmp, seed, nodes)
+    try:
+        nem.start_writing()
+        nem.run(seconds)
+        nem.heal_all()
+        nem.check()
+        return nem
+    finally:
+        for w in nem.writers:
+            w.done.set()
+            w.go.set()
+        for n in nem.nodes:
+            n.kill9()
+            n.release_port()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=120.0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--nodes", type=int, default=4)
+    a = p.parse_args(argv)
+    tmp = tempfile.mkdtemp(prefix="replog-nemesis-")
+    nem = run(tmp, a.seed, a.seconds, a.nodes)
+    print("\n".join(nem.history))
+    print(f"seed {a.seed}: {len(nem.acked.writes)} acknowledged writes on every node; logs in {tmp}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
