@@ -1,5 +1,5 @@
-"""A seeded nemesis for real processes: masters written to from a thread each, while faults come
-and go at random (kill -9, SIGSTOP, orderly stop, a cut link, a lost store), with small WAL
+"""A seeded nemesis for real processes: masters written to from a thread each, and an anonymous
+replica following them, while faults come and go at random (kill -9, SIGSTOP, orderly stop, a cut link, a lost store), with small WAL
 segments and frequent checkpoints so WAL collection runs all the time. Then everything heals,
 and the oracles of tests/integration/oracles.py must hold: every acknowledged write on every
 node, no (origin, lsn) naming two rows, every node restarting.
@@ -10,7 +10,8 @@ real shell around them: the asyncio drivers, LMDB, the WAL on disk, real sockets
 Rules kept here:
 - Only what a write's answer promises is checked: a refused or unanswered write is not recorded.
 - A store is lost only once another running node holds every row its writer had acknowledged
-  (the writer paused first): a store's only copy of a row may be lost with it.
+  (the writer paused first): a store's only copy of a row may be lost with it. An anonymous
+  replica's store may go at any time: it holds no row that is not a master's.
 - At most `FAULTS_MAX` faults at a time, so most of the cluster is up most of the time.
 - The schedule comes from the seed; the timing does not, so a failure prints what happened
   (`Nemesis.history`) and the seed.
@@ -77,17 +78,20 @@ class Writer:
 
 
 class Nemesis:
-    def __init__(self, tmp, seed: int, nodes: int = 4):
+    def __init__(self, tmp, seed: int, nodes: int = 4, anon: int = 1):
         self.rng = random.Random(seed)
         self.seed = seed
         self.tmp = tmp
         self.acked = Acked()
-        self.nodes = mesh(tmp, nodes, extra=SMALL)
+        self.masters = mesh(tmp, nodes, extra=SMALL)
+        self.replicas = [ReplogProcess(tmp, f"r{i + 1}", peers=self.masters, extra=SMALL + ["--anon"])
+                         for i in range(anon)]
+        self.nodes = self.masters + self.replicas
         self.addresses = {n.name: n.address for n in self.nodes}
         self.cuts: set[frozenset[str]] = set()
         self.faults: list[tuple[float, str, ReplogProcess | tuple]] = []   # (heal at, kind, whom)
         self.history: list[str] = []
-        self.writers: list[Writer] = []
+        self.writers: dict[str, Writer] = {}
         self.t0 = time.monotonic()
 
     def note(self, what: str) -> None:
@@ -95,10 +99,12 @@ class Nemesis:
 
     # --- set-up and the end -------------------------------------------------------------------
     def start_writing(self) -> None:
-        self.nodes[0].create_space("kv")
+        self.masters[0].create_space("kv")
+        for r in self.replicas:
+            r.start()
         for n in self.nodes:
             wait_for(lambda: "kv" in replicated_spaces(n), 30, f"the space on {n.name}")
-        self.writers = [Writer(n, self.acked) for n in self.nodes]
+        self.writers = {n.name: Writer(n, self.acked) for n in self.masters}
 
     def run(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -117,7 +123,7 @@ class Nemesis:
         self.faults.clear()
         for n in self.nodes:
             n.wait_healthy(60)
-        for w in self.writers:
+        for w in self.writers.values():
             w.stop()
         self.note(f"healed; {len(self.acked.writes)} acknowledged writes")
 
@@ -141,7 +147,7 @@ class Nemesis:
     def _fault(self, kind: str) -> None:
         free = self._free()
         if kind == "cut":
-            pairs = [frozenset((a.name, b.name)) for i, a in enumerate(self.nodes) for b in self.nodes[i + 1:]]
+            pairs = [frozenset((a.name, b.name)) for i, a in enumerate(self.masters) for b in self.nodes[i + 1:]]
             pairs = [p for p in pairs if p not in self.cuts and all(self._running(self._by(x)) for x in p)]
             if not pairs:
                 return
@@ -172,11 +178,16 @@ class Nemesis:
 
     def _lose(self, n: ReplogProcess) -> bool:
         """n's writer pauses; once another running node holds every row n has (n's component of
-        the vclock), n is killed and its store and WAL go (its identity files stay)."""
-        others = [o for o in self.nodes if o is not n and self._running(o) and self._linked(o, n)]
+        the vclock), n is killed and its store and WAL go (its identity files stay). An
+        anonymous replica's go at once."""
+        if n in self.replicas:
+            self._wipe(n)
+            self.note(f"lose {n.name}'s store")
+            return True
+        others = [o for o in self.masters if o is not n and self._running(o) and self._linked(o, n)]
         if not others:
             return False
-        w = self.writers[self.nodes.index(n)]
+        w = self.writers[n.name]
         w.pause()
         try:
             uuid = n.uuid()
@@ -186,11 +197,15 @@ class Nemesis:
         except (OSError, AssertionError, ValueError, KeyError):    # n or its holders not answering yet
             w.go.set()
             return False
+        self._wipe(n)
+        self.note(f"lose {n.name}'s store (its rows to {own} are on {holder.name})")
+        return True
+
+    @staticmethod
+    def _wipe(n: ReplogProcess) -> None:
         n.kill9()
         shutil.rmtree(os.path.join(n.data_dir, "store"), ignore_errors=True)
         shutil.rmtree(os.path.join(n.data_dir, "wal"), ignore_errors=True)
-        self.note(f"lose {n.name}'s store (its rows to {own} are on {holder.name})")
-        return True
 
     def _later(self, kind: str, whom, lo: float, hi: float) -> None:
         self.faults.append((time.monotonic() + self.rng.uniform(lo, hi), kind, whom))
@@ -210,8 +225,8 @@ class Nemesis:
         else:
             n.peers = self._peers_of(n)
             n.start(wait=False)
-            if kind == "lose":
-                self.writers[self.nodes.index(n)].go.set()
+            if kind == "lose" and n.name in self.writers:
+                self.writers[n.name].go.set()
         self.note(f"end {kind} {n.name}")
 
     # --- links --------------------------------------------------------------------------------
@@ -226,7 +241,8 @@ class Nemesis:
         return frozenset((a.name, b.name)) not in self.cuts
 
     def _peers_of(self, n: ReplogProcess) -> list[str]:
-        return [self.addresses[o.name] for o in self.nodes if o is not n and self._linked(n, o)]
+        """The masters n follows: every other one it is not cut from."""
+        return [self.addresses[o.name] for o in self.masters if o is not n and self._linked(n, o)]
 
     def _apply_peers(self, pair: frozenset[str]) -> None:
         """Both ends of `pair` take their peer lists as the cuts now say (a node that is down
@@ -242,9 +258,9 @@ class Nemesis:
         self.note(("cut " if pair in self.cuts else "peers back ") + "-".join(sorted(pair)))
 
 
-def run(tmp, seed: int, seconds: float, nodes: int = 4) -> Nemesis:
+def run(tmp, seed: int, seconds: float, nodes: int = 4, anon: int = 1) -> Nemesis:
     """The whole run: a cluster, writes under faults for `seconds`, healing, the oracles."""
-    nem = Nemesis(tmp, seed, nodes)
+    nem = Nemesis(tmp, seed, nodes, anon)
     try:
         nem.start_writing()
         nem.run(seconds)
@@ -252,7 +268,7 @@ def run(tmp, seed: int, seconds: float, nodes: int = 4) -> Nemesis:
         nem.check()
         return nem
     finally:
-        for w in nem.writers:
+        for w in nem.writers.values():
             w.done.set()
             w.go.set()
         for n in nem.nodes:
@@ -264,10 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=120.0)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--nodes", type=int, default=4)
+    p.add_argument("--nodes", type=int, default=4, help="masters")
+    p.add_argument("--anon", type=int, default=1, help="anonymous replicas")
     a = p.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="replog-nemesis-")
-    nem = run(tmp, a.seed, a.seconds, a.nodes)
+    nem = run(tmp, a.seed, a.seconds, a.nodes, a.anon)
     print("\n".join(nem.history))
     print(f"seed {a.seed}: {len(nem.acked.writes)} acknowledged writes on every node; logs in {tmp}")
     return 0
