@@ -1,5 +1,6 @@
 """A seeded nemesis for real processes: masters written to from a thread each, and an anonymous
-replica following them, while faults come and go at random (kill -9, SIGSTOP, orderly stop, a cut link, a lost store), with small WAL
+replica following them, while faults come and go at random (kill -9, SIGSTOP, orderly stop, a cut
+link, a lost store, a restart on a new address, a new master joining), with small WAL
 segments and frequent checkpoints so WAL collection runs all the time. Then everything heals,
 and the oracles of tests/integration/oracles.py must hold: every acknowledged write on every
 node, no (origin, lsn) naming two rows, every node restarting.
@@ -9,9 +10,13 @@ real shell around them: the asyncio drivers, LMDB, the WAL on disk, real sockets
 
 Rules kept here:
 - Only what a write's answer promises is checked: a refused or unanswered write is not recorded.
-- A store is lost only once another running node holds every row its writer had acknowledged
-  (the writer paused first): a store's only copy of a row may be lost with it. An anonymous
-  replica's store may go at any time: it holds no row that is not a master's.
+- A store is lost only once every other master holds every row its writer had acknowledged
+  (the writer paused first): a store's only copy of a row may be lost with it, and so may the
+  only other copy, if that holder's store goes next. An anonymous replica's store may go at any
+  time (it holds no row that is not a master's), and with it its uuid: the nemesis then does
+  what docs/operations.md asks of the operator who replaced its disk, and has every master
+  forget the old uuid (DELETE /v1/admin/followers/{uuid}; on a fenced master, which waits for
+  it, DELETE /v1/cluster/{uuid}), or a master that loses its store later waits for it for ever.
 - At most `FAULTS_MAX` faults at a time, so most of the cluster is up most of the time.
 - The schedule comes from the seed; the timing does not, so a failure prints what happened
   (`Nemesis.history`) and the seed.
@@ -35,8 +40,9 @@ from tests.integration.oracles import Acked, acked_everywhere, no_fork, replicat
 # Small WAL segments and frequent checkpoints: the nodes collect their WAL every few hundred rows.
 SMALL = ["--segment-bytes-max", "4096", "--checkpoint-interval-s", "0.3", "--anon-ttl-s", "1.5"]
 FAULTS_MAX = 2
-KINDS = ("kill", "pause", "stop", "cut", "lose")
-WEIGHTS = (4, 3, 2, 3, 1)
+JOINS_MAX = 2               # masters that join during a run
+KINDS = ("kill", "pause", "stop", "cut", "lose", "move", "join")
+WEIGHTS = (4, 3, 2, 3, 1, 1, 1)
 
 
 class Writer:
@@ -86,13 +92,18 @@ class Nemesis:
         self.masters = mesh(tmp, nodes, extra=SMALL)
         self.replicas = [ReplogProcess(tmp, f"r{i + 1}", peers=self.masters, extra=SMALL + ["--anon"])
                          for i in range(anon)]
-        self.nodes = self.masters + self.replicas
+        self.joined = 0
+        self.gone: dict[str, set[str]] = {}       # an anonymous uuid gone -> masters yet to forget it
         self.addresses = {n.name: n.address for n in self.nodes}
         self.cuts: set[frozenset[str]] = set()
         self.faults: list[tuple[float, str, ReplogProcess | tuple]] = []   # (heal at, kind, whom)
         self.history: list[str] = []
         self.writers: dict[str, Writer] = {}
         self.t0 = time.monotonic()
+
+    @property
+    def nodes(self) -> list[ReplogProcess]:
+        return self.masters + self.replicas
 
     def note(self, what: str) -> None:
         self.history.append(f"{time.monotonic() - self.t0:7.2f} {what}")
@@ -115,6 +126,7 @@ class Nemesis:
                 self._heal(f[1], f[2])
             if len(self.faults) < FAULTS_MAX:
                 self._fault(self.rng.choices(KINDS, WEIGHTS)[0])
+            self._forget_gone()
             time.sleep(self.rng.uniform(0.2, 1.0))  # the time between faults: the schedule itself
 
     def heal_all(self) -> None:
@@ -123,6 +135,10 @@ class Nemesis:
         self.faults.clear()
         for n in self.nodes:
             n.wait_healthy(60)
+        for n in self.nodes:                        # one that was starting may have missed a change
+            n.peers = self._peers_of(n)
+            wait_for(lambda: n.put("/v1/admin/peers", {"peers": n.peers})[0] == 200, 60, f"{n.name} taking its peers")
+        wait_for(lambda: self._forget_gone() or not self.gone, 60, "every master forgetting the replicas' old uuids")
         for w in self.writers.values():
             w.stop()
         self.note(f"healed; {len(self.acked.writes)} acknowledged writes")
@@ -131,13 +147,30 @@ class Nemesis:
         """The oracles, after healing: converged vclocks, every acknowledged write everywhere,
         no fork, and again after every node was killed and restarted."""
         try:
-            wait_for(lambda: vclocks_converged(self.nodes), 120, "vclocks converged after healing")
+            anon = {r.uuid() for r in self.replicas}     # their own components: private notes
+            wait_for(lambda: vclocks_converged(self.nodes, anon), 120, "vclocks converged after healing")
             acked_everywhere(self.nodes, self.acked, 60)
             no_fork(self.nodes)
             restart_all(self.nodes)
             acked_everywhere(self.nodes, self.acked, 60)
         except AssertionError as e:
-            raise AssertionError(f"{e}\nseed {self.seed}; what happened:\n" + "\n".join(self.history)) from None
+            raise AssertionError(f"{e}\nseed {self.seed}; the nodes now:\n{self.states()}\nwhat happened:\n"
+                                 + "\n".join(self.history)) from None
+
+    def states(self) -> str:
+        """Each node as /v1/info tells it: status, vclock, a standing fence, its upstreams."""
+        out = []
+        for n in self.nodes:
+            try:
+                i = n.info()
+            except (OSError, AssertionError, ValueError) as e:
+                out.append(f"{n.name}: no answer ({e})")
+                continue
+            ups = {u.get("address"): (u.get("status"), (u.get("error") or "")[:160]) for u in i.get("upstreams") or []}
+            out.append(f"{n.name} {i.get('uuid')} {i.get('status')} ({i.get('status_reason')}) "
+                       f"vclock {i.get('vclock_uuid')}\n  fence {i.get('own_rows_fence')}\n  upstreams {ups}"
+                       f"\n  rejoin {i.get('rejoin')}")
+        return "\n".join(out)
 
     # --- faults -------------------------------------------------------------------------------
     def _free(self) -> list[ReplogProcess]:
@@ -156,6 +189,9 @@ class Nemesis:
             self._apply_peers(pair)
             self._later("cut", tuple(sorted(pair)), 1.0, 4.0)
             return
+        if kind == "join":
+            self._join()
+            return
         if not free:
             return
         n = self.rng.choice(free)
@@ -170,6 +206,12 @@ class Nemesis:
         elif kind == "stop":
             n.stop()
             self._later("stop", n, 0.2, 3.0)
+        elif kind == "move":
+            n.stop()
+            n.move_to_new_port()
+            self.addresses[n.name] = n.address
+            self._tell_peers(n)
+            self._later("move", n, 0.2, 3.0)
         elif kind == "lose":
             if not self._lose(n):
                 return
@@ -177,35 +219,88 @@ class Nemesis:
         self.note(f"{kind} {n.name}")
 
     def _lose(self, n: ReplogProcess) -> bool:
-        """n's writer pauses; once another running node holds every row n has (n's component of
+        """n's writer pauses; once every other master holds every row n has (n's component of
         the vclock), n is killed and its store and WAL go (its identity files stay). An
         anonymous replica's go at once."""
         if n in self.replicas:
+            try:
+                old = n.uuid()
+            except (OSError, AssertionError, ValueError, KeyError):
+                return False                        # not answering yet: its uuid is not known here
             self._wipe(n)
-            self.note(f"lose {n.name}'s store")
+            self.gone[old] = {m.name for m in self.masters}
+            self.note(f"lose {n.name}'s store (and its uuid {old[:8]})")
             return True
-        others = [o for o in self.masters if o is not n and self._running(o) and self._linked(o, n)]
-        if not others:
+        others = [o for o in self.masters if o is not n]
+        if not all(self._running(o) for o in others):
             return False
         w = self.writers[n.name]
         w.pause()
         try:
             uuid = n.uuid()
             own = n.info()["vclock_uuid"].get(uuid, 0)
-            holder = wait_for(lambda: next((o for o in others if o.info()["vclock_uuid"].get(uuid, 0) >= own), None),
-                              60, f"another node holding {n.name}'s rows to {own}")
-        except (OSError, AssertionError, ValueError, KeyError):    # n or its holders not answering yet
+            wait_for(lambda: all(o.info()["vclock_uuid"].get(uuid, 0) >= own for o in others),
+                     30, f"every other master holding {n.name}'s rows to {own}")
+        except (OSError, AssertionError, ValueError, KeyError) as e:   # n or a holder not answering
+            self.note(f"no lose of {n.name}: {str(e)[:120]}")
             w.go.set()
             return False
         self._wipe(n)
-        self.note(f"lose {n.name}'s store (its rows to {own} are on {holder.name})")
+        self.note(f"lose {n.name}'s store (its rows to {own} are on every other master)")
         return True
+
+    def _forget_gone(self) -> None:
+        """Each running master forgets each anonymous uuid gone for good (the operator's word)."""
+        for old, masters in list(self.gone.items()):
+            for name in sorted(masters):
+                m = self._by(name)
+                if not self._running(m):
+                    continue
+                try:
+                    s, d = m.delete(f"/v1/admin/followers/{old}")
+                    if s == 409 and (d or {}).get("error", {}).get("code") == "fenced":
+                        s, d = m.delete(f"/v1/cluster/{old}")
+                except (OSError, ValueError):
+                    continue
+                if s in (200, 202, 404):                # 202: given up by the fence, expelled at its lift
+                    masters.discard(name)
+                    if s != 404:
+                        self.note(f"{name} forgets {old[:8]}")
+            if not masters:
+                del self.gone[old]
 
     @staticmethod
     def _wipe(n: ReplogProcess) -> None:
         n.kill9()
         shutil.rmtree(os.path.join(n.data_dir, "store"), ignore_errors=True)
         shutil.rmtree(os.path.join(n.data_dir, "wal"), ignore_errors=True)
+
+    def _join(self) -> None:
+        """A new master, listing every master, starts (not waited for: it may be faulted while
+        it joins) and is written to; every other node lists it from now on."""
+        if self.joined >= JOINS_MAX:
+            return
+        self.joined += 1
+        n = ReplogProcess(self.tmp, f"j{self.joined}", peers=[self.addresses[m.name] for m in self.masters], extra=SMALL)
+        self.masters.append(n)
+        self.addresses[n.name] = n.address
+        n.start(wait=False)
+        self._tell_peers(n)
+        self.writers[n.name] = Writer(n, self.acked)
+        self.note(f"join {n.name}")
+
+    def _tell_peers(self, n: ReplogProcess) -> None:
+        """Every node but n takes its peer list afresh (n's address changed, or n is new); a
+        node that is down or stopped takes it when it starts, or when it goes on."""
+        for o in self.nodes:
+            if o is n:
+                continue
+            o.peers = self._peers_of(o)
+            if self._running(o):
+                try:
+                    o.set_peers(o.peers)
+                except (OSError, AssertionError):
+                    pass
 
     def _later(self, kind: str, whom, lo: float, hi: float) -> None:
         self.faults.append((time.monotonic() + self.rng.uniform(lo, hi), kind, whom))
