@@ -11,6 +11,8 @@ Rules kept here:
   (Journal.synced_position); everyone else reads from the journal's memory tail when it holds
   the next chunk, else from the files.
 - Caught up, the machine's tick decides the heartbeats; a durable batch wakes the sender.
+- A message that arrives once the send loop has ended the link (greet_again) is not stepped:
+  the machine is closed, and the send loop closes the connection.
 - Rows read go only if the machine says the greeting still holds (`rows_may_go`, asked after
   every read, with no await between: a row written after it was asked is not in what was read;
   asked when the read found nothing to send too, since rows this link filters out, an
@@ -27,7 +29,7 @@ from node.applier.conn import Conn
 from node.applier.walcursor import WalCursor
 from node.core import messages as m
 from node.core.link.filter import rows_batches
-from node.core.link.relay import AckHold, RelayMachine
+from node.core.link.relay import AckHold, RelayMachine, RelayState
 from node.errors import PeerRefused, RemoteProtocolError
 
 if TYPE_CHECKING:
@@ -91,6 +93,8 @@ class Relay:
                 msg = await self.conn.recv(timeout=mach.recv_timeout_s())
             except PeerRefused as e:
                 msg = e
+            if mach.state is RelayState.CLOSED:
+                break        # the send loop ended the link while this waited (greet_again): it closes it
             mach.step(msg, time.monotonic())
             rd = mach.ready()
             for a in rd.apply:

@@ -147,3 +147,37 @@ def test_the_relay_driver_puts_a_subscribers_hold_in_place_in_the_step_that_answ
     rd = relay_take(RelayNode(), mach, subscribe({1: 9}, durable={1: 8}), NOW, followed)
     assert calls == [("follower", SUB)] * anon + [("hold", SUB, {1: 8})] and rd.send[0].mtype == m.SUBSCRIBED
     assert followed == ([SUB] if anon else [])
+
+
+async def test_the_relay_driver_steps_no_message_into_a_link_its_send_loop_ended():
+    """The send loop ends the link with ERROR greet_again (RelayMachine.rows_may_go closes the
+    machine), then awaits that ERROR and the close; an ACK the receive loop was waiting for
+    arrives meanwhile. Stepped into the closed machine, it failed an assertion, logged as a bug
+    with a traceback (a nemesis run on real processes met it)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from node.applier.stream import Relay
+    from node.core.link.relay import RelayState
+    from tests.unit.test_link_relay_machine import streaming
+
+    mach = streaming()
+    ack_came = asyncio.Event()
+
+    class AckConn:
+        async def recv(self, timeout: float) -> m.Message:
+            await ack_came.wait()
+            return m.Message(m.ACK, {"vclock": {1: 9, 2: 4}, "durable": {1: 9, 2: 4}})
+
+    async def send_loop() -> None:
+        mach.close()                      # as rows_may_go's refusal does
+        ack_came.set()
+        await asyncio.sleep(0)            # its ERROR and the close are awaited: the receive loop runs
+        await asyncio.sleep(0)
+
+    acks = []
+    r = Relay.__new__(Relay)
+    r.machine, r.conn = mach, AckConn()
+    r.node = SimpleNamespace(retention=SimpleNamespace(on_ack=lambda *a: acks.append(a)))
+    await r._recv_loop(asyncio.create_task(send_loop()))
+    assert mach.state is RelayState.CLOSED and acks == []
