@@ -17,10 +17,4 @@ def test_every_acknowledged_write_survives_random_kills_pauses_cuts_and_lost_sto
     kinds = {line.split()[1] for line in nem.history}
     assert {"kill", "pause", "cut"} <= kinds, nem.history          # the schedule did fault
     assert len(nem.acked.writes) > 1000, len(nem.acked.writes)     # and the writers wrote under it
-    logs = [open(n.log_path, encoding="utf-8", errors="replace").read() for n in nem.nodes]
-    assert all("Traceback" not in text for text in logs), \
-        [n.name for n, text in zip(nem.nodes, logs) if "Traceback" in text]
-    # No node lost rows of its own from its WAL here (kill -9 keeps what was written), so no
-    # node may say a peer skipped lsns of its own (node/core/receive.py `_own_gap`).
-    assert all("of its own (its WAL lost rows" not in text for text in logs), \
-        [line for text in logs for line in text.splitlines() if "of its own (its WAL lost rows" in line][:3]
+    # nemesis.run checked the oracles, and every node's log (Nemesis.logs_clean)
