@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 
-from tests.integration.harness import ReplogProcess, mesh, vclocks_converged, wait_for
+from tests.integration.harness import ReplogProcess, mesh_nodes, vclocks_converged, wait_for
 from tests.integration.oracles import Acked, acked_everywhere, no_fork, replicated_spaces, restart_all
 
 # Small WAL segments and frequent checkpoints: the nodes collect their WAL every few hundred rows.
@@ -89,7 +89,7 @@ class Nemesis:
         self.seed = seed
         self.tmp = tmp
         self.acked = Acked()
-        self.masters = mesh(tmp, nodes, extra=SMALL)
+        self.masters = mesh_nodes(tmp, nodes, extra=SMALL)       # started by start_writing
         self.replicas = [ReplogProcess(tmp, f"r{i + 1}", peers=self.masters, extra=SMALL + ["--anon"])
                          for i in range(anon)]
         self.joined = 0
@@ -110,6 +110,11 @@ class Nemesis:
 
     # --- set-up and the end -------------------------------------------------------------------
     def start_writing(self) -> None:
+        """The masters form a cluster, the replicas follow, and a writer per master starts."""
+        for n in self.masters:
+            n.start(wait=False)
+        for n in self.masters:
+            n.wait_healthy(60)
         self.masters[0].create_space("kv")
         for r in self.replicas:
             r.start()
@@ -365,7 +370,8 @@ class Nemesis:
 
 
 def run(tmp, seed: int, seconds: float, nodes: int = 4, anon: int = 1) -> Nemesis:
-    """The whole run: a cluster, writes under faults for `seconds`, healing, the oracles."""
+    """The whole run: a cluster, writes under faults for `seconds`, healing, the oracles. Every
+    process it started is killed at the end, whatever happened."""
     nem = Nemesis(tmp, seed, nodes, anon)
     try:
         nem.start_writing()
