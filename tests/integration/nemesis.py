@@ -90,6 +90,8 @@ class Nemesis:
         self.tmp = tmp
         self.acked = Acked()
         self.masters = mesh_nodes(tmp, nodes, extra=SMALL)       # started by start_writing
+        for m in self.masters[1::2]:               # half of them sync each batch (kill -9 spares both)
+            m.extra += ["--wal-mode", "fsync"]
         self.replicas = [ReplogProcess(tmp, f"r{i + 1}", peers=self.masters, extra=SMALL + ["--anon"])
                          for i in range(anon)]
         self.joined = 0
