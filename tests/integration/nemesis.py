@@ -53,7 +53,6 @@ class Writer:
         self.done, self.go = threading.Event(), threading.Event()
         self.go.set()
         self.idle = threading.Event()
-        self.count = 0
         self.thread = threading.Thread(target=self._run, name=f"writer-{node.name}", daemon=True)
         self.thread.start()
 
@@ -67,7 +66,6 @@ class Writer:
             self.idle.clear()
             try:
                 self.acked.put(self.node, "kv", f"{self.node.name}-{i}", {"by": self.node.name, "i": i, "pad": "x" * 60})
-                self.count += 1
             except (OSError, AssertionError, ValueError):
                 time.sleep(0.05)                    # a client's retry pause, not synchronisation
             i += 1
@@ -196,7 +194,6 @@ class Nemesis:
         return [n for n in self.nodes if id(n) not in busy]
 
     def _fault(self, kind: str) -> None:
-        free = self._free()
         if kind == "cut":
             pairs = [frozenset((a.name, b.name)) for i, a in enumerate(self.masters) for b in self.nodes[i + 1:]]
             pairs = [p for p in pairs if p not in self.cuts and all(self._running(self._by(x)) for x in p)]
@@ -210,6 +207,7 @@ class Nemesis:
         if kind == "join":
             self._join()
             return
+        free = self._free()
         if not free:
             return
         n = self.rng.choice(free)
@@ -311,14 +309,8 @@ class Nemesis:
         """Every node but n takes its peer list afresh (n's address changed, or n is new); a
         node that is down or stopped takes it when it starts, or when it goes on."""
         for o in self.nodes:
-            if o is n:
-                continue
-            o.peers = self._peers_of(o)
-            if self._running(o):
-                try:
-                    o.set_peers(o.peers)
-                except (OSError, AssertionError):
-                    pass
+            if o is not n:
+                self._push_peers(o)
 
     def _later(self, kind: str, whom, lo: float, hi: float) -> None:
         self.faults.append((time.monotonic() + self.rng.uniform(lo, hi), kind, whom))
@@ -331,10 +323,7 @@ class Nemesis:
         n: ReplogProcess = whom
         if kind == "pause":
             n.proc.send_signal(signal.SIGCONT)
-            try:
-                n.set_peers(n.peers)                # a cut or mend while it was stopped
-            except (OSError, AssertionError):
-                pass
+            self._push_peers(n)                     # a cut or mend while it was stopped
         else:
             n.peers = self._peers_of(n)
             n.start(wait=False)
@@ -357,17 +346,21 @@ class Nemesis:
         """The masters n follows: every other one it is not cut from."""
         return [self.addresses[o.name] for o in self.masters if o is not n and self._linked(n, o)]
 
+    def _push_peers(self, n: ReplogProcess) -> None:
+        """n takes its peer list as the cuts and addresses now say: at once if it runs, else when
+        it starts (or, paused, when it goes on)."""
+        n.peers = self._peers_of(n)
+        if self._running(n):
+            try:
+                n.set_peers(n.peers)
+            except (OSError, AssertionError):
+                pass                                # it went down meanwhile: it starts with n.peers
+
     def _apply_peers(self, pair: frozenset[str]) -> None:
         """Both ends of `pair` take their peer lists as the cuts now say (a node that is down
         takes them when it starts)."""
         for name in pair:
-            n = self._by(name)
-            n.peers = self._peers_of(n)
-            if self._running(n):
-                try:
-                    n.set_peers(n.peers)
-                except (OSError, AssertionError):
-                    pass                            # it went down meanwhile: it starts with n.peers
+            self._push_peers(self._by(name))
         self.note(("cut " if pair in self.cuts else "peers back ") + "-".join(sorted(pair)))
 
 
