@@ -24,7 +24,8 @@ import logging
 import os
 
 from node import limits
-from node.core.lifecycle_fence import Followers, Forgotten, give_up, lift, loss_at_open, may_lift, take_up_fence
+from node.core.lifecycle_fence import (Follower, Followers, Forgotten, give_up, lift, loss_at_open, may_lift,
+                                      take_up_fence)
 from node.wal.writer import fsync_dir
 
 log = logging.getLogger("replog.fence")
@@ -157,12 +158,13 @@ def remember_registration(data_dir: str, uuid: str) -> None:
     _append_synced(path, uuid + "\n")
 
 
-def _append_synced(path: str, line: str) -> None:
-    """Append `line` to a file beside the identity, on disk when this returns."""
+def _append_synced(path: str, line: str, sync: bool = True) -> None:
+    """Append `line` to a file beside the identity, on disk when this returns (`sync`)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         os.write(fd, line.encode())
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -176,23 +178,53 @@ def registered_members(data_dir: str) -> set[str]:
 
 
 def anonymous_followers(data_dir: str) -> Followers:
-    """The anonymous replicas this node remembers as its followers: uuid -> (address, when it
-    last fetched or subscribed); a later line of a uuid supersedes an earlier one."""
-    return {p[0]: (p[1], t) for p, t in _timed_lines(data_dir, FOLLOWERS_FILE, 3)}
+    """The anonymous replicas this node remembers as its followers (node.core.lifecycle_fence
+    Follower); a later line of a uuid supersedes an earlier one. A line is `uuid address seen
+    reach linked` (reach "-": unknown); an earlier version's `uuid address seen` knows no
+    reach. A torn or damaged line is skipped (the one before it stands)."""
+    try:
+        with open(os.path.join(data_dir, FOLLOWERS_FILE)) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    out: Followers = {}
+    for line in lines:
+        entry = _follower(line.split())
+        if entry is not None:
+            out[entry[0]] = entry[1]
+    return out
 
 
-def append_follower(data_dir: str, uuid: str, entry: tuple[str, float]) -> None:
-    """An anonymous follower's entry (node.core.lifecycle_fence follower_seen), on disk before
-    its FETCH or SUBSCRIBE is answered: it may come to hold rows of ours no member has, and a
-    store lost later must still wait for it."""
-    address, seen = entry
-    _append_synced(os.path.join(data_dir, FOLLOWERS_FILE), f"{uuid} {address or '-'} {seen:.3f}\n")
+def _follower(parts: list[str]) -> tuple[str, Follower] | None:
+    if len(parts) not in (3, 5):
+        return None
+    try:
+        seen = float(parts[2])
+        reach = None if len(parts) == 3 or parts[3] == "-" else int(parts[3])
+    except ValueError:
+        return None
+    if reach is not None and not 0 <= reach <= limits.lsn_max or len(parts) == 5 and parts[4] not in ("0", "1"):
+        return None
+    return parts[0], Follower(parts[1], seen, reach, len(parts) == 5 and parts[4] == "1")
+
+
+def _follower_line(uuid: str, f: Follower) -> str:
+    reach = "-" if f.reach is None else str(f.reach)
+    return f"{uuid} {f.address or '-'} {f.seen:.3f} {reach} {int(f.linked)}\n"
+
+
+def append_follower(data_dir: str, uuid: str, entry: Follower, sync: bool = True) -> None:
+    """An anonymous follower's entry. Synced when a link opens (node.core.lifecycle_fence
+    follower_seen), before its FETCH or SUBSCRIBE is answered: it may come to hold rows of ours
+    no member has, and a store lost later must still wait for it. Not when its last link ends
+    (follower_unlinked): lost, the linked entry stands."""
+    _append_synced(os.path.join(data_dir, FOLLOWERS_FILE), _follower_line(uuid, entry), sync)
 
 
 def write_followers(data_dir: str, followers: Followers) -> None:
     """Rewrite the followers file, one line per follower (atomically: a crash keeps the old file
     or the new)."""
-    _rewrite(data_dir, FOLLOWERS_FILE, [f"{u} {a or '-'} {t:.3f}\n" for u, (a, t) in followers.items()])
+    _rewrite(data_dir, FOLLOWERS_FILE, [_follower_line(u, f) for u, f in followers.items()])
 
 
 def forgotten_followers(data_dir: str) -> Forgotten:

@@ -17,7 +17,10 @@ in any component is told to rejoin (node/rejoin.py decides whether it may). An a
 replica that fetches or subscribes is remembered beside the identity first (node/fence.py: a
 lost store waits to hear from it), and forgotten at a checkpoint once its hold timed out and
 every member holds the rows of this node it may hold (node.core.lifecycle_fence FollowerReach:
-the relay says when each of its links ends)."""
+the relay says when each of its links ends). Its entry says whether a link of it is open, and
+when the last ends, how many of this node's rows it may hold (a lost store does not wait for it
+once a word heard reaches that: a replica whose disk was replaced never comes back under its
+old uuid); the file is written anew when it holds many more lines than followers."""
 from __future__ import annotations
 
 import asyncio
@@ -27,8 +30,9 @@ import time
 
 from node import limits
 from node.core.holds import Hold, Holds, keep_vclock, lapsing
-from node.core.lifecycle_fence import (FollowerReach, Followers, Forgotten, follower_seen, followers_full,
-                                      followers_report, followers_to_forget, with_forgotten)
+from node.core.lifecycle_fence import (Follower, FollowerReach, Followers, Forgotten, follower_seen,
+                                      follower_unlinked, followers_at_start, followers_full, followers_report,
+                                      followers_to_forget, with_forgotten)
 from node.core.vclock import VClock
 from node.errors import NoSpaceError
 from node.faults import fault
@@ -64,6 +68,7 @@ class Retention:
         self._forgotten: Forgotten | None = None      # the followers the operator had it forget, read once
         self.reach = FollowerReach(0)                  # how far of our rows each follower may hold
         self._kept_said: set[str] = set()             # followers kept past their TTL, said so
+        self._lines = 0                                # lines appended to the followers file since it was read or written
 
     @property
     def followers(self) -> Followers:
@@ -98,7 +103,7 @@ class Retention:
             del self.followers[uuid]
             self.reach.forget(uuid)
             self._kept_said.discard(uuid)
-        write_followers(self.node.data_dir, self.followers)
+        self._rewrite_followers()
         for uuid in uuids:
             log.warning("retention: the operator had this node forget anonymous follower %s, which may hold its rows "
                         "up to lsn %d: a lost store no longer waits for it, and it is refused if it comes back "
@@ -111,7 +116,16 @@ class Retention:
     def load(self) -> None:
         """The holds as the store keeps them ("acks": the name an earlier version used)."""
         self.book = Holds(_holds_from_meta(self.node.store.get_meta("acks")))
-        self.reach = FollowerReach(self._own_claimed())
+        own = self._own_claimed()
+        bounded = followers_at_start(self.followers, own, self._fenced())
+        if bounded:
+            self.followers.update(bounded)
+            self._rewrite_followers()
+        self.reach = FollowerReach(own, {u: f.reach for u, f in self.followers.items() if f.bound() is not None})
+
+    def _fenced(self) -> bool:
+        core = self.node.core
+        return core is not None and core.fence is not None
 
     def _own_claimed(self) -> int:
         core = self.node.core
@@ -164,8 +178,7 @@ class Retention:
                 raise followers_full(len(followers))      # (the relay logs the refusal: relay_end)
         else:
             new = uuid not in followers
-            append_follower(self.node.data_dir, uuid, entry)
-            followers[uuid] = entry
+            self._append(uuid, entry, sync=True)
             if new:
                 log.info("retention: anonymous replica %s (%s) follows this node: a lost store waits to hear from it",
                          uuid, address)
@@ -173,8 +186,25 @@ class Retention:
 
     def follower_link_ended(self, uuid: str) -> None:
         """A link of a remembered follower (`follower` said so) ends: it holds at most the own
-        rows this node claimed now."""
-        self.reach.closed(uuid, self._own_claimed(), uuid in self.followers)
+        rows this node claimed now; the last one's end goes in its entry (not synced)."""
+        own = self._own_claimed()
+        if self.reach.closed(uuid, own, uuid in self.followers):
+            self._append(uuid, follower_unlinked(self.followers[uuid], own, self._fenced()), sync=False)
+
+    def _append(self, uuid: str, entry: Follower, sync: bool) -> None:
+        """A follower's new entry, on disk first (a failed write changes nothing); the file is
+        written anew instead once it holds many more lines than followers."""
+        if self._lines > 2 * len(self.followers) + 64:
+            write_followers(self.node.data_dir, {**self.followers, uuid: entry})
+            self._lines = 0
+        else:
+            append_follower(self.node.data_dir, uuid, entry, sync)
+            self._lines += 1
+        self.followers[uuid] = entry
+
+    def _rewrite_followers(self) -> None:
+        write_followers(self.node.data_dir, self.followers)
+        self._lines = 0
 
     def _forget_followers(self, uuids: list[str]) -> None:
         if not uuids:
@@ -182,7 +212,7 @@ class Retention:
         for uuid in uuids:
             del self.followers[uuid]
             self.reach.forget(uuid)
-        write_followers(self.node.data_dir, self.followers)
+        self._rewrite_followers()
         log.info("retention: forgets anonymous follower(s) %s (unseen past anon_ttl_s and every member holds the "
                  "rows of this node it may hold, or now in _cluster)",
                  ", ".join(uuids))

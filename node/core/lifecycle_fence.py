@@ -23,7 +23,10 @@ Rules kept here:
 - How many peers a node remembers claims of is bounded (limits.members_max).
 - A node remembers the anonymous replicas that follow it beside its identity (`follower_seen`,
   at most limits.anon_followers_max: a new one past that is refused, `followers_full`), and a
-  fence taken up after a loss waits for them like members (`take_up_fence`); while not fenced
+  fence taken up after a loss waits for them like members (`take_up_fence`), except one whose
+  entry bounds the rows of ours it may hold (`Follower`: the own lsn claimed when its last link
+  here ended, kept on disk; unknown while a link is open) once a word heard reaches that bound
+  (OwnRowsFence.reach); while not fenced
   it forgets one that the table knows, or one unseen past its TTL once every member holds the
   rows of ours it may hold (`FollowerReach`: quiet, it may still be their only holder;
   `followers_to_forget`). The operator may have it forget those unseen for a while and not
@@ -36,7 +39,7 @@ Rules kept here:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from node import limits
 from node.cluster_space.table import STATE_EXPELLED, STATE_MEMBER
@@ -184,7 +187,8 @@ def take_up_fence(core: NodeCore, meta: dict | None, registered: set[str],
                   followers: "Followers | None" = None) -> bool:
     """At open, with the core just built: the fence the store's meta holds stands again, with
     the members this node registered itself, the anonymous replicas that followed it (waited
-    for like members: `follower_seen`) and those the operator gave up
+    for like members: `follower_seen`; one whose entry bounds what it may hold, only until a
+    word heard reaches that: OwnRowsFence.reach) and those the operator gave up
     on (an anonymous replica has none). Whether every own row is history while it stands (a
     rebuilt store's)."""
     if core.anon:
@@ -192,10 +196,13 @@ def take_up_fence(core: NodeCore, meta: dict | None, registered: set[str],
     fence = fence_from_meta(meta, registered)
     if fence is None:
         return False
-    for uuid, (address, _) in (followers or {}).items():
+    for uuid, f in (followers or {}).items():
         if uuid != core.uuid:
             fence.known.add(uuid)
-            fence.anonymous[uuid] = address
+            fence.anonymous[uuid] = f.address
+            bound = f.bound()
+            if bound is not None:
+                fence.reach[uuid] = bound
     core.fence = fence
     return fence.rebuilt
 
@@ -221,22 +228,64 @@ def give_up(fence: OwnRowsFence, given_up: Iterable[str] | None, uuid: str) -> l
 
 
 # --- the anonymous replicas a node remembers beside its identity (node/fence.py) ---------------
-Followers = dict[str, tuple[str, float]]   # uuid -> (address, when it last fetched or subscribed, s)
+class Follower(NamedTuple):
+    """A remembered anonymous follower, as its latest line beside the identity says."""
+    address: str
+    seen: float                  # when it last fetched or subscribed (s)
+    reach: int | None = None     # the most of our own rows its ended links here may have sent it (None: unknown)
+    linked: bool = False         # a link of it was open when this was written: it may hold any of ours
+
+    def bound(self) -> int | None:
+        """The most of this node's own rows it may hold, as far as the entry says (None: any)."""
+        return None if self.linked else self.reach
+
+
+Followers = dict[str, Follower]
 
 
 def follower_seen(followers: Followers, uuid: str, address: str, now_s: float,
-                  anon_ttl_s: float) -> tuple[str, float] | None:
+                  anon_ttl_s: float) -> Follower | None:
     """An anonymous replica fetches from or subscribes to this node now: the entry to remember
-    for it, or None when there is nothing to write (it is remembered, seen within half its TTL;
-    or `limits.anon_followers_max` others are, and it is not). A node remembers, outside its
-    store, every anonymous replica that follows it: one may be the only holder of this node's
-    last rows, and a lost store would not know it."""
+    for it, on disk before it is answered, or None when there is nothing to write (it is
+    remembered as linked, seen within half its TTL; or `limits.anon_followers_max` others are,
+    and it is not). A node remembers, outside its store, every anonymous replica that follows
+    it: one may be the only holder of this node's last rows, and a lost store would not know it.
+    The entry says the link is open (the follower may hold any of our rows until it ends), and
+    keeps what its ended links may have sent it (a new one: none)."""
     old = followers.get(uuid)
-    if old is not None and now_s - old[1] < anon_ttl_s / 2:
+    if old is not None and old.linked and now_s - old.seen < anon_ttl_s / 2:
         return None
     if old is None and len(followers) >= limits.anon_followers_max:
         return None
-    return (address, now_s)
+    return Follower(address, now_s, old.reach if old is not None else 0, True)
+
+
+def follower_unlinked(entry: Follower, own_claimed: int, fenced: bool) -> Follower:
+    """The entry of a follower whose last link here ended with this node's own lsn claimed at
+    `own_claimed` (a link sends nothing past it). Not fenced, no other node holds a row of ours
+    past that (a start that lost rows is fenced, and a fence lifts only with every row of ours
+    that was heard of back), so it bounds all the follower holds of ours. Fenced, rows of an
+    earlier incarnation may be past it: the entry's earlier bound stays if higher, and an
+    unknown one stays unknown. Written without a sync: if it is lost, the entry before it
+    (linked) stands, which waits for more."""
+    if fenced:
+        reach = None if entry.reach is None else max(entry.reach, own_claimed)
+    else:
+        reach = own_claimed
+    return entry._replace(reach=reach, linked=False)
+
+
+def followers_at_start(followers: Followers, own_at_start: int, fenced: bool) -> Followers:
+    """At a start (node/retention.py load): the entries to write again, for those left linked
+    (the process died with a link open) or unknown (written by an earlier version). A start
+    that is not fenced lost none of this node's rows, so no follower holds one past
+    `own_at_start`: that bounds them now. A fenced start knows no bound for them: one left
+    linked is unknown from now on, so that a link it opens and ends while the fence stands
+    does not bound it by what this node has then (OwnRowsFence.reach: the word of peers heard
+    before a restart is not kept)."""
+    if fenced:
+        return {u: f._replace(reach=None, linked=False) for u, f in followers.items() if f.linked}
+    return {u: f._replace(reach=own_at_start, linked=False) for u, f in followers.items() if f.bound() is None}
 
 
 def followers_full(remembered: int) -> PeerRefused:
@@ -293,10 +342,10 @@ def members_hold_own(holds: dict, table, self_id: int) -> int:
 Forgotten = dict[str, float]     # uuid -> when the operator had this node forget that follower (s)
 
 
-def follower_last_seen(entry: tuple[str, float], hold) -> float:
+def follower_last_seen(entry: Follower, hold) -> float:
     """When a remembered follower was last heard: its entry's FETCH or SUBSCRIBE, or an ACK that
     moved its hold (node.core.holds Hold; None: it has none)."""
-    return max(entry[1], hold.seen_s) if hold is not None else entry[1]
+    return max(entry.seen, hold.seen_s) if hold is not None else entry.seen
 
 
 def followers_report(followers: Followers, holds: dict, table, reach: "FollowerReach", self_id: int,
@@ -308,7 +357,7 @@ def followers_report(followers: Followers, holds: dict, table, reach: "FollowerR
     covered = members_hold_own(holds, table, self_id)
     out = []
     for uuid in sorted(followers):
-        address, _ = followers[uuid]
+        address = followers[uuid].address
         last = follower_last_seen(followers[uuid], holds.get(uuid))
         reaches = reach.may_hold(uuid)
         linked = uuid in reach.open
@@ -348,25 +397,28 @@ class FollowerReach:
     """How far of this node's own rows each remembered anonymous follower may hold, in memory:
     the own lsn this node had claimed when the follower's last link here ended (a link sends
     nothing past it), any lsn while a link is open (`limits.lsn_max`), and for a follower with
-    no link since this process started, the own lsn at the start (what an earlier process sent
-    is at most that: a start that lost rows is fenced, and a fenced node forgets nobody)."""
+    no link since this process started, what its entry bounds (`ended`, from the file) or else
+    the own lsn at the start (what an earlier process sent is at most that: a start that lost
+    rows is fenced, and a fenced node forgets nobody)."""
     __slots__ = ("at_start", "open", "ended")
 
-    def __init__(self, own_at_start: int):
+    def __init__(self, own_at_start: int, ended: dict[str, int] | None = None):
         self.at_start = own_at_start
         self.open: dict[str, int] = {}      # uuid -> its links open now
-        self.ended: dict[str, int] = {}     # uuid -> own lsn claimed when its last link ended
+        self.ended: dict[str, int] = dict(ended or {})   # uuid -> own lsn claimed when its last link ended
 
     def opened(self, uuid: str) -> None:
         """A remembered follower fetches or subscribes (node.core.link.ready Hold, anon)."""
         self.open[uuid] = self.open.get(uuid, 0) + 1
 
-    def closed(self, uuid: str, own_claimed: int, remembered: bool = True) -> None:
+    def closed(self, uuid: str, own_claimed: int, remembered: bool = True) -> bool:
         """A link that `opened` ends (links that never did sent no row); `remembered`: the
-        follower still is (the table may have come to know it meanwhile: nothing to keep)."""
+        follower still is (the table may have come to know it meanwhile: nothing to keep).
+        Whether that was its last link open and it is remembered: its entry says so now
+        (`follower_unlinked`)."""
         n = self.open.get(uuid, 0)
         if n == 0:
-            return
+            return False
         if n == 1:
             del self.open[uuid]
         else:
@@ -375,6 +427,7 @@ class FollowerReach:
             self.ended[uuid] = own_claimed
         else:
             self.forget(uuid)
+        return n == 1 and remembered
 
     def may_hold(self, uuid: str) -> int:
         if uuid in self.open:

@@ -112,8 +112,13 @@ class OwnRowsFence:
     node while it was fenced (their expel is written once the fence is lifted): neither waited
     for nor believed. `anonymous`: anonymous replicas (uuid -> address) heard, or remembered as
     followers (those are in `known` too: waited for); what one said it holds counts, and its rows
-    come back only if this node replicates from it. Cleared when every live member was heard and
-    this node holds the most."""
+    come back only if this node replicates from it. `reach`: remembered followers whose entry
+    beside the identity bounds the most of this node's rows they may hold (node.core.
+    lifecycle_fence Follower): one is not waited for once a word heard reaches that bound
+    (`target`), for whatever it holds of ours comes back before the lift and this node's next
+    rows go past it; so a follower whose disk was replaced (it comes back under a new uuid)
+    does not hold the fence for ever. Cleared when every live member was heard and this node
+    holds the most."""
     reason: str
     rebuilt: bool = False
     heard: dict[str, int] = field(default_factory=dict)
@@ -121,6 +126,7 @@ class OwnRowsFence:
     expelled: set[str] = field(default_factory=set)
     given_up: set[str] = field(default_factory=set)
     anonymous: dict[str, str] = field(default_factory=dict)
+    reach: dict[str, int] = field(default_factory=dict)
     knows: dict[str, set[str]] = field(default_factory=dict)
     told: dict[str, frozenset[str]] = field(default_factory=dict)
 
@@ -162,6 +168,10 @@ class OwnRowsFence:
         for m in table.members():
             if m.state == STATE_EXPELLED:
                 members.discard(m.uuid)
+        # (not one the table knows: a follower that registered since is a member, and rows of ours
+        # it took as one are not bounded by its entry)
+        target = self.target()
+        members -= {u for u, bound in self.reach.items() if bound <= target and u not in table}
         return members - self.expelled - self.given_up - {self_uuid}
 
     def disregarded(self, table: ClusterTable, self_uuid: str) -> set[str]:
@@ -201,6 +211,10 @@ class OwnRowsFence:
         if waiting:
             anon = [u for u in waiting if u in self.anonymous]
             also = f"; {_anonymous(anon)} that followed this node" if anon else ""
+            bounded = [f"{u} to lsn {self.reach[u]}" for u in anon if u in self.reach]
+            if bounded:
+                also += (f" and may hold its rows ({_named(bounded)}): not waited for once a peer heard says it "
+                         "holds as many")
             return (f"{self.reason}: this node does not write under its own id until every member has said how "
                     f"many of its rows it holds; not heard from {_named(waiting)} (start it, or expel it if it is gone "
                     f"for good){also}")

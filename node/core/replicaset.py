@@ -338,6 +338,7 @@ class NodeCore(Receiving):
                 knows.append(str(row[0]))
             elif len(row) > 3 and row[3] == STATE_MEMBER:
                 fence.known.add(str(row[0]))     # a member we must hear from too, if we do not know it
+                fence.reach.pop(str(row[0]), None)   # (a follower that registered: its entry no longer bounds it)
         fence.hear(peer_uuid, int(vclock_by_uuid.get(self.uuid, 0)), knows)
         for u in knows:                        # expelled as far as we know too (our greeting says it)
             if len(fence.expelled) < limits.members_max:

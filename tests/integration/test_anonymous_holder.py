@@ -6,14 +6,17 @@ uuid until those rows are back: once it did, its next rows took the lsns R holds
 them as rows it had, for good. The way back that loses nothing is the one B's status names:
 replicate from R. B remembers R beside its identity, so its fence waits to hear from R even
 when every member has been heard; one gone for good is expelled on B (docs/replication.md,
-"Anonymous replicas")."""
+"Anonymous replicas"). A replica whose disk was replaced holds no fence when a member holds
+what it may hold."""
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Callable
 
 from tests.integration.harness import ReplogProcess, mesh, wait_for
-from tests.integration.oracles import Acked, acked_everywhere, lose_store_and_rejoin, no_fork, restart_all, upstream
+from tests.integration.oracles import (Acked, acked_everywhere, lose_store_and_rejoin, no_fork, replicated_spaces,
+                                      restart_all, upstream)
 
 
 def masters_and_a_replica_of_b(tmp_path, procs, n: int, extra: list[str] | None = None,
@@ -233,3 +236,36 @@ def test_a_replica_quiet_past_its_ttl_is_remembered_while_it_may_hold_rows_no_me
     wait_for(lambda: ru not in open(os.path.join(b.data_dir, "anonymous_followers")).read(), 30,
              "B forgets R at a checkpoint past its TTL")
     restart_all([a, b])
+
+
+def test_a_replica_whose_disk_was_replaced_does_not_hold_a_lost_stores_fence(tmp_path, procs):
+    """R takes B's rows, and so does A. R is killed and its disk replaced: it comes back under a
+    new uuid. B then loses its store: its entry for R's old uuid bounds what R may hold by B's
+    own lsn when R's link ended, and A says it holds that many, so B's fence lifts without
+    waiting for the old uuid (it used to wait for ever, unless the operator expelled it)."""
+    (a, b), r, acked = masters_and_a_replica_of_b(tmp_path, procs, 2)
+    b_last = [acked.put(b, "kv", f"b-{i}", i)["lsn"] for i in range(20)][-1]
+    acked_everywhere([a, b, r], acked)
+    old = r.uuid()
+    r.kill9()
+    shutil.rmtree(r.data_dir)                            # a new disk
+    os.makedirs(r.data_dir)
+
+    def unlinked_entry() -> bool:
+        s, d = b.get("/v1/admin/followers")
+        return s == 200 and any(f["uuid"] == old and not f["linked"] for f in d["followers"])
+    wait_for(unlinked_entry, 30, "B saw R's link end")
+    b.kill9()
+    shutil.rmtree(os.path.join(b.data_dir, "store"))
+    shutil.rmtree(os.path.join(b.data_dir, "wal"))
+    b.start(wait=False)
+    wait_for(lambda: "kv" in replicated_spaces(b), 60, "B rejoined through A")
+    wait_for(lambda: b.info().get("own_rows_fence") is None, 60, f"B's fence lifted without R's old uuid {old}")
+    d = b.kv_put("kv", "after", "after")
+    assert d["lsn"] > b_last, f"B's next lsn {d['lsn']} reuses one of its rows up to {b_last}"
+    acked.writes[("kv", "after")] = ("after", b.uuid(), d["lsn"])
+    r.start()                                            # the replica, under its new uuid
+    assert r.uuid() != old
+    acked_everywhere([a, b, r], acked, 60)
+    no_fork([a, b, r])
+    restart_all([a, b, r])

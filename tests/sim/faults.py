@@ -32,6 +32,8 @@ class Faults:
         self._count_crash_windows(n)
         for c in list(self.conns.values()):
             if c.client == n.name or c.server == n.name:
+                if c.server == n.name:
+                    c.followed = None         # a process that dies writes no follower's entry: it stays linked
                 self.break_conn(c, f"{n.name} crashed")
         if power or n.wal_mode == "fsync":
             self.checker.on_power_loss(n)

@@ -18,6 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from node.core import messages as m
+from node.core.lifecycle_fence import follower_unlinked
 from node.core.link import claims
 from tests.sim import shell
 from tests.sim.links import SERVER
@@ -109,8 +110,9 @@ class Network:
         s, p = self.nodes[c.client], self.nodes[c.server]
         if c.followed is not None:           # node/applier/relay.py serve_link: follower_link_ended
             reach, uuid = c.followed
-            reach.closed(uuid, p.core.claimed.get(p.core.self_id) if p.core is not None else 0,
-                         uuid in p.anon_followers)
+            own = p.core.claimed.get(p.core.self_id) if p.core is not None else 0
+            if reach.closed(uuid, own, uuid in p.anon_followers):     # (its entry, as Retention writes it)
+                p.anon_followers[uuid] = follower_unlinked(p.anon_followers[uuid], own, p.core.fence is not None)
         delay = backoff if backoff is not None else self.rng.randint(1, 4)
         self.stats["link_breaks"] += 1
         if c.kind != "sub" and not why.endswith("(BYE)"):

@@ -41,7 +41,7 @@ from node import limits
 from node.cluster_space.table import ClusterTable, Member
 from node.core.apply import apply_txn, apply_txns
 from node.core.holds import Hold, Holds, collectable_before, keep_vclock, lapsing
-from node.core.lifecycle_fence import FollowerReach, followers_to_forget, take_up_fence
+from node.core.lifecycle_fence import FollowerReach, Followers, followers_at_start, followers_to_forget, take_up_fence
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_LOCAL, Txn
 from node.core.vclock import VClock
@@ -195,7 +195,7 @@ class SimNode:
         # (a lost store keeps them; its fence waits for them too)
         self.registered: set[str] = set()
         # node/fence.py anonymous_followers: anonymous replicas that follow this node, beside its identity
-        self.anon_followers: dict[str, tuple[str, float]] = {}
+        self.anon_followers: Followers = {}
         self.reach = FollowerReach(0)              # Retention.reach: how far of our rows each may hold
 
     def __repr__(self) -> str:
@@ -287,7 +287,9 @@ class SimNode:
             if take_up_fence(self.core, meta, self.registered, self.anon_followers):
                 self.state.own_history_lsn = limits.lsn_max
         self.holds = dict(self.holds_disk)         # Retention.load
-        self.reach = FollowerReach(self.core.claimed.get(self.core.self_id))
+        own = self.core.claimed.get(self.core.self_id)     # Retention.load
+        self.anon_followers.update(followers_at_start(self.anon_followers, own, self.core.fence is not None))
+        self.reach = FollowerReach(own, {u: f.reach for u, f in self.anon_followers.items() if f.bound() is not None})
         self.status = "running"
 
     def install(self, base: Base) -> None:

@@ -25,6 +25,29 @@ def form(c: Cluster, *names: str) -> None:
         c.run_until_quiet()
 
 
+def a_and_its_follower(c: Cluster) -> None:
+    """A, B and C formed; R, an anonymous replica, follows A alone."""
+    form(c, "A", "B", "C")
+    c.add_node("R", anon=True)
+    c.fetch_anon("R", via="A")
+    c.run_until(lambda: ready(c, "R"), what="R fetched")
+    c.configure_peers("R", ["A"])
+    c.run_until_quiet()
+
+
+def rows_only_r_has(c: Cluster) -> int:
+    """A, cut off from B and C, writes three rows; R takes them. A's own lsn then."""
+    c.cut("A", "B")
+    c.cut("A", "C")
+    for i in range(3):
+        assert c.put("A", f"a{i}")
+        c.run(1)
+    want = flushed(c, "A")
+    c.run_until(lambda: own_lsn(c, "R", "A") == want, what="R holds A's rows")
+    assert own_lsn(c, "B", "A") < want and own_lsn(c, "C", "A") < want
+    return want
+
+
 def own_lsn(c: Cluster, holder: str, origin: str) -> int:
     """How many of origin's rows holder has applied."""
     return c.nodes[holder].core.vclock_by_uuid().get(c.nodes[origin].uuid, 0)

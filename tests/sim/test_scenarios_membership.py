@@ -22,7 +22,7 @@ from node.core import lifecycle_fence, lifecycle_join, lifecycle_rejoin
 from node.core.holds import Holds
 from tests.sim.harness import LOC, Cluster, SimFailure
 from tests.sim.liveness import check_acknowledged, check_converged
-from tests.sim.steps import flushed, form, own_lsn, ready
+from tests.sim.steps import a_and_its_follower, flushed, form, own_lsn, ready, rows_only_r_has
 from tests.sim.workload import churn_peers
 
 
@@ -405,20 +405,8 @@ def quiet_follower_holds_rows_no_member_has(c: Cluster) -> None:
     so A still remembers it. A loses its store and joins again, fenced: it waits for R too, and
     writes nothing under its id until R is back and its rows came home (the operator adds R to
     A's peers when the fence says so: `settle`). Once every member holds them, A forgets R."""
-    form(c, "A", "B", "C")
-    c.add_node("R", anon=True)
-    c.fetch_anon("R", via="A")
-    c.run_until(lambda: ready(c, "R"), what="R fetched")
-    c.configure_peers("R", ["A"])
-    c.run_until_quiet()
-    c.cut("A", "B")
-    c.cut("A", "C")
-    for i in range(3):
-        assert c.put("A", f"a{i}")
-        c.run(1)
-    want = flushed(c, "A")
-    c.run_until(lambda: own_lsn(c, "R", "A") == want, what="R holds A's rows")
-    assert own_lsn(c, "B", "A") < want and own_lsn(c, "C", "A") < want
+    a_and_its_follower(c)
+    want = rows_only_r_has(c)
     c.crash("R", power=False)
     c.anon_ttl = 20
     c.run(30)

@@ -16,7 +16,7 @@ from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, C
 from node.core import messages as m
 from node.core.entry import txns_relay_frame
 from node.core.holds import Hold
-from node.core.lifecycle_fence import (FollowerReach, follower_seen, followers_to_forget, hear_greeting, lift, may_lift,
+from node.core.lifecycle_fence import (Follower, FollowerReach, follower_seen, followers_to_forget, hear_greeting, lift, may_lift,
                                        members_hold_own, take_up_fence)
 from node.core.link.relay import RelayState
 from node.core.membership import OwnRowsFence, greeting_expel_bounds
@@ -161,7 +161,7 @@ def test_a_members_relay_sends_its_own_rows():
 def test_a_fence_taken_up_after_a_loss_waits_for_the_anonymous_replicas_that_followed_the_node():
     core = fenced_core()
     core.fence = None
-    take_up_fence(core, {"reason": "lost", "rebuilt": True}, set(), {ANON: (ANON_ADDR, 1.0), SELF: ("a:1", 1.0)})
+    take_up_fence(core, {"reason": "lost", "rebuilt": True}, set(), {ANON: Follower(ANON_ADDR, 1.0), SELF: Follower("a:1", 1.0)})
     fence = core.fence
     assert ANON in fence.waiting_for(core.table, SELF) and fence.anonymous == {ANON: ANON_ADDR}
     assert SELF not in fence.known                     # never itself
@@ -174,26 +174,31 @@ def test_a_fence_taken_up_after_a_loss_waits_for_the_anonymous_replicas_that_fol
 def test_an_anonymous_replica_has_no_fence_to_take_up_and_remembers_nobody():
     table = ClusterTable([Member(SELF, 4, "a:1", STATE_ANON), Member(PEER, 2, "b:1", STATE_MEMBER)])
     core = NodeCore(SELF, table, VClock({2: 3}), spaces={"kv": False})
-    assert take_up_fence(core, {"reason": "lost"}, set(), {ANON: (ANON_ADDR, 1.0)}) is False and core.fence is None
+    assert take_up_fence(core, {"reason": "lost"}, set(), {ANON: Follower(ANON_ADDR, 1.0)}) is False and core.fence is None
 
 
-def test_a_follower_is_written_when_new_or_not_written_for_half_its_ttl_and_not_past_the_bound(monkeypatch):
-    assert follower_seen({}, ANON, ANON_ADDR, 100.0, 60.0) == (ANON_ADDR, 100.0)
-    assert follower_seen({ANON: (ANON_ADDR, 80.0)}, ANON, ANON_ADDR, 100.0, 60.0) is None       # 20 s < 30 s
-    assert follower_seen({ANON: (ANON_ADDR, 70.0)}, ANON, "moved:1", 100.0, 60.0) == ("moved:1", 100.0)
+def test_a_follower_is_written_when_new_linked_or_not_written_for_half_its_ttl_and_not_past_the_bound(monkeypatch):
+    assert follower_seen({}, ANON, ANON_ADDR, 100.0, 60.0) == Follower(ANON_ADDR, 100.0, 0, True)   # new: sent none yet
+    linked = Follower(ANON_ADDR, 80.0, 4, True)
+    assert follower_seen({ANON: linked}, ANON, ANON_ADDR, 100.0, 60.0) is None       # linked, 20 s < 30 s
+    assert follower_seen({ANON: linked._replace(seen=70.0)}, ANON, "moved:1", 100.0, 60.0) == \
+        Follower("moved:1", 100.0, 4, True)
+    # its last link ended (the entry bounds it): a new link must say so before it is answered
+    assert follower_seen({ANON: linked._replace(linked=False)}, ANON, ANON_ADDR, 81.0, 60.0) == \
+        Follower(ANON_ADDR, 81.0, 4, True)
     monkeypatch.setattr(limits, "anon_followers_max", 2)
-    two = {"f1": ("x:1", 1.0), "f2": ("x:2", 1.0)}
+    two = {"f1": Follower("x:1", 1.0), "f2": Follower("x:2", 1.0)}
     assert follower_seen(two, ANON, ANON_ADDR, 100.0, 60.0) is None                             # full: not a new one
-    assert follower_seen(two, "f1", "x:1", 100.0, 60.0) == ("x:1", 100.0)                       # a known one, yes
+    assert follower_seen(two, "f1", "x:1", 100.0, 60.0) == Follower("x:1", 100.0, None, True)   # a known one, yes
 
 
 def test_a_follower_is_forgotten_once_unseen_past_its_ttl_or_once_the_table_knows_it():
     table = ClusterTable([Member(SELF, 1, "a:1", STATE_MEMBER), Member(PEER, 2, "b:1", STATE_MEMBER),
                           Member(OTHER, 3, "c:1", STATE_EXPELLED, 0, 0)])
     holds = {"acked": Hold({}, 95.0, True), "stale": Hold({}, 10.0, True)}
-    remembered = {"acked": ("x:1", 1.0),        # subscribed long ago, acknowledged just now
-                  "stale": ("x:2", 20.0), "recent": ("x:3", 80.0), "gone": ("x:4", 60.0), "edge": ("x:5", 70.0),
-                  PEER: ("b:1", 99.0), OTHER: ("c:1", 99.0)}
+    remembered = {"acked": Follower("x:1", 1.0),        # subscribed long ago, acknowledged just now
+                  "stale": Follower("x:2", 20.0), "recent": Follower("x:3", 80.0), "gone": Follower("x:4", 60.0), "edge": Follower("x:5", 70.0),
+                  PEER: Follower("b:1", 99.0), OTHER: Follower("c:1", 99.0)}
     assert followers_to_forget(remembered, holds, table, 100.0, 30.0, FollowerReach(0), 1) == \
         (["stale", "gone", PEER, OTHER], {})
 
@@ -218,7 +223,7 @@ def three_members(b_holds: int, c_holds: int | None) -> tuple[ClusterTable, dict
 def test_a_quiet_follower_is_forgotten_only_once_every_member_holds_the_rows_it_may_hold(b_holds, c_holds, forgotten):
     table, holds = three_members(b_holds, c_holds)
     reach = FollowerReach(7)                       # no link since this process started at own lsn 7
-    followers = {"quiet": ("x:1", 10.0)}
+    followers = {"quiet": Follower("x:1", 10.0)}
     assert followers_to_forget(followers, holds, table, 100.0, 30.0, reach, 1) == \
         ((["quiet"], {}) if forgotten else ([], {"quiet": 7}))
     assert members_hold_own(holds, table, 1) == (min(b_holds, c_holds) if c_holds is not None else 0)
@@ -228,14 +233,14 @@ def test_a_quiet_follower_is_forgotten_only_once_every_member_holds_the_rows_it_
 def test_a_members_hold_that_names_none_of_our_rows_holds_none_of_them(reach, forgotten):
     table, holds = three_members(5, 5)
     holds[OTHER] = Hold({2: 5}, 99.0, False)      # OTHER acknowledged rows of PEER's only
-    out, kept = followers_to_forget({"quiet": ("x:1", 10.0)}, holds, table, 100.0, 30.0, FollowerReach(reach), 1)
+    out, kept = followers_to_forget({"quiet": Follower("x:1", 10.0)}, holds, table, 100.0, 30.0, FollowerReach(reach), 1)
     assert (out, kept) == ((["quiet"], {}) if forgotten else ([], {"quiet": 1}))
 
 
 def test_a_follower_the_table_knows_is_forgotten_once_however_long_unseen_and_whatever_it_may_hold():
     table, holds = three_members(0, 0)
     table.upsert(Member(ANON, 4, ANON_ADDR, STATE_MEMBER))      # registered since
-    followers = {ANON: (ANON_ADDR, 1.0)}
+    followers = {ANON: Follower(ANON_ADDR, 1.0)}
     assert followers_to_forget(followers, holds, table, 100.0, 30.0, FollowerReach(9), 1) == ([ANON], {})
 
 
@@ -259,9 +264,9 @@ def test_no_other_member_holds_our_rows_when_we_are_the_only_member():
     table = ClusterTable([Member(SELF, 1, "a:1", STATE_MEMBER), Member(OTHER, 3, "c:1", STATE_EXPELLED, 0, 0)])
     holds = {OTHER: Hold({1: 9}, 99.0, False)}
     assert members_hold_own(holds, table, 1) == 0
-    assert followers_to_forget({"quiet": ("x:1", 10.0)}, holds, table, 100.0, 30.0, FollowerReach(0), 1) == \
+    assert followers_to_forget({"quiet": Follower("x:1", 10.0)}, holds, table, 100.0, 30.0, FollowerReach(0), 1) == \
         (["quiet"], {})
-    assert followers_to_forget({"quiet": ("x:1", 10.0)}, holds, table, 100.0, 30.0, FollowerReach(1), 1) == \
+    assert followers_to_forget({"quiet": Follower("x:1", 10.0)}, holds, table, 100.0, 30.0, FollowerReach(1), 1) == \
         ([], {"quiet": 1})
 
 
@@ -278,17 +283,17 @@ def test_the_followers_file_remembers_each_replica_durably_and_forgets_atomicall
     remember_follower(ANON, ANON_ADDR, 100.0)
     remember_follower(ANON, ANON_ADDR, 110.0)                 # within half its ttl: nothing written
     remember_follower(PEER, "b:1", 120.0)
-    assert anonymous_followers(d) == {ANON: (ANON_ADDR, 100.0), PEER: ("b:1", 120.0)}
+    assert anonymous_followers(d) == {ANON: Follower(ANON_ADDR, 100.0, 0, True), PEER: Follower("b:1", 120.0, 0, True)}
     remember_follower(ANON, ANON_ADDR, 140.0)                 # past it: seen again, the later line wins
-    assert anonymous_followers(d)[ANON] == (ANON_ADDR, 140.0)
+    assert anonymous_followers(d)[ANON] == Follower(ANON_ADDR, 140.0, 0, True)
     assert len((tmp_path / "anonymous_followers").read_text().splitlines()) == 3
     r._forget_followers([PEER])
-    assert anonymous_followers(d) == {ANON: (ANON_ADDR, 140.0)}
-    assert (tmp_path / "anonymous_followers").read_text() == f"{ANON} {ANON_ADDR} 140.000\n"
+    assert anonymous_followers(d) == {ANON: Follower(ANON_ADDR, 140.0, 0, True)}
+    assert (tmp_path / "anonymous_followers").read_text() == f"{ANON} {ANON_ADDR} 140.000 0 1\n"
     assert not (tmp_path / "anonymous_followers.tmp").exists()
     r._forget_followers([])
-    (tmp_path / "anonymous_followers").write_text(f"{ANON} {ANON_ADDR} 140.000\ntorn-line\n{PEER} b:1 notatime\n")
-    assert anonymous_followers(d) == {ANON: (ANON_ADDR, 140.0)}     # a torn or bad line is skipped
+    (tmp_path / "anonymous_followers").write_text(f"{ANON} {ANON_ADDR} 140.000 0 1\ntorn-line\n{PEER} b:1 notatime\n")
+    assert anonymous_followers(d) == {ANON: Follower(ANON_ADDR, 140.0, 0, True)}     # a torn or bad line is skipped
 
 
 # --- what a fence's status says, and a peer's expel bounds ------------------------------------------

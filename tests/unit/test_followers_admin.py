@@ -11,7 +11,7 @@ import pytest
 
 from node import limits, retention
 from node.core.holds import Hold
-from node.core.lifecycle_fence import FollowerReach, followers_report, followers_unseen, with_forgotten
+from node.core.lifecycle_fence import Follower, FollowerReach, followers_report, followers_unseen, with_forgotten
 from node.core.membership import OwnRowsFence
 from node.errors import ClientError, PeerRefused
 from node.fence import anonymous_followers, forgotten_followers
@@ -36,7 +36,7 @@ def table_and_holds(peer_own: int, other_own: int):
 
 def test_the_report_says_when_each_follower_was_heard_what_it_may_hold_and_whether_it_is_kept_for_that():
     core, holds = table_and_holds(4, 5)                 # members hold our rows up to 4
-    followers = {QUIET: ("q:1", 100.0), LINKED: ("l:1", 100.0), RECENT: ("r:1", 950.0)}
+    followers = {QUIET: Follower("q:1", 100.0), LINKED: Follower("l:1", 100.0), RECENT: Follower("r:1", 950.0)}
     holds[RECENT] = Hold({1: 5}, 990.0, True)           # an ACK after its entry: heard at 990
     reach = FollowerReach(5)                            # each may hold what we had at the start
     reach.opened(LINKED)
@@ -54,15 +54,15 @@ def test_the_report_says_when_each_follower_was_heard_what_it_may_hold_and_wheth
 
 def test_the_report_rounds_times_to_the_millisecond_and_a_follower_unseen_for_exactly_its_ttl_is_not_quiet():
     core, holds = table_and_holds(4, 5)
-    rows = followers_report({QUIET: ("q:1", 100.1234567)}, holds, core.table, FollowerReach(5), 1, 160.5, 60.0)
+    rows = followers_report({QUIET: Follower("q:1", 100.1234567)}, holds, core.table, FollowerReach(5), 1, 160.5, 60.0)
     assert (rows[0]["last_seen_s"], rows[0]["unseen_s"], rows[0]["kept_for_rows"]) == (100.123, 60.377, True)
-    rows = followers_report({QUIET: ("q:1", 100.0)}, holds, core.table, FollowerReach(5), 1, 160.0, 60.0)
+    rows = followers_report({QUIET: Follower("q:1", 100.0)}, holds, core.table, FollowerReach(5), 1, 160.0, 60.0)
     assert rows[0]["unseen_s"] == 60.0 and not rows[0]["kept_for_rows"]   # within its TTL still (followers_to_forget: <=)
 
 
 def test_unseen_s_takes_the_followers_not_heard_for_that_long_and_never_a_linked_one():
     holds = {RECENT: Hold({1: 5}, 990.0, True)}
-    followers = {QUIET: ("q:1", 100.0), LINKED: ("l:1", 100.0), RECENT: ("r:1", 100.0)}
+    followers = {QUIET: Follower("q:1", 100.0), LINKED: Follower("l:1", 100.0), RECENT: Follower("r:1", 100.0)}
     reach = FollowerReach(0)
     reach.opened(LINKED)
     assert followers_unseen(followers, holds, reach, 1000.0, 900.0) == ([QUIET], [LINKED, RECENT])
