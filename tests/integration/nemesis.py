@@ -13,10 +13,12 @@ Rules kept here:
 - A store is lost only once every other master holds every row its writer had acknowledged
   (the writer paused first): a store's only copy of a row may be lost with it, and so may the
   only other copy, if that holder's store goes next. An anonymous replica's store may go at any
-  time (it holds no row that is not a master's), and with it its uuid: the nemesis then does
-  what docs/operations.md asks of the operator who replaced its disk, and has every master
-  forget the old uuid (DELETE /v1/admin/followers/{uuid}; on a fenced master, which waits for
-  it, DELETE /v1/cluster/{uuid}), or a master that loses its store later waits for it for ever.
+  time, and with it its uuid. Nobody forgets the old uuid: a master that loses its store later
+  lets go of it by itself once a peer holds what the master's entry for it bounds
+  (docs/replication.md, "Anonymous replicas"). The operator steps in only for a master still
+  fenced on an old uuid after `PATIENCE_S` (the entry knows no bound: the master died with the
+  link open and then lost rows), and expels it there (DELETE /v1/cluster/{uuid});
+  each such step is in the history.
 - At most `FAULTS_MAX` faults at a time, so most of the cluster is up most of the time.
 - The schedule comes from the seed; the timing does not, so a failure prints what happened
   (`Nemesis.history`) and the seed.
@@ -43,6 +45,7 @@ FAULTS_MAX = 2
 JOINS_MAX = 2               # masters that join during a run
 KINDS = ("kill", "pause", "stop", "cut", "lose", "move", "join")
 WEIGHTS = (4, 3, 2, 3, 1, 1, 1)
+PATIENCE_S = 10.0           # how long a master fenced on a replica's old uuid waits before the operator steps in
 
 
 class Writer:
@@ -93,7 +96,9 @@ class Nemesis:
         self.replicas = [ReplogProcess(tmp, f"r{i + 1}", peers=self.masters, extra=SMALL + ["--anon"])
                          for i in range(anon)]
         self.joined = 0
-        self.gone: dict[str, set[str]] = {}       # an anonymous uuid gone -> masters yet to forget it
+        self.gone: set[str] = set()               # anonymous uuids gone with their stores
+        self.waiting: dict[tuple[str, str], float] = {}   # (master, old uuid) -> first seen fenced on it
+        self.operator_steps = 0
         self.addresses = {n.name: n.address for n in self.nodes}
         self.cuts: set[frozenset[str]] = set()
         self.faults: list[tuple[float, str, ReplogProcess | tuple]] = []   # (heal at, kind, whom)
@@ -131,7 +136,7 @@ class Nemesis:
                 self._heal(f[1], f[2])
             if len(self.faults) < FAULTS_MAX:
                 self._fault(self.rng.choices(KINDS, WEIGHTS)[0])
-            self._forget_gone()
+            self._operator(PATIENCE_S)
             time.sleep(self.rng.uniform(0.2, 1.0))  # the time between faults: the schedule itself
 
     def heal_all(self) -> None:
@@ -143,10 +148,11 @@ class Nemesis:
         for n in self.nodes:                        # one that was starting may have missed a change
             n.peers = self._peers_of(n)
             wait_for(lambda: n.put("/v1/admin/peers", {"peers": n.peers})[0] == 200, 60, f"{n.name} taking its peers")
-        wait_for(lambda: self._forget_gone() or not self.gone, 60, "every master forgetting the replicas' old uuids")
+        wait_for(lambda: not self._operator(PATIENCE_S), 90, "no master fenced on a replica's old uuid")
         for w in self.writers.values():
             w.stop()
-        self.note(f"healed; {len(self.acked.writes)} acknowledged writes")
+        self.note(f"healed; {len(self.acked.writes)} acknowledged writes; {len(self.gone)} replica uuids gone, "
+                  f"{self.operator_steps} operator steps for them")
 
     def check(self) -> None:
         """The oracles, after healing: converged vclocks, every acknowledged write everywhere,
@@ -244,7 +250,7 @@ class Nemesis:
             except (OSError, AssertionError, ValueError, KeyError):
                 return False                        # not answering yet: its uuid is not known here
             self._wipe(n)
-            self.gone[old] = {m.name for m in self.masters}
+            self.gone.add(old)
             self.note(f"lose {n.name}'s store (and its uuid {old[:8]})")
             return True
         others = [o for o in self.masters if o is not n]
@@ -265,25 +271,34 @@ class Nemesis:
         self.note(f"lose {n.name}'s store (its rows to {own} are on every other master)")
         return True
 
-    def _forget_gone(self) -> None:
-        """Each running master forgets each anonymous uuid gone for good (the operator's word)."""
-        for old, masters in list(self.gone.items()):
-            for name in sorted(masters):
-                m = self._by(name)
-                if not self._running(m):
+    def _operator(self, patience: float) -> bool:
+        """The operator's step for a replica whose disk was replaced (docs/operations.md), on a
+        master whose fence has waited `patience` s for the replica's old uuid: expel it there
+        (202: given up by the fence, expelled at its lift). Whether a running master's fence
+        waits for an old uuid now."""
+        waits = False
+        now = time.monotonic()
+        for m in self.masters:
+            if not self._running(m):
+                continue
+            try:
+                fence = m.info().get("own_rows_fence") or {}
+            except (OSError, AssertionError, ValueError):
+                continue
+            for old in sorted(self.gone & set(fence.get("waiting_for") or ())):
+                waits = True
+                since = self.waiting.setdefault((m.name, old), now)
+                if now - since < patience:
                     continue
                 try:
-                    s, d = m.delete(f"/v1/admin/followers/{old}")
-                    if s == 409 and (d or {}).get("error", {}).get("code") == "fenced":
-                        s, d = m.delete(f"/v1/cluster/{old}")
+                    s, _ = m.delete(f"/v1/cluster/{old}")
                 except (OSError, ValueError):
                     continue
-                if s in (200, 202, 404):                # 202: given up by the fence, expelled at its lift
-                    masters.discard(name)
-                    if s != 404:
-                        self.note(f"{name} forgets {old[:8]}")
-            if not masters:
-                del self.gone[old]
+                if s == 202:
+                    del self.waiting[(m.name, old)]
+                    self.operator_steps += 1
+                    self.note(f"operator: {m.name}, fenced on {old[:8]} for {now - since:.0f} s, expels it")
+        return waits
 
     @staticmethod
     def _wipe(n: ReplogProcess) -> None:
