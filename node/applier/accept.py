@@ -14,7 +14,9 @@ Rules kept here:
 - Every handshake admitted is released exactly once, when auth succeeds or fails (or the peer
   goes before the upgrade is answered: a reason logged, no traceback).
 - An unauthenticated peer's failures are logged through LinkGuard: one WARNING per remote
-  address per `auth_failure_log_interval_s`, carrying the count of those not logged.
+  address per `auth_failure_log_interval_s`, carrying the count of those not logged. A peer
+  that goes away while its upgrade is answered (killed mid-connect) failed nothing: one INFO
+  line, rate-limited the same way, and it is not counted as a failure.
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ class LinkGuard:
     def __init__(self) -> None:
         self.gate = HandshakeGate(limits.handshakes_in_flight_max, limits.handshakes_per_address_max)
         self.failures = FailureLog(limits.auth_failure_log_interval_s, limits.auth_failure_addresses_max)
+        self.gone = FailureLog(limits.auth_failure_log_interval_s, limits.auth_failure_addresses_max)
 
     def note_failure(self, remote: str, why: str) -> None:
         show, suppressed = self.failures.note(remote, time.monotonic())
@@ -51,6 +54,12 @@ class LinkGuard:
             more = (f" ({suppressed} more from this address since the last such line were not logged)"
                     if suppressed else "")
             log.warning("relay: refused an unauthenticated link from %s: %s%s", remote, why, more)
+
+    def note_gone(self, remote: str, why: str) -> None:
+        show, suppressed = self.gone.note(remote, time.monotonic())
+        if show:
+            more = f" ({suppressed} more from this address since the last such line)" if suppressed else ""
+            log.info("relay: a link from %s went away while its upgrade was answered: %s%s", remote, why, more)
 
 
 async def handle_replication(node: "AcceptHost", request: web.Request) -> web.StreamResponse:
@@ -74,7 +83,7 @@ async def handle_replication(node: "AcceptHost", request: web.Request) -> web.St
         try:
             await ws.prepare(request)
         except ConnectionError as e:                # gone while its upgrade was answered
-            guard.note_failure(remote, f"closed during the upgrade: {e or type(e).__name__}")
+            guard.note_gone(remote, str(e) or type(e).__name__)
             # Not `ws`: aiohttp finishes what the handler returns, and a WebSocketResponse
             # whose prepare failed raises RuntimeError there. A plain answer's write fails
             # with ConnectionError, which aiohttp takes quietly as a client gone.
