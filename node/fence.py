@@ -179,9 +179,12 @@ def registered_members(data_dir: str) -> set[str]:
 
 def anonymous_followers(data_dir: str) -> Followers:
     """The anonymous replicas this node remembers as its followers (node.core.lifecycle_fence
-    Follower); a later line of a uuid supersedes an earlier one. A line is `uuid address seen
-    reach linked` (reach "-": unknown); an earlier version's `uuid address seen` knows no
-    reach. A torn or damaged line is skipped (the one before it stands)."""
+    Follower); a later line of a uuid supersedes an earlier one. Each entry is written as two
+    lines (`_follower_lines`): `uuid address seen`, all a release before this one reads (it skips
+    the other, and so still remembers every follower after a downgrade), then `uuid address seen
+    reach linked` (reach "-": unknown). A line of three fields alone knows no reach: the old
+    release wrote it, or the second line was torn. A damaged line is skipped (the one before it
+    stands)."""
     try:
         with open(os.path.join(data_dir, FOLLOWERS_FILE)) as f:
             lines = f.read().splitlines()
@@ -208,9 +211,10 @@ def _follower(parts: list[str]) -> tuple[str, Follower] | None:
     return parts[0], Follower(parts[1], seen, reach, len(parts) == 5 and parts[4] == "1")
 
 
-def _follower_line(uuid: str, f: Follower) -> str:
+def _follower_lines(uuid: str, f: Follower) -> str:
     reach = "-" if f.reach is None else str(f.reach)
-    return f"{uuid} {f.address or '-'} {f.seen:.3f} {reach} {int(f.linked)}\n"
+    first = f"{uuid} {f.address or '-'} {f.seen:.3f}"
+    return f"{first}\n{first} {reach} {int(f.linked)}\n"
 
 
 def append_follower(data_dir: str, uuid: str, entry: Follower, sync: bool = True) -> None:
@@ -218,13 +222,13 @@ def append_follower(data_dir: str, uuid: str, entry: Follower, sync: bool = True
     follower_seen), before its FETCH or SUBSCRIBE is answered: it may come to hold rows of ours
     no member has, and a store lost later must still wait for it. Not when its last link ends
     (follower_unlinked): lost, the linked entry stands."""
-    _append_synced(os.path.join(data_dir, FOLLOWERS_FILE), _follower_line(uuid, entry), sync)
+    _append_synced(os.path.join(data_dir, FOLLOWERS_FILE), _follower_lines(uuid, entry), sync)
 
 
 def write_followers(data_dir: str, followers: Followers) -> None:
     """Rewrite the followers file, one line per follower (atomically: a crash keeps the old file
     or the new)."""
-    _rewrite(data_dir, FOLLOWERS_FILE, [_follower_line(u, f) for u, f in followers.items()])
+    _rewrite(data_dir, FOLLOWERS_FILE, [_follower_lines(u, f) for u, f in followers.items()])
 
 
 def forgotten_followers(data_dir: str) -> Forgotten:

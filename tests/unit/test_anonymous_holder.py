@@ -286,10 +286,10 @@ def test_the_followers_file_remembers_each_replica_durably_and_forgets_atomicall
     assert anonymous_followers(d) == {ANON: Follower(ANON_ADDR, 100.0, 0, True), PEER: Follower("b:1", 120.0, 0, True)}
     remember_follower(ANON, ANON_ADDR, 140.0)                 # past it: seen again, the later line wins
     assert anonymous_followers(d)[ANON] == Follower(ANON_ADDR, 140.0, 0, True)
-    assert len((tmp_path / "anonymous_followers").read_text().splitlines()) == 3
+    assert len((tmp_path / "anonymous_followers").read_text().splitlines()) == 6     # two lines an entry
     r._forget_followers([PEER])
     assert anonymous_followers(d) == {ANON: Follower(ANON_ADDR, 140.0, 0, True)}
-    assert (tmp_path / "anonymous_followers").read_text() == f"{ANON} {ANON_ADDR} 140.000 0 1\n"
+    assert (tmp_path / "anonymous_followers").read_text() == f"{ANON} {ANON_ADDR} 140.000\n{ANON} {ANON_ADDR} 140.000 0 1\n"
     assert not (tmp_path / "anonymous_followers.tmp").exists()
     r._forget_followers([])
     (tmp_path / "anonymous_followers").write_text(f"{ANON} {ANON_ADDR} 140.000 0 1\ntorn-line\n{PEER} b:1 notatime\n")

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from node import limits, retention
+from node import fence, limits, retention
 from node.cluster_space.table import STATE_MEMBER, Member
 from node.core.lifecycle_fence import (Follower, follower_seen, follower_unlinked, followers_at_start, hear_greeting,
                                        may_lift, take_up_fence)
@@ -62,6 +62,21 @@ def test_the_file_keeps_each_entrys_bound_and_reads_an_earlier_versions_lines_as
     path.write_text(f"{ANON} {ANON_ADDR} 10.000\n")                  # an earlier version's line
     assert anonymous_followers(d) == {ANON: Follower(ANON_ADDR, 10.0, None, False)}
     assert anonymous_followers(d)[ANON].bound() is None
+
+
+def test_a_release_before_this_one_still_reads_every_follower_and_a_torn_second_line_knows_no_bound(tmp_path):
+    """Going back a release (docs/upgrade.md) must not forget the followers: it reads the first
+    line of each entry (`uuid address seen`, three fields) and skips the second."""
+    d = str(tmp_path)
+    append_follower(d, ANON, Follower(ANON_ADDR, 10.0, 0, True))
+    append_follower(d, ANON, Follower(ANON_ADDR, 10.0, 7, False), sync=False)
+    append_follower(d, PEER, Follower("b:1", 11.0, None, True))
+    before = {p[0]: (p[1], t) for p, t in fence._timed_lines(d, fence.FOLLOWERS_FILE, 3)}   # that release's reader
+    assert before == {ANON: (ANON_ADDR, 10.0), PEER: ("b:1", 11.0)}
+    path = tmp_path / "anonymous_followers"
+    path.write_text(path.read_text()[:-len(" - 1\n")])              # PEER's second line torn
+    assert anonymous_followers(d)[PEER] == Follower("b:1", 11.0) and anonymous_followers(d)[PEER].bound() is None
+    assert anonymous_followers(d)[ANON].bound() == 7
 
 
 @pytest.mark.parametrize("bad", ["-1 0", f"{limits.lsn_max + 1} 0", "x 0", "3 2", "3", "3 0 extra"])
@@ -194,7 +209,7 @@ def test_the_file_is_written_anew_when_reconnects_have_grown_it(tmp_path):
         r.follower(ANON, ANON_ADDR)
         r.follower_link_ended(ANON)
     lines = (tmp_path / "anonymous_followers").read_text().splitlines()
-    assert len(lines) <= 2 * 1 + 66
+    assert len(lines) <= 2 * (2 * 1 + 66)                          # (two lines an entry)
     assert anonymous_followers(node.data_dir) == r.followers and r.followers[ANON].bound() == 6
 
 
