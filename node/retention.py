@@ -68,7 +68,7 @@ class Retention:
         self._forgotten: Forgotten | None = None      # the followers the operator had it forget, read once
         self.reach = FollowerReach(0)                  # how far of our rows each follower may hold
         self._kept_said: set[str] = set()             # followers kept past their TTL, said so
-        self._lines = 0                                # lines appended to the followers file since it was read or written
+        self._appended = 0                             # entries appended to the followers file since it was written
 
     @property
     def followers(self) -> Followers:
@@ -186,25 +186,30 @@ class Retention:
 
     def follower_link_ended(self, uuid: str) -> None:
         """A link of a remembered follower (`follower` said so) ends: it holds at most the own
-        rows this node claimed now; the last one's end goes in its entry (not synced)."""
+        rows this node claimed now; the last one's end goes in its entry (not synced). If that
+        write fails (a full disk), the entry stays linked, which waits for more, not less."""
         own = self._own_claimed()
         if self.reach.closed(uuid, own, uuid in self.followers):
-            self._append(uuid, follower_unlinked(self.followers[uuid], own, self._fenced()), sync=False)
+            try:
+                self._append(uuid, follower_unlinked(self.followers[uuid], own, self._fenced()), sync=False)
+            except OSError as e:
+                log.warning("retention: could not note that anonymous follower %s's link ended (%s): a lost store "
+                            "waits to hear from it", uuid, e)
 
     def _append(self, uuid: str, entry: Follower, sync: bool) -> None:
         """A follower's new entry, on disk first (a failed write changes nothing); the file is
         written anew instead once it holds many more lines than followers."""
-        if self._lines > 2 * len(self.followers) + 64:
+        if self._appended > 2 * len(self.followers) + 64:
             write_followers(self.node.data_dir, {**self.followers, uuid: entry})
-            self._lines = 0
+            self._appended = 0
         else:
             append_follower(self.node.data_dir, uuid, entry, sync)
-            self._lines += 1
+            self._appended += 1
         self.followers[uuid] = entry
 
     def _rewrite_followers(self) -> None:
         write_followers(self.node.data_dir, self.followers)
-        self._lines = 0
+        self._appended = 0
 
     def _forget_followers(self, uuids: list[str]) -> None:
         if not uuids:

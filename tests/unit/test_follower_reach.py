@@ -226,3 +226,16 @@ def test_a_failed_write_leaves_the_entry_as_it_was_so_the_next_link_writes_again
     with pytest.raises(OSError):
         r.follower(ANON, ANON_ADDR)
     assert r.followers == before and not r.followers[ANON].linked
+
+
+def test_a_link_end_that_cannot_be_written_leaves_the_entry_linked_and_says_so(tmp_path, monkeypatch, caplog):
+    node = node_at(tmp_path, own=6)
+    r = Retention(node)
+    r.follower(ANON, ANON_ADDR)
+
+    def full(*_a, **_k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(retention, "append_follower", full)
+    r.follower_link_ended(ANON)                                      # (the relay's finally: no traceback)
+    assert r.followers[ANON].linked and anonymous_followers(node.data_dir)[ANON].linked
+    assert "could not note that anonymous follower" in caplog.text and "No space left" in caplog.text
