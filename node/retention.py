@@ -31,7 +31,7 @@ import time
 from node import limits
 from node.core.holds import Hold, Holds, keep_vclock, lapsing
 from node.core.lifecycle_fence import (Follower, FollowerReach, Followers, Forgotten, follower_seen,
-                                      follower_unlinked, followers_at_start, followers_full, followers_report,
+                                      follower_link_end, followers_at_start, followers_full, followers_report,
                                       followers_to_forget, with_forgotten)
 from node.core.vclock import VClock
 from node.errors import NoSpaceError
@@ -121,7 +121,7 @@ class Retention:
         if bounded:
             self.followers.update(bounded)
             self._rewrite_followers()
-        self.reach = FollowerReach(own, {u: f.reach for u, f in self.followers.items() if f.bound() is not None})
+        self.reach = FollowerReach.load(self.followers, own, self._fenced())
 
     def _fenced(self) -> bool:
         core = self.node.core
@@ -188,10 +188,10 @@ class Retention:
         """A link of a remembered follower (`follower` said so) ends: it holds at most the own
         rows this node claimed now; the last one's end goes in its entry (not synced). If that
         write fails (a full disk), the entry stays linked, which waits for more, not less."""
-        own = self._own_claimed()
-        if self.reach.closed(uuid, own, uuid in self.followers):
+        entry, bound = follower_link_end(self.followers.get(uuid), self._own_claimed(), self._fenced())
+        if self.reach.closed(uuid, bound, entry is not None) and entry is not None:
             try:
-                self._append(uuid, follower_unlinked(self.followers[uuid], own, self._fenced()), sync=False)
+                self._append(uuid, entry, sync=False)
             except OSError as e:
                 log.warning("retention: could not note that anonymous follower %s's link ended (%s): a lost store "
                             "waits to hear from it", uuid, e)

@@ -275,6 +275,18 @@ def follower_unlinked(entry: Follower, own_claimed: int, fenced: bool) -> Follow
     return entry._replace(reach=reach, linked=False)
 
 
+def follower_link_end(entry: Follower | None, own_claimed: int, fenced: bool) -> tuple[Follower | None, int]:
+    """A link of a follower ends with this node's own lsn claimed at `own_claimed`: its entry
+    once no other link of it is open (`follower_unlinked`; None: it is not remembered), and how
+    far of our rows it may hold for FollowerReach: what the entry bounds, any lsn where it knows
+    no bound. (While fenced that is not `own_claimed`: what is in memory then outlives the lift,
+    and a quiet follower is forgotten by it.)"""
+    if entry is None:
+        return None, own_claimed
+    new = follower_unlinked(entry, own_claimed, fenced)
+    return new, limits.lsn_max if new.reach is None else new.reach
+
+
 def followers_at_start(followers: Followers, own_at_start: int, fenced: bool) -> Followers:
     """At a start (node/retention.py load): the entries to write again, for those left linked
     (the process died with a link open) or unknown (written by an earlier version). A start
@@ -406,6 +418,14 @@ class FollowerReach:
         self.at_start = own_at_start
         self.open: dict[str, int] = {}      # uuid -> its links open now
         self.ended: dict[str, int] = dict(ended or {})   # uuid -> own lsn claimed when its last link ended
+
+    @classmethod
+    def load(cls, followers: Followers, own_at_start: int, fenced: bool) -> "FollowerReach":
+        """At a start (after `followers_at_start`): what each entry bounds, and for a follower
+        whose entry bounds nothing, the own lsn at the start, or any lsn if the start lost rows
+        (rows of the earlier incarnation may lie past it)."""
+        return cls(limits.lsn_max if fenced else own_at_start,
+                   {u: f.reach for u, f in followers.items() if f.bound() is not None})
 
     def opened(self, uuid: str) -> None:
         """A remembered follower fetches or subscribes (node.core.link.ready Hold, anon)."""

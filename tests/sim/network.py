@@ -18,7 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from node.core import messages as m
-from node.core.lifecycle_fence import follower_unlinked
+from node.core.lifecycle_fence import follower_link_end
 from node.core.link import claims
 from tests.sim import shell
 from tests.sim.links import SERVER
@@ -111,8 +111,10 @@ class Network:
         if c.followed is not None:           # node/applier/relay.py serve_link: follower_link_ended
             reach, uuid = c.followed
             own = p.core.claimed.get(p.core.self_id) if p.core is not None else 0
-            if reach.closed(uuid, own, uuid in p.anon_followers):     # (its entry, as Retention writes it)
-                p.anon_followers[uuid] = follower_unlinked(p.anon_followers[uuid], own, p.core.fence is not None)
+            entry, bound = follower_link_end(p.anon_followers.get(uuid), own,
+                                             p.core is not None and p.core.fence is not None)
+            if reach.closed(uuid, bound, entry is not None) and entry is not None:
+                p.anon_followers[uuid] = entry             # (its entry, as Retention writes it)
         delay = backoff if backoff is not None else self.rng.randint(1, 4)
         self.stats["link_breaks"] += 1
         if c.kind != "sub" and not why.endswith("(BYE)"):

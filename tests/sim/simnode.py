@@ -289,7 +289,7 @@ class SimNode:
         self.holds = dict(self.holds_disk)         # Retention.load
         own = self.core.claimed.get(self.core.self_id)     # Retention.load
         self.anon_followers.update(followers_at_start(self.anon_followers, own, self.core.fence is not None))
-        self.reach = FollowerReach(own, {u: f.reach for u, f in self.anon_followers.items() if f.bound() is not None})
+        self.reach = FollowerReach.load(self.anon_followers, own, self.core.fence is not None)
         self.status = "running"
 
     def install(self, base: Base) -> None:

@@ -101,8 +101,6 @@ def bound_at_zero(monkeypatch) -> None:
     """An entry that says a follower holds none of our rows when its link ends."""
     monkeypatch.setattr(lifecycle_fence, "follower_unlinked",
                         lambda entry, own, fenced: entry._replace(reach=0, linked=False))
-    from tests.sim import network
-    monkeypatch.setattr(network, "follower_unlinked", lifecycle_fence.follower_unlinked)
 
 
 def start_bounds_even_when_fenced(monkeypatch) -> None:

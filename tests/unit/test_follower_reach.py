@@ -12,8 +12,9 @@ import pytest
 
 from node import fence, limits, retention
 from node.cluster_space.table import STATE_MEMBER, Member
-from node.core.lifecycle_fence import (Follower, follower_seen, follower_unlinked, followers_at_start, hear_greeting,
-                                       may_lift, take_up_fence)
+from node.core.lifecycle_fence import (Follower, FollowerReach, follower_link_end, follower_seen, follower_unlinked,
+                                       followers_at_start, followers_to_forget, hear_greeting, may_lift, take_up_fence)
+from node.core.holds import Hold
 from node.core.rows import GROUP_DEFAULT, OP_PUT, Op
 from node.fence import anonymous_followers, append_follower
 from node.retention import Retention
@@ -48,6 +49,25 @@ def test_a_start_that_is_not_fenced_bounds_the_entries_left_linked_or_unknown_by
                                                               "old": Follower("o:1", 1.0, 7, False)}
     # a loss: no bound known for them, and one left linked stays unknown when it links again
     assert followers_at_start(followers, 7, fenced=True) == {"linked": Follower("l:1", 1.0, None, False)}
+
+
+def test_what_a_link_end_leaves_in_memory_is_what_the_entry_bounds():
+    """FollowerReach outlives a fence's lift, and a quiet follower is forgotten by it: while
+    fenced, the own lsn at a link's end is no bound for rows of the earlier incarnation."""
+    assert follower_link_end(None, 9, fenced=False) == (None, 9)                  # not remembered
+    entry = Follower(ANON_ADDR, 1.0, 12, True)
+    assert follower_link_end(entry, 3, fenced=False) == (Follower(ANON_ADDR, 1.0, 3, False), 3)
+    assert follower_link_end(entry, 3, fenced=True) == (Follower(ANON_ADDR, 1.0, 12, False), 12)
+    assert follower_link_end(entry._replace(reach=None), 3, fenced=True) == \
+        (Follower(ANON_ADDR, 1.0, None, False), limits.lsn_max)
+
+
+def test_a_start_that_lost_rows_takes_any_lsn_for_a_follower_whose_entry_bounds_nothing():
+    followers = {"bounded": Follower("b:1", 1.0, 4, False), "unknown": Follower("u:1", 1.0)}
+    reach = FollowerReach.load(followers, 7, fenced=True)
+    assert (reach.may_hold("bounded"), reach.may_hold("unknown")) == (4, limits.lsn_max)
+    reach = FollowerReach.load(followers, 7, fenced=False)
+    assert (reach.may_hold("bounded"), reach.may_hold("unknown")) == (4, 7)
 
 
 # --- the file -------------------------------------------------------------------------------------
@@ -199,7 +219,22 @@ def test_a_start_bounds_what_a_dead_process_left_linked_unless_it_is_fenced(tmp_
     assert {u: f.bound() for u, f in on_disk.items()} == \
         ({ANON: None, PEER: None, OTHER: 3} if fenced else {ANON: 5, PEER: 5, OTHER: 3})
     assert not on_disk[ANON].linked and (on_disk[ANON].reach is None) == fenced
-    assert r.reach.may_hold(OTHER) == 3 and r.reach.may_hold(ANON) == 5     # (fenced: what it had at the start)
+    assert r.reach.may_hold(OTHER) == 3 and r.reach.may_hold(ANON) == (limits.lsn_max if fenced else 5)
+
+
+def test_a_follower_whose_link_ended_while_fenced_is_not_forgotten_after_the_lift_by_the_lower_lsn(tmp_path):
+    """It may hold the earlier incarnation's rows to 9; the node had 2 when its link ended. After
+    the lift, members holding 5 of our rows do not cover it."""
+    (tmp_path / "anonymous_followers").write_text(f"{ANON} {ANON_ADDR} 1.000 9 0\n")
+    node = node_at(tmp_path, own=2, fenced=True)
+    r = Retention(node)
+    r.load()
+    r.follower(ANON, ANON_ADDR)
+    r.follower_link_ended(ANON)
+    node.core.fence = None                                            # lifted
+    assert r.reach.may_hold(ANON) == 9
+    table, holds = node.core.table, {PEER: Hold({1: 5}, 0.0, False), OTHER: Hold({1: 5}, 0.0, False)}
+    assert followers_to_forget(r.followers, holds, table, 10 ** 6, 60.0, r.reach, 1) == ([], {ANON: 9})
 
 
 def test_the_file_is_written_anew_when_reconnects_have_grown_it(tmp_path):
