@@ -24,8 +24,8 @@ import logging
 import os
 
 from node import limits
-from node.core.lifecycle_fence import (Follower, Followers, Forgotten, give_up, lift, loss_at_open, may_lift,
-                                      take_up_fence)
+from node.core.anon_followers import Follower, Followers, Forgotten
+from node.core.lifecycle_fence import give_up, lift, loss_at_open, may_lift, take_up_fence
 from node.wal.writer import fsync_dir
 
 log = logging.getLogger("replog.fence")
@@ -178,7 +178,7 @@ def registered_members(data_dir: str) -> set[str]:
 
 
 def anonymous_followers(data_dir: str) -> Followers:
-    """The anonymous replicas this node remembers as its followers (node.core.lifecycle_fence
+    """The anonymous replicas this node remembers as its followers (node.core.anon_followers
     Follower); a later line of a uuid supersedes an earlier one. Each entry is written as two
     lines (`_follower_lines`): `uuid address seen`, all a release before this one reads (it skips
     the other, and so still remembers every follower after a downgrade), then `uuid address seen
@@ -218,7 +218,7 @@ def _follower_lines(uuid: str, f: Follower) -> str:
 
 
 def append_follower(data_dir: str, uuid: str, entry: Follower, sync: bool = True) -> None:
-    """An anonymous follower's entry. Synced when a link opens (node.core.lifecycle_fence
+    """An anonymous follower's entry. Synced when a link opens (node.core.anon_followers
     follower_seen), before its FETCH or SUBSCRIBE is answered: it may come to hold rows of ours
     no member has, and a store lost later must still wait for it. Not when its last link ends
     (follower_unlinked): lost, the linked entry stands."""

@@ -16,7 +16,7 @@ oldest segment kept is the `gc_vclock`, recorded before the files go: a subscrib
 in any component is told to rejoin (node/rejoin.py decides whether it may). An anonymous
 replica that fetches or subscribes is remembered beside the identity first (node/fence.py: a
 lost store waits to hear from it), and forgotten at a checkpoint once its hold timed out and
-every member holds the rows of this node it may hold (node.core.lifecycle_fence FollowerReach:
+every member holds the rows of this node it may hold (node.core.anon_followers FollowerReach:
 the relay says when each of its links ends). Its entry says whether a link of it is open, and
 when the last ends, how many of this node's rows it may hold (a lost store does not wait for it
 once a word heard reaches that: a replica whose disk was replaced never comes back under its
@@ -30,9 +30,9 @@ import time
 
 from node import limits
 from node.core.holds import Hold, Holds, keep_vclock, lapsing
-from node.core.lifecycle_fence import (Follower, FollowerReach, Followers, Forgotten, follower_seen,
-                                      follower_link_end, followers_at_start, followers_full, followers_report,
-                                      followers_to_forget, with_forgotten)
+from node.core.anon_followers import (Follower, FollowerReach, Followers, Forgotten, follower_link_end, follower_seen,
+                                      followers_at_start, followers_full, followers_report, followers_to_forget,
+                                      with_forgotten)
 from node.core.vclock import VClock
 from node.errors import NoSpaceError
 from node.faults import fault
@@ -86,7 +86,7 @@ class Retention:
         return self._forgotten
 
     def followers_report(self) -> list[dict]:
-        """Every remembered follower as the operator sees it (lifecycle_fence.followers_report)."""
+        """Every remembered follower as the operator sees it (anon_followers.followers_report)."""
         core = self.node.core
         return followers_report(self.followers, self.holds, core.table, self.reach, core.self_id, time.time(),
                                 self.node.cfg.anon_ttl_s)
@@ -167,7 +167,7 @@ class Retention:
     def follower(self, uuid: str, address: str) -> None:
         """An anonymous replica fetches from or subscribes to this node: remembered, on disk
         before it is answered (node/fence.py), unless it was within half its TTL (node.core.
-        lifecycle_fence follower_seen); its link is then open in `reach` until
+        anon_followers follower_seen); its link is then open in `reach` until
         `follower_link_ended`. A new one past anon_followers_max is refused (PeerRefused
         `followers_full`): served and not remembered, it could be the only holder of this node's
         last rows, and a lost store would not wait for it."""

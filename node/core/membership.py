@@ -114,7 +114,7 @@ class OwnRowsFence:
     followers (those are in `known` too: waited for); what one said it holds counts, and its rows
     come back only if this node replicates from it. `reach`: remembered followers whose entry
     beside the identity bounds the most of this node's rows they may hold (node.core.
-    lifecycle_fence Follower): one is not waited for once a word heard reaches that bound
+    anon_followers Follower): one is not waited for once a word heard reaches that bound
     (`target`), for whatever it holds of ours comes back before the lift and this node's next
     rows go past it; so a follower whose disk was replaced (it comes back under a new uuid)
     does not hold the fence for ever. Cleared when every live member was heard and this node

@@ -4,7 +4,7 @@ way to have it forget those gone for good (GET and DELETE /v1/admin/followers).
 A node remembers every anonymous replica that follows it, beside its identity, because one may
 be the only holder of its last rows: a lost store waits to hear from each (node/fence.py). It
 forgets one by itself only once every member holds what that one may hold
-(node.core.lifecycle_fence followers_to_forget); a node with no other member, or whose members
+(node.core.anon_followers followers_to_forget); a node with no other member, or whose members
 never subscribe to it, keeps them all, up to limits.anon_followers_max.
 
 Rules kept here:
@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING
 
 from node import limits
-from node.core.lifecycle_fence import followers_unseen
+from node.core.anon_followers import followers_unseen
 from node.core.validate import is_uuid
 from node.errors import ClientError
 

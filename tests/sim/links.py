@@ -26,7 +26,8 @@ from node.applier.outcome import END, REJOIN, after_link
 from node.core import codec, rowscan
 from node.core import messages as m
 from node.core.entry import txns_relay_frame
-from node.core.lifecycle_fence import claim_of, follower_seen
+from node.core.anon_followers import follower_seen
+from node.core.lifecycle_fence import claim_of
 from node.core.link import claims
 from node.core.link.applier import ApplierMachine, ApplierState, DisproveClaim, Followed, Resubscribe
 from node.core.link.filter import rows_batches

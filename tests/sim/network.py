@@ -18,7 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from node.core import messages as m
-from node.core.lifecycle_fence import follower_link_end
+from node.core.anon_followers import follower_link_end
 from node.core.link import claims
 from tests.sim import shell
 from tests.sim.links import SERVER

@@ -41,7 +41,8 @@ from node import limits
 from node.cluster_space.table import ClusterTable, Member
 from node.core.apply import apply_txn, apply_txns
 from node.core.holds import Hold, Holds, collectable_before, keep_vclock, lapsing
-from node.core.lifecycle_fence import FollowerReach, Followers, followers_at_start, followers_to_forget, take_up_fence
+from node.core.anon_followers import FollowerReach, Followers, followers_at_start, followers_to_forget
+from node.core.lifecycle_fence import take_up_fence
 from node.core.replicaset import NodeCore
 from node.core.rows import GROUP_LOCAL, Txn
 from node.core.vclock import VClock

@@ -1,5 +1,5 @@
 """Scripted simulation scenarios: how far of a node's own rows an anonymous follower may hold,
-kept beside the identity (node.core.lifecycle_fence Follower), and the lost store's fence that
+kept beside the identity (node.core.anon_followers Follower), and the lost store's fence that
 uses it (OwnRowsFence.reach).
 
 - A replica whose disk was replaced comes back under a new uuid, so its old one is never heard
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.core import lifecycle_fence
+from node.core import anon_followers
 from tests.sim.harness import Cluster, SimFailure
 from tests.sim.liveness import check_acknowledged, check_converged
 from tests.sim.steps import a_and_its_follower, flushed, own_lsn, ready, rows_only_r_has
@@ -94,25 +94,25 @@ def test_a_follower_linked_when_its_master_died_is_waited_for_after_a_loss(make_
 
 def bounds_ignored(monkeypatch) -> None:
     """The rule before: a lost store waits for every remembered follower."""
-    monkeypatch.setattr(lifecycle_fence.Follower, "bound", lambda self: None)
+    monkeypatch.setattr(anon_followers.Follower, "bound", lambda self: None)
 
 
 def bound_at_zero(monkeypatch) -> None:
     """An entry that says a follower holds none of our rows when its link ends."""
-    monkeypatch.setattr(lifecycle_fence, "follower_unlinked",
+    monkeypatch.setattr(anon_followers, "follower_unlinked",
                         lambda entry, own, fenced: entry._replace(reach=0, linked=False))
 
 
 def start_bounds_even_when_fenced(monkeypatch) -> None:
     """A start that lost rows bounding the entries its dead process left linked."""
-    real = lifecycle_fence.followers_at_start
+    real = anon_followers.followers_at_start
     from tests.sim import simnode
     monkeypatch.setattr(simnode, "followers_at_start", lambda f, own, fenced: real(f, own, False))
 
 
 def fenced_start_keeps_linked_entries(monkeypatch) -> None:
     """A start that lost rows leaving an entry linked, so the next link's end bounds it."""
-    real = lifecycle_fence.followers_at_start
+    real = anon_followers.followers_at_start
     from tests.sim import simnode
     monkeypatch.setattr(simnode, "followers_at_start", lambda f, own, fenced: {} if fenced else real(f, own, False))
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.core import lifecycle_fence, lifecycle_join, lifecycle_rejoin
+from node.core import anon_followers, lifecycle_fence, lifecycle_join, lifecycle_rejoin
 from node.core.holds import Holds
 from tests.sim.harness import LOC, Cluster, SimFailure
 from tests.sim.liveness import check_acknowledged, check_converged
@@ -442,7 +442,7 @@ def test_a_quiet_anonymous_follower_holding_rows_no_member_has_is_waited_for_aft
 
 
 def forget_quiet_followers_at_once(monkeypatch) -> None:
-    monkeypatch.setattr(lifecycle_fence.FollowerReach, "may_hold", lambda self, uuid: 0)
+    monkeypatch.setattr(anon_followers.FollowerReach, "may_hold", lambda self, uuid: 0)
 
 
 FLIPS = [

@@ -16,8 +16,8 @@ from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, C
 from node.core import messages as m
 from node.core.entry import txns_relay_frame
 from node.core.holds import Hold
-from node.core.lifecycle_fence import (Follower, FollowerReach, follower_seen, followers_to_forget, hear_greeting, lift, may_lift,
-                                       members_hold_own, take_up_fence)
+from node.core.anon_followers import Follower, FollowerReach, follower_seen, followers_to_forget, members_hold_own
+from node.core.lifecycle_fence import hear_greeting, lift, may_lift, take_up_fence
 from node.core.link.relay import RelayState
 from node.core.membership import OwnRowsFence, greeting_expel_bounds
 from node.core.replicaset import NodeCore

@@ -1,5 +1,5 @@
 """How far of a node's own rows a remembered anonymous follower may hold, kept on disk beside the
-identity (node.core.lifecycle_fence Follower, node/fence.py, node/retention.py), and the fence
+identity (node.core.anon_followers Follower, node/fence.py, node/retention.py), and the fence
 that lets go of a follower once a word heard reaches that (OwnRowsFence.reach): a replica whose
 disk was replaced comes back under a new uuid, and a master that lost its store afterwards
 waited for its old uuid for ever (the nemesis, seed 5). Real NodeCore and fence; the followers
@@ -12,8 +12,9 @@ import pytest
 
 from node import fence, limits, retention
 from node.cluster_space.table import STATE_MEMBER, Member
-from node.core.lifecycle_fence import (Follower, FollowerReach, follower_link_end, follower_seen, follower_unlinked,
-                                       followers_at_start, followers_to_forget, hear_greeting, may_lift, take_up_fence)
+from node.core.anon_followers import (Follower, FollowerReach, follower_link_end, follower_seen, follower_unlinked,
+                                      followers_at_start, followers_to_forget)
+from node.core.lifecycle_fence import hear_greeting, may_lift, take_up_fence
 from node.core.holds import Hold
 from node.core.rows import GROUP_DEFAULT, OP_PUT, Op
 from node.fence import anonymous_followers, append_follower

@@ -11,7 +11,7 @@ import pytest
 
 from node import limits, retention
 from node.core.holds import Hold
-from node.core.lifecycle_fence import Follower, FollowerReach, followers_report, followers_unseen, with_forgotten
+from node.core.anon_followers import Follower, FollowerReach, followers_report, followers_unseen, with_forgotten
 from node.core.membership import OwnRowsFence
 from node.errors import ClientError, PeerRefused
 from node.fence import anonymous_followers, forgotten_followers

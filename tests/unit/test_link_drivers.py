@@ -11,7 +11,7 @@ from node.applier.applier import Applier
 from node.applier.hosts import NodeApplierContext
 from node.applier.relay import _take as relay_take
 from node.core import messages as m
-from node.core.lifecycle_fence import followers_full
+from node.core.anon_followers import followers_full
 from node.core.link.applier import ApplierMachine, ApplierState
 from node.core.link.relay import RelayMachine
 from node.errors import PeerRefused, RemoteProtocolError
@@ -118,7 +118,7 @@ async def test_the_applier_driver_persists_claims_even_when_the_step_fails_with_
                          ids=["member", "anonymous-remembered", "anonymous-refused"])
 def test_the_relay_driver_puts_a_subscribers_hold_in_place_in_the_step_that_answers_it(anon, remembered):
     """... and an anonymous subscriber is remembered first; one remembered is a link whose end
-    serve_link tells retention of (node.core.lifecycle_fence FollowerReach). One retention
+    serve_link tells retention of (node.core.anon_followers FollowerReach). One retention
     cannot remember (anon_followers_max) is refused before its hold or any answer."""
     calls: list = []
 
