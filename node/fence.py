@@ -185,13 +185,8 @@ def anonymous_followers(data_dir: str) -> Followers:
     reach linked` (reach "-": unknown). A line of three fields alone knows no reach: the old
     release wrote it, or the second line was torn. A damaged line is skipped (the one before it
     stands)."""
-    try:
-        with open(os.path.join(data_dir, FOLLOWERS_FILE)) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return {}
     out: Followers = {}
-    for line in lines:
+    for line in _lines(data_dir, FOLLOWERS_FILE):
         entry = _follower(line.split())
         if entry is not None:
             out[entry[0]] = entry[1]
@@ -239,18 +234,22 @@ def forgotten_followers(data_dir: str) -> Forgotten:
 def _timed_lines(data_dir: str, name: str, fields: int):
     """(the fields, the last one as a time) of every well-formed line of a file beside the
     identity (none if it is missing); a torn or damaged line is skipped."""
-    try:
-        with open(os.path.join(data_dir, name)) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return
-    for line in lines:
+    for line in _lines(data_dir, name):
         parts = line.split()
         if len(parts) == fields:
             try:
                 yield parts, float(parts[-1])
             except ValueError:
                 continue
+
+
+def _lines(data_dir: str, name: str) -> list[str]:
+    """The lines of a file beside the identity (none if it is missing)."""
+    try:
+        with open(os.path.join(data_dir, name)) as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
 
 
 def write_forgotten(data_dir: str, forgotten: Forgotten) -> None:

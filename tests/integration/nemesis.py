@@ -285,7 +285,10 @@ class Nemesis:
                 fence = m.info().get("own_rows_fence") or {}
             except (OSError, AssertionError, ValueError):
                 continue
-            for old in sorted(self.gone & set(fence.get("waiting_for") or ())):
+            olds = self.gone & set(fence.get("waiting_for") or ())
+            for key in [k for k in self.waiting if k[0] == m.name and k[1] not in olds]:
+                del self.waiting[key]           # it let go by itself: a later wait starts its own count
+            for old in sorted(olds):
                 waits = True
                 since = self.waiting.setdefault((m.name, old), now)
                 if now - since < patience:

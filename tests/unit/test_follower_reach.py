@@ -195,17 +195,24 @@ def test_a_link_opening_is_on_disk_linked_and_the_last_one_ending_writes_the_own
     assert synced[-1] == (True, True)
 
 
-@pytest.mark.parametrize("line,bound", [("9 0", 9), ("9 1", None), ("- 0", None)],
-                         ids=["bounded", "linked-when-it-died", "unknown"])
-def test_a_link_ending_while_fenced_bounds_a_follower_no_lower_than_before_the_loss(tmp_path, line, bound):
-    """A fenced node's own lsn is back at what the loss left; a follower linked when the process
-    died may hold any of the earlier incarnation's rows, and so may one of unknown bound."""
+def link_ended_while_fenced(tmp_path, line: str) -> tuple[SimpleNamespace, Retention]:
+    """ANON's entry `line` (reach, linked) on disk; the node, fenced at own lsn 2, starts, and
+    a link of ANON opens and ends."""
     (tmp_path / "anonymous_followers").write_text(f"{ANON} {ANON_ADDR} 1.000 {line}\n")
     node = node_at(tmp_path, own=2, fenced=True)
     r = Retention(node)
     r.load()
     r.follower(ANON, ANON_ADDR)
     r.follower_link_ended(ANON)
+    return node, r
+
+
+@pytest.mark.parametrize("line,bound", [("9 0", 9), ("9 1", None), ("- 0", None)],
+                         ids=["bounded", "linked-when-it-died", "unknown"])
+def test_a_link_ending_while_fenced_bounds_a_follower_no_lower_than_before_the_loss(tmp_path, line, bound):
+    """A fenced node's own lsn is back at what the loss left; a follower linked when the process
+    died may hold any of the earlier incarnation's rows, and so may one of unknown bound."""
+    node, _ = link_ended_while_fenced(tmp_path, line)
     assert anonymous_followers(node.data_dir)[ANON].bound() == bound
 
 
@@ -226,12 +233,7 @@ def test_a_start_bounds_what_a_dead_process_left_linked_unless_it_is_fenced(tmp_
 def test_a_follower_whose_link_ended_while_fenced_is_not_forgotten_after_the_lift_by_the_lower_lsn(tmp_path):
     """It may hold the earlier incarnation's rows to 9; the node had 2 when its link ended. After
     the lift, members holding 5 of our rows do not cover it."""
-    (tmp_path / "anonymous_followers").write_text(f"{ANON} {ANON_ADDR} 1.000 9 0\n")
-    node = node_at(tmp_path, own=2, fenced=True)
-    r = Retention(node)
-    r.load()
-    r.follower(ANON, ANON_ADDR)
-    r.follower_link_ended(ANON)
+    node, r = link_ended_while_fenced(tmp_path, "9 0")
     node.core.fence = None                                            # lifted
     assert r.reach.may_hold(ANON) == 9
     table, holds = node.core.table, {PEER: Hold({1: 5}, 0.0, False), OTHER: Hold({1: 5}, 0.0, False)}
