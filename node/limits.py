@@ -158,7 +158,9 @@ snapshot_message_timeout_s = 60.0    # a joiner waits this long for each message
                                      # 4 MiB read off the donor's store, on a busy donor)
 link_close_timeout_s = 2.0           # closing a link waits this long for the peer's CLOSE
 reconnect_backoff_min_s = 0.1        # first retry after a broken link
-reconnect_backoff_max_s = 5.0        # retries back off to at most this
+reconnect_backoff_max_s = 1.0        # retries back off to at most this (a peer back is followed within ~1 s)
+link_retry_log_interval_s = 30.0     # one line per interval for the same failure of one upstream, with a count
+link_retry_lines_max = 8             # distinct failures of one upstream counted apart for that
 refused_backoff_s = 10.0             # a peer that refused us (wrong secret, cluster) is retried this slowly
 peer_error_chars_max = 1000          # a peer's ERROR code and message are cut to this before they reach
                                      # the log, an applier's status, /v1/info and the dashboard
@@ -201,6 +203,7 @@ quiesce_hold_s = 60.0                # a quiesced member that hears no final pha
 # --- membership data safety (node/fence.py, node/rejoin.py) --------------------------------
 fence_poll_s = 0.1                   # how often a fenced node checks whether it may write again
 rejoin_retry_s = 5.0                 # a node that needs a snapshot but holds rows no peer has asks again this often
+rejoin_recheck_s = 0.25              # a link told to rejoin looks this often whether other links brought the rows
 rejoin_watch_s = 0.2                 # how often the rejoin watch looks at what its upstreams reported
 rejoin_cover_wait_s = 10.0           # with writes paused, how long a rejoin waits for a donor to receive
                                      # this node's last rows before it gives up for now and serves again

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 from node import limits
 from node.applier.conn import client_auth, connect
-from node.applier.outcome import Retry
+from node.applier.outcome import REJOIN, Retry
 from node.applier.upstream import Upstream
 from node.core import messages as m
 from node.core import rowscan
 from node.core.link.applier import ApplierState, DisproveClaim, Followed
+from node.core.link.collected import caught_up_to
 from node.core.link.ready import Ready
 from node.errors import PeerRefused
 from node.faults import fault
@@ -54,7 +55,29 @@ class Applier(Upstream):
             nxt = retry.end(err, time.monotonic())
             if not self.ended(err, nxt) or self.stopping:
                 return
-            await asyncio.sleep(retry.jitter(nxt.delay))
+            if nxt.then == REJOIN:
+                await self._rejoin_pause(getattr(err, "needed", {}), retry.jitter(nxt.delay))
+            else:
+                await asyncio.sleep(retry.jitter(nxt.delay))
+
+    async def _rejoin_pause(self, collected: dict[str, int], delay: float) -> None:
+        """The wait after `need_rejoin`: `delay`, or less once other upstreams have brought this
+        node every row this one collected (a member that just joined holds its snapshot's rows
+        only in the snapshot, and an older member that had not yet received them all from their
+        origins is refused by it for a moment). Not cut short when the rows were here already:
+        the upstream refused for a reason this cannot see, and trying at once would only loop."""
+        core = self.node.core
+        if core is None or caught_up_to(core.vclock_by_uuid(), collected):
+            await asyncio.sleep(delay)
+            return
+        deadline = time.monotonic() + delay
+        while not self.stopping and (left := deadline - time.monotonic()) > 0:
+            await self.node.journal.changed(timeout=min(left, limits.rejoin_recheck_s))
+            core = self.node.core
+            if core is not None and caught_up_to(core.vclock_by_uuid(), collected):
+                log.info("applier %s: every row it collected has come from other upstreams: subscribing again",
+                         self.address)
+                return
 
     async def run_once(self) -> None:
         node = self.node

@@ -8,17 +8,22 @@ Rules kept here:
 - Counters only grow: a link's are added to the totals when the next link starts.
 - stop() returns only once the task is done: it is cancelled until it is (one cancellation can
   be lost in a race, and an applier that lived on would keep a link nobody configured).
-- The core's Peer a link built is dropped once, when the link ends (NodeCore.drop_peer)."""
+- The core's Peer a link built is dropped once, when the link ends (NodeCore.drop_peer).
+- A link retried because it failed the same way as the last ones is logged once per
+  `link_retry_log_interval_s`, with how many were not: a peer that is down costs a line per
+  interval, not one per reconnect."""
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from node import limits
 from node.applier.conn import Conn
 from node.applier.hosts import NodeApplierContext
-from node.applier.outcome import END, FATAL, REJOIN, After
+from node.applier.outcome import END, FATAL, REJOIN, RETRY, After
+from node.core.admission import FailureLog
 from node.core.link.applier import ApplierMachine, Followed
 
 if TYPE_CHECKING:
@@ -41,6 +46,7 @@ class Upstream:
         self.machine: ApplierMachine | None = None   # this link's (the last one's once it ended)
         self.peer_uuid: str | None = None
         self._done = dict.fromkeys(_COUNTERS, 0)      # of links that ended
+        self._retries = FailureLog(limits.link_retry_log_interval_s, limits.link_retry_lines_max)
 
     def _count(self, name: str) -> int:
         return self._done[name] + (getattr(self.machine, name) if self.machine is not None else 0)
@@ -106,9 +112,18 @@ class Upstream:
             self.node.rejoiner.on_need_rejoin(self.address, err.message, getattr(err, "needed", {}))
             self.error = self.node.rejoiner.status_of(self.address)
         if nxt.line:
-            log.log(nxt.level, "applier %s: %s", self.address, nxt.line)
+            self._log_end(nxt)
         self.drop_peer()
         return True
+
+    def _log_end(self, nxt: After) -> None:
+        more = ""
+        if nxt.then == RETRY:
+            show, suppressed = self._retries.note(nxt.line, time.monotonic())
+            if not show:
+                return
+            more = f" ({suppressed} more like it since the last such line)" if suppressed else ""
+        log.log(nxt.level, "applier %s: %s%s", self.address, nxt.line, more)
 
     def drop_peer(self) -> None:
         """The link ended: the core forgets the Peer it built (once)."""

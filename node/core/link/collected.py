@@ -7,7 +7,9 @@ Rules kept here:
   can serve (`behind`).
 - A component it says it goes without (SUBSCRIBE `without`: its rejoin found no donor for an
   expelled member's rows) does not make it rejoin, but only when every component it lacks here
-  is one of those (`split_without`); then no row of them goes on the link, and the rest does."""
+  is one of those (`split_without`); then no row of them goes on the link, and the rest does.
+- A subscriber told to rejoin may try again at once when rows from elsewhere have since brought
+  it to what was collected (`caught_up_to`): the relay's own test, `behind`, then passes."""
 from __future__ import annotations
 
 from node.cluster_space.table import STATE_EXPELLED, ClusterTable
@@ -31,6 +33,13 @@ def behind(sub_vclock: dict[int, int], gc_vclock: dict[int, int], bounds: dict[i
     that member may hold some in its snapshot, which no relay can serve."""
     return sorted(rid for rid, lsn in gc_vclock.items()
                   if rid != 0 and sub_vclock.get(rid, 0) < min(lsn, bounds.get(rid, lsn)))
+
+
+def caught_up_to(mine: dict[str, int], collected: dict[str, int]) -> bool:
+    """Whether a node whose vclock is `mine` holds every row an upstream collected (`collected`:
+    its gc vclock, both by uuid): that upstream would serve it now. An empty `collected` (the
+    refusal named none) is never caught up to: nothing says when to try sooner."""
+    return bool(collected) and all(mine.get(u, 0) >= lsn for u, lsn in collected.items())
 
 
 def split_without(missing: list[int], without: list | None, table: ClusterTable) -> tuple[list[int], list[int]]:
