@@ -38,6 +38,11 @@ def test_a_node_has_caught_up_to_what_an_upstream_collected_only_with_every_comp
     assert caught_up_to(mine, COLLECTED) is caught
 
 
+def test_a_component_this_node_never_had_is_not_caught_up_to_even_at_lsn_1():
+    assert not caught_up_to({UUID_B: 8}, {UUID_B: 8, UUID_C: 1})
+    assert caught_up_to({UUID_B: 8, UUID_C: 1}, {UUID_B: 8, UUID_C: 1})
+
+
 def test_a_refusal_that_named_nothing_collected_is_never_caught_up_to():
     assert not caught_up_to({UUID_B: 100}, {})
 
