@@ -12,9 +12,11 @@ asserting the default run reached it (counts summed over the seeded runs).
 Seeds: the default range below; `REPLOG_SIM_SEEDS=LO-HI` runs seeds LO..HI-1 instead (a
 soak, e.g. "0-5000"); `REPLOG_SIM_SEED=N` runs seed N alone and prints its trace (use
 `-s`); `REPLOG_SIM_MIX=full` also combines the faults whose combinations hit known limits
-(tests/sim/workload.py says which), and `REPLOG_SIM_MIX=full+anon` crashes the anonymous replica
-too (apart from `full`, whose seeds tests/sim/test_fixed_bugs.py pins). A failure names its seed
-and the one command that replays it.
+(tests/sim/workload.py says which), `REPLOG_SIM_MIX=full+anon` crashes the anonymous replica
+too (apart from `full`, whose seeds tests/sim/test_fixed_bugs.py pins), and
+`REPLOG_SIM_MIX=full+replace` replaces its disk in half of those crashes (a new replica under a
+new uuid; the operator lets go of the old uuid only where a master stays fenced on it). A
+failure names its seed and the one command that replays it.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def _repro(seed: int) -> str:
 
 
 MIX = os.environ.get("REPLOG_SIM_MIX", "")
-FULL = MIX in ("full", "full+anon")
+FULL = MIX in ("full", "full+anon", "full+replace")
 
 # what the seeded runs of this session did, summed (the fault classes' tests read it)
 TOTALS: Counter = Counter()
@@ -53,7 +55,7 @@ RAN: set[int] = set()
 @pytest.mark.parametrize("seed", _seeds(), ids=lambda s: f"seed{s}")
 def test_seeded_run_keeps_every_invariant_and_converges(seed):
     c = run_seed(seed, verbose=bool(os.environ.get("REPLOG_SIM_SEED")), repro=_repro(seed), full=FULL,
-                 anon_crash=MIX == "full+anon")
+                 anon_crash=MIX in ("full+anon", "full+replace"), anon_replace=MIX == "full+replace")
     if not FULL:
         TOTALS.update(c.stats)
         RAN.add(seed)

@@ -32,11 +32,12 @@ NAMES = "ABCDEFG"
 
 
 def run_seed(seed: int, *, verbose: bool = False, repro: str = "", full: bool = False,
-             anon_crash: bool = False, rules: dict | None = None) -> Cluster:
+             anon_crash: bool = False, anon_replace: bool = False, rules: dict | None = None) -> Cluster:
     """One seeded run; `full`: every fault combined with every other (REPLOG_SIM_MIX=full);
     `anon_crash`: the anonymous replica crashes too (REPLOG_SIM_MIX=full+anon: a fault added
     after the full mix's seeds were pinned, tests/sim/test_fixed_bugs.py, so kept apart);
-    `rules`: Cluster.rules turned back (to show that the run catches it)."""
+    `anon_replace`: half of those crashes replace its disk instead (REPLOG_SIM_MIX=full+replace,
+    `replace_anon`); `rules`: Cluster.rules turned back (to show that the run catches it)."""
     c = Cluster(seed, repro=repro, verbose=verbose)
     c.rules.update(rules or {})
     rng = c.rng
@@ -80,6 +81,7 @@ def run_seed(seed: int, *, verbose: bool = False, repro: str = "", full: bool = 
     disk_left = rng.choice([0, 0, 1]) if mild and (full or anon is None) else 0
     retire_left = 1 if rng.random() < 0.15 and mild and (full or not write_p) else 0
     retired: str | None = None
+    replaced: list[str] = []                 # uuids of anonymous replicas whose disk was replaced
 
     steps = rng.randint(25, 40)
     for _ in range(steps):
@@ -109,8 +111,13 @@ def run_seed(seed: int, *, verbose: bool = False, repro: str = "", full: bool = 
             down = sum(1 for n in c.nodes.values() if not n.up and not n.retired)
             if up and down < 2:
                 victim = rng.choice(up)
-                c.crash(victim, power=rng.random() < 0.5)
-                restarts[victim] = c.now + (rng.randint(1, 10) if victim != anon else rng.randint(5, 60))
+                if victim == anon and anon_replace and rng.random() < 0.5:
+                    replaced.append(c.nodes[anon].uuid)
+                    anon = replace_anon(c, anon)
+                    anon_state = "fetching"
+                else:
+                    c.crash(victim, power=rng.random() < 0.5)
+                    restarts[victim] = c.now + (rng.randint(1, 10) if victim != anon else rng.randint(5, 60))
         elif r < 0.71:
             live = sorted(n for n in c.nodes if c.nodes[n].up)
             rng.shuffle(live)
@@ -176,6 +183,8 @@ def run_seed(seed: int, *, verbose: bool = False, repro: str = "", full: bool = 
     for name in dict.fromkeys(gone):           # an expel whose row was lost is made again
         _expel_when_possible(c, name)
     _restore_peers(c)
+    if replaced:
+        _let_go_of_replaced(c, replaced)
     c.settle(max_ticks=3000)
     check_converged(c)
     check_acknowledged(c)
@@ -219,6 +228,49 @@ def _expel_when_possible(c: Cluster, name: str) -> None:
             return
         c.tick()
     raise c.fail(f"no member could expel {name}, which is down for good\n{c.describe()}")
+
+
+def replace_anon(c: Cluster, name: str) -> str:
+    """The anonymous replica's disk is replaced: its process dies and everything it held is
+    gone, its uuid with it (the masters that served it still remember it, and a master's link
+    end bounds what it may hold); a new replica, under a new uuid, fetches a snapshot in its
+    place. Returns the new one's name."""
+    n = c.nodes[name]
+    c.retire(name)
+    c.checker.on_disk_loss(n)                # what only it held is gone with it
+    n.lose_disk()
+    c.stats["anon_replaced"] += 1
+    new = c.add_node(f"R{c.stats['anon_replaced'] + 1}", anon=True).name
+    c.log(f"{name}'s disk is replaced: {new} follows in its place under a new uuid")
+    c.fetch_anon(new)
+    return new
+
+
+def _let_go_of_replaced(c: Cluster, uuids: list[str], patience: int = 150, max_ticks: int = 2000) -> None:
+    """The operator's step the nemesis takes too: a member fenced on a replaced replica's old
+    uuid for `patience` ticks (its entry left the replica unbounded, or bounds it past what
+    every member holds: rows it may have had are gone with its disk) has that uuid expelled
+    through it. A member that lets go by itself needs no step. Watched until the cluster is
+    quiet: a member may join or restart fenced after the peers are put back."""
+    c.heal()
+    for n in list(c.nodes):
+        c.restart(n)
+    since: dict[tuple[str, str], int] = {}
+    for _ in range(max_ticks):
+        fenced = _fenced_on(c, uuids)
+        if not fenced and c.quiet():
+            return
+        since = {(m.name, u): since.get((m.name, u), c.now) for m, u in fenced}
+        for m, u in fenced:
+            if c.now - since[(m.name, u)] >= patience and c.expel(c.by_uuid[u].name, m.name):
+                c.stats["operator_steps"] += 1
+                del since[(m.name, u)]
+        c.tick()
+
+
+def _fenced_on(c: Cluster, uuids: list[str]) -> list:
+    return [(m, u) for m in c.members() if m.ready and m.core.fence is not None
+            for u in uuids if u in m.core.fence.waiting_for(m.core.table, m.uuid)]
 
 
 def churn_peers(c: Cluster, name: str) -> None:
