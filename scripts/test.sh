@@ -13,10 +13,11 @@ if ! command -v chromedriver >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command 
 fi
 set +e
 # Every test starts node processes (a few hundred in all), and each imports the whole tree: keep
-# their compiled bytecode (under .venv, out of the source tree) even where the environment turns
-# writing it off; compiling ~200 modules again cost each start about a quarter of a second.
+# their compiled bytecode (in __pycache__/ beside the sources, which git ignores) even where the
+# environment turns writing it off; compiling ~200 modules again cost each start about a quarter
+# of a second. (Not PYTHONPYCACHEPREFIX: one cache for every path grows by each run's temporary
+# directories, ~50 MB a run.)
 unset PYTHONDONTWRITEBYTECODE
-export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-$PWD/.venv/pycache}"
 # Two workers, a test file to each at a time: most tests wait on real processes, so one core sits
 # idle with one worker. REPLOG_TEST_WORKERS=0 runs in this process (as `pytest` alone does).
 workers="${REPLOG_TEST_WORKERS:-2}"
