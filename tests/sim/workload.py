@@ -218,9 +218,7 @@ def _event(c: Cluster, e: tuple[int, str, str]) -> bool:
 def _expel_when_possible(c: Cluster, name: str) -> None:
     """The operator expels a member gone for good through any member that takes it, again if
     the expel was lost (its row only on a member whose store was lost since)."""
-    c.heal()
-    for n in list(c.nodes):                  # what can run is started first (it may take the expel)
-        c.restart(n)
+    _everything_up(c)                        # what can run is started first (it may take the expel)
     u = c.nodes[name].uuid
     for _ in range(400):
         known = [m for m in c.members() if m.ready and (x := m.core.table.get(u)) is not None and x.state == "expelled"]
@@ -246,15 +244,20 @@ def replace_anon(c: Cluster, name: str) -> str:
     return new
 
 
+def _everything_up(c: Cluster) -> None:
+    """The network healed and every node that can run started (the operator's first step)."""
+    c.heal()
+    for n in list(c.nodes):
+        c.restart(n)
+
+
 def _let_go_of_replaced(c: Cluster, uuids: list[str], patience: int = 150, max_ticks: int = 2000) -> None:
     """The operator's step the nemesis takes too: a member fenced on a replaced replica's old
     uuid for `patience` ticks (its entry left the replica unbounded, or bounds it past what
     every member holds: rows it may have had are gone with its disk) has that uuid expelled
     through it. A member that lets go by itself needs no step. Watched until the cluster is
     quiet: a member may join or restart fenced after the peers are put back."""
-    c.heal()
-    for n in list(c.nodes):
-        c.restart(n)
+    _everything_up(c)
     since: dict[tuple[str, str], int] = {}
     for _ in range(max_ticks):
         fenced = _fenced_on(c, uuids)

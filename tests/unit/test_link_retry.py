@@ -19,7 +19,7 @@ import pytest
 from node import limits
 from node.applier import applier as applier_mod
 from node.applier.applier import Applier
-from node.applier.outcome import After, RETRY
+from node.applier.outcome import After, RETRY, after_link
 from node.core.link.collected import caught_up_to
 from node.errors import PeerRefused
 from tests.unit.helpers import UUID_A, UUID_B, UUID_C
@@ -181,8 +181,7 @@ def test_a_peer_that_stays_down_is_logged_once_per_interval_with_the_count(monke
     assert [r.levelno for r in caplog.records] == [logging.INFO, logging.WARNING, logging.INFO]
 
 
-def test_a_need_rejoin_is_logged_every_time():
+def test_a_need_rejoin_is_not_a_retry_so_its_lines_are_not_counted():
     """Only retries are counted: the rest (need_rejoin, refusals) keep their own pace."""
-    from node.applier.outcome import after_link
     nxt = after_link(_need_rejoin(), limits.reconnect_backoff_min_s)
     assert nxt.then != RETRY and nxt.line
