@@ -17,30 +17,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
 from typing import Any, Callable
 
 from bench.common import PortReservation, free_port  # noqa: F401  (tests import free_port from here)
 from node.client import request  # noqa: F401  (tests import it from here)
 from node.logsetup import file_tail
+from tests.waiting import wait_for  # noqa: F401  (tests import wait_for from here)
 
 REPLOG = [sys.executable, "-m", "node"]
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition", interval: float = 0.05) -> Any:
-    """Poll cond() until it returns a truthy value; fail with `what` after timeout."""
-    deadline = time.monotonic() + timeout
-    last_exc: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            v = cond()
-            if v:
-                return v
-        except (OSError, urllib.error.URLError, ValueError, KeyError) as e:
-            last_exc = e
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
 
 
 class ReplogProcess:

@@ -19,7 +19,6 @@ import re
 import shutil
 import subprocess
 import threading
-import time
 import urllib.request
 
 import aiohttp
@@ -37,6 +36,7 @@ from node.identity.lease_node import LeaseIdentity, NoLeaseSlot
 from node.identity.lease_store import open_store
 from node.server import Node
 from tests.integration.harness import ReplogProcess, free_port, mesh_nodes, silent_address, wait_for
+from tests.waiting import until
 
 BUCKET = "replog-leases"
 
@@ -342,10 +342,7 @@ async def test_check_peer_refuses_versions_older_than_those_read_from_the_store(
 
 async def wait_verified(lease: LeaseIdentity, n: int) -> None:
     """Until the node has re-read the lease store n times (each a peer's claim asked for)."""
-    deadline = asyncio.get_running_loop().time() + 10
-    while lease.verifications < n:
-        assert asyncio.get_running_loop().time() < deadline, f"{lease.verifications} re-reads, expected {n}"
-        await asyncio.sleep(0.01)
+    await until(lambda: lease.verifications >= n, 10, f"{n} re-reads (have {lease.verifications})")
 
 
 async def test_a_fake_claim_of_a_newer_version_of_our_slot_changes_nothing(tmp_path):

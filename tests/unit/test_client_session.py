@@ -4,7 +4,6 @@ rows (own_lsn_seen) refuses with 503 catching_up, a read-only node with 409 read
 running with 503 not_ready — and nothing of a refused frame is claimed."""
 from __future__ import annotations
 
-import asyncio
 
 from node.applier.applier import Applier
 from node.clientproto import wire
@@ -12,6 +11,7 @@ from node.clientproto.session import Session
 from node.config import load
 from node.core.rows import OP_SPACE, Op
 from node.server import Node
+from tests.waiting import until
 
 
 async def started(tmp_path, listen, **flags) -> Node:
@@ -19,11 +19,7 @@ async def started(tmp_path, listen, **flags) -> Node:
                 **flags}, env={})
     node = Node(cfg)
     await node.start()
-    for _ in range(400):
-        if node.status == "running":
-            break
-        await asyncio.sleep(0.025)
-    assert node.status == "running", node.status_reason
+    await until(lambda: node.status == "running", 10, "the node to run")
     return node
 
 
@@ -35,11 +31,8 @@ def session(node: Node) -> tuple[Session, list]:
 
 
 async def answered(out: list, n: int) -> list:
-    for _ in range(400):
-        if len(out) >= n:
-            return out
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{len(out)} of {n} answers: {out}")
+    await until(lambda: len(out) >= n, 4, f"{n} answers (have {out})")
+    return out
 
 
 async def test_the_fast_path_keeps_every_write_check_of_node_write(tmp_path, listen):

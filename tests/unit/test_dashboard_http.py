@@ -20,18 +20,10 @@ from node.config import Config
 from node.http import events
 from node.http.ui import UI_DIR
 from node.server import Node
+from tests.waiting import until
 
 TOKEN = "t0ken"
 EVIL = "http://evil.example"
-
-
-async def until(cond, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 async def start_node(tmp_path, listen, token: str = TOKEN) -> Node:

@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from node.identity.lease import Lease, LeaseLost
 from node.identity.lease_manager import LeaseManager
 from node.identity.lease_runner import run_lease
 from node.identity.lease_store import LeaseStore, LeaseStoreUnavailable, open_store
+from tests.waiting import until
 
 BUCKET = "replog-leases"
 T0 = 1_700_000_000_000   # fake wall clock start, ms
@@ -116,13 +116,6 @@ def manager(store, task, clock=None, *, slots=1, duration_s=10.0, seed=None):
 def stored(store, slot) -> Lease:
     body, _ = store.read(slot)
     return core.decode(body, slot)
-
-
-async def wait_until(cond, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        await asyncio.sleep(0.005)
 
 
 # --- the store contract -------------------------------------------------------------------
@@ -452,7 +445,7 @@ async def test_runner_calls_on_lost_once_within_the_lease_duration_when_the_stor
     calls: list[tuple[str, int]] = []
     stop = asyncio.Event()
     task = asyncio.create_task(run_lease(a, lambda reason: calls.append((reason, a.now_ms())), stop))
-    await wait_until(lambda: a.renewals >= 1, 5, "a first renewal")
+    await until(lambda: a.renewals >= 1, 5, "a first renewal")
     await asyncio.to_thread(cut)
     expires_at_cut = a.expires_ms               # no renewal can succeed after the cut
     reason = await asyncio.wait_for(task, timeout=a.duration_ms / 1000 + 1)
@@ -468,7 +461,7 @@ async def test_runner_keeps_renewing_until_stopped_and_then_returns_quietly(back
     calls = []
     stop = asyncio.Event()
     task = asyncio.create_task(run_lease(a, calls.append, stop))
-    await wait_until(lambda: a.renewals >= 2, 5, "two renewals")
+    await until(lambda: a.renewals >= 2, 5, "two renewals")
     stop.set()
     assert await asyncio.wait_for(task, timeout=2) is None
     assert calls == [] and a.slot == 0 and a.holds_valid_lease()
@@ -495,7 +488,7 @@ async def _runner_gives_up_at_the_deadline_while_a_call_hangs(a: LeaseManager, h
     calls = []
     try:
         task = asyncio.create_task(run_lease(a, calls.append, asyncio.Event(), executor=executor))
-        await wait_until(lambda: a.renewals >= 1, 5, "a first renewal")
+        await until(lambda: a.renewals >= 1, 5, "a first renewal")
         hang()
         expires_at_hang = a.expires_ms
         reason = await asyncio.wait_for(task, timeout=a.duration_ms / 1000 + 1)

@@ -4,7 +4,6 @@ then; nothing of it is lost, nothing is written twice, and the node's other fail
 import asyncio
 import errno
 import os
-import time
 
 import lmdb
 import pytest
@@ -21,6 +20,7 @@ from node.wal import format as fmt
 from node.wal import writer as walwriter
 from node.wal.reader import SegmentScan, iter_segment, list_segments
 from node.wal.writer import WalWriter
+from tests.waiting import until
 
 DEADLINE_S = 10
 
@@ -107,9 +107,7 @@ async def test_a_wal_write_that_finds_the_disk_full_leaves_nothing_and_lands_whe
     monkeypatch.setattr(walwriter.os, "write", write)
     end = p.wal.end
     fut = p.put("a", "value")
-    deadline = time.monotonic() + DEADLINE_S
-    while p.journal.nospace is None and time.monotonic() < deadline:
-        await asyncio.sleep(0.005)                      # the journal meets the full disk
+    await until(lambda: p.journal.nospace is not None, DEADLINE_S, "the journal to meet the full disk")
     assert not fut.done() and p.journal.nospace is not None and p.journal.nospace.kind == "disk"
     assert os.path.getsize(os.path.join(p.wal_dir, p.wal.segment)) == end, "the half-written frame was cut off"
     assert p.journal.position[1] == end
