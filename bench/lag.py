@@ -48,9 +48,7 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,7 +59,7 @@ from bench.links import SYSTEM, LinkSetup
 from bench.common import LoadWatch, dump_json, free_port, machine, median, percentile, print_load, print_machine, \
     print_table
 from bench.procs import ReplogNode, TarantoolNode, code_version, wait_for
-from bench.pyspy import summarize_pyspy
+from bench.pyspy import print_profiles, start_profilers, stop_profilers
 from node.core.rows import GROUP_DEFAULT, OP_PUT
 from node.wal import format as walfmt
 from node.wal.reader import iter_segment, list_segments
@@ -180,7 +178,7 @@ def replog_lag(base: str, args: argparse.Namespace, links: str = "plain") -> dic
         lsn0 = master.lsn_of(muuid)
         for f in followers:
             wait_for(lambda: f.lsn_of(muuid) >= lsn0, START_TIMEOUT_S, f"{f.name} to see the space")
-        spies = start_profilers(nodes, args.profile) if args.profile else []
+        spies = start_profilers(nodes, args.profile, PROFILE_RATE_HZ) if args.profile else []
         cpu0 = [n.cpu_s() or 0.0 for n in nodes]
         t0 = time.monotonic()
         try:
@@ -189,7 +187,7 @@ def replog_lag(base: str, args: argparse.Namespace, links: str = "plain") -> dic
         finally:
             cpu_wall = time.monotonic() - t0
             cpu = [100.0 * ((n.cpu_s() or 0.0) - c) / cpu_wall for n, c in zip(nodes, cpu0)]
-            profiles = stop_profilers(spies)
+            profiles = stop_profilers(spies, PROFILE_TOP)
         target = master.lsn_of(muuid)
         for f in followers:
             wait_for(lambda: f.lsn_of(muuid) >= target, CONVERGE_TIMEOUT_S, f"{f.name} to catch up")
@@ -212,43 +210,6 @@ def replog_lag(base: str, args: argparse.Namespace, links: str = "plain") -> dic
         hop = [w - mrows[lsn][1] for lsn, (ts, w, k) in frows.items() if lsn in mrows for _ in range(k)]
         out["followers"][f.name] = {"lag": _lag_summary(lag), "from_master_wal": _lag_summary(hop)}
     return out
-
-
-def start_profilers(nodes: list[ReplogNode], out_dir: str) -> list[tuple[str, subprocess.Popen, str]]:
-    """`py-spy record` attached to every node for the load (raw collapsed stacks, per thread,
-    idle frames kept so that waiting shows apart from work)."""
-    pyspy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
-    if not os.path.exists(pyspy):
-        raise SystemExit("py-spy is not installed (pip install py-spy into the venv)")
-    os.makedirs(out_dir, exist_ok=True)
-    spies = []
-    for n in nodes:
-        raw = os.path.join(out_dir, f"{n.name}.pyspy.txt")
-        p = subprocess.Popen([pyspy, "record", "--pid", str(n.pid), "--format", "raw", "--threads", "--idle",
-                              "--rate", str(PROFILE_RATE_HZ), "-o", raw],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        spies.append((n.name, p, raw))
-    return spies
-
-
-def stop_profilers(spies: list[tuple[str, subprocess.Popen, str]]) -> dict[str, Any]:
-    out = {}
-    for name, p, raw in spies:
-        p.send_signal(signal.SIGINT)           # py-spy writes its output on SIGINT
-        p.wait(60)
-        out[name] = summarize_pyspy(raw, PROFILE_TOP) | {"raw": raw}
-    return out
-
-
-def print_profiles(profiles: dict[str, Any]) -> None:
-    for name, doc in profiles.items():
-        print(f"profile of {name} during the load ({PROFILE_RATE_HZ} Hz, all threads, idle included): {doc['raw']}")
-        for r in doc["roles"]:
-            n = r["samples"] or 1
-            print(f"  {r['role']} ({r['threads']} thread(s)): busy {100.0 * r['busy'] / n:.1f}% of its samples")
-            print_table(["  inclusive: function", "samples", "%"], [list(x) for x in r["top_incl"]])
-            print_table(["  self: function", "samples", "%"], [list(x) for x in r["top_self"]])
-        print()
 
 
 # --- Tarantool -----------------------------------------------------------------------------------
@@ -318,7 +279,7 @@ def print_result(system: str, res: dict[str, Any]) -> None:
     print_table(["follower", "measure", "rows", "p50 ms", "p99 ms", "max ms", "mean ms"], rows)
     print()
     if res.get("profiles"):
-        print_profiles(res["profiles"])
+        print_profiles(res["profiles"], PROFILE_RATE_HZ)
 
 
 def print_summary(runs: dict[str, list[dict[str, Any]]]) -> None:

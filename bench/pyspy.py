@@ -8,6 +8,10 @@ the thread holding the GIL is sampled, so the shares are shares of the interpret
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import subprocess
+import sys
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -106,3 +110,46 @@ def print_profile(doc: dict[str, Any]) -> None:
         print_table(["self: function", "samples", "%"], [list(x) for x in r["top_self"]])
         print()
         print_table(["inclusive: function", "samples", "%"], [list(x) for x in r["top_incl"]])
+
+
+def pyspy_path() -> str:
+    """py-spy on PATH or beside this Python; exits with one line when it is not installed."""
+    path = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(path):
+        raise SystemExit("py-spy is not installed (pip install py-spy into the venv)")
+    return path
+
+
+def start_profilers(nodes: list, out_dir: str, rate_hz: int) -> list[tuple[str, subprocess.Popen, str]]:
+    """`py-spy record` attached to every running node (its `name` and `pid`): raw collapsed
+    stacks, per thread, idle frames kept so that waiting shows apart from work."""
+    pyspy = pyspy_path()
+    os.makedirs(out_dir, exist_ok=True)
+    spies = []
+    for n in nodes:
+        raw = os.path.join(out_dir, f"{n.name}.pyspy.txt")
+        p = subprocess.Popen([pyspy, "record", "--pid", str(n.pid), "--format", "raw", "--threads", "--idle",
+                              "--rate", str(rate_hz), "-o", raw],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        spies.append((n.name, p, raw))
+    return spies
+
+
+def stop_profilers(spies: list[tuple[str, subprocess.Popen, str]], top: int) -> dict[str, Any]:
+    out = {}
+    for name, p, raw in spies:
+        p.send_signal(signal.SIGINT)           # py-spy writes its output on SIGINT
+        p.wait(60)
+        out[name] = summarize_pyspy(raw, top) | {"raw": raw}
+    return out
+
+
+def print_profiles(profiles: dict[str, Any], rate_hz: int) -> None:
+    for name, doc in profiles.items():
+        print(f"profile of {name} during the load ({rate_hz} Hz, all threads, idle included): {doc['raw']}")
+        for r in doc["roles"]:
+            n = r["samples"] or 1
+            print(f"  {r['role']} ({r['threads']} thread(s)): busy {100.0 * r['busy'] / n:.1f}% of its samples")
+            print_table(["  inclusive: function", "samples", "%"], [list(x) for x in r["top_incl"]])
+            print_table(["  self: function", "samples", "%"], [list(x) for x in r["top_self"]])
+        print()

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import uuid as uuidlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
 import crc32c
