@@ -8,7 +8,9 @@ Rules kept here:
   and the core's checks raise nothing else for it); a refusal (PeerRefused) is a lasting
   reason, retried slowly, except `need_rejoin`, which goes to the rejoiner (node/rejoin.py
   decides; this link is tried again and serves once the node is past what the upstream
-  collected); a broken network is retried with capped exponential backoff; our own state asking
+  collected), and `not_ready` (the upstream is shutting down or has not joined a cluster yet:
+  it will be back as a restarted peer is, so it is retried as a broken network is, not 10 s
+  later, and it is no ERROR); a broken network is retried with capped exponential backoff; our own state asking
   for a fresh SUBSCRIBE (Resubscribe), or the upstream asking for a fresh greeting
   (`greet_again`), retries at once; the disk failing (StorageError) stops the
   node; anything else is a bug here: this link stops, the node serves on.
@@ -54,6 +56,8 @@ def after_link(e: BaseException | None, backoff: float) -> After:
             return After(RETRY, "resubscribing", str(e), 0.0, logging.INFO, str(e))
         if e.code == "need_rejoin":
             return After(REJOIN, "need_rejoin", str(e), limits.rejoin_retry_s, logging.WARNING, str(e))
+        if e.code == "not_ready":            # starting or stopping: back as soon as a restarted peer
+            return After(RETRY, "disconnected", str(e), backoff, logging.INFO, str(e))
         # A lasting reason (secret, cluster, options, expelled, this node itself, a second address of
         # a member already followed): said once per try, slowly.
         return After(RETRY, e.code if e.code in ("self", "duplicate") else "refused", str(e),

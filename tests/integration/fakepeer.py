@@ -106,6 +106,8 @@ class FakePeer:
         self.greeting_extra: dict = {}       # fields its greeting overrides
         self.heartbeats = True               # False: it idles silent after its script (never "caught up")
         self.subscribes = 0                  # SUBSCRIBE requests served
+        self.refusing: tuple[str, str] | None = None   # (code, message): refuse every link as it opens
+        self.links = 0                       # links opened to it (refused or not)
         self.sent = 0                        # script items sent, over all sessions
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -187,7 +189,11 @@ class FakePeer:
         await ws.prepare(request)
         conn = Conn(ws, str(request.remote))
         self._links.add(conn)
+        self.links += 1
         try:
+            if self.refusing is not None:        # as a node that is shutting down answers
+                await conn.refuse(*self.refusing)
+                return ws
             if isinstance(self.protocol, int):
                 await old_server_auth(conn, self.secret, self.uuid, self.protocol)
             elif self.protocol is not None:

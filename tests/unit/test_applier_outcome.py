@@ -32,6 +32,16 @@ def test_a_refusal_is_a_lasting_reason_said_loudly_and_retried_slowly(code, stat
     assert a.line.startswith("refused: ")
 
 
+@pytest.mark.parametrize("why", ["this node is shutting down", "this node has not joined a cluster yet"])
+def test_an_upstream_not_ready_yet_is_retried_as_a_broken_link_is_and_said_quietly(why):
+    """A member stopping for a restart, or one still joining, refuses links with `not_ready` for
+    a moment: it is followed again as soon as a restarted peer is (the backoff), not after the
+    slow wait of a lasting refusal, and the line is no ERROR."""
+    a = after_link(PeerRefused("not_ready", why), 0.4)
+    assert (a.then, a.status, a.delay, a.level) == (RETRY, "disconnected", 0.4, logging.INFO)
+    assert a.error == a.line == f"not_ready: {why}"
+
+
 @pytest.mark.parametrize("e", [RemoteProtocolError("junk"), ConnectionResetError(), OSError("unreachable"),
                                asyncio.TimeoutError(), aiohttp.ClientError("x")])
 def test_a_broken_link_or_a_peers_bad_bytes_retry_after_the_current_backoff(e):

@@ -156,6 +156,27 @@ async def test_run_waits_on_the_rows_the_refusal_named_after_need_rejoin_and_sle
     assert node.rejoiner.needs == [("127.0.0.1:7303", COLLECTED)]
 
 
+async def test_an_upstream_shutting_down_is_tried_again_within_the_backoff_not_the_refusal_wait(
+        monkeypatch, sleeps, caplog):
+    """A member restarting refuses links with not_ready while it stops: its followers come back
+    to it as they would to a peer that was down, and say so without an ERROR."""
+    a = Applier(Node({}), "127.0.0.1:7303")
+    ends = [PeerRefused("not_ready", "this node is shutting down")] * 3
+
+    async def run_once():
+        if not ends:
+            a.stopping = True
+            return
+        raise ends.pop()
+    monkeypatch.setattr(a, "run_once", run_once)
+    monkeypatch.setattr(a, "drop_peer", lambda: None)
+    with caplog.at_level(logging.INFO, logger="replog.applier"):
+        await a.run()
+    assert len(sleeps) == 3 and max(sleeps) <= 1.5 * 4 * limits.reconnect_backoff_min_s < limits.refused_backoff_s / 2
+    assert a.status == "disconnected" and a.error == "not_ready: this node is shutting down"
+    assert [r.levelno for r in caplog.records] == [logging.INFO], "said once, quietly"
+
+
 def _need_rejoin() -> PeerRefused:
     e = PeerRefused("need_rejoin", "rows were collected")
     e.needed = dict(COLLECTED)
