@@ -16,6 +16,10 @@ Rules kept here:
   uncompressed frame before its first await), so message numbers follow the wire order.
 - `connect`, `client_auth` and `server_auth` are the production handshake: tests that play a
   peer use them rather than a copy.
+- An ERROR before authentication is anyone's word: only what a relay says then (it is
+  shutting down, the protocol version, the secret, a malformed handshake: `PREAUTH_ERRORS`)
+  is a refusal; any other code (rejoin, expelled, wrong cluster, ...) is a broken link, so a
+  box at a peer's address that holds no secret can state nothing only a member may state.
 - A receive is bounded with `asyncio.timeout`, never `asyncio.wait_for`: on Python 3.11 wait_for
   loses a cancel that arrives together with a message, and the applier it was meant to stop
   runs on (tests/unit/test_cancellation.py)."""
@@ -41,6 +45,8 @@ log = logging.getLogger("replog.link")
 
 # A sealed message may be a whole message_bytes_max message plus its tag.
 LINK_MESSAGE_BYTES_MAX = limits.message_bytes_max + sess.TAG_BYTES
+# The ERROR codes a relay sends before authentication (node/applier/accept.py, server_auth).
+PREAUTH_ERRORS = frozenset({"not_ready", "version", "auth", "protocol"})
 
 
 class Conn:
@@ -88,6 +94,9 @@ class Conn:
             out = m.decode(data, self.scan_rows)
             if out.type == m.ERROR:       # the peer's words: cut before they reach logs and status
                 n = limits.peer_error_chars_max
+                if self.session is None and out["code"] not in PREAUTH_ERRORS:
+                    raise RemoteProtocolError(f"{self.peer}: ERROR {out['code'][:64]!r} before authentication "
+                                              "(only a member that proved the secret may say that)")
                 refused = PeerRefused(out["code"][:64], out["message"][:n] + ("…" if len(out["message"]) > n else ""))
                 refused.body = out.body     # extra fields, e.g. next_id of a register_rejected
                 raise refused
