@@ -10,10 +10,10 @@ Rules kept here:
   decides; this link is tried again and serves once the node is past what the upstream
   collected), and `not_ready` (the upstream is shutting down or has not joined a cluster yet:
   it will be back as a restarted peer is, so it is retried as a broken network is, not 10 s
-  later, and it is no ERROR); a broken network is retried with capped exponential backoff; our own state asking
-  for a fresh SUBSCRIBE (Resubscribe), or the upstream asking for a fresh greeting
-  (`greet_again`), retries at once; the disk failing (StorageError) stops the
-  node; anything else is a bug here: this link stops, the node serves on.
+  later, and it is no ERROR); a broken network is retried with capped exponential backoff;
+  our own state asking for a fresh SUBSCRIBE (Resubscribe), or the upstream asking for a fresh
+  greeting (`greet_again`), retries at once; the disk failing (StorageError) stops the node;
+  anything else is a bug here: this link stops, the node serves on.
 - Backoff doubles per failed try up to `reconnect_backoff_max_s` and starts again from the
   minimum after a link that lived for a while; every wait is jittered (0.5x to 1.5x), so links
   that broke together do not come back together.
