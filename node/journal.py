@@ -18,6 +18,9 @@ a lack of room (NoSpaceError: a full disk or map): the batch is kept, whatever p
 was done stays done (a WAL write that failed left nothing behind), and it is tried again
 every `nospace_retry_s` while the NOSPACE alarm is raised (node/storage/space.py); its
 waiters are answered when it lands. The lsns it claimed are never given up.
+Stopping: the queued entries land first, then the task is cancelled; a cancel does not stop an
+executor thread, so a call one is making for it (a batch, an fsync) is waited for before the WAL
+closes under it.
 
 The tail: while relays listen, the frames of the last few batches stay in memory, each
 batch as a `TailChunk` placed by its WAL position, so that a caught-up relay sends them
@@ -76,6 +79,7 @@ class Journal:
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._off_loop_work: asyncio.Future | None = None   # an executor thread's call under way (_off_loop)
         self._loop = asyncio.get_running_loop()
         self.failed: BaseException | None = None
         self.rows_written = 0
@@ -120,6 +124,15 @@ class Journal:
                 await self._task
             except asyncio.CancelledError:
                 pass
+            work = self._off_loop_work
+            if work is not None:
+                # The cancel stopped the task, not the thread writing the WAL for it: let the
+                # thread finish before the WAL is closed under it (its result goes unread; the
+                # next start recovers what it wrote).
+                await asyncio.wait([work])
+                if work.exception() is not None:
+                    log.warning("journal: the write under way at the stop failed: %s: %s",
+                                type(work.exception()).__name__, work.exception())
         if self.wal:
             self.wal.close()
 
@@ -207,7 +220,6 @@ class Journal:
 
     # --- the writer -----------------------------------------------------------------
     async def _run(self) -> None:
-        loop = self._loop
         batch: list[tuple[Entry, asyncio.Future | None]] = []
         queue = self._queue
         try:
@@ -253,7 +265,7 @@ class Journal:
                         else:
                             tops = self._try_apply(entries)
                     else:
-                        written, tops = await loop.run_in_executor(None, self._persist, batch, entries)
+                        written, tops = await self._off_loop(self._persist, batch, entries)
                         self._advance(written)
                 except NoSpaceError as e:                       # the WAL write: nothing of it landed
                     tops = await self._wait_for_room(batch, entries, e, wal_done=False)
@@ -311,12 +323,23 @@ class Journal:
     async def _sync_written(self) -> None:
         applied = self.core.vclock.copy()       # every row in it was written before the fsync below
         position = self.position
-        await self._loop.run_in_executor(None, self.wal.sync)
+        await self._off_loop(self.wal.sync)
         self._synced_at = time.monotonic()
         self.core.mark_synced(applied)
         self.synced_position = position
         for wake in self._listeners:            # anonymous replicas' relays may send it now
             wake.set()
+
+    async def _off_loop(self, fn, *args):
+        """fn(*args) on an executor thread. A cancel of the journal's task does not stop the
+        thread, so the call is kept until it ends: `stop` waits for it before it closes the WAL."""
+        work = self._loop.run_in_executor(None, fn, *args)
+        self._off_loop_work = work
+        try:
+            return await asyncio.shield(work)
+        finally:
+            if work.done():
+                self._off_loop_work = None
 
     def _advance(self, written: tuple | None) -> None:
         """The batch is durable (as wal_mode promises): move the position relays may read up
@@ -344,7 +367,6 @@ class Journal:
     async def _wait_for_room(self, batch: list, entries: list, e: NoSpaceError, *, wal_done: bool) -> dict[int, int]:
         """A batch that found no room: keep it, raise the alarm, try it again until it lands.
         `wal_done`: its WAL write went through (position advanced); only the store is left."""
-        loop = self._loop
         self.nospace = e
         if self.space is not None:
             self.space.on_failure(e)
@@ -355,10 +377,10 @@ class Journal:
             await asyncio.sleep(limits.nospace_retry_s)
             try:
                 if not wal_done:
-                    written = await loop.run_in_executor(None, self._write, batch)
+                    written = await self._off_loop(self._write, batch)
                     wal_done = True
                     self._advance(written)
-                tops = await loop.run_in_executor(None, self._try_apply, entries)
+                tops = await self._off_loop(self._try_apply, entries)
             except NoSpaceError as again:
                 tops = again
             if not isinstance(tops, NoSpaceError):
