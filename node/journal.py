@@ -130,7 +130,7 @@ class Journal:
                 # thread finish before the WAL is closed under it (its result goes unread; the
                 # next start recovers what it wrote).
                 await asyncio.wait([work])
-                if work.exception() is not None:
+                if not work.cancelled() and work.exception() is not None:
                     log.warning("journal: the write under way at the stop failed: %s: %s",
                                 type(work.exception()).__name__, work.exception())
         if self.wal:

@@ -54,3 +54,25 @@ async def test_stop_waits_for_a_batch_a_thread_is_persisting_before_it_closes_th
     p.store.close()
     txns = wal_txns(p.wal_dir)
     assert len(txns[-1].ops) == ROWS, "the batch is whole in the WAL"
+
+
+async def test_a_write_that_fails_after_the_stop_began_is_logged_and_the_stop_ends(tmp_path, monkeypatch, caplog):
+    p = Pieces(tmp_path)
+    await p.bootstrap()
+    entered, release = threading.Event(), threading.Event()
+
+    def failing_write(data):
+        entered.set()
+        assert release.wait(DEADLINE_S), "the test never let the write go"
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(p.wal, "write_batch", failing_write)
+    p.journal.submit_nowait([p.txn([Op(OP_PUT, "kv", f"k{i}", i) for i in range(ROWS)])], want_future=False)
+    assert await asyncio.to_thread(entered.wait, DEADLINE_S)
+    stopping = asyncio.create_task(p.journal.stop())
+    try:
+        await until(lambda: p.journal._task.done(), DEADLINE_S, "stop() to cancel the journal's task")
+    finally:
+        release.set()
+    await asyncio.wait_for(stopping, DEADLINE_S)      # ends, and raises nothing of the thread's
+    assert "the write under way at the stop failed: OSError" in caplog.text
+    p.store.close()
