@@ -33,6 +33,11 @@ class RemoteProtocolError(ReplogError):
     """The peer broke the protocol: drop the link, reconnect with backoff."""
 
 
+class PeerNotJoined(RemoteProtocolError):
+    """A peer's greeting says it has not joined a cluster yet (it is forming one, or joining):
+    the link goes as any broken one does, but this passes, so it is said at INFO."""
+
+
 class PeerRefused(ReplogError):
     """A handshake was refused for a lasting reason (secret, cluster, options, fencing)."""
 
