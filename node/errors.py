@@ -33,9 +33,10 @@ class RemoteProtocolError(ReplogError):
     """The peer broke the protocol: drop the link, reconnect with backoff."""
 
 
-class PeerNotJoined(RemoteProtocolError):
-    """A peer's greeting says it has not joined a cluster yet (it is forming one, or joining):
-    the link goes as any broken one does, but this passes, so it is said at INFO."""
+class PeerNotReady(RemoteProtocolError):
+    """The peer cannot serve for a moment: its greeting says it has not joined a cluster yet
+    (it is forming one, or joining), or it closed the link as going away (it is stopping, for
+    a restart perhaps). The link goes as any broken one does, but this passes: said at INFO."""
 
 
 class PeerRefused(ReplogError):

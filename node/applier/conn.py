@@ -39,7 +39,7 @@ from node import limits
 from node.applier.ws_limit import raise_message_limit, reader_limit
 from node.core import messages as m
 from node.core import session as sess
-from node.errors import PeerRefused, RemoteProtocolError
+from node.errors import PeerNotReady, PeerRefused, RemoteProtocolError
 
 log = logging.getLogger("replog.link")
 
@@ -102,6 +102,9 @@ class Conn:
                 raise refused
             return out
         if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
+            code = msg.data if msg.type == aiohttp.WSMsgType.CLOSE else self.ws.close_code
+            if code == aiohttp.WSCloseCode.GOING_AWAY:     # the peer is stopping (Conn.close)
+                raise PeerNotReady(f"{self.peer}: it closed the link as it stops")
             raise RemoteProtocolError(f"{self.peer}: connection closed")
         if msg.type == aiohttp.WSMsgType.ERROR:   # e.g. a message over the reader's size limit
             raise RemoteProtocolError(f"{self.peer}: {self.ws.exception()}")
@@ -120,9 +123,11 @@ class Conn:
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             pass
 
-    async def close(self) -> None:
+    async def close(self, going_away: bool = False) -> None:
+        """`going_away`: this node is stopping; the peer is told so by the close code (1001),
+        and says it at INFO, not as a link that broke."""
         try:
-            await self.ws.close()
+            await self.ws.close(code=aiohttp.WSCloseCode.GOING_AWAY if going_away else aiohttp.WSCloseCode.OK)
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             pass
 

@@ -10,8 +10,8 @@ Rules kept here:
   decides; this link is tried again and serves once the node is past what the upstream
   collected), and `not_ready` (the upstream is shutting down or has not joined a cluster yet:
   it will be back as a restarted peer is, so it is retried as a broken network is, not 10 s
-  later, and it is no ERROR; nor is a greeting that says the peer has not joined yet,
-  PeerNotJoined); a broken network is retried with capped exponential backoff;
+  later, and it is no ERROR; a peer not joined yet or closing the link as it stops,
+  PeerNotReady, is said at INFO too); a broken network is retried with capped exponential backoff;
   our own state asking for a fresh SUBSCRIBE (Resubscribe), or the upstream asking for a fresh
   greeting (`greet_again`), retries at once; the disk failing (StorageError) stops the node;
   anything else is a bug here: this link stops, the node serves on.
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from node import limits
 from node.core.link.applier import Resubscribe
 from node.core.link.relay import GREET_AGAIN
-from node.errors import PeerNotJoined, PeerRefused, RemoteProtocolError, StorageError
+from node.errors import PeerNotReady, PeerRefused, RemoteProtocolError, StorageError
 
 RETRY, REJOIN, FATAL, END = "retry", "rejoin", "fatal", "end"
 
@@ -63,7 +63,7 @@ def after_link(e: BaseException | None, backoff: float) -> After:
         # a member already followed): said once per try, slowly.
         return After(RETRY, e.code if e.code in ("self", "duplicate") else "refused", str(e),
                       limits.refused_backoff_s, logging.ERROR, f"refused: {e}")
-    if isinstance(e, PeerNotJoined):           # forming or joining: back as a restarted peer is
+    if isinstance(e, PeerNotReady):            # joining, or stopping: back as a restarted peer is
         return After(RETRY, "disconnected", str(e), backoff, logging.INFO, str(e))
     if isinstance(e, RemoteProtocolError):     # something we cannot use, or the link broke mid-message
         return After(RETRY, "disconnected", str(e), backoff, logging.WARNING, str(e))

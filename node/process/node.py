@@ -292,7 +292,7 @@ class Node:
         # here on close themselves (status is "stopping").
         links = list(self.links)
         if links:
-            await step("replication links", asyncio.gather(*(c.close() for c in links)))
+            await step("replication links", asyncio.gather(*(c.close(going_away=True) for c in links)))
         if self.client_server is not None:
             await step("client protocol", self.client_server.stop())
         if self._runner:

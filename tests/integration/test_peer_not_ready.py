@@ -10,7 +10,7 @@ import pytest
 
 from node import limits
 from tests.integration.fakepeer import FakePeer, running
-from tests.integration.harness import ReplogProcess, wait_for
+from tests.integration.harness import ReplogProcess, mesh, wait_for
 
 SECRET = b"the cluster secret of a peer that restarts"
 
@@ -43,3 +43,18 @@ def test_a_peer_refusing_with_not_ready_is_retried_within_the_backoff_and_follow
         assert peer.subscribes >= 1
     said = [line for line in node.log_text().splitlines() if "not_ready" in line]
     assert said and not [line for line in said if " ERROR " in line], said
+
+
+def test_a_member_stopping_closes_its_followers_links_as_going_away_and_they_say_so_quietly(tmp_path, procs):
+    """An orderly stop closes every link with the WebSocket's going-away code: its followers log
+    why at INFO instead of a WARNING that the connection broke, and follow it again when it
+    is back."""
+    a, b = mesh(tmp_path, 2)
+    procs.extend([a, b])
+    wait_for(lambda: _upstream(a, b.address).get("status") == "follow", 30, "A following B")
+    b.stop()
+    wait_for(lambda: "it closed the link as it stops" in a.log_text(), 10, "A telling why B's link closed")
+    about_b = [line for line in a.log_text().splitlines() if f"applier {b.address}" in line]
+    assert not [line for line in about_b if line.split()[1:2] in (["WARNING"], ["ERROR"])], about_b
+    b.start()
+    wait_for(lambda: _upstream(a, b.address).get("status") == "follow", 30, "A following B again")

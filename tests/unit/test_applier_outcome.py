@@ -11,7 +11,7 @@ import pytest
 from node import limits
 from node.applier.outcome import END, FATAL, REJOIN, RETRY, Retry, after_link, next_backoff, relay_end
 from node.core.link.applier import Resubscribe
-from node.errors import PeerNotJoined, PeerRefused, RemoteProtocolError, StorageError
+from node.errors import PeerNotReady, PeerRefused, RemoteProtocolError, StorageError
 
 
 def test_a_clean_end_retries_soon_and_keeps_the_links_status():
@@ -43,7 +43,7 @@ def test_an_upstream_not_ready_yet_is_retried_as_a_broken_link_is_and_said_quiet
 
 
 def test_a_peer_that_has_not_joined_yet_is_retried_as_a_broken_link_is_and_said_quietly():
-    a = after_link(PeerNotJoined("127.0.0.1:7302 has not joined a cluster yet"), 0.4)
+    a = after_link(PeerNotReady("127.0.0.1:7302 has not joined a cluster yet"), 0.4)
     assert (a.then, a.status, a.delay, a.level) == (RETRY, "disconnected", 0.4, logging.INFO)
     assert a.line == "127.0.0.1:7302 has not joined a cluster yet"
 

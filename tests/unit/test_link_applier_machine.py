@@ -16,7 +16,7 @@ from node.core.replicaset import NodeCore, cluster_op
 from node.core.entry import PackedEntry
 from node.core.rows import GROUP_CLUSTER, GROUP_DEFAULT, OP_PUT, Op, Txn
 from node.core.vclock import VClock
-from node.errors import PeerNotJoined, PeerRefused, RemoteProtocolError
+from node.errors import PeerNotReady, PeerRefused, RemoteProtocolError
 
 SELF = "00000000-0000-4000-8000-000000000001"
 UP = "00000000-0000-4000-8000-000000000002"
@@ -259,7 +259,7 @@ def test_an_upstream_that_has_joined_no_cluster_is_not_subscribed_to():
     mach.step(m.Message(m.GREETING, greeting(UP, UP_ROWS, cluster_uuid=None)), NOW)
     rd = mach.ready()
     assert mach.state is ApplierState.STOPPED and not rd.send and not rd.persist
-    assert type(rd.stop.error) is PeerNotJoined, "it passes: said quietly, retried as a broken link"
+    assert type(rd.stop.error) is PeerNotReady, "it passes: said quietly, retried as a broken link"
 
 
 def test_rows_under_an_id_the_upstreams_greeting_did_not_map_end_the_link():

@@ -36,7 +36,7 @@ from node.core.membership import describe_uncovered, greeting_vclock, news_for, 
 from node.core.replicaset import NodeCore, Peer
 from node.core.rows import GROUP_DEFAULT
 from node.core.entry import PackedEntry, TxnEntry
-from node.errors import PeerNotJoined, PeerRefused, RemoteProtocolError
+from node.errors import PeerNotReady, PeerRefused, RemoteProtocolError
 
 
 class Resubscribe(Exception):
@@ -218,7 +218,7 @@ class ApplierMachine:
             self.peer_vclock = greeting_vclock(theirs)
             self.host.claim_link(self.peer_uuid)
             if not theirs["cluster_uuid"]:
-                raise PeerNotJoined(f"{self.address} has not joined a cluster yet")
+                raise PeerNotReady(f"{self.address} has not joined a cluster yet")
             history = theirs.get("own_history_lsn")
             history = history if type(history) is int and 0 <= history <= limits.lsn_max else 0
             regs = core.greeting(self.peer_uuid, theirs["cluster"], int(now * 1e6), history,
