@@ -50,6 +50,9 @@ def after_link(e: BaseException | None, backoff: float) -> After:
     """What follows a link that ended with `e` (None: the peer said BYE)."""
     if e is None:
         return After(RETRY, None, "", limits.reconnect_backoff_min_s)   # come back soon
+    if isinstance(e, PeerNotReady) or (isinstance(e, PeerRefused) and e.code == "not_ready"):
+        # joining, or stopping (it said so, or showed it): back as soon as a restarted peer is
+        return After(RETRY, "disconnected", str(e), backoff, logging.INFO, str(e))
     if isinstance(e, Resubscribe):
         return After(RETRY, "resubscribing", str(e), 0.0, logging.INFO, str(e))
     if isinstance(e, PeerRefused):
@@ -57,14 +60,10 @@ def after_link(e: BaseException | None, backoff: float) -> After:
             return After(RETRY, "resubscribing", str(e), 0.0, logging.INFO, str(e))
         if e.code == "need_rejoin":
             return After(REJOIN, "need_rejoin", str(e), limits.rejoin_retry_s, logging.WARNING, str(e))
-        if e.code == "not_ready":            # starting or stopping: back as soon as a restarted peer
-            return After(RETRY, "disconnected", str(e), backoff, logging.INFO, str(e))
         # A lasting reason (secret, cluster, options, expelled, this node itself, a second address of
         # a member already followed): said once per try, slowly.
         return After(RETRY, e.code if e.code in ("self", "duplicate") else "refused", str(e),
                       limits.refused_backoff_s, logging.ERROR, f"refused: {e}")
-    if isinstance(e, PeerNotReady):            # joining, or stopping: back as a restarted peer is
-        return After(RETRY, "disconnected", str(e), backoff, logging.INFO, str(e))
     if isinstance(e, RemoteProtocolError):     # something we cannot use, or the link broke mid-message
         return After(RETRY, "disconnected", str(e), backoff, logging.WARNING, str(e))
     if isinstance(e, _network_errors()):

@@ -14,6 +14,7 @@ from aiohttp import web
 from node.core import messages as m
 from tests.adversary.attacker import serve
 from tests.integration.harness import ReplogProcess, wait_for
+from tests.integration.oracles import upstream
 
 SECRET = b"pre-auth errors secret"
 # What only an authenticated peer may say, each with what it would do if taken at its word.
@@ -39,10 +40,6 @@ class Liar:
         return ws
 
 
-def _upstream(node: ReplogProcess, address: str) -> dict:
-    return next((u for u in node.info()["upstreams"] if u["address"] == address), {})
-
-
 def test_an_error_before_authentication_that_claims_a_members_word_is_a_broken_link(tmp_path, procs):
     (tmp_path / "secret").write_bytes(SECRET)
     a = ReplogProcess(tmp_path, "a", extra=["--secret-file", str(tmp_path / "secret")]).start()
@@ -61,7 +58,7 @@ def test_an_error_before_authentication_that_claims_a_members_word_is_a_broken_l
                 # A lasting refusal waits 5 to 15 s and need_rejoin 2.5 to 7.5 s between tries:
                 # three tries within 2 s are the backoff of a broken link.
                 await asyncio.to_thread(wait_for, lambda: liar.links >= 3, 2.0, f"three tries after {code}")
-                up = await asyncio.to_thread(_upstream, a, address)
+                up = await asyncio.to_thread(upstream, a, address)
                 assert up.get("status") == "disconnected", (code, up)
                 assert "before authentication" in up.get("error", ""), (code, up)
                 info = await asyncio.to_thread(a.info)
