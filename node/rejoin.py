@@ -201,12 +201,13 @@ class Rejoiner:
             node.status, node.status_reason = note.status, note.reason
         elif type(note) is NoRebuild:
             log.info("rejoin: caught up past what was collected while looking for a donor; no rebuild")
-        else:
+        elif not note.on_links:         # a rebuild that failed: tried again, maybe from another donor
+            log.warning("rejoin: %s; the store is kept and the rejoin is tried again", note.why)
+        else:                           # no donor: shown on the links until one can give a snapshot
             log.error("rejoin: %s", note.why)
-            if note.on_links:
-                for a in node.appliers.values():
-                    if a.address in self.need:
-                        a.error = self.status_of(a.address)
+            for a in node.appliers.values():
+                if a.address in self.need:
+                    a.error = self.status_of(a.address)
 
     async def _probe(self, address: str) -> Probed:
         node = self.node

@@ -139,8 +139,9 @@ class Status:
 
 @dataclass(frozen=True, slots=True)
 class Blocked:
-    """The attempt found no donor (`on_links`: `why` is shown on the refusing links), or the
-    rebuild failed."""
+    """The attempt found no donor (`on_links`: `why` is shown on the refusing links; a state
+    that stands until a peer can give a snapshot), or the rebuild failed (the donor's or the
+    network's doing: the next attempt may go to another donor)."""
     why: str
     on_links: bool = True
 

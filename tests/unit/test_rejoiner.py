@@ -153,7 +153,9 @@ async def test_a_node_that_caught_up_past_what_was_collected_while_its_attempt_r
 
 @pytest.mark.parametrize("b_lsn,collected", [(7, COLLECTED), (11, {})],
                          ids=["it still lacks the collected rows", "the upstream did not say what it collected"])
-async def test_a_node_still_lacking_what_was_collected_goes_on_to_rebuild(make_node, greetings, b_lsn, collected):
+async def test_a_node_still_lacking_what_was_collected_goes_on_to_rebuild(make_node, greetings, b_lsn, collected,
+                                                                         caplog):
+    caplog.set_level("INFO", logger="replog.rejoin")
     node = make_node(b_lsn)
     rj = _told_to_rejoin(node, collected)
     await _in_cover_wait(node, rj, greetings)
@@ -163,9 +165,12 @@ async def test_a_node_still_lacking_what_was_collected_goes_on_to_rebuild(make_n
     assert node.links[-1] == node.peers and (node.status, node.status_reason) == ("running", "")
     assert rj.blocked.startswith(f"rebuilding from {ADDR_C} failed") and not rj.running
     assert node.appliers[ADDR_C].error == ""          # a failed rebuild is not shown on the link
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "failed" in r.getMessage()]
+    assert said == [("WARNING", f"rejoin: {rj.blocked}; the store is kept and the rejoin is tried again")], \
+        "a donor's failure is tried again: a warning, not an error"
 
 
-async def test_an_attempt_with_no_donor_shows_why_on_the_refusing_link(make_node, greetings):
+async def test_an_attempt_with_no_donor_shows_why_on_the_refusing_link(make_node, greetings, caplog):
     node = make_node(7)
     rj = _told_to_rejoin(node, COLLECTED)
     answers, asked = greetings
@@ -176,6 +181,7 @@ async def test_an_attempt_with_no_donor_shows_why_on_the_refusing_link(make_node
     assert asked == [ADDR_C, ADDR_B] and node.links == [] and node.join.joins == []
     assert rj.blocked == "no reachable peer has the collected rows this node lacks, to give a snapshot of"
     assert node.appliers[ADDR_C].error == f"C collected rows this node needs; {rj.blocked}"
+    assert ("ERROR", f"rejoin: {rj.blocked}") in [(r.levelname, r.getMessage()) for r in caplog.records]
 
 
 async def test_a_watch_that_fails_mid_attempt_resumes_writes_and_leaves_the_machine_ready_to_try_again(
