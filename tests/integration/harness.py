@@ -13,6 +13,7 @@ exits, and the failure shows its log). Tests draw no port with free_port() for a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -180,6 +181,14 @@ class ReplogProcess:
     def set_peers(self, peers: list["ReplogProcess"] | list[str]) -> None:
         s, d = self.put("/v1/admin/peers", {"peers": [p if isinstance(p, str) else p.address for p in peers]})
         assert s == 200, (s, d)
+
+
+def restore(backup: str, data_dir: str, *flags: str) -> dict:
+    """`replog restore BACKUP --data-dir DIR [flags]`, which must succeed: what it printed."""
+    r = subprocess.run(REPLOG + ["restore", backup, "--data-dir", data_dir, *flags], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, f"restoring {backup} into {data_dir} failed ({r.returncode}): {r.stderr[-2000:]}"
+    return json.loads(r.stdout)
 
 
 @contextlib.contextmanager

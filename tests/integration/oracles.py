@@ -98,10 +98,18 @@ class Acked:
 
     def put(self, node: ReplogProcess, space: str, key: str, value) -> dict:
         d = node.kv_put(space, key, value)
+        self.record(node, space, key, value, d["lsn"])
+        return d
+
+    def record(self, node: ReplogProcess, space: str, key: str, value, lsn: int) -> None:
+        """A write `node` acknowledged under `lsn` (its own origin's), however it was made."""
+        self.writes[(space, key)] = (value, self.uuid_of(node), lsn)
+
+    def uuid_of(self, node: ReplogProcess) -> str:
+        """node's uuid, asked once (a node here keeps its uuid through every fault)."""
         if node.name not in self._uuids:
             self._uuids[node.name] = node.uuid()
-        self.writes[(space, key)] = (value, self._uuids[node.name], d["lsn"])
-        return d
+        return self._uuids[node.name]
 
 
 def missing_acked(nodes: list[ReplogProcess], acked: Acked) -> list[str]:

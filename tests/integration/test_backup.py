@@ -14,7 +14,7 @@ import time
 import pytest
 
 from node.wal.dump import iter_rows
-from tests.integration.harness import REPLOG, ReplogProcess, mesh, request, vclocks_converged, wait_for
+from tests.integration.harness import REPLOG, ReplogProcess, mesh, request, restore, vclocks_converged, wait_for
 
 
 class Load:
@@ -65,13 +65,6 @@ def backup_cli(node: ReplogProcess, out: str) -> dict:
     assert r.returncode == 0, r
     with open(os.path.join(out, "MANIFEST.json")) as f:
         return json.load(f)
-
-
-def restore(backup: str, data_dir: str, *flags: str) -> dict:
-    r = subprocess.run(REPLOG + ["restore", backup, "--data-dir", data_dir, *flags], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r
-    return json.loads(r.stdout)
 
 
 def keys_of(node: ReplogProcess, space: str = "kv") -> dict[str, object]:
