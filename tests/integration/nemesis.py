@@ -1,6 +1,8 @@
 """A seeded nemesis for real processes: masters written to from a thread each, and an anonymous
 replica following them, while faults come and go at random (kill -9, SIGSTOP, orderly stop, a cut
-link, a lost store, a restart on a new address, a new master joining), with small WAL
+link, a lost store, a restart on a new address, a new master joining, a hot backup, a master's
+data dir lost and restored from one of its earlier backups, a kill -9 that leaves a torn
+write at the end of the WAL), with small WAL
 segments and frequent checkpoints so WAL collection runs all the time. Then everything heals,
 and the oracles of tests/integration/oracles.py must hold: every acknowledged write on every
 node, no (origin, lsn) naming two rows, every node restarting.
@@ -19,6 +21,10 @@ Rules kept here:
   fenced on an old uuid after `PATIENCE_S` (the entry knows no bound: the master died with the
   link open and then lost rows), and expels it there (DELETE /v1/cluster/{uuid});
   each such step is in the history.
+- A master is restored from a backup (`replog restore`, keeping its uuid) only under the rule of a
+  lost store: its rows after the backup's point must be on every other master, as they would be
+  for an operator who backs up and restores by docs/operations.md. It comes back fenced, and
+  takes those rows back before it writes again; the oracles hold it to that.
 - At most `FAULTS_MAX` faults at a time, so most of the cluster is up most of the time.
 - The schedule comes from the seed; the timing does not, so a failure prints what happened
   (`Nemesis.history`) and the seed.
@@ -27,58 +33,91 @@ Run longer by hand: `python -m tests.integration.nemesis --seconds 600 --seed 7`
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import random
 import re
 import shutil
 import signal
+import struct
 import sys
 import tempfile
 import threading
 import time
 
-from tests.integration.harness import ReplogProcess, mesh_nodes, vclocks_converged, wait_for
+import replog
+from node.wal import format as walfmt
+from node.wal.reader import list_segments
+from tests.integration.harness import ReplogProcess, mesh_nodes, restore, vclocks_converged, wait_for
 from tests.integration.oracles import Acked, acked_everywhere, no_fork, replicated_spaces, restart_all
 
 # Small WAL segments and frequent checkpoints: the nodes collect their WAL every few hundred rows.
 SMALL = ["--segment-bytes-max", "4096", "--checkpoint-interval-s", "0.3", "--anon-ttl-s", "1.5"]
 FAULTS_MAX = 2
 JOINS_MAX = 2               # masters that join during a run
-KINDS = ("kill", "pause", "stop", "cut", "lose", "move", "join")
-WEIGHTS = (4, 3, 2, 3, 1, 1, 1)
+KINDS = ("kill", "pause", "stop", "cut", "lose", "move", "join", "backup", "restore", "tear")
+WEIGHTS = (4, 3, 2, 3, 1, 1, 1, 1, 1, 1)
+TEARS = ("short", "unchecked", "magic")     # what a write cut by the crash left (Nemesis._tear)
+BACKUP_TIMEOUT_S = 60.0
+BINARY = (0, 3)             # masters written to over the binary client protocol (the others over HTTP)
 _STOP_STEP_FAILED = re.compile(r"shutdown: .+ failed: ")     # node/process/node.py `stop`
 PATIENCE_S = 10.0           # how long a master fenced on a replica's old uuid waits before the operator steps in
 
 
 class Writer:
-    """Acknowledged writes of unique keys to one node from a thread; pausable."""
+    """Acknowledged writes of unique keys to one node from a thread, one PUT at a time over
+    HTTP; pausable."""
 
     def __init__(self, node: ReplogProcess, acked: Acked):
         self.node, self.acked = node, acked
         self.done, self.go = threading.Event(), threading.Event()
         self.go.set()
         self.idle = threading.Event()
+        self._lock = threading.Lock()           # whether to write next, and `idle`, change together
+        self.error: BaseException | None = None  # what ended the thread, if not `stop`
         self.thread = threading.Thread(target=self._run, name=f"writer-{node.name}", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         i = 0
-        while not self.done.is_set():
-            if not self.go.is_set():
-                self.idle.set()
-                self.go.wait(0.1)
-                continue
-            self.idle.clear()
-            try:
-                self.acked.put(self.node, "kv", f"{self.node.name}-{i}", {"by": self.node.name, "i": i, "pad": "x" * 60})
-            except (OSError, AssertionError, ValueError):
-                time.sleep(0.05)                    # a client's retry pause, not synchronisation
-            i += 1
+        try:
+            while not self.done.is_set():
+                with self._lock:
+                    writing = self.go.is_set()
+                    if writing:
+                        self.idle.clear()
+                    else:
+                        self.idle.set()
+                if not writing:
+                    self.go.wait(0.1)
+                    continue
+                i = self._write(i)
+        except BaseException as e:
+            self.error = e
+            raise
+        finally:
+            self._finish()
+
+    def value(self, i: int) -> dict:
+        return {"by": self.node.name, "i": i, "pad": "x" * 60}
+
+    def _write(self, i: int) -> int:
+        """Write key i; the next key's number."""
+        try:
+            self.acked.put(self.node, "kv", f"{self.node.name}-{i}", self.value(i))
+        except (OSError, AssertionError, ValueError):
+            time.sleep(0.05)                        # a client's retry pause, not synchronisation
+        return i + 1
+
+    def _finish(self) -> None:
+        pass
 
     def pause(self) -> None:
         """Stop writing; returns once no write of this writer is in flight."""
-        self.go.clear()
-        wait_for(self.idle.is_set, 60, f"{self.node.name}'s writer idle")
+        with self._lock:
+            self.go.clear()
+        wait_for(lambda: self.idle.is_set() or self.error is not None, 60, f"{self.node.name}'s writer idle")
+        assert self.error is None, f"{self.node.name}'s writer failed: {self.error!r}"
 
     def stop(self) -> None:
         self.done.set()
@@ -86,9 +125,53 @@ class Writer:
         self.thread.join(60)
 
 
+class BinaryWriter(Writer):
+    """The same over the binary client protocol (the SDK's AsyncClient, this node only):
+    `BATCH` puts at once, which the node takes from one frame into one journal entry. A put
+    whose answer did not come (the node died, the link broke: OutcomeUnknown and the rest) is
+    not counted; the client is opened again, at the node's address then, for the next batch."""
+    BATCH = 8
+
+    def __init__(self, node: ReplogProcess, acked: Acked):
+        self.loop = asyncio.new_event_loop()
+        self.client: replog.AsyncClient | None = None
+        super().__init__(node, acked)
+
+    def _write(self, i: int) -> int:
+        keys = [f"{self.node.name}-{j}" for j in range(i, i + self.BATCH)]
+        try:
+            if self.client is None:
+                self.acked.uuid_of(self.node)           # known before a write is counted
+                self.client = replog.AsyncClient([self.node.address], transport="binary", timeout=5)
+            got = self.loop.run_until_complete(self._puts(i, keys))
+        except (replog.ReplogError, OSError, AssertionError, ValueError) as e:
+            got = [e]
+        for j, (k, r) in enumerate(zip(keys, got)):
+            if isinstance(r, replog.WriteResult):
+                self.acked.record(self.node, "kv", k, self.value(i + j), r.lsn)
+        if any(isinstance(r, BaseException) for r in got):
+            self._close()
+            time.sleep(0.05)                        # a client's retry pause, not synchronisation
+        return i + self.BATCH
+
+    async def _puts(self, i: int, keys: list[str]) -> list:
+        return await asyncio.gather(*(self.client.put("kv", k, self.value(i + j)) for j, k in enumerate(keys)),
+                                    return_exceptions=True)
+
+    def _close(self) -> None:
+        if self.client is not None:
+            self.loop.run_until_complete(self.client.close())
+            self.client = None
+
+    def _finish(self) -> None:
+        self._close()
+        self.loop.close()
+
+
 class Nemesis:
-    def __init__(self, tmp, seed: int, nodes: int = 4, anon: int = 1):
+    def __init__(self, tmp, seed: int, nodes: int = 4, anon: int = 1, weights: dict[str, int] | None = None):
         self.rng = random.Random(seed)
+        self.weights = [dict(zip(KINDS, WEIGHTS), **(weights or {}))[k] for k in KINDS]
         self.seed = seed
         self.tmp = tmp
         self.acked = Acked()
@@ -106,6 +189,8 @@ class Nemesis:
         self.faults: list[tuple[float, str, ReplogProcess | tuple]] = []   # (heal at, kind, whom)
         self.history: list[str] = []
         self.writers: dict[str, Writer] = {}
+        self.backups: dict[str, list[str]] = {}   # master -> its complete backups, oldest first
+        self.tears: list[tuple[ReplogProcess, str, int]] = []   # (node, segment, where a torn write begins)
         self.t0 = time.monotonic()
 
     @property
@@ -127,7 +212,8 @@ class Nemesis:
             r.start()
         for n in self.nodes:
             wait_for(lambda: "kv" in replicated_spaces(n), 30, f"the space on {n.name}")
-        self.writers = {n.name: Writer(n, self.acked) for n in self.masters}
+        self.writers = {n.name: (BinaryWriter if i in BINARY else Writer)(n, self.acked)
+                        for i, n in enumerate(self.masters)}
 
     def run(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -137,7 +223,7 @@ class Nemesis:
                 self.faults.remove(f)
                 self._heal(f[1], f[2])
             if len(self.faults) < FAULTS_MAX:
-                self._fault(self.rng.choices(KINDS, WEIGHTS)[0])
+                self._fault(self.rng.choices(KINDS, self.weights)[0])
             self._operator(PATIENCE_S)
             time.sleep(self.rng.uniform(0.2, 1.0))  # the time between faults: the schedule itself
 
@@ -153,6 +239,7 @@ class Nemesis:
         wait_for(lambda: not self._operator(PATIENCE_S), 90, "no master fenced on a replica's old uuid")
         for w in self.writers.values():
             w.stop()
+            assert w.error is None, f"{w.node.name}'s writer failed: {w.error!r}"
         self.note(f"healed; {len(self.acked.writes)} acknowledged writes; {len(self.gone)} replica uuids gone, "
                   f"{self.operator_steps} operator steps for them")
 
@@ -167,6 +254,7 @@ class Nemesis:
             restart_all(self.nodes)
             acked_everywhere(self.nodes, self.acked, 60)
             self.logs_clean()
+            self.tears_cut()
         except AssertionError as e:
             raise AssertionError(f"{e}\nseed {self.seed}; the nodes now:\n{self.states()}\nwhat happened:\n"
                                  + "\n".join(self.history)) from None
@@ -183,6 +271,17 @@ class Nemesis:
             bad = [i for i, line in enumerate(lines) if "Traceback" in line or "of its own (its WAL lost rows" in line
                    or _STOP_STEP_FAILED.search(line)]
             assert not bad, f"{n.name}'s log:\n" + "\n".join(lines[max(0, bad[0] - 3):bad[0] + 25])
+
+    def tears_cut(self) -> None:
+        """Every torn write left in a WAL was cut off when its node recovered (and said so, as
+        node/wal/recovery.py does: at that byte or before it, one cut may take two tears left
+        while the node never got as far as recovery), unless its segment went (collected, a
+        rebuilt or lost store). None was taken for corruption, or read as rows."""
+        for n, path, at in self.tears:
+            if not os.path.exists(path):
+                continue
+            cuts = [int(b) for b in re.findall(rf"cutting off a torn frame at {re.escape(path)} byte (\d+)", n.log_text())]
+            assert any(b <= at for b in cuts), f"{n.name}: the torn write at {path} byte {at} was not cut off ({cuts})"
 
     def states(self) -> str:
         """Each node as /v1/info tells it: status, vclock, a standing fence, its upstreams."""
@@ -218,6 +317,12 @@ class Nemesis:
         if kind == "join":
             self._join()
             return
+        if kind == "backup":
+            self._backup()
+            return
+        if kind == "restore":
+            self._restore()
+            return
         free = self._free()
         if not free:
             return
@@ -227,6 +332,11 @@ class Nemesis:
         if kind == "kill":
             n.kill9()
             self._later("kill", n, 0.2, 3.0)
+        elif kind == "tear":
+            n.kill9()
+            self.note(f"tear {n.name}: {self._tear(n)}")
+            self._later("kill", n, 0.2, 3.0)
+            return
         elif kind == "pause":
             n.proc.send_signal(signal.SIGSTOP)
             self._later("pause", n, 0.5, 4.0)
@@ -258,9 +368,19 @@ class Nemesis:
             self.gone.add(old)
             self.note(f"lose {n.name}'s store (and its uuid {old[:8]})")
             return True
+        own = self._held_elsewhere(n, "lose")
+        if own is None:
+            return False
+        self._wipe(n)
+        self.note(f"lose {n.name}'s store (its rows to {own} are on every other master)")
+        return True
+
+    def _held_elsewhere(self, n: ReplogProcess, kind: str) -> int | None:
+        """A master's writer pauses, and every other master comes to hold every row n has:
+        n's lsn then, or None (n's writer going on) if a master is down or does not answer."""
         others = [o for o in self.masters if o is not n]
         if not all(self._running(o) for o in others):
-            return False
+            return None
         w = self.writers[n.name]
         w.pause()
         try:
@@ -269,12 +389,54 @@ class Nemesis:
             wait_for(lambda: all(o.info()["vclock_uuid"].get(uuid, 0) >= own for o in others),
                      30, f"every other master holding {n.name}'s rows to {own}")
         except (OSError, AssertionError, ValueError, KeyError) as e:   # n or a holder not answering
-            self.note(f"no lose of {n.name}: {str(e)[:120]}")
+            self.note(f"no {kind} of {n.name}: {str(e)[:120]}")
             w.go.set()
-            return False
-        self._wipe(n)
-        self.note(f"lose {n.name}'s store (its rows to {own} are on every other master)")
-        return True
+            return None
+        return own
+
+    def _backup(self) -> None:
+        """A running master backs itself up (POST /v1/admin/backup) while its writer goes on.
+        A backup the node refuses or could not finish (it is busy starting, say) is noted and
+        not kept; one it answered 200 for must restore."""
+        masters = [m for m in self.masters if self._running(m) and m.name in self.writers]
+        if masters:
+            self._backup_of(self.rng.choice(masters))
+
+    def _backup_of(self, n: ReplogProcess) -> None:
+        out = os.path.join(self.tmp, "backups", f"{n.name}-{len(self.backups.get(n.name, ())) + 1}")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        try:
+            s, man = n.post("/v1/admin/backup", {"to": out}, timeout=BACKUP_TIMEOUT_S)
+        except (OSError, ValueError) as e:
+            s, man = 0, str(e)[:120]
+        if s != 200:
+            self.note(f"no backup of {n.name}: {s} {str(man)[:120]}")
+            shutil.rmtree(out, ignore_errors=True)
+            return
+        self.backups.setdefault(n.name, []).append(out)
+        self.note(f"backup {n.name} at {man['vclock'].get(man['uuid'], 0)} ({os.path.basename(out)})")
+
+    def _restore(self) -> None:
+        """A free master that has a backup loses its data dir, and one of its backups is
+        restored in its place (keeping its uuid), once every other master holds every row it
+        has; it starts when the fault heals. With no such master, one is backed up instead."""
+        free = [m for m in self._free() if m in self.masters and self._running(m) and m.name in self.writers]
+        if not free:
+            return
+        ready = [m for m in free if self.backups.get(m.name)]
+        if not ready:
+            self._backup_of(self.rng.choice(free))
+            return
+        n = self.rng.choice(ready)
+        own = self._held_elsewhere(n, "restore")
+        if own is None:
+            return
+        backup = self.rng.choice(self.backups[n.name])
+        n.kill9()
+        shutil.rmtree(n.data_dir)
+        restore(backup, n.data_dir)
+        self.note(f"restore {n.name} from {os.path.basename(backup)} (its rows to {own} are on every other master)")
+        self._later("restore", n, 0.0, 0.5)
 
     def _operator(self, patience: float) -> bool:
         """The operator's step for a replica whose disk was replaced (docs/operations.md), on a
@@ -308,6 +470,28 @@ class Nemesis:
                     self.note(f"operator: {m.name}, fenced on {old[:8]} for {now - since:.0f} s, expels it")
         return waits
 
+    def _tear(self, n: ReplogProcess) -> str:
+        """What a write the crash cut short leaves at the end of n's newest WAL segment (n is
+        down): a frame that ends before its length (`short`), one of its full length whose
+        bytes never reached the disk (`unchecked`: zeros, its checksum wrong), or the first
+        bytes of a frame's magic (`magic`). None of it was acknowledged; the node cuts it off as
+        it starts (node/wal/recovery.py) and must lose nothing and refuse nothing."""
+        segs = list_segments(os.path.join(n.data_dir, "wal"))
+        if not segs:
+            return "no WAL yet"
+        how = self.rng.choice(TEARS)
+        if how == "short":
+            tail = walfmt.FRAME_MAGIC + struct.pack("<II", 512, 0) + bytes(self.rng.getrandbits(8) for _ in range(60))
+        elif how == "unchecked":
+            tail = walfmt.FRAME_MAGIC + struct.pack("<II", 96, 0x5EED) + bytes(96)
+        else:
+            tail = walfmt.FRAME_MAGIC[:2]
+        path = os.path.join(n.data_dir, "wal", segs[-1])
+        with open(path, "ab") as f:
+            self.tears.append((n, path, f.tell()))
+            f.write(tail)
+        return f"{how}, {len(tail)} bytes after {segs[-1]}"
+
     @staticmethod
     def _wipe(n: ReplogProcess) -> None:
         n.kill9()
@@ -325,7 +509,7 @@ class Nemesis:
         self.addresses[n.name] = n.address
         n.start(wait=False)
         self._tell_peers(n)
-        self.writers[n.name] = Writer(n, self.acked)
+        self.writers[n.name] = (BinaryWriter if self.joined % 2 else Writer)(n, self.acked)
         self.note(f"join {n.name}")
 
     def _tell_peers(self, n: ReplogProcess) -> None:
@@ -350,7 +534,7 @@ class Nemesis:
         else:
             n.peers = self._peers_of(n)
             n.start(wait=False)
-            if kind == "lose" and n.name in self.writers:
+            if kind in ("lose", "restore") and n.name in self.writers:
                 self.writers[n.name].go.set()
         self.note(f"end {kind} {n.name}")
 
@@ -387,10 +571,10 @@ class Nemesis:
         self.note(("cut " if pair in self.cuts else "peers back ") + "-".join(sorted(pair)))
 
 
-def run(tmp, seed: int, seconds: float, nodes: int = 4, anon: int = 1) -> Nemesis:
+def run(tmp, seed: int, seconds: float, nodes: int = 4, anon: int = 1, weights: dict[str, int] | None = None) -> Nemesis:
     """The whole run: a cluster, writes under faults for `seconds`, healing, the oracles. Every
     process it started is killed at the end, whatever happened."""
-    nem = Nemesis(tmp, seed, nodes, anon)
+    nem = Nemesis(tmp, seed, nodes, anon, weights)
     try:
         nem.start_writing()
         nem.run(seconds)
@@ -406,15 +590,27 @@ def run(tmp, seed: int, seconds: float, nodes: int = 4, anon: int = 1) -> Nemesi
             n.release_port()
 
 
+def _weights(text: str) -> dict[str, int]:
+    out = {}
+    for part in filter(None, text.split(",")):
+        kind, _, w = part.partition("=")
+        if kind not in KINDS or not w.isdigit():
+            raise argparse.ArgumentTypeError(f"{part!r} is not kind=weight with a kind of {', '.join(KINDS)}")
+        out[kind] = int(w)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=120.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--nodes", type=int, default=4, help="masters")
     p.add_argument("--anon", type=int, default=1, help="anonymous replicas")
+    p.add_argument("--weights", type=_weights, default={},
+                   help=f"kind=weight,... over the defaults ({', '.join(f'{k}={w}' for k, w in zip(KINDS, WEIGHTS))})")
     a = p.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="replog-nemesis-")
-    nem = run(tmp, a.seed, a.seconds, a.nodes, a.anon)
+    nem = run(tmp, a.seed, a.seconds, a.nodes, a.anon, a.weights)
     print("\n".join(nem.history))
     print(f"seed {a.seed}: {len(nem.acked.writes)} acknowledged writes on every node; logs in {tmp}")
     return 0
