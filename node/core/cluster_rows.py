@@ -137,12 +137,18 @@ class ClusterRows:
                         "and this node's own rows are not confirmed yet: it is taken after the fence")
         return None
 
-    def _translate(self, peer: Peer, replica_id: int, lsn: int) -> int:
-        """This node's id for a row's origin, through the peer's map; never guessed."""
+    def _translate(self, peer: Peer, replica_id: int, lsn: int) -> int | None:
+        """This node's id for a row's origin, through the peer's map; never guessed. None on a
+        link subscribed while fenced, for a member this node could not register then (a fenced
+        node registers nobody): NodeCore.subscribe_vclock asked its rows from where the peer
+        was, and the ones it writes since are not taken now; they come by the SUBSCRIBE after
+        the fence, as the peer's own later rows do (counted with the gaps)."""
         origin = peer.map.to_local.get(replica_id)
         if origin is None:
             origin = self._learn_from_knowledge(peer, replica_id)
         if origin is None:
+            if peer.fenced_subscription:
+                return None
             raise RemoteProtocolError(
                 f"row {replica_id}:{lsn} from {peer.uuid}: id {replica_id} is unknown "
                 "to this node's map of that peer; refusing to guess")

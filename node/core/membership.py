@@ -143,7 +143,8 @@ class OwnRowsFence:
 
     def hear_expels(self, ops) -> None:
         """A `_cluster` txn that came past a gap while fenced (this node asks every other
-        component from where the peer is, so a change made since comes past one): not applied,
+        component from where the peer is, so a change made since comes past one), or from a
+        member this fenced node could not register (ClusterRows._translate): not applied,
         but what it says of expels is heard, as from a greeting's cluster rows (the same word: the
         peer could say it in its greeting). Without this, a member expelled on a peer while this
         node's links stay up would hold the fence for ever. At most limits.members_max uuids

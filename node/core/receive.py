@@ -60,9 +60,14 @@ class Receiving(ClusterRows):
             self.receive_run(peer_uuid, (raw,), 0, out, wall_us)
             return out
         peer = self.peers[peer_uuid]
-        origin = self._translate(peer, raw.replica_id, raw.lsn)
         if raw.group == GROUP_LOCAL:
             raise RemoteProtocolError(f"peer {peer_uuid} sent a row of a local space")
+        origin = self._translate(peer, raw.replica_id, raw.lsn)
+        if origin is None:                       # a member this fenced subscription could not register
+            peer.stats.gaps += 1
+            if self.fence is not None:           # (a `_cluster` txn) it still tells the fence of expels
+                self.fence.hear_expels(raw.ops)
+            return []
         member = self.table.by_id(origin)
         assert member is not None
         have = self.claimed.get(origin)
@@ -117,6 +122,12 @@ class Receiving(ClusterRows):
         assert first.group == GROUP_DEFAULT
         rid = first.replica_id
         origin = self._translate(peer, rid, first.lsn)
+        if origin is None:                       # a member this fenced subscription could not register
+            i, n = start + 1, len(raws)
+            while i < n and raws[i][0] == rid and raws[i][2] == GROUP_DEFAULT:
+                i += 1
+            peer.stats.gaps += i - start
+            return i, 0
         member = self.table.by_id(origin)
         assert member is not None
         bound = member.expelled_lsn if member.state == STATE_EXPELLED else -1
@@ -188,6 +199,9 @@ class Receiving(ClusterRows):
         rows = 0
         for rid, a, b in scan.runs():
             origin = self._translate(peer, rid, scan.lsn(a))
+            if origin is None:                   # a member this fenced subscription could not register
+                stats.gaps += b - a
+                continue
             member = self.table.by_id(origin)
             assert member is not None
             have = self.claimed.get(origin)
