@@ -142,7 +142,9 @@ class BinaryWriter(Writer):
         try:
             if self.client is None:
                 self.acked.uuid_of(self.node)           # known before a write is counted
-                self.client = replog.AsyncClient([self.node.address], transport="binary", timeout=5)
+                n = self.node
+                self.client = replog.AsyncClient([n.address], transport="binary", timeout=5, token=n.token,
+                                                 ca_file=n.tls.ca_file if n.tls else None)
             got = self.loop.run_until_complete(self._puts(i, keys))
         except (replog.ReplogError, OSError, AssertionError, ValueError) as e:
             got = [e]
@@ -169,16 +171,19 @@ class BinaryWriter(Writer):
 
 
 class Nemesis:
-    def __init__(self, tmp, seed: int, nodes: int = 4, anon: int = 1, weights: dict[str, int] | None = None):
+    def __init__(self, tmp, seed: int, nodes: int = 4, anon: int = 1, weights: dict[str, int] | None = None,
+                 secure: bool = False):
         self.rng = random.Random(seed)
         self.weights = [dict(zip(KINDS, WEIGHTS), **(weights or {}))[k] for k in KINDS]
         self.seed = seed
         self.tmp = tmp
         self.acked = Acked()
-        self.masters = mesh_nodes(tmp, nodes, extra=SMALL)       # started by start_writing
+        self.node_kw = _secured(tmp) if secure else {"extra": SMALL}   # every node's flags, token, TLS
+        self.masters = mesh_nodes(tmp, nodes, **self.node_kw)   # started by start_writing
         for m in self.masters[1::2]:               # half of them sync each batch (kill -9 spares both)
             m.extra += ["--wal-mode", "fsync"]
-        self.replicas = [ReplogProcess(tmp, f"r{i + 1}", peers=self.masters, extra=SMALL + ["--anon"])
+        self.replicas = [ReplogProcess(tmp, f"r{i + 1}", peers=self.masters,
+                                       **dict(self.node_kw, extra=self.node_kw["extra"] + ["--anon"]))
                          for i in range(anon)]
         self.joined = 0
         self.gone: set[str] = set()               # anonymous uuids gone with their stores
@@ -504,7 +509,8 @@ class Nemesis:
         if self.joined >= JOINS_MAX:
             return
         self.joined += 1
-        n = ReplogProcess(self.tmp, f"j{self.joined}", peers=[self.addresses[m.name] for m in self.masters], extra=SMALL)
+        n = ReplogProcess(self.tmp, f"j{self.joined}", peers=[self.addresses[m.name] for m in self.masters],
+                          **self.node_kw)
         self.masters.append(n)
         self.addresses[n.name] = n.address
         n.start(wait=False)
@@ -571,10 +577,26 @@ class Nemesis:
         self.note(("cut " if pair in self.cuts else "peers back ") + "-".join(sorted(pair)))
 
 
-def run(tmp, seed: int, seconds: float, nodes: int = 4, anon: int = 1, weights: dict[str, int] | None = None) -> Nemesis:
+def _secured(tmp) -> dict:
+    """What every node of a secure run gets: one certificate of a throwaway CA (TLS on
+    replication, HTTP and the binary port), the cluster secret and the client token."""
+    from bench.throwaway_ca import ThrowawayCA       # the dev extra's `cryptography`
+    d = os.path.join(str(tmp), "secure")
+    tls = ThrowawayCA(d).issue("node")
+    files = {}
+    for name, text in (("secret", "nemesis cluster secret"), ("token", "nemesis-token")):
+        files[name] = os.path.join(d, name)
+        with open(files[name], "w") as f:
+            f.write(text)
+    return {"extra": SMALL + ["--secret-file", files["secret"], "--token-file", files["token"]],
+            "token": "nemesis-token", "tls": tls}
+
+
+def run(tmp, seed: int, seconds: float, nodes: int = 4, anon: int = 1, weights: dict[str, int] | None = None,
+        secure: bool = False) -> Nemesis:
     """The whole run: a cluster, writes under faults for `seconds`, healing, the oracles. Every
     process it started is killed at the end, whatever happened."""
-    nem = Nemesis(tmp, seed, nodes, anon, weights)
+    nem = Nemesis(tmp, seed, nodes, anon, weights, secure)
     try:
         nem.start_writing()
         nem.run(seconds)
@@ -608,9 +630,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--anon", type=int, default=1, help="anonymous replicas")
     p.add_argument("--weights", type=_weights, default={},
                    help=f"kind=weight,... over the defaults ({', '.join(f'{k}={w}' for k, w in zip(KINDS, WEIGHTS))})")
+    p.add_argument("--secure", action="store_true",
+                   help="TLS on every link and port, a cluster secret and a client token, as off loopback")
     a = p.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="replog-nemesis-")
-    nem = run(tmp, a.seed, a.seconds, a.nodes, a.anon, a.weights)
+    nem = run(tmp, a.seed, a.seconds, a.nodes, a.anon, a.weights, a.secure)
     print("\n".join(nem.history))
     print(f"seed {a.seed}: {len(nem.acked.writes)} acknowledged writes on every node; logs in {tmp}")
     return 0
