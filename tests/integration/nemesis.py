@@ -99,7 +99,9 @@ class Nemesis:
 
     # --- set-up and the end -------------------------------------------------------------------
     def start_writing(self) -> None:
-        """The masters form a cluster, the replicas follow, and a writer per master starts."""
+        """The masters form a cluster, the replicas follow, a writer per master starts, and
+        each master is backed up once (so a restore may come at any time; later backups are
+        faults of their own)."""
         for n in self.masters:
             n.start(wait=False)
         for n in self.masters:
@@ -111,6 +113,8 @@ class Nemesis:
             wait_for(lambda: "kv" in replicated_spaces(n), 30, f"the space on {n.name}")
         self.writers = {n.name: (BinaryWriter if i in BINARY else Writer)(n, self.acked)
                         for i, n in enumerate(self.masters)}
+        for n in self.masters:
+            self._backup_of(n)
 
     def run(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -231,7 +235,8 @@ class Nemesis:
             self._later("kill", n, 0.2, 3.0)
         elif kind == "tear":
             n.kill9()
-            self.note(f"tear {n.name}: {self._tear(n)}")
+            torn = self._tear(n)
+            self.note(f"tear {n.name}: {torn}" if torn else f"kill {n.name} (no WAL to tear yet)")
             self._later("kill", n, 0.2, 3.0)
             return
         elif kind == "pause":
@@ -313,6 +318,14 @@ class Nemesis:
         self.backups.setdefault(n.name, []).append(out)
         self.note(f"backup {n.name} at {man['vclock'].get(man['uuid'], 0)} ({os.path.basename(out)})")
 
+    @staticmethod
+    def _answers(n: ReplogProcess) -> bool:
+        """n serves HTTP now (a node just started may not yet)."""
+        try:
+            return n.get("/v1/health")[0] == 200
+        except (OSError, ValueError):
+            return False
+
     def _restore(self) -> None:
         """A free master that has a backup loses its data dir, and one of its backups is
         restored in its place (keeping its uuid), once every other master holds every row it
@@ -320,7 +333,7 @@ class Nemesis:
         free = [m for m in self._free() if m in self.masters and self._running(m) and m.name in self.writers]
         if not free:
             return
-        ready = [m for m in free if self.backups.get(m.name)]
+        ready = [m for m in free if self.backups.get(m.name) and self._answers(m)]
         if not ready:
             self._backup_of(self.rng.choice(free))
             return
@@ -367,7 +380,7 @@ class Nemesis:
                     self.note(f"operator: {m.name}, fenced on {old[:8]} for {now - since:.0f} s, expels it")
         return waits
 
-    def _tear(self, n: ReplogProcess) -> str:
+    def _tear(self, n: ReplogProcess) -> str | None:
         """What a write the crash cut short leaves at the end of n's newest WAL segment (n is
         down): a frame that ends before its length (`short`), one of its full length whose
         bytes never reached the disk (`unchecked`: zeros, its checksum wrong), or the first
@@ -375,7 +388,7 @@ class Nemesis:
         it starts (node/wal/recovery.py) and must lose nothing and refuse nothing."""
         segs = list_segments(os.path.join(n.data_dir, "wal"))
         if not segs:
-            return "no WAL yet"
+            return None
         how = self.rng.choice(TEARS)
         if how == "short":
             tail = walfmt.FRAME_MAGIC + struct.pack("<II", 512, 0) + bytes(self.rng.getrandbits(8) for _ in range(60))
