@@ -111,7 +111,10 @@ class Peering:
     def set_peers(self, peers: list[str]) -> list[asyncio.Task]:
         """Make the appliers exactly `peers` (one per address; two addresses of one member keep
         one link: claims.claim_link); returns the tasks stopping removed appliers (awaited by
-        `PUT /v1/admin/peers` so the answer means the links are down)."""
+        `PUT /v1/admin/peers` so the answer means the links are down). A node that is stopping
+        starts none: Node.stop has stopped its appliers and closes the HTTP client they dial
+        with (a rejoin cancelled mid-rebuild brings its links back here, as it does when the
+        rebuild fails: seed 48 of the secure nemesis saw them fail on the closed session)."""
         node = self.node
         appliers = node.appliers
         stopping = []
@@ -119,6 +122,8 @@ class Peering:
             if addr not in peers:
                 a = appliers.pop(addr)
                 stopping.append(node.spawn(a.stop(), f"stop-applier-{addr}"))
+        if node.status in ("stopping", "stopped"):
+            return stopping
         for addr in peers:
             if addr not in appliers and addr != node.cfg.address:
                 a = Applier(node, addr)
