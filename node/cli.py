@@ -76,7 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as e:
         fail(str(e))
     from node.process.run import serve
-    uvloop = config_mod.uvloop_module() if cfg.event_loop != "asyncio" else None
+    uvloop = config_mod.loop_module(cfg)
     if uvloop is not None:
         return uvloop.run(serve(cfg, flags, args.config))
     return asyncio.run(serve(cfg, flags, args.config))

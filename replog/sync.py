@@ -23,8 +23,12 @@ from replog.errors import Timeout
 _MARGIN_S = 5.0          # the thread waits this much past a call's own timeout before giving up on it
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop where it is installed (less CPU per call), else asyncio's."""
+def _new_loop(tls: bool) -> asyncio.AbstractEventLoop:
+    """uvloop's loop where it is installed (less CPU per call), else asyncio's; asyncio's for
+    TLS, where uvloop 0.23 can leave a connect that a restarting node reset registered on a closed
+    descriptor, and refuse every later socket on that number (node/config.py loop_module)."""
+    if tls:
+        return asyncio.new_event_loop()
     try:
         import uvloop
     except ImportError:
@@ -36,7 +40,8 @@ class Client:
     def __init__(self, addresses: list[str] | str, *, token: str | None = None, ca_file: str | None = None,
                  timeout: float = 10.0, transport: str = "auto"):
         self.timeout = float(timeout)
-        self._loop = _new_loop()
+        addrs = [addresses] if isinstance(addresses, str) else list(addresses)
+        self._loop = _new_loop(ca_file is not None or any(str(a).startswith("https://") for a in addrs))
         self._thread = threading.Thread(target=self._loop.run_forever, name="replog-client", daemon=True)
         self._thread.start()
         self._closed = False
