@@ -3,7 +3,7 @@ side: why `event_loop = auto` runs a node with TLS on asyncio (node/config.py lo
 
 A TLS WebSocket echo server (aiohttp, as a node's) and a port that accepts and resets at once
 (SO_LINGER 0, as a node killed while a peer dials it). The client, aiohttp as an applier dials,
-keeps 8 echo links busy and dials the resetting port from 16 tasks for SECONDS. It counts the
+keeps 8 echo links busy and dials the resetting port from 16 tasks for the seconds given. It counts the
 dials refused with "File descriptor N is used by transport" (`fd`: a transport left registered on
 a closed descriptor), other RuntimeErrors, and echoes that came back wrong.
 
@@ -27,7 +27,7 @@ import aiohttp
 
 from bench.throwaway_ca import ThrowawayCA
 
-async def main_counts(SECONDS: float, ca_dir: str) -> dict[str, int]:
+async def main_counts(seconds: float, ca_dir: str) -> dict[str, int]:
     """One run on the running loop: the counts."""
     from aiohttp import web
     tls = ThrowawayCA(ca_dir).issue("node")
@@ -61,7 +61,7 @@ async def main_counts(SECONDS: float, ca_dir: str) -> dict[str, int]:
             try:
                 async with s.ws_connect(f"https://127.0.0.1:{good_port}/ws", ssl=cctx) as w:
                     i = 0
-                    end = time.monotonic() + SECONDS
+                    end = time.monotonic() + seconds
                     while time.monotonic() < end:
                         body = f"{k}:{i}".encode() * 50
                         await w.send_bytes(body)
@@ -73,7 +73,7 @@ async def main_counts(SECONDS: float, ca_dir: str) -> dict[str, int]:
             except (aiohttp.ClientError, OSError, RuntimeError):
                 errors["echo_links_failed"] += 1
         async def dial():
-            end = time.monotonic() + SECONDS
+            end = time.monotonic() + seconds
             while time.monotonic() < end:
                 try:
                     async with s.ws_connect(f"https://127.0.0.1:{bad_port}/ws", ssl=cctx,

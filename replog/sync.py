@@ -17,7 +17,7 @@ import asyncio
 import threading
 from typing import Any, Iterator
 
-from replog.aio import RANGE_PAGE, AsyncClient, Item, TxnOps, WriteResult
+from replog.aio import RANGE_PAGE, AsyncClient, Item, TxnOps, WriteResult, _split
 from replog.errors import Timeout
 
 _MARGIN_S = 5.0          # the thread waits this much past a call's own timeout before giving up on it
@@ -41,7 +41,7 @@ class Client:
                  timeout: float = 10.0, transport: str = "auto"):
         self.timeout = float(timeout)
         addrs = [addresses] if isinstance(addresses, str) else list(addresses)
-        self._loop = _new_loop(ca_file is not None or any(str(a).startswith("https://") for a in addrs))
+        self._loop = _new_loop(any(_split(a, ca_file)[3] for a in addrs))    # the AsyncClient's own rule
         self._thread = threading.Thread(target=self._loop.run_forever, name="replog-client", daemon=True)
         self._thread.start()
         self._closed = False
