@@ -39,6 +39,12 @@ class PeerNotReady(RemoteProtocolError):
     a restart perhaps). The link goes as any broken one does, but this passes: said at INFO."""
 
 
+class PeerSilent(RemoteProtocolError):
+    """The peer sent nothing for as long as the link waits for it (a process stalled or stopped,
+    a network that drops everything): a link that broke, not bad bytes. A relay answers it with
+    ERROR `silent`, which the applier it ends retries as a broken link, not as a refusal."""
+
+
 class PeerRefused(ReplogError):
     """A handshake was refused for a lasting reason (secret, cluster, options, fencing)."""
 

@@ -32,7 +32,7 @@ from node.applier.conn import Conn, server_auth
 from node.applier.relay import serve_link
 from node.applier.ws_limit import reader_limit
 from node.core.admission import FailureLog, HandshakeGate
-from node.errors import PeerRefused, RemoteProtocolError
+from node.errors import PeerRefused, PeerSilent, RemoteProtocolError
 
 if TYPE_CHECKING:
     from node.process.ports import AcceptHost
@@ -96,8 +96,8 @@ async def handle_replication(node: "AcceptHost", request: web.Request) -> web.St
             await server_auth(conn, node.cfg.secret, node.uuid)
         except (PeerRefused, RemoteProtocolError, ConnectionError, asyncio.TimeoutError) as e:
             guard.note_failure(remote, str(e) or type(e).__name__)
-            if isinstance(e, RemoteProtocolError):
-                await conn.refuse("protocol", str(e))
+            if isinstance(e, RemoteProtocolError):   # a handshake that went silent broke; it was not bad bytes
+                await conn.refuse("silent" if isinstance(e, PeerSilent) else "protocol", str(e))
             return ws
         finally:
             guard.gate.release(remote)

@@ -17,9 +17,11 @@ Rules kept here:
 - `connect`, `client_auth` and `server_auth` are the production handshake: tests that play a
   peer use them rather than a copy.
 - An ERROR before authentication is anyone's word: only what a relay says then (it is
-  shutting down, the protocol version, the secret, a malformed handshake: `PREAUTH_ERRORS`)
-  is a refusal; any other code (rejoin, expelled, wrong cluster, ...) is a broken link, so a
+  shutting down, the protocol version, the secret, a malformed handshake, a handshake that went
+  silent: `PREAUTH_ERRORS`) is a refusal; any other code (rejoin, expelled, wrong cluster, ...) is a broken link, so a
   box at a peer's address that holds no secret can state nothing only a member may state.
+- A receive that waits longer than its bound raises PeerSilent: the link broke, whoever's side
+  stalled.
 - A receive is bounded with `asyncio.timeout`, never `asyncio.wait_for`: on Python 3.11 wait_for
   loses a cancel that arrives together with a message, and the applier it was meant to stop
   runs on (tests/unit/test_cancellation.py)."""
@@ -39,14 +41,14 @@ from node import limits
 from node.applier.ws_limit import raise_message_limit, reader_limit
 from node.core import messages as m
 from node.core import session as sess
-from node.errors import PeerNotReady, PeerRefused, RemoteProtocolError
+from node.errors import PeerNotReady, PeerRefused, PeerSilent, RemoteProtocolError
 
 log = logging.getLogger("replog.link")
 
 # A sealed message may be a whole message_bytes_max message plus its tag.
 LINK_MESSAGE_BYTES_MAX = limits.message_bytes_max + sess.TAG_BYTES
 # The ERROR codes a relay sends before authentication (node/applier/accept.py, server_auth).
-PREAUTH_ERRORS = frozenset({"not_ready", "version", "auth", "protocol"})
+PREAUTH_ERRORS = frozenset({"not_ready", "version", "auth", "protocol", "silent"})
 
 
 class Conn:
@@ -83,7 +85,7 @@ class Conn:
             async with asyncio.timeout(timeout):
                 msg = await self.ws.receive()
         except TimeoutError:
-            raise RemoteProtocolError(f"{self.peer}: no message for {timeout:.0f} s") from None
+            raise PeerSilent(f"{self.peer}: no message for {timeout:.0f} s") from None
         if msg.type == aiohttp.WSMsgType.BINARY:
             data = msg.data
             self.bytes_in += len(data)

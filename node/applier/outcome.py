@@ -11,14 +11,17 @@ Rules kept here:
   collected), and `not_ready` (the upstream is shutting down or has not joined a cluster yet:
   it will be back as a restarted peer is, so it is retried as a broken network is, not 10 s
   later, and it is no ERROR; a peer not joined yet or closing the link as it stops,
-  PeerNotReady, is said at INFO too); a broken network is retried with capped exponential backoff;
+  PeerNotReady, is said at INFO too), and `silent` (the upstream heard nothing on the link
+  for `peer_timeout_s`: this node stalled or was stopped, or the network dropped everything;
+  the link broke, so it is retried with the backoff, said as a WARNING); a broken network is retried with capped exponential backoff;
   our own state asking for a fresh SUBSCRIBE (Resubscribe), or the upstream asking for a fresh
   greeting (`greet_again`), retries at once; the disk failing (StorageError) stops the node;
   anything else is a bug here: this link stops, the node serves on.
 - Backoff doubles per failed try up to `reconnect_backoff_max_s` and starts again from the
   minimum after a link that lived for a while; every wait is jittered (0.5x to 1.5x), so links
   that broke together do not come back together.
-- A relay answers the peer's refusal with its code, a peer's bad input with `protocol`, and a
+- A relay answers the peer's refusal with its code, a peer that said nothing for its timeout
+  with `silent`, a peer's bad input with `protocol`, and a
   bug of ours with `internal` (logged with its traceback by the node); a lost connection gets
   no answer."""
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from node import limits
 from node.core.link.applier import Resubscribe
 from node.core.link.relay import GREET_AGAIN
-from node.errors import PeerNotReady, PeerRefused, RemoteProtocolError, StorageError
+from node.errors import PeerNotReady, PeerRefused, PeerSilent, RemoteProtocolError, StorageError
 
 RETRY, REJOIN, FATAL, END = "retry", "rejoin", "fatal", "end"
 
@@ -58,6 +61,8 @@ def after_link(e: BaseException | None, backoff: float) -> After:
     if isinstance(e, PeerRefused):
         if e.code == GREET_AGAIN:            # the upstream's greeting no longer holds: hear it again now
             return After(RETRY, "resubscribing", str(e), 0.0, logging.INFO, str(e))
+        if e.code == "silent":              # it heard nothing from us for its timeout: a link that broke
+            return After(RETRY, "disconnected", str(e), backoff, logging.WARNING, str(e))
         if e.code == "need_rejoin":
             return After(REJOIN, "need_rejoin", str(e), limits.rejoin_retry_s, logging.WARNING, str(e))
         # A lasting reason (secret, cluster, options, expelled, this node itself, a second address of
@@ -124,6 +129,8 @@ def relay_end(e: Exception, peer: str) -> RelayEnd:
     """What a relay does about the error that ended its link to `peer` (how logs name it)."""
     if isinstance(e, PeerRefused):            # a lasting reason (a second ERROR after the greeting's is harmless)
         return RelayEnd(logging.WARNING, f"relay: refused {peer}: {e}", e.code, e.message)
+    if isinstance(e, PeerSilent):             # the peer sent nothing for the link's timeout
+        return RelayEnd(logging.INFO, f"relay: link to {peer} dropped: {e}", "silent", str(e))
     if isinstance(e, RemoteProtocolError):    # the peer sent something we cannot use
         return RelayEnd(logging.INFO, f"relay: link to {peer} dropped: {e}", "protocol", str(e))
     if isinstance(e, (ConnectionError, TimeoutError)):     # nobody to answer

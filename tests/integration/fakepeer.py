@@ -39,7 +39,7 @@ from node.core import codec
 from node.core import messages as m
 from node.core import session as sess
 from node.core.rows import Txn
-from node.errors import PeerRefused, RemoteProtocolError
+from node.errors import PeerRefused, PeerSilent, RemoteProtocolError
 from node.server import Node
 
 
@@ -107,6 +107,7 @@ class FakePeer:
         self.heartbeats = True               # False: it idles silent after its script (never "caught up")
         self.subscribes = 0                  # SUBSCRIBE requests served
         self.refusing: tuple[str, str] | None = None   # (code, message): refuse every link as it opens
+        self.ending: tuple[str, str] | None = None     # (code, message): end each subscription so after its script
         self.links = 0                       # links opened to it (refused or not)
         self.sent = 0                        # script items sent, over all sessions
         self._runner: web.AppRunner | None = None
@@ -183,6 +184,24 @@ class FakePeer:
         finally:
             await conn.close()
 
+    async def listen(self, address: str, **body: Any) -> tuple[list[str], BaseException]:
+        """Subscribe to a node (`body`: SUBSCRIBE's fields, vclock {} unless given) and read
+        what its relay sends, never answering, until the link ends: returns the names of the
+        messages read and the error the link ended with."""
+        conn = await connect(self._session, address)
+        names: list[str] = []
+        try:
+            await client_auth(conn, self.secret, self.uuid)
+            await conn.send(m.GREETING, **self.greeting())
+            await conn.expect(m.GREETING, timeout=limits.handshake_timeout_s)
+            await conn.send(m.SUBSCRIBE, **{"vclock": {}, **body})
+            while True:
+                names.append((await conn.recv(timeout=4 * limits.peer_timeout_s)).name)
+        except (PeerRefused, RemoteProtocolError, ConnectionError) as e:
+            return names, e
+        finally:
+            await conn.close()
+
     # --- as a relay (the node's applier subscribes) ------------------------------------------
     async def _serve(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(max_msg_size=reader_limit(limits.preauth_message_bytes_max), compress=False)
@@ -211,14 +230,18 @@ class FakePeer:
                 data = item if isinstance(item, bytes) else rows_message([item])
                 await conn.ws.send_bytes(conn.session.seal(data))    # sealed as Conn.send seals
                 self.sent += 1
+            if self.ending is not None:          # as a relay ends a link it gave up on
+                await conn.refuse(*self.ending)
+                return ws
             while True:                          # then idle, as a caught-up relay: heartbeats
                 if self.heartbeats:
                     await conn.send(m.HEARTBEAT, now_us=time.time_ns() // 1000)
                 try:
                     await conn.recv(timeout=limits.heartbeat_interval_s)   # ACKs; the close ends it
-                except RemoteProtocolError as e:
-                    if "no message" not in str(e):
-                        return ws
+                except PeerSilent:
+                    pass
+                except RemoteProtocolError:
+                    return ws
         except (PeerRefused, RemoteProtocolError, ConnectionError, asyncio.TimeoutError):
             pass
         finally:

@@ -11,7 +11,7 @@ import pytest
 from node import limits
 from node.applier.outcome import END, FATAL, REJOIN, RETRY, Retry, after_link, next_backoff, relay_end
 from node.core.link.applier import Resubscribe
-from node.errors import PeerNotReady, PeerRefused, RemoteProtocolError, StorageError
+from node.errors import PeerNotReady, PeerRefused, PeerSilent, RemoteProtocolError, StorageError
 
 
 def test_a_clean_end_retries_soon_and_keeps_the_links_status():
@@ -40,6 +40,14 @@ def test_an_upstream_not_ready_yet_is_retried_as_a_broken_link_is_and_said_quiet
     a = after_link(PeerRefused("not_ready", why), 0.4)
     assert (a.then, a.status, a.delay, a.level) == (RETRY, "disconnected", 0.4, logging.INFO)
     assert a.error == a.line == f"not_ready: {why}"
+
+
+def test_an_upstream_that_heard_nothing_for_its_timeout_is_a_broken_link_retried_with_the_backoff():
+    """A relay ends a link it heard nothing on for peer_timeout_s with `silent`: this node was
+    stalled or stopped, or the network dropped everything. No lasting reason: the backoff, a WARNING."""
+    a = after_link(PeerRefused("silent", "127.0.0.1:7302: no message for 10 s"), 0.4)
+    assert (a.then, a.status, a.delay, a.level) == (RETRY, "disconnected", 0.4, logging.WARNING)
+    assert a.line == "silent: 127.0.0.1:7302: no message for 10 s"
 
 
 def test_a_peer_that_has_not_joined_yet_is_retried_as_a_broken_link_is_and_said_quietly():
@@ -114,6 +122,11 @@ def test_a_relay_answers_a_peers_bad_input_as_a_protocol_error():
     end = relay_end(RemoteProtocolError("junk"), "b:1")
     assert (end.level, end.code, end.message, end.bug) == (logging.INFO, "protocol", "junk", False)
     assert end.line == "relay: link to b:1 dropped: junk"
+
+
+def test_a_relay_answers_a_peer_that_said_nothing_for_its_timeout_as_silent_not_as_a_protocol_error():
+    end = relay_end(PeerSilent("b:1: no message for 10 s"), "b:1")
+    assert (end.level, end.code, end.message, end.bug) == (logging.INFO, "silent", "b:1: no message for 10 s", False)
 
 
 @pytest.mark.parametrize("e", [ConnectionResetError("reset"), asyncio.TimeoutError()])
