@@ -48,7 +48,8 @@ Also printed, per shape:
     python -m bench.applier --links plain,base --baseline /tmp/replog-main   # this tree beside another checkout
 
 `--links` runs replog with each link variant of bench/links.py in turn (replog = sealed
-messages, replog+tls = the same inside TLS, replog-nomac = without the per-message tag), so
+messages, replog+tls = the same inside TLS, on asyncio's loop, replog-asyncio = plain on
+asyncio's loop, replog-nomac = without the per-message tag), so
 their figures come from one alternating run and sit in one table.
 
 `--gc-stats` times the replog replica's cyclic garbage collector (gc.callbacks, CPU time of
@@ -169,7 +170,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--txn-rows", default="1,100", help="rows per transaction: 1, 100 or 1,100 (default %(default)s)")
     p.add_argument("--only", choices=("replog", "tarantool"), help="run one system (the floor runs with replog)")
     p.add_argument("--links", default="plain",
-                   help="replog link variants to run in alternation: plain, tls, nomac, base, comma-separated "
+                   help="replog link variants to run in alternation: plain, tls, asyncio, nomac, base, comma-separated "
                         "(bench/links.py; default %(default)s)")
     p.add_argument("--baseline", metavar="DIR", default=None,
                    help="with --links ...,base: another replog checkout whose nodes run as replog-base (bench/links.py)")

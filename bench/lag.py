@@ -303,7 +303,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--clients", type=int, default=CLIENTS_DEFAULT, help="concurrent HTTP clients (default %(default)s)")
     p.add_argument("--only", choices=("replog", "tarantool"), help="run one system")
     p.add_argument("--links", default="plain",
-                   help="replog link variants, run in alternation: plain, tls, nomac, base, comma-separated "
+                   help="replog link variants, run in alternation: plain, tls, asyncio, nomac, base, comma-separated "
                         "(bench/links.py; default %(default)s)")
     p.add_argument("--baseline", metavar="DIR", default=None,
                    help="with --links ...,base: another replog checkout whose nodes run as replog-base (bench/links.py)")

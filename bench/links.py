@@ -4,7 +4,10 @@ of bench/applier.py and bench/lag.py, run in alternation so their figures sit si
   plain   the default: links authenticated by the cluster secret, every message sealed with
           its session tag (node/core/session.py), no TLS
   tls     the same inside TLS (node/tls.py): certificates from a throwaway CA made for the run
-          (bench/throwaway_ca.py); the benchmark's own HTTP calls speak https too
+          (bench/throwaway_ca.py); the benchmark's own HTTP calls speak https too. A TLS node
+          runs on asyncio's event loop (docs/operations.md: uvloop's TLS reset fault)
+  asyncio plain, on asyncio's event loop instead of uvloop (`--event-loop asyncio`): beside
+          plain, what the loop costs; beside tls, what TLS itself costs
   nomac   plain with the per-message tag neither computed nor checked (a prelude replaces
           Session.seal_parts/unseal in every node of the run): what the MAC costs, beside plain.
           A benchmark-only variant; no option of the node turns the MAC off.
@@ -12,14 +15,16 @@ of bench/applier.py and bench/lag.py, run in alternation so their figures sit si
           extension is built: `python setup.py build_ext --inplace` there): a change's before and
           after, measured in one alternating run.
 
-Each variant is one `system` in the benchmarks' tables: replog, replog+tls, replog-nomac, replog-base."""
+Each variant is one `system` in the benchmarks' tables: replog, replog+tls, replog-asyncio,
+replog-nomac, replog-base."""
 from __future__ import annotations
 
 import os
 
-LINKS = ("plain", "tls", "nomac", "base")
-SYSTEM = {"plain": "replog", "tls": "replog+tls", "nomac": "replog-nomac", "base": "replog-base"}
-VARIANTS = ("replog+tls", "replog-nomac", "replog-base")     # each printed beside plain
+LINKS = ("plain", "tls", "asyncio", "nomac", "base")
+SYSTEM = {"plain": "replog", "tls": "replog+tls", "asyncio": "replog-asyncio", "nomac": "replog-nomac",
+          "base": "replog-base"}
+VARIANTS = ("replog+tls", "replog-asyncio", "replog-nomac", "replog-base")     # each printed beside plain
 
 # Replaces the session tag by 16 zero bytes that nobody checks: the framing (and the slice the
 # receiver takes) stay, the HMAC goes.
@@ -56,7 +61,8 @@ class LinkSetup:
         self._ca = None
 
     def node_kwargs(self, variant: str, name: str) -> dict:
-        """ReplogNode keyword arguments for a node of this variant: tls (NodeTls) and prelude."""
+        """ReplogNode keyword arguments for a node of this variant: tls (NodeTls), prelude and
+        event_loop."""
         if variant == "tls":
             if self._ca is None:
                 from bench.throwaway_ca import ThrowawayCA   # cryptography: the dev extra
@@ -64,4 +70,5 @@ class LinkSetup:
             return {"tls": self._ca.issue(name), "prelude": ""}
         if variant == "base":
             return {"tls": None, "prelude": baseline_prelude(self.baseline)}
-        return {"tls": None, "prelude": NO_MAC_PRELUDE if variant == "nomac" else ""}
+        return {"tls": None, "prelude": NO_MAC_PRELUDE if variant == "nomac" else "",
+                "event_loop": "asyncio" if variant == "asyncio" else ""}

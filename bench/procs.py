@@ -148,8 +148,9 @@ class ReplogNode(Proc):
 
     def __init__(self, name: str, workdir: str, *, peers: list[str] = (), wal_mode: str = "write",
                  port: int | None = None, log_level: str = "info", extra: list[str] | None = None,
-                 prelude: str = "", tls=None):
-        """`tls`: a bench.throwaway_ca.NodeTls; the node serves TLS and is spoken to over https."""
+                 prelude: str = "", tls=None, event_loop: str = ""):
+        """`tls`: a bench.throwaway_ca.NodeTls; the node serves TLS and is spoken to over https.
+        `event_loop`: the node's --event-loop ("": its default, auto)."""
         super().__init__(name, workdir)
         self.data_dir = os.path.join(self.dir, "data")
         self.port = port or free_port()
@@ -159,6 +160,7 @@ class ReplogNode(Proc):
         self.extra = list(extra or [])
         self.prelude = prelude
         self.tls = tls
+        self.event_loop = event_loop
         self._poll_conn: http.client.HTTPConnection | None = None
 
     @property
@@ -187,6 +189,8 @@ class ReplogNode(Proc):
             a += ["--peers", ",".join(self.peers)]
         if self.tls:
             a += self.tls.flags()
+        if self.event_loop:
+            a += ["--event-loop", self.event_loop]
         return a + self.extra
 
     def start(self, wait: bool = True) -> "ReplogNode":
