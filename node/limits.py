@@ -203,6 +203,7 @@ quiesce_hold_s = 60.0                # a quiesced member that hears no final pha
 # --- membership data safety (node/fence.py, node/rejoin.py) --------------------------------
 fence_poll_s = 0.1                   # how often a fenced node checks whether it may write again
 rejoin_retry_s = 5.0                 # a node that needs a snapshot but holds rows no peer has asks again this often
+rejoin_blocked_error_s = 30.0        # ... said as a WARNING until it has stood this long, then an ERROR
 rejoin_recheck_s = 0.25              # a link told to rejoin looks this often whether other links brought the rows
 rejoin_watch_s = 0.2                 # how often the rejoin watch looks at what its upstreams reported
 rejoin_cover_wait_s = 10.0           # with writes paused, how long a rejoin waits for a donor to receive

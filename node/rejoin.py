@@ -121,6 +121,8 @@ class Rejoiner:
     def __init__(self, node: "RejoinHost"):
         self.node = node
         self.machine = RejoinMachine(self)
+        self._blocked_since: float | None = None   # when attempts began to find no donor (None: they do not)
+        self._said: tuple[int, float] | None = None   # the last such line: (level, when)
 
     need = property(lambda self: self.machine.need)            # upstream address -> why it said rejoin
     blocked = property(lambda self: self.machine.blocked)      # why the last attempt could not rebuild
@@ -168,6 +170,8 @@ class Rejoiner:
             else:
                 await asyncio.sleep(limits.rejoin_cover_poll_s if machine.running else limits.rejoin_watch_s)
             machine.tick(time.monotonic())
+            if not machine.need:                 # nothing to rejoin for (any more): a later need starts afresh
+                self._blocked_since = self._said = None
             try:
                 await self._act()
             except BaseException:
@@ -204,10 +208,26 @@ class Rejoiner:
         elif not note.on_links:         # a rebuild that failed: tried again, maybe from another donor
             log.warning("rejoin: %s; the store is kept and the rejoin is tried again", note.why)
         else:                           # no donor: shown on the links until one can give a snapshot
-            log.error("rejoin: %s", note.why)
+            self._say_blocked(note.why, time.monotonic())
             for a in node.appliers.values():
                 if a.address in self.need:
                     a.error = self.status_of(a.address)
+
+    def _say_blocked(self, why: str, now: float) -> None:
+        """An attempt found no donor. Right after a start, or a restore as a new member, that is
+        often only for a moment: the peers have not yet received this node's newest rows, or
+        have not yet subscribed to it. So a WARNING until attempts have found none for
+        `rejoin_blocked_error_s`, then an ERROR (the operator may have to act: docs/replication.md);
+        at each level a line at most once per `link_retry_log_interval_s`, not once per attempt
+        (`why` names lsns, which move on while the node writes). /v1/info and the links show the
+        newest `why` all along."""
+        if self._blocked_since is None:
+            self._blocked_since = now
+        level = logging.ERROR if now - self._blocked_since >= limits.rejoin_blocked_error_s else logging.WARNING
+        if self._said is not None and self._said[0] == level and now - self._said[1] < limits.link_retry_log_interval_s:
+            return
+        self._said = (level, now)
+        log.log(level, "rejoin: %s", why)
 
     async def _probe(self, address: str) -> Probed:
         node = self.node

@@ -181,7 +181,34 @@ async def test_an_attempt_with_no_donor_shows_why_on_the_refusing_link(make_node
     assert asked == [ADDR_C, ADDR_B] and node.links == [] and node.join.joins == []
     assert rj.blocked == "no reachable peer has the collected rows this node lacks, to give a snapshot of"
     assert node.appliers[ADDR_C].error == f"C collected rows this node needs; {rj.blocked}"
-    assert ("ERROR", f"rejoin: {rj.blocked}") in [(r.levelname, r.getMessage()) for r in caplog.records]
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "replog.rejoin"]
+    assert said == [("WARNING", f"rejoin: {rj.blocked}")], "for a moment (a start, peers not following yet): a warning"
+    rj.machine.tick(time.monotonic() + limits.rejoin_retry_s)   # the next attempt, as blocked: no second line yet
+    await rj._act()
+    assert asked == [ADDR_C, ADDR_B] * 2 and len([r for r in caplog.records if r.name == "replog.rejoin"]) == 1
+
+
+async def test_an_attempt_with_no_donor_is_an_error_once_attempts_have_found_none_for_a_while(
+        make_node, greetings, caplog, monkeypatch):
+    monkeypatch.setattr(limits, "rejoin_blocked_error_s", 0.0)
+    node = make_node(7)
+    rj = _told_to_rejoin(node, COLLECTED)
+    answers, _ = greetings
+    answers[ADDR_C] = _greeting(UUID_C, {UUID_A: 4, UUID_B: 7, UUID_C: 2})
+    answers[ADDR_B] = {"uuid": UUID_B, "cluster_uuid": "", "status": "joining", "vclock_uuid": {}}
+    rj.machine.tick(time.monotonic())
+    await rj._act()
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "replog.rejoin"] == \
+        [("ERROR", f"rejoin: {rj.blocked}")]
+
+
+def test_no_donor_is_said_as_a_warning_then_an_error_each_at_most_once_per_interval(make_node, caplog):
+    rj = Rejoiner(make_node(7))
+    e, every = limits.rejoin_blocked_error_s, limits.link_retry_log_interval_s
+    for at, why in [(0.0, "a"), (5.0, "b"), (e - 1, "c"), (e, "d"), (e + 5, "e"), (e + every, "f"), (e + every + 1, "g")]:
+        rj._say_blocked(why, 1000.0 + at)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == \
+        [("WARNING", "rejoin: a"), ("ERROR", "rejoin: d"), ("ERROR", "rejoin: f")]
 
 
 async def test_a_watch_that_fails_mid_attempt_resumes_writes_and_leaves_the_machine_ready_to_try_again(
