@@ -1,8 +1,8 @@
 """A seeded nemesis for real processes: masters written to from a thread each, and an anonymous
 replica following them, while faults come and go at random (kill -9, SIGSTOP, orderly stop, a cut
-link, a lost store, a restart on a new address, a new master joining, a hot backup, a master's
-data dir lost and restored from one of its earlier backups, a kill -9 that leaves a torn
-write at the end of the WAL), with small WAL
+link, a lost store, a restart on a new address, a new master joining, a new master seeded from
+another's backup, a hot backup, a master's data dir lost and restored from one of its earlier
+backups, a kill -9 that leaves a torn write at the end of the WAL), with small WAL
 segments and frequent checkpoints so WAL collection runs all the time. Then everything heals,
 and the oracles of tests/integration/oracles.py must hold: every acknowledged write on every
 node, no (origin, lsn) naming two rows, every node restarting.
@@ -25,6 +25,10 @@ Rules kept here:
   lost store: its rows after the backup's point must be on every other master, as they would be
   for an operator who backs up and restores by docs/operations.md. It comes back fenced, and
   takes those rows back before it writes again; the oracles hold it to that.
+- A master is seeded from another's backup (`replog restore --as-new-member`) beside its original,
+  which runs on: a new uuid, the original's rows to the backup's point already in its store. It
+  registers through a running member, takes the rest from the cluster and is written to as any
+  joiner is (it counts in `JOINS_MAX`).
 - At most `FAULTS_MAX` faults at a time, so most of the cluster is up most of the time.
 - The schedule comes from the seed; the timing does not, so a failure prints what happened
   (`Nemesis.history`) and the seed.
@@ -53,8 +57,8 @@ from tests.integration.writers import BinaryWriter, Writer
 SMALL = ["--segment-bytes-max", "4096", "--checkpoint-interval-s", "0.3", "--anon-ttl-s", "1.5"]
 FAULTS_MAX = 2
 JOINS_MAX = 2               # masters that join during a run
-KINDS = ("kill", "pause", "stop", "cut", "lose", "move", "join", "backup", "restore", "tear")
-WEIGHTS = (4, 3, 2, 3, 1, 1, 1, 1, 1, 1)
+KINDS = ("kill", "pause", "stop", "cut", "lose", "move", "join", "seed", "backup", "restore", "tear")
+WEIGHTS = (4, 3, 2, 3, 1, 1, 1, 1, 1, 1, 1)
 TEARS = ("short", "unchecked", "magic")     # what a write cut by the crash left (Nemesis._tear)
 BACKUP_TIMEOUT_S = 60.0
 BINARY = (0, 3)             # masters written to over the binary client protocol (the others over HTTP)
@@ -215,8 +219,8 @@ class Nemesis:
             self._apply_peers(pair)
             self._later("cut", tuple(sorted(pair)), 1.0, 4.0)
             return
-        if kind == "join":
-            self._join()
+        if kind in ("join", "seed"):
+            self._join(seeded=kind == "seed")
             return
         if kind == "backup":
             self._backup()
@@ -408,20 +412,29 @@ class Nemesis:
         shutil.rmtree(os.path.join(n.data_dir, "store"), ignore_errors=True)
         shutil.rmtree(os.path.join(n.data_dir, "wal"), ignore_errors=True)
 
-    def _join(self) -> None:
+    def _join(self, seeded: bool = False) -> None:
         """A new master, listing every master, starts (not waited for: it may be faulted while
-        it joins) and is written to; every other node lists it from now on."""
-        if self.joined >= JOINS_MAX:
+        it joins) and is written to; every other node lists it from now on. `seeded`: its data
+        dir is first restored from a backup of another master as a new member, and it registers
+        instead of joining from a snapshot."""
+        sources = [m for m in self.masters if self.backups.get(m.name)]
+        if self.joined >= JOINS_MAX or (seeded and not sources):
             return
         self.joined += 1
         n = ReplogProcess(self.tmp, f"j{self.joined}", peers=[self.addresses[m.name] for m in self.masters],
                           **self.node_kw)
+        if seeded:
+            src = self.rng.choice(sources)
+            backup = self.rng.choice(self.backups[src.name])
+            restore(backup, n.data_dir, "--as-new-member")
+            self.note(f"seed {n.name} from {os.path.basename(backup)}, a new member beside {src.name}")
         self.masters.append(n)
         self.addresses[n.name] = n.address
         n.start(wait=False)
         self._tell_peers(n)
         self.writers[n.name] = (BinaryWriter if self.joined % 2 else Writer)(n, self.acked)
-        self.note(f"join {n.name}")
+        if not seeded:
+            self.note(f"join {n.name}")
 
     def _tell_peers(self, n: ReplogProcess) -> None:
         """Every node but n takes its peer list afresh (n's address changed, or n is new); a
