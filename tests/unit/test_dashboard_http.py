@@ -186,6 +186,10 @@ async def test_a_listener_that_stops_reading_is_dropped_and_its_connection_cut(n
     monkeypatch.setattr(limits, "events_interval_s", 0.05)
     monkeypatch.setattr(limits, "events_queue_frames_max", 16)      # the reader's slack: 0.8 s
     monkeypatch.setattr(limits, "events_write_timeout_s", 2.0)      # longer: the queue overflows first
+    # A loaded machine builds a snapshot slowly, and the beat stretches to keep the dashboard's
+    # share of the loop (events_cpu_share_max): not what this test is about, and it starved the
+    # stuck listener's queue for over 30 s at a load average of 12.
+    monkeypatch.setattr(limits, "events_cpu_share_max", 1.0)
     real = events.snapshot
     monkeypatch.setattr(events, "snapshot", lambda n: {**real(n), "pad": "x" * 512 * 1024})
     hub = node._runner.app[events.HUB]
@@ -197,7 +201,9 @@ async def test_a_listener_that_stops_reading_is_dropped_and_its_connection_cut(n
     async with http.get(url(node, "/v1/events"), headers=auth()) as reader:
         task = asyncio.create_task(read(reader))
         host, port = node.cfg.host, node.cfg.port
-        stuck = socket.create_connection((host, port))
+        stuck = socket.socket()
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # fills sooner: only the node's send buffer is left
+        stuck.connect((host, port))
         try:
             stuck.sendall(f"GET /v1/events HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode())
             await until(lambda: len(hub.listeners) == 2, 10, "both listeners in")
