@@ -9,7 +9,6 @@ which the applier retries as a broken link: within the backoff, said as a WARNIN
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 
 import pytest
@@ -18,18 +17,14 @@ from node import limits
 from node.applier.conn import Conn
 from node.errors import PeerRefused, PeerSilent
 from tests.integration.fakepeer import FakePeer
-from tests.unit.test_dashboard_http import start_node
+from tests.unit.test_dashboard_http import open_node  # noqa: F401 - the fixture `node` takes
 from tests.waiting import until
 
 
 @pytest.fixture
-async def node(tmp_path, listen):
-    thresholds = gc.get_threshold()
-    n = await start_node(tmp_path, listen, token="")
-    yield n
-    await n.stop()
-    gc.unfreeze()                     # the node tuned the collector for a server; pytest is not one
-    gc.set_threshold(*thresholds)
+def node(open_node):
+    """A real node in this process, no token (tests/unit/test_dashboard_http.py's)."""
+    return open_node
 
 
 @pytest.fixture
