@@ -91,6 +91,9 @@ async def handle_replication(node: "AcceptHost", request: web.Request) -> web.St
         if node.status in ("stopping", "stopped"):   # stop() has closed the links it knew of
             await conn.refuse("not_ready", "this node is shutting down")
             return ws
+        if node.links_refused is not None:           # the store is being swapped (no await from here to add)
+            await conn.refuse("not_ready", node.links_refused)
+            return ws
         node.links.add(conn)
         try:
             await server_auth(conn, node.cfg.secret, node.uuid)

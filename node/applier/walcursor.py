@@ -92,7 +92,16 @@ class WalCursor:
         return True
 
     def read(self, position: tuple[str | None, int], max_bytes: int) -> list[bytes]:
-        """Frame payloads to send (already filtered, re-packed when filtering dropped txns)."""
+        """Frame payloads to send (already filtered, re-packed when filtering dropped txns). A
+        segment gone under the cursor (collected, or the WAL of a store swapped out by a rejoin:
+        its link is closed by then) ends the link as a RemoteProtocolError, wherever the file
+        went missing, never as a FileNotFoundError taken for a bug of ours."""
+        try:
+            return self._read(position, max_bytes)
+        except FileNotFoundError:
+            raise RemoteProtocolError(f"WAL segment {self.segment} was collected under the relay") from None
+
+    def _read(self, position: tuple[str | None, int], max_bytes: int) -> list[bytes]:
         self._next = None
         if self.segment is None and not self._start():
             return []
@@ -101,10 +110,7 @@ class WalCursor:
         while budget > 0:
             path = os.path.join(self.dir, self.segment)  # type: ignore[arg-type]
             active = self.segment == position[0]
-            try:
-                size = position[1] if active else os.path.getsize(path)
-            except FileNotFoundError:
-                raise RemoteProtocolError(f"WAL segment {self.segment} was collected under the relay") from None
+            size = position[1] if active else os.path.getsize(path)
             if self.offset == 0:
                 with open(path, "rb") as f:
                     _, self.offset = walfmt.decode_header(f.read(limits.segment_header_bytes_max))

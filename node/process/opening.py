@@ -178,17 +178,24 @@ class Opening:
 
     async def reopen_after_rejoin(self, swap) -> None:
         """The rejoin's new store is complete: close everything that reads the old one, swap it
-        in, and start again from it."""
+        in, and start again from it. No inbound link is taken meanwhile (`links_refused`): one
+        taken while the others closed (each close awaits) outlived the swap (nemesis seed 51),
+        its relay reading a WAL that was gone, and it could have read on into the new WAL, whose
+        ids are the donor's, under a greeting that stated the old table's."""
         node = self.node
-        for c in list(node.links):
-            await c.close()                   # relays read the old WAL
-        await node.journal.stop()
-        node.journal, node.core = None, None
-        node.store.close()
-        swap(node.data_dir)
-        node.store = self._new_store()
-        self.open_bootstrapped()
-        node.life.after_open()
-        node.journal.wal and node.journal.wal.rotate(node.store.vclock.to_dict(), node.store.table.rows())
-        node.status, node.status_reason = "running", ""
+        node.links_refused = "this node is swapping in a store rebuilt from a snapshot"
+        try:
+            for c in list(node.links):
+                await c.close()               # relays read the old WAL
+            await node.journal.stop()
+            node.journal, node.core = None, None
+            node.store.close()
+            swap(node.data_dir)
+            node.store = self._new_store()
+            self.open_bootstrapped()
+            node.life.after_open()
+            node.journal.wal and node.journal.wal.rotate(node.store.vclock.to_dict(), node.store.table.rows())
+            node.status, node.status_reason = "running", ""
+        finally:
+            node.links_refused = None
         node.set_peers(list(node.peers))

@@ -104,9 +104,10 @@ class RelayHost(Handshake, Protocol):
 
 class AcceptHost(RelayHost, Protocol):
     """Accepting a link (node/applier/accept.py): the bounds on handshakes, the set of links
-    stop() closes; then it is a relay's."""
+    stop() closes, and why links are refused for a moment; then it is a relay's."""
     link_guard: Any
     links: set
+    links_refused: str | None
 
 
 # --- the HTTP API (node/http/*) ----------------------------------------------------------------
@@ -326,6 +327,7 @@ class OpeningHost(StoreKeeper, Protocol):
     life: Any                                 # node/lifecycle.py Lifecycle: after_open
     retention: Any                            # node/retention.py Retention: load
     links: set
+    links_refused: str | None
 
     def on_fatal(self, e: BaseException) -> None: ...
     def set_peers(self, peers: list[str]) -> list[asyncio.Task]: ...

@@ -14,6 +14,7 @@ from node import limits
 from node.applier.walcursor import WalCursor
 from node.core import rowscan
 from node.core.rows import GROUP_DEFAULT, GROUP_LOCAL, OP_PUT, OP_SPACE, Op
+from node.errors import RemoteProtocolError
 from node.journal import Journal
 from node.wal import format as fmt
 from node.wal.reader import list_segments
@@ -298,3 +299,17 @@ async def test_the_native_file_scan_hands_out_what_the_exact_path_does(tmp_path,
                 assert native[1] == rows_of(native[0])
     finally:
         await n.stop()
+
+
+async def test_a_segment_gone_under_the_cursor_ends_the_link_as_a_peer_error_not_a_bug(node):
+    """The WAL of a store a rejoin swapped out goes while a closed relay's read may still run
+    (nemesis seed 51): that read ends its link as a RemoteProtocolError, which the relay takes
+    quietly, not as the FileNotFoundError of a bug of ours, whichever file access met it."""
+    await node.write(10)
+    cur = WalCursor(node.wal_dir, {})
+    assert cur.read(node.journal.position, 1)             # one frame: the cursor stays inside the segment
+    assert cur.segment == node.journal.position[0], "on the active segment: its size is the journal's"
+    for name in list_segments(node.wal_dir):
+        os.remove(os.path.join(node.wal_dir, name))
+    with pytest.raises(RemoteProtocolError, match="collected under the relay"):
+        cur.read(node.journal.position, BUDGET_ALL)
