@@ -184,6 +184,7 @@ class BackupJob:
         self.replay_from: tuple[str | None, int] | None = None
         self.seconds: dict[str, float] = {}
         self.started_s = time.time()
+        self.task: Any = None                       # inside the node: the asyncio task running the steps
 
     def begin(self) -> None:
         check_destination(self.out)
@@ -398,6 +399,9 @@ async def backup_node(node: "BackupHost", out: str, *, compact: bool = False) ->
     import asyncio
     if node.store is None or node.core is None or node.journal is None:
         raise BackupError(503, "not_ready", f"node is {node.status}: it has no store to back up yet")
+    if node.status == "rejoining":   # its store may be swapped for a rebuilt one under the copy
+        raise BackupError(503, "not_ready", "node is rejoining (its store may be replaced by a donor's snapshot): "
+                          "back it up once it is running again")
     if len(node.backups) >= limits.backups_in_flight_max:
         raise BackupError(409, "backup_in_progress", f"a backup of this node is running (to {node.backups[0].out})")
     loop = asyncio.get_running_loop()
@@ -422,4 +426,5 @@ async def backup_node(node: "BackupHost", out: str, *, compact: bool = False) ->
             node.backups.remove(job)
 
     # A client that goes away does not stop the copy half-way: the job ends (or cleans up) by itself.
-    return await asyncio.shield(asyncio.ensure_future(run()))
+    job.task = asyncio.ensure_future(run())      # a rejoin's swap waits for it (process/opening.py)
+    return await asyncio.shield(job.task)

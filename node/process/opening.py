@@ -15,6 +15,7 @@ Rules kept here:
   `gc_vclock` for any other reason (its directory lost) raises it at open (node/wal/gc.py)."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -178,11 +179,16 @@ class Opening:
 
     async def reopen_after_rejoin(self, swap) -> None:
         """The rejoin's new store is complete: close everything that reads the old one, swap it
-        in, and start again from it. No inbound link is taken meanwhile (`links_refused`): one
+        in, and start again from it. A backup under way finishes first, from the old store and
+        WAL (a new one is refused while the node rejoins). No inbound link is taken meanwhile (`links_refused`): one
         taken while the others closed (each close awaits) outlived the swap (nemesis seed 51),
         its relay reading a WAL that was gone, and it could have read on into the new WAL, whose
         ids are the donor's, under a greeting that stated the old table's."""
         node = self.node
+        running = [j.task for j in node.backups if j.task is not None]
+        if running:     # each reads the old store and WAL: let it finish (none starts while rejoining)
+            log.info("rejoin: %d backup(s) of the old store finish before it is swapped out", len(running))
+            await asyncio.wait(running)
         node.links_refused = "this node is swapping in a store rebuilt from a snapshot"
         try:
             for c in list(node.links):

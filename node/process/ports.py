@@ -328,6 +328,7 @@ class OpeningHost(StoreKeeper, Protocol):
     retention: Any                            # node/retention.py Retention: load
     links: set
     links_refused: str | None
+    backups: list                             # node.ops.backup.BackupJob in flight: a rejoin's swap waits
 
     def on_fatal(self, e: BaseException) -> None: ...
     def set_peers(self, peers: list[str]) -> list[asyncio.Task]: ...

@@ -1,22 +1,29 @@
-"""No inbound link outlives the swap of a rebuilt store (node/process/opening.py
-`reopen_after_rejoin`), on a real node in this process (real LMDB, WAL and sockets) and
-subscribers played by tests/integration/fakepeer.py.
+"""What reads the old store is done before a rejoin swaps in the rebuilt one
+(node/process/opening.py `reopen_after_rejoin`), on a real node in this process (real LMDB, WAL
+and sockets) and subscribers played by tests/integration/fakepeer.py: no inbound link outlives
+the swap, and a backup under way finishes first (none starts while the node rejoins).
 
 Found by the nemesis (seed 51): a master rebuilt its store from a donor's snapshot, and while
 the swap closed its inbound links one by one (each close awaits), a member subscribed. That
 link was not among those being closed; its relay went on over the swapped store and failed
 reading a WAL segment that was gone (`relay ... failed (a bug ...): FileNotFoundError`). It
 could as well have read on into the new WAL, whose ids are the donor's, under a greeting that
-stated the old table's. Links are now refused (`not_ready`) until the new store is open."""
+stated the old table's. Links are now refused (`not_ready`) until the new store is open.
+Likewise a backup copying the old store would have had it closed under it, and its WAL copied
+from the new one."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import threading
 
 import pytest
 
 from node.applier.conn import Conn
 from node.core import messages as m
 from node.errors import PeerRefused
+from node.ops import backup
 from tests.integration.fakepeer import FakePeer
 from tests.unit.test_dashboard_http import open_node  # noqa: F401 - the fixture `node` takes
 from tests.waiting import until
@@ -64,4 +71,44 @@ async def test_a_member_subscribing_while_the_swap_closes_links_is_refused_and_n
             t.cancel()
         for p in (first, late):
             await p.close()
+
+
+
+async def test_a_backup_under_way_finishes_from_the_old_store_before_the_swap(node, tmp_path, monkeypatch, caplog):
+    entered, release, copied = threading.Event(), threading.Event(), threading.Event()
+    real_copy = backup.BackupJob.copy_store
+
+    def copy_store(job, store=None):               # the copy is slow: the swap comes meanwhile
+        entered.set()
+        release.wait(10)
+        real_copy(job, store)
+        copied.set()
+    monkeypatch.setattr(backup.BackupJob, "copy_store", copy_store)
+    old_store = node.store
+    closed: list[bool] = []                        # at each close of the old store: was the copy done?
+    real_close = old_store.close
+    monkeypatch.setattr(old_store, "close", lambda: (closed.append(copied.is_set()), real_close()))
+    caplog.set_level(logging.INFO, logger="replog")
+    taking = asyncio.create_task(backup.backup_node(node, str(tmp_path / "b")))
+    await until(entered.is_set, 10, "the backup copying the store")
+    swapping = asyncio.create_task(node.reopen_after_rejoin(lambda data_dir: None))
+    await until(lambda: closed or any("before it is swapped out" in r.getMessage() for r in caplog.records), 10,
+                "the swap to close the old store, or to wait for the backup")
+    release.set()
+    manifest = await asyncio.wait_for(taking, 20)
+    await asyncio.wait_for(swapping, 20)
+    assert closed == [True], "the old store was closed under the backup's copy"
+    assert manifest["uuid"] == node.uuid and os.path.isfile(tmp_path / "b" / "MANIFEST.json")
+    assert node.status == "running" and node.store is not old_store
+
+
+async def test_a_backup_asked_while_the_node_rejoins_is_refused(node, tmp_path):
+    node.status, node.status_reason = "rejoining", "an upstream collected rows this node needs"
+    try:
+        with pytest.raises(backup.BackupError) as e:
+            await backup.backup_node(node, str(tmp_path / "b"))
+    finally:
+        node.status, node.status_reason = "running", ""
+    assert (e.value.status, e.value.code) == (503, "not_ready") and "rejoining" in e.value.message
+    assert not os.path.exists(tmp_path / "b") and node.backups == []
 
