@@ -18,8 +18,9 @@ Rules kept here:
   peer use them rather than a copy.
 - An ERROR before authentication is anyone's word: only what a relay says then (it is
   shutting down, the protocol version, the secret, a malformed handshake, a handshake that went
-  silent: `PREAUTH_ERRORS`) is a refusal; any other code (rejoin, expelled, wrong cluster, ...) is a broken link, so a
-  box at a peer's address that holds no secret can state nothing only a member may state.
+  silent: `PREAUTH_ERRORS`) is a refusal; any other code (rejoin, expelled, wrong cluster, ...)
+  is a broken link, so a box at a peer's address that holds no secret can state nothing only a
+  member may state.
 - A receive that waits longer than its bound raises PeerSilent: the link broke, whoever's side
   stalled.
 - A receive is bounded with `asyncio.timeout`, never `asyncio.wait_for`: on Python 3.11 wait_for

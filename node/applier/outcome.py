@@ -13,17 +13,17 @@ Rules kept here:
   later, and it is no ERROR; a peer not joined yet or closing the link as it stops,
   PeerNotReady, is said at INFO too), and `silent` (the upstream heard nothing on the link
   for `peer_timeout_s`: this node stalled or was stopped, or the network dropped everything;
-  the link broke, so it is retried with the backoff, said as a WARNING); a broken network is retried with capped exponential backoff;
-  our own state asking for a fresh SUBSCRIBE (Resubscribe), or the upstream asking for a fresh
-  greeting (`greet_again`), retries at once; the disk failing (StorageError) stops the node;
-  anything else is a bug here: this link stops, the node serves on.
+  the link broke, so it is retried with the backoff, said as a WARNING); a broken network is
+  retried with capped exponential backoff; our own state asking for a fresh SUBSCRIBE
+  (Resubscribe), or the upstream asking for a fresh greeting (`greet_again`), retries at once;
+  the disk failing (StorageError) stops the node; anything else is a bug here: this link
+  stops, the node serves on.
 - Backoff doubles per failed try up to `reconnect_backoff_max_s` and starts again from the
   minimum after a link that lived for a while; every wait is jittered (0.5x to 1.5x), so links
   that broke together do not come back together.
 - A relay answers the peer's refusal with its code, a peer that said nothing for its timeout
-  with `silent`, a peer's bad input with `protocol`, and a
-  bug of ours with `internal` (logged with its traceback by the node); a lost connection gets
-  no answer."""
+  with `silent`, a peer's bad input with `protocol`, and a bug of ours with `internal` (logged
+  with its traceback by the node); a lost connection gets no answer."""
 from __future__ import annotations
 
 import logging

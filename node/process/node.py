@@ -80,7 +80,7 @@ class Node:
         self.followers: dict = {}    # member uuid -> the one applier linked to it (claims.claim_link)
         self.relays: set = set()     # subscribed relays (node/applier/relay.py)
         self.links: set = set()      # every inbound replication link, from accept (relays: subscribed ones)
-        self.links_refused: str | None = None   # why inbound links are refused for a moment (a rebuilt store swapped in)
+        self.links_refused: str | None = None   # why inbound links are refused now (a rebuilt store swapped in)
         self.link_guard = LinkGuard()    # bounds on links still in their handshake (node/applier/accept.py)
         self.http_session: aiohttp.ClientSession | None = None
         self.client_server = None    # the binary client protocol's listener (node/clientproto/listener.py)

@@ -180,10 +180,10 @@ class Opening:
     async def reopen_after_rejoin(self, swap) -> None:
         """The rejoin's new store is complete: close everything that reads the old one, swap it
         in, and start again from it. A backup under way finishes first, from the old store and
-        WAL (a new one is refused while the node rejoins). No inbound link is taken meanwhile (`links_refused`): one
-        taken while the others closed (each close awaits) outlived the swap (nemesis seed 51),
-        its relay reading a WAL that was gone, and it could have read on into the new WAL, whose
-        ids are the donor's, under a greeting that stated the old table's."""
+        WAL (a new one is refused while the node rejoins). No inbound link is taken meanwhile
+        (`links_refused`): one taken while the others closed (each close awaits) outlived the
+        swap (nemesis seed 51), its relay reading a WAL that was gone, and it could have read on
+        into the new WAL, whose ids are the donor's, under a greeting that stated the old table's."""
         node = self.node
         running = [j.task for j in node.backups if j.task is not None]
         if running:     # each reads the old store and WAL: let it finish (none starts while rejoining)

@@ -1,8 +1,8 @@
 """Faults at random on real processes (kills, pauses, cuts, lost stores, restores from hot
-backups, torn writes at the end of a WAL, a master seeded from another's backup), with WAL collection running all the time, and the
-oracles after healing (tests/integration/nemesis.py). The default run takes one seed for
-`SECONDS`; `REPLOG_NEMESIS_SEED` and `REPLOG_NEMESIS_S` choose others (a soak:
-`python -m tests.integration.nemesis --seconds 600 --seed 7`)."""
+backups, torn writes at the end of a WAL, a master seeded from another's backup), with WAL
+collection running all the time, and the oracles after healing (tests/integration/nemesis.py).
+The default run takes one seed for `SECONDS`; `REPLOG_NEMESIS_SEED` and `REPLOG_NEMESIS_S`
+choose others (a soak: `python -m tests.integration.nemesis --seconds 600 --seed 7`)."""
 from __future__ import annotations
 
 import os

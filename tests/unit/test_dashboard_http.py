@@ -202,7 +202,7 @@ async def test_a_listener_that_stops_reading_is_dropped_and_its_connection_cut(n
         task = asyncio.create_task(read(reader))
         host, port = node.cfg.host, node.cfg.port
         stuck = socket.socket()
-        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # fills sooner: only the node's send buffer is left
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # fills sooner: the node's send buffer is left
         stuck.connect((host, port))
         try:
             stuck.sendall(f"GET /v1/events HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode())
