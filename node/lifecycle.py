@@ -54,6 +54,10 @@ log = logging.getLogger("replog.lifecycle")
 LOCK_FILE = "replog.lock"            # flock'd by the running node; `admin mark-clean` checks it
 
 
+# Refusals that pass (node/applier/outcome.py retries them as broken links): said at INFO.
+PASSING_REFUSALS = ("not_ready", "silent")
+
+
 class Lifecycle:
     def __init__(self, node: "LifecycleHost"):
         self.node = node
@@ -203,9 +207,12 @@ class Lifecycle:
                 return address, await probe(node, node.http_session, address, timeout)
             except PROBE_ERRORS as e:
                 if isinstance(e, PeerRefused) and self.refusals.get(address) != str(e):
-                    # a lasting reason (secret, TLS certificate, cluster): logged once per change
+                    # a lasting reason (secret, TLS certificate, cluster): logged once per change; a
+                    # peer stopping, swapping in a rebuilt store or not joined yet (`not_ready`), or
+                    # one that heard nothing from us for a moment (`silent`), passes: said at INFO
                     self.refusals[address] = str(e)
-                    log.warning("peer %s refused: %s", address, e)
+                    log.log(logging.INFO if e.code in PASSING_REFUSALS else logging.WARNING,
+                            "peer %s refused: %s", address, e)
                 return address, e
 
         peers = [a for a in self.node.peers if a != self.cfg.address]
