@@ -363,6 +363,11 @@ class Join:
         if requested is not None and (type(requested) is not int or not 1 <= requested <= limits.replica_id_max):
             raise RemoteProtocolError(f"requested id {requested!r} is not an id")
         async with self._register_lock:
+            if node.status != "running":
+                # The relay checked, but this waited for another registration meanwhile: a row
+                # under our own id is written only while running (not after a lease was lost,
+                # nor once a rejoin or a stop began).
+                raise PeerRefused("not_ready", f"this node is {node.status}: {node.status_reason}")
             core, store = node.core, node.store
             if code is None:          # a joiner without identity files (lease identity)
                 remember_registration(node.data_dir, uuid)

@@ -24,7 +24,7 @@ Rules it keeps:
   "running" until every listed peer's greeting shows it has seen our version, or
   `lease.peer_wait_until_ms` passes. It probes the peers itself meanwhile.
 - Lease lost (a renewal failed up to the deadline, or superseded): status "lease_lost"
-  at once (health 503, writes refused), appliers and relays stopped, handshakes refused;
+  at once (health 503, writes refused), appliers stopped and inbound links closed, handshakes refused;
   after a short grace that lets health checks see why, the process stops with
   `node.fatal = LeaseLost` (exit code 1) well before the lease expires.
 - Store calls block (flock, boto3), so they run on daemon threads: a hung call can delay
@@ -369,8 +369,12 @@ class LeaseIdentity:
             except (asyncio.TimeoutError, Exception) as e:  # noqa: BLE001 - the exit must not wait on one applier
                 log.error("lease: stopping applier %s after the loss failed: %s", a.address, e)
         node.appliers.clear()
-        for r in list(node.relays):
-            await r.conn.close()
+        # Every link accept took, not only the relays streaming: one greeted before the loss
+        # could otherwise subscribe or register during the grace. Links opened from now on
+        # are refused by check_peer ("lease_lost").
+        links = list(node.links)
+        if links:
+            await asyncio.gather(*(c.close(going_away=True) for c in links))
         # Keep answering 503 (with the reason) briefly so health checks see why, then exit;
         # by construction this ends well before the lease expires.
         grace_ms = min(core.safety_margin_ms(self.manager.duration_ms) // limits.lease_lost_grace_divisor,

@@ -220,7 +220,7 @@ class LeaseHost(Handshake, Protocol):
     stopped: asyncio.Event
     http_session: "aiohttp.ClientSession | None"
     appliers: dict[str, Any]
-    relays: set
+    links: set                                # every inbound link (closed on a loss)
     tasks: TaskCancel
 
     def on_fatal(self, e: BaseException) -> None: ...
