@@ -83,6 +83,7 @@ space_check_interval_s = 1.0         # disk free space and map use are sampled t
 backup_copy_chunk_bytes = 1024 * 1024  # WAL bytes copied per read: the copy runs on a thread and
                                      # holds the GIL only between chunks
 backups_in_flight_max = 1            # one backup of a node at a time; another is refused (409 busy)
+backup_stop_log_s = 5.0              # a stop waiting for a backup's store copy says how far it is this often
 
 # --- client API -------------------------------------------------------------
 body_bytes_max = 8 * 1024 * 1024     # one HTTP body; a 1000-op txn of small values fits easily

@@ -33,6 +33,7 @@ import logging
 import os
 import secrets
 import shutil
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -185,6 +186,30 @@ class BackupJob:
         self.seconds: dict[str, float] = {}
         self.started_s = time.time()
         self.task: Any = None                       # inside the node: the asyncio task running the steps
+        self.abandoned = threading.Event()          # inside the node: it stops; no step after this one
+        self.abandon_reason = ""
+
+    def abandon(self, reason: str) -> None:
+        """Give the backup up after the step under way (a store copy cannot be interrupted)."""
+        self.abandon_reason = reason
+        self.abandoned.set()
+
+    def check_abandoned(self) -> None:
+        if self.abandoned.is_set():
+            raise BackupError(503, "stopping", f"the backup to {self.out} was abandoned: {self.abandon_reason}; "
+                              "nothing was written there")
+
+    def progress(self) -> str:
+        """How far the store copy is, from the files' sizes (a compacting copy ends smaller)."""
+        def mib(path: str) -> float:
+            try:
+                return os.path.getsize(path) / 2 ** 20
+            except OSError:
+                return 0.0
+        if "store_copy_s" in self.seconds:
+            return "its store copy is done"
+        return (f"{mib(os.path.join(self.tmp, 'store', 'data.mdb')):.0f} MiB of the store's "
+                f"{mib(os.path.join(self.data_dir, 'store', 'data.mdb')):.0f} MiB copied")
 
     def begin(self) -> None:
         check_destination(self.out)
@@ -229,6 +254,7 @@ class BackupJob:
                  for n in names}
         self.point = (names[-1], sizes[names[-1]]) if names else (None, 0)
         for n in names:
+            self.check_abandoned()
             crc = copy_range(self._fds[n], os.path.join(self.tmp, "wal", n), sizes[n])
             self.segments.append({"name": n, "bytes": sizes[n], "crc32c": crc})
         self._close_fds()
@@ -402,6 +428,8 @@ async def backup_node(node: "BackupHost", out: str, *, compact: bool = False) ->
     if node.status == "rejoining":   # its store may be swapped for a rebuilt one under the copy
         raise BackupError(503, "not_ready", "node is rejoining (its store may be replaced by a donor's snapshot): "
                           "back it up once it is running again")
+    if node.status in ("stopping", "stopped", "lease_lost", "failed"):   # its store is about to close
+        raise BackupError(503, "not_ready", f"node is {node.status}: {node.status_reason}")
     if len(node.backups) >= limits.backups_in_flight_max:
         raise BackupError(409, "backup_in_progress", f"a backup of this node is running (to {node.backups[0].out})")
     loop = asyncio.get_running_loop()
@@ -411,13 +439,16 @@ async def backup_node(node: "BackupHost", out: str, *, compact: bool = False) ->
     async def run() -> dict:
         try:
             await loop.run_in_executor(None, job.begin)
+            job.check_abandoned()
             if node.journal.wal is not None:
                 job.replay_from = node.journal.applied     # read on the loop, before the copy starts
             await loop.run_in_executor(None, job.copy_store, node.store)
+            job.check_abandoned()
             journal = node.journal
             point = journal.position if journal.wal is not None else (None, 0)
             job.point_s = time.time()
             await loop.run_in_executor(None, job.copy_wal, point)
+            job.check_abandoned()
             return await loop.run_in_executor(None, job.finish)
         except BaseException:
             await loop.run_in_executor(None, job.abort)
@@ -428,3 +459,23 @@ async def backup_node(node: "BackupHost", out: str, *, compact: bool = False) ->
     # A client that goes away does not stop the copy half-way: the job ends (or cleans up) by itself.
     job.task = asyncio.ensure_future(run())      # a rejoin's swap waits for it (process/opening.py)
     return await asyncio.shield(job.task)
+
+
+async def abandon_backups(jobs: list[BackupJob], reason: str) -> None:
+    """A stopping node (node/process/node.py stop) gives up its backups under way and waits
+    until each has ended its current step and cleaned up: a store copy reads through the
+    node's LMDB handle, which must not close under it, and cannot be interrupted. Each
+    backup's request is answered 503 `stopping`. Says what it waits for every few seconds."""
+    import asyncio
+    running = [j for j in jobs if j.task is not None and not j.task.done()]
+    if not running:
+        return
+    for j in running:
+        j.abandon(reason)
+    while True:
+        done, pending = await asyncio.wait([j.task for j in running], timeout=limits.backup_stop_log_s)
+        if not pending:
+            return
+        for j in running:
+            if not j.task.done():
+                log.info("backup: the stop waits for the backup to %s to end its step: %s", j.out, j.progress())

@@ -181,6 +181,7 @@ class BackupHost(Protocol):
     the journal position it replays from, the jobs in flight."""
     data_dir: str
     status: str
+    status_reason: str
     core: "NodeCore | None"
     store: "Store | None"
     journal: "Journal | None"
