@@ -29,6 +29,10 @@ Rules kept here:
   which runs on: a new uuid, the original's rows to the backup's point already in its store. It
   registers through a running member, takes the rest from the cluster and is written to as any
   joiner is (it counts in `JOINS_MAX`).
+- A master is lost for good (its host gone) and replaced by a new member seeded from one of its
+  backups, under the rule of a lost store, as docs/operations.md tells an operator: its old uuid
+  is expelled on a running member, at random before the new one starts or a few seconds after
+  (until then, a fenced master waits for the old uuid). The lost master's log is still checked.
 - At most `FAULTS_MAX` faults at a time, so most of the cluster is up most of the time.
 - The schedule comes from the seed; the timing does not, so a failure prints what happened
   (`Nemesis.history`) and the seed.
@@ -57,8 +61,9 @@ from tests.integration.writers import BinaryWriter, Writer
 SMALL = ["--segment-bytes-max", "4096", "--checkpoint-interval-s", "0.3", "--anon-ttl-s", "1.5"]
 FAULTS_MAX = 2
 JOINS_MAX = 2               # masters that join during a run
-KINDS = ("kill", "pause", "stop", "cut", "lose", "move", "join", "seed", "backup", "restore", "tear")
-WEIGHTS = (4, 3, 2, 3, 1, 1, 1, 1, 1, 1, 1)
+REPLACES_MAX = 1            # masters lost for good and replaced from their backups during a run
+KINDS = ("kill", "pause", "stop", "cut", "lose", "move", "join", "seed", "backup", "restore", "tear", "replace")
+WEIGHTS = (4, 3, 2, 3, 1, 1, 1, 1, 1, 1, 1, 1)
 TEARS = ("short", "unchecked", "magic")     # what a write cut by the crash left (Nemesis._tear)
 BACKUP_TIMEOUT_S = 60.0
 BINARY = (0, 3)             # masters written to over the binary client protocol (the others over HTTP)
@@ -68,8 +73,9 @@ PATIENCE_S = 10.0           # how long a master fenced on a replica's old uuid w
 
 class Nemesis:
     def __init__(self, tmp, seed: int, nodes: int = 4, anon: int = 1, weights: dict[str, int] | None = None,
-                 secure: bool = False):
+                 secure: bool = False, first: tuple[str, ...] = ()):
         self.rng = random.Random(seed)
+        self.first = list(first)        # kinds tried before any drawn, each until it happens
         self.weights = [dict(zip(KINDS, WEIGHTS), **(weights or {}))[k] for k in KINDS]
         self.seed = seed
         self.tmp = tmp
@@ -82,6 +88,8 @@ class Nemesis:
                                        **dict(self.node_kw, extra=self.node_kw["extra"] + ["--anon"]))
                          for i in range(anon)]
         self.joined = 0
+        self.replaced = 0
+        self.retired: list[ReplogProcess] = []     # masters lost for good (replaced): down, logs kept
         self.gone: set[str] = set()               # anonymous uuids gone with their stores
         self.waiting: dict[tuple[str, str], float] = {}   # (master, old uuid) -> first seen fenced on it
         self.operator_steps = 0
@@ -128,16 +136,24 @@ class Nemesis:
                 self.faults.remove(f)
                 self._heal(f[1], f[2])
             if len(self.faults) < FAULTS_MAX:
-                self._fault(self.rng.choices(KINDS, self.weights)[0])
+                kind = self.first[0] if self.first else self.rng.choices(KINDS, self.weights)[0]
+                done = len(self.history)
+                self._fault(kind)
+                if self.first and any(line.split()[1] == kind for line in self.history[done:]):
+                    self.first.pop(0)
             self._operator(PATIENCE_S)
             time.sleep(self.rng.uniform(0.2, 1.0))  # the time between faults: the schedule itself
 
     def heal_all(self) -> None:
-        for _, kind, whom in list(self.faults):
-            self._heal(kind, whom)
-        self.faults.clear()
+        pending, self.faults = self.faults, []
+        for _, kind, whom in pending:
+            if kind != "expel":
+                self._heal(kind, whom)
         for n in self.nodes:
             n.wait_healthy(60)
+        for _, kind, whom in pending:               # an operator's step still to take: once a master takes it
+            if kind == "expel":
+                wait_for(lambda: self._expel(*whom), 60, f"a master expelling {whom[1]}")
         for n in self.nodes:                        # one that was starting may have missed a change
             n.peers = self._peers_of(n)
             wait_for(lambda: n.put("/v1/admin/peers", {"peers": n.peers})[0] == 200, 60, f"{n.name} taking its peers")
@@ -171,7 +187,7 @@ class Nemesis:
         skipped lsns of its own: no node here lost rows from its WAL (kill -9 keeps what was
         written), so such a line would blame a peer for this node's own doing
         (node/core/receive.py `_own_gap`)."""
-        for n in self.nodes:
+        for n in self.nodes + self.retired:
             lines = n.log_text().splitlines()
             bad = [i for i, line in enumerate(lines) if "Traceback" in line or "of its own (its WAL lost rows" in line
                    or _STOP_STEP_FAILED.search(line)]
@@ -227,6 +243,9 @@ class Nemesis:
             return
         if kind == "restore":
             self._restore()
+            return
+        if kind == "replace":
+            self._replace()
             return
         free = self._free()
         if not free:
@@ -352,6 +371,63 @@ class Nemesis:
         self.note(f"restore {n.name} from {os.path.basename(backup)} (its rows to {own} are on every other master)")
         self._later("restore", n, 0.0, 0.5)
 
+    def _replace(self) -> None:
+        """A free master with a backup is lost for good once every other master holds every row
+        it has, and a new master restored from one of its backups as a new member
+        (`--as-new-member`) starts in its place, on a new address. The old uuid is expelled now,
+        or by the `expel` fault a few seconds after the new master started."""
+        if self.replaced >= REPLACES_MAX:
+            return
+        free = [m for m in self._free() if m in self.masters and self._running(m) and m.name in self.writers
+                and self.backups.get(m.name) and self._answers(m)]
+        if not free:
+            return
+        n = self.rng.choice(free)
+        try:
+            old = n.uuid()
+        except (OSError, AssertionError, ValueError, KeyError):
+            return
+        own = self._held_elsewhere(n, "replace")
+        if own is None:
+            return
+        backup = self.rng.choice(self.backups[n.name])
+        n.kill9()
+        self.writers.pop(n.name).stop()
+        self.masters.remove(n)
+        self.retired.append(n)
+        self.replaced += 1
+        r = ReplogProcess(self.tmp, f"s{self.replaced}", peers=[self.addresses[m.name] for m in self.masters],
+                          **self.node_kw)
+        restore(backup, r.data_dir, "--as-new-member")
+        self.note(f"replace {n.name} ({old[:8]}; its rows to {own} are on every other master) by {r.name}, "
+                  f"restored from {os.path.basename(backup)} as a new member")
+        expel_first = self.rng.random() < 0.5
+        if expel_first:
+            self._expel(old, n.name)
+        self.masters.append(r)
+        self.addresses[r.name] = r.address
+        r.start(wait=False)
+        self._tell_peers(r)
+        self.writers[r.name] = Writer(r, self.acked)
+        if not expel_first:
+            self._later("expel", (old, n.name), 1.0, 5.0)
+
+    def _expel(self, old: str, name: str) -> bool:
+        """The operator expels a lost master's uuid on a running master (DELETE /v1/cluster/{uuid}:
+        200 expelled, 202 once that master's fence lifts). False if no master took it."""
+        for m in self.rng.sample(self.masters, len(self.masters)):
+            if not self._running(m):
+                continue
+            try:
+                s, body = m.delete(f"/v1/cluster/{old}")
+            except (OSError, ValueError):
+                continue
+            if s in (200, 202):
+                self.operator_steps += 1
+                self.note(f"operator: {m.name} expels {name} ({old[:8]}): {s}")
+                return True
+        return False
+
     def _operator(self, patience: float) -> bool:
         """The operator's step for a replica whose disk was replaced (docs/operations.md), on a
         master whose fence has waited `patience` s for the replica's old uuid: expel it there
@@ -451,6 +527,10 @@ class Nemesis:
             self.cuts.discard(frozenset(whom))
             self._apply_peers(frozenset(whom))
             return
+        if kind == "expel":
+            if not self._expel(*whom):
+                self._later("expel", whom, 1.0, 2.0)    # no master took it: the operator tries again
+            return
         n: ReplogProcess = whom
         if kind == "pause":
             n.proc.send_signal(signal.SIGCONT)
@@ -464,7 +544,7 @@ class Nemesis:
 
     # --- links --------------------------------------------------------------------------------
     def _by(self, name: str) -> ReplogProcess:
-        return next(n for n in self.nodes if n.name == name)
+        return next(n for n in self.nodes + self.retired if n.name == name)   # a cut may outlive a replaced end
 
     def _running(self, n: ReplogProcess) -> bool:
         return n.proc is not None and n.proc.poll() is None and \
@@ -511,10 +591,11 @@ def _secured(tmp) -> dict:
 
 
 def run(tmp, seed: int, seconds: float, nodes: int = 4, anon: int = 1, weights: dict[str, int] | None = None,
-        secure: bool = False) -> Nemesis:
+        secure: bool = False, first: tuple[str, ...] = ()) -> Nemesis:
     """The whole run: a cluster, writes under faults for `seconds`, healing, the oracles. Every
-    process it started is killed at the end, whatever happened."""
-    nem = Nemesis(tmp, seed, nodes, anon, weights, secure)
+    process it started is killed at the end, whatever happened. `first`: kinds of fault tried
+    before any drawn, each until it happens (a short run that must meet a rare one)."""
+    nem = Nemesis(tmp, seed, nodes, anon, weights, secure, first)
     try:
         nem.start_writing()
         nem.run(seconds)
@@ -525,7 +606,7 @@ def run(tmp, seed: int, seconds: float, nodes: int = 4, anon: int = 1, weights: 
         for w in nem.writers.values():
             w.done.set()
             w.go.set()
-        for n in nem.nodes:
+        for n in nem.nodes + nem.retired:
             n.kill9()
             n.release_port()
 
@@ -540,6 +621,14 @@ def _weights(text: str) -> dict[str, int]:
     return out
 
 
+def _kinds(text: str) -> tuple[str, ...]:
+    out = tuple(filter(None, text.split(",")))
+    bad = [k for k in out if k not in KINDS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{bad[0]!r} is not a kind of {', '.join(KINDS)}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=120.0)
@@ -548,11 +637,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--anon", type=int, default=1, help="anonymous replicas")
     p.add_argument("--weights", type=_weights, default={},
                    help=f"kind=weight,... over the defaults ({', '.join(f'{k}={w}' for k, w in zip(KINDS, WEIGHTS))})")
+    p.add_argument("--first", type=_kinds, default=(),
+                   help="kind,... tried before any drawn, each until it happens (e.g. replace)")
     p.add_argument("--secure", action="store_true",
                    help="TLS on every link and port, a cluster secret and a client token, as off loopback")
     a = p.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="replog-nemesis-")
-    nem = run(tmp, a.seed, a.seconds, a.nodes, a.anon, a.weights, a.secure)
+    nem = run(tmp, a.seed, a.seconds, a.nodes, a.anon, a.weights, a.secure, a.first)
     print("\n".join(nem.history))
     print(f"seed {a.seed}: {len(nem.acked.writes)} acknowledged writes on every node; logs in {tmp}")
     return 0

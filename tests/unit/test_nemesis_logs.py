@@ -22,9 +22,9 @@ class Node:
         return self._text
 
 
-def nemesis(*nodes: Node) -> Nemesis:
+def nemesis(*nodes: Node, retired: tuple[Node, ...] = ()) -> Nemesis:
     n = object.__new__(Nemesis)        # only its nodes are read
-    n.masters, n.replicas = list(nodes), []
+    n.masters, n.replicas, n.retired = list(nodes), [], list(retired)
     return n
 
 
@@ -42,3 +42,8 @@ def test_ordinary_lines_pass():
 def test_a_traceback_a_failed_stop_step_or_an_own_gap_fails_the_run(bad):
     with pytest.raises(AssertionError, match="n2's log"):
         nemesis(Node("n1", OK), Node("n2", OK[:2] + [bad] + OK[2:])).logs_clean()
+
+
+def test_a_master_replaced_for_good_still_has_its_log_read():
+    with pytest.raises(AssertionError, match="n2's log"):
+        nemesis(Node("n1", OK), retired=(Node("n2", OK[:2] + ["Traceback (most recent call last):"]),)).logs_clean()
