@@ -363,6 +363,8 @@ class Join:
         if requested is not None and (type(requested) is not int or not 1 <= requested <= limits.replica_id_max):
             raise RemoteProtocolError(f"requested id {requested!r} is not an id")
         async with self._register_lock:
+            if node.lease is not None:
+                node.lease.serving()   # past its deadline the loss begins here: the status says so
             if node.status != "running":
                 # The relay checked, but this waited for another registration meanwhile: a row
                 # under our own id is written only while running (not after a lease was lost,

@@ -73,6 +73,9 @@ class NodeRelayContext:
         self.node.check_peer_greeting(theirs)
 
     def status(self) -> tuple[str, str]:
+        lease = self.node.lease
+        if lease is not None:
+            lease.serving()            # past its deadline the loss begins here: the status says so
         return self.node.status, self.node.status_reason
 
     def serves_wal(self) -> bool:

@@ -109,7 +109,7 @@ class Relay:
         await sender  # re-raise its error
 
     async def _send_loop(self) -> None:
-        journal, mach = self.node.journal, self.machine
+        journal, mach, lease = self.node.journal, self.machine, self.node.lease
         loop = asyncio.get_running_loop()
         wake, cursor = self._wake, self.cursor
         journal.listen(wake)
@@ -129,6 +129,9 @@ class Relay:
                 if not mach.rows_may_go():           # checked after the read: nothing written since goes
                     await self._greet_again()
                     return
+                if lease is not None and not lease.serving():   # no await from here to the send
+                    raise PeerRefused("lease_lost", "this node's lease ran out (it was paused or stalled): "
+                                                    "it sends no more rows")
                 if frames:
                     for batch in rows_batches(frames):
                         await self.conn.send_rows(batch)

@@ -268,6 +268,11 @@ class Session:
             why = f"the write failed: {type(e).__name__}: {e}" if e else "the write was cancelled"
             self._send(None, [wire.error_answer(i, 503, "write_failed", why) for i in ids])
             return
+        try:
+            self.node.ack_check()
+        except ClientError as e:
+            self._send(None, [wire.error_answer(i, e.status, e.code, e.message) for i in ids])
+            return
         self._send(self.node.vclock_uuid(), list(zip(ids, [wire.OK] * len(ids), lasts)))
 
     # --- tasks -----------------------------------------------------------------------------

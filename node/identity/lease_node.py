@@ -26,7 +26,9 @@ Rules it keeps:
 - Lease lost (a renewal failed up to the deadline, or superseded): status "lease_lost"
   at once (health 503, writes refused), appliers stopped and inbound links closed, handshakes refused;
   after a short grace that lets health checks see why, the process stops with
-  `node.fatal = LeaseLost` (exit code 1) well before the lease expires.
+  `node.fatal = LeaseLost` (exit code 1) well before the lease expires. A process paused past
+  its deadline begins the loss at the first thing it does after (`serving()`): nothing is
+  claimed, acknowledged or sent, and no handshake taken, before the renewal's timer runs.
 - Store calls block (flock, boto3), so they run on daemon threads: a hung call can delay
   neither the event loop nor the process exit. After a loss the process also skips the
   interpreter's teardown once the node has stopped (see `_exit_at_once`).
@@ -280,11 +282,27 @@ class LeaseIdentity:
         return {"slot": self.slot, "version": self.version,
                 "seen": {str(k): v for k, v in sorted(self.seen.items())}}
 
+    def serving(self) -> bool:
+        """Whether this node may act as the slot's member now: not lost, and the renewal deadline
+        not passed by the clock. A process that was paused (SIGSTOP, a frozen VM, a stalled loop)
+        past its deadline runs whatever was waiting first (a request in a socket before the
+        renewal's timer): every path that claims, acknowledges or sends rows of ours, and every
+        handshake, asks here first, and the loss begins at once, synchronously."""
+        if self.lost_reason is not None:
+            return False
+        mgr = self.manager
+        if mgr is None or mgr.lease is None or mgr.holds_valid_lease():
+            return True
+        late_s = (mgr.now_ms() - mgr.renew_deadline_ms) / 1000
+        self._lose_now(f"the renewal deadline passed {late_s:.1f} s ago with no renewal: this process was paused "
+                       "or stalled (a stopped process, a frozen VM, a blocked event loop)")
+        return False
+
     def check_peer(self, theirs: dict) -> None:
         """Fencing for one peer greeting (either side of a handshake): raises PeerRefused to refuse.
         Acts on versions read from the lease store only; newer claims ask for a re-read."""
         peer = f"{theirs.get('address')} ({str(theirs.get('uuid'))[:8]})"
-        if self.lost_reason is not None:
+        if not self.serving():
             raise PeerRefused("lease_lost", f"this node lost lease slot {self.slot} ({self.lost_reason}); "
                                             f"it no longer replicates")
         slot, version, their_seen = parse_greeting_lease(theirs)

@@ -112,6 +112,7 @@ class Node:
         self.own_rows_unheeded = p.own_rows_unheeded
         self.set_peers, self.configure_peers = p.set_peers, p.configure_peers
         self.write_check, self.replicated_write_check = w.write_check, w.replicated_write_check
+        self.ack_check = w.ack_check
         self.refuse_without_room, self.write, self.expel = w.refuse_without_room, w.write, w.expel
         self.register_member = w.register_member
         self.vclock_uuid, self.has_applied, self.wait_applied = w.vclock_uuid, w.has_applied, w.wait_applied

@@ -56,6 +56,12 @@ class WalHolds(Protocol):
     def lapse(self) -> bool: ...
 
 
+class LeaseGate(Protocol):
+    """Lease identity as the paths that claim, acknowledge or send this node's rows see it
+    (node/identity/lease_node.py): False once the slot may be another node's (the loss begun)."""
+    def serving(self) -> bool: ...
+
+
 # --- the link handshake ------------------------------------------------------------------------
 class Handshake(Protocol):
     """What opening a link needs (node/applier/handshake.py open_link, probe): who we are, our
@@ -90,6 +96,7 @@ class RelayHost(Handshake, Protocol):
     it snapshots, the WAL it reads, the relays set it joins, the holds it keeps."""
     core: "NodeCore | None"
     journal: "Journal | None"
+    lease: LeaseGate | None                   # no rows sent, nobody registered past its deadline
     store: "Store | None"
     wal_dir: str
     status: str
@@ -171,6 +178,7 @@ class ClientHost(Protocol):
     def vclock_uuid(self) -> dict[str, int]: ...
     def write_check(self) -> None: ...
     def replicated_write_check(self) -> None: ...
+    def ack_check(self) -> None: ...
     def has_applied(self, vclock_uuid: dict[str, int]) -> bool: ...
     async def wait_applied(self, vclock_uuid: dict[str, int], timeout_s: float) -> dict[str, int]: ...
     async def write(self, ops: list) -> dict: ...
@@ -286,6 +294,7 @@ class StoreKeeper(Handshake, Protocol):
 class JoinHost(StoreKeeper, Protocol):
     """Joining a cluster, founding one, registering (node/join.py)."""
     opening: Opening
+    lease: LeaseGate | None
 
     async def register_member(self, uuid: str, address: str, state: str = ...) -> int: ...
 
@@ -353,6 +362,7 @@ class PeeringHost(ApplierHost, Protocol):
 class WritesHost(Protocol):
     """This node's own writes and read-your-writes (node/process/writes.py)."""
     cfg: "Config"
+    lease: LeaseGate | None                   # nothing claimed or acknowledged past its deadline
     uuid: str
     core: "NodeCore | None"
     journal: "Journal | None"

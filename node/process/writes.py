@@ -36,9 +36,21 @@ class Writes:
         room to write (the NOSPACE alarm). Every client write path calls it, and
         replicated_write_check for rows under our own id."""
         node = self.node
+        if node.lease is not None:
+            node.lease.serving()       # past its deadline the loss begins here: the status refuses
         if node.status != "running" or node.core is None:
             raise ClientError(503, "not_ready", f"node is {node.status}: {node.status_reason}")
         self.refuse_without_room()
+
+    def ack_check(self) -> None:
+        """Before a write's answer: a lease node whose renewal deadline passed while the write was
+        made durable (it was paused) does not acknowledge it. The slot may be another node's
+        by now, and the row may never leave this one."""
+        lease = self.node.lease
+        if lease is not None and not lease.serving():
+            raise ClientError(503, "lease_lost", "this node's lease ran out while the write was made durable "
+                              "(the process was paused or stalled): the write may or may not survive; read it "
+                              "back from another member before writing it again")
 
     def replicated_write_check(self) -> None:
         """Writes to replicated spaces, rows under this node's own id: refused on a read-only node
@@ -96,6 +108,7 @@ class Writes:
         if local_ops:
             txns.append(core.local_txn(local_ops, GROUP_LOCAL, now))
         await node.journal.submit(txns)
+        self.ack_check()
         t = txns[0]
         vclock_uuid = self.vclock_uuid()      # refreshes the cached vclock by local id too
         return {"lsn": t.last_lsn, "vclock": self._vclock_ids, "vclock_uuid": vclock_uuid}

@@ -66,7 +66,7 @@ def test_the_applier_machine_hears_the_journals_pending_entries_and_a_peers_clai
 
 def test_a_node_without_a_wal_serves_no_subscriber_and_one_never_collected_has_collected_nothing():
     store = SimpleNamespace(get_meta=lambda key: None)
-    ctx = NodeRelayContext(SimpleNamespace(journal=None, store=store, status="joining", status_reason="no donor",
+    ctx = NodeRelayContext(SimpleNamespace(journal=None, store=store, lease=None, status="joining", status_reason="no donor",
                                            core=None))
     assert not ctx.serves_wal() and ctx.gc_vclock() == {} and ctx.status() == ("joining", "no donor")
     assert not NodeRelayContext(SimpleNamespace(journal=SimpleNamespace(wal=None))).serves_wal()
