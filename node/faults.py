@@ -5,17 +5,21 @@ REPLOG_FAULT_POINT=NAME[:N]. A registration crash point (identity_file.FAULT_POI
 process os._exit(137) the N-th time it is reached (default 1), as kill -9 would; a server point
 acts the first N times: lose_apply_answer = the donor applies a JOIN/REGISTER, then closes the
 link without answering (the "lost ApplyResult" of the reference); applier_bug and checkpoint_bug
-raise an AssertionError there (a bug of ours), to show it is logged, shown and survived."""
+raise an AssertionError there (a bug of ours), to show it is logged, shown and survived;
+stall_write blocks the event loop for `limits.fault_stall_s` as an HTTP write begins, before any check (a
+frozen VM, or a disk stall on the loop's thread: what was waiting runs before any timer)."""
 from __future__ import annotations
 
 import os
 import sys
+import time
 
+from node import limits
 from node.errors import ConfigError
 from node.identity import identity_file as idf
 
 FAULT_ENV = "REPLOG_FAULT_POINT"
-SERVER_FAULT_POINTS = ("lose_apply_answer", "applier_bug", "checkpoint_bug")
+SERVER_FAULT_POINTS = ("lose_apply_answer", "applier_bug", "checkpoint_bug", "stall_write")
 _server_fault: dict[str, int] = {}
 
 
@@ -57,3 +61,10 @@ def fault(name: str) -> bool:
         return False
     _server_fault[name] = left - 1
     return True
+
+
+def stall(name: str) -> None:
+    """A fault point that blocks the event loop for limits.fault_stall_s while it has hits left."""
+    if fault(name):
+        sys.stderr.write(f"replog: fault point {name}: the event loop stalls for {limits.fault_stall_s:g} s\n")
+        time.sleep(limits.fault_stall_s)

@@ -84,6 +84,7 @@ backup_copy_chunk_bytes = 1024 * 1024  # WAL bytes copied per read: the copy run
                                      # holds the GIL only between chunks
 backups_in_flight_max = 1            # one backup of a node at a time; another is refused (409 busy)
 backup_stop_log_s = 5.0              # a stop waiting for a backup's store copy says how far it is this often
+fault_stall_s = 3.0                  # the fault point stall_write blocks the event loop this long (tests)
 
 # --- client API -------------------------------------------------------------
 body_bytes_max = 8 * 1024 * 1024     # one HTTP body; a 1000-op txn of small values fits easily

@@ -23,6 +23,7 @@ from node.clientproto import wire
 from node.clientrules import check_key, check_space   # the client input rules, shared with node/clientproto
 from node.core import codec, validate
 from node.errors import ClientError, StorageError
+from node.faults import stall
 from node.http import render
 from node.http.keys import NODE
 from node.http.browser import browser_mw
@@ -149,6 +150,7 @@ async def put_key(request: web.Request) -> web.Response:
     check_space(space, write=True)     # before the body is read: a bad path costs nothing
     check_key(key)
     op = clientrules.put_op(space, key, await read_body(request))
+    stall("stall_write")
     return reply(request, await _node(request).write([op]))
 
 

@@ -35,7 +35,8 @@ from node.identity.lease_manager import LeaseManager, wall_clock_ms
 from node.identity.lease_node import LeaseIdentity, NoLeaseSlot
 from node.identity.lease_store import open_store
 from node.server import Node
-from tests.integration.harness import ReplogProcess, free_port, mesh_nodes, silent_address, wait_for
+from tests.integration.harness import REPLOG, ReplogProcess, free_port, mesh_nodes, silent_address, wait_for
+from tests.integration.oracles import REPO
 from tests.waiting import until
 
 BUCKET = "replog-leases"
@@ -212,6 +213,31 @@ def test_failed_renewal_stops_serving_and_exits_before_the_lease_expires(tmp_pat
     watch.assert_stopped_serving_then_exited(node)
     assert watch.exited_ms - watch.started_ms < duration_ms
     assert "lease renewal failed" in node.log_text(), "the loss was not caused by failing renewals"
+
+
+def test_a_write_served_after_the_loop_stalled_past_the_lease_is_refused_and_not_written(tmp_path, procs):
+    """The event loop blocked past the lease (a frozen VM, a disk stall on its thread: here the
+    fault point stall_write, as a PUT begins) runs what waited before the renewal's timer. Before
+    `serving()` (node/identity/lease_node.py) this PUT was claimed, written and answered 200
+    after the slot could be another node's. (A SIGSTOP'd process is different: its wait for
+    events ends interrupted when it goes on, and the loop runs its timers first.)"""
+    duration_s = 2.0
+    node = ReplogProcess(tmp_path, "solo", extra=lease_flags(f"file://{tmp_path}/leases", 1, duration_s))
+    node.env = {"REPLOG_FAULT_POINT": "stall_write:1"}
+    procs.append(node)
+    node.start()
+    node.create_space("kv")
+    status, answer = node.put("/v1/spaces/kv/keys/stalled", {"v": 1}, timeout=30)
+    assert status == 503, f"the write was answered {status} {answer} after the lease ran out"
+    assert answer["error"]["code"] == "not_ready", answer
+    assert "lease" in answer["error"]["message"] and "deadline" in answer["error"]["message"], answer
+    assert "fault point stall_write" in node.log_text(), "the loop did not stall"
+    assert node.proc.wait(10) == 1, "the node did not exit after its lease ran out"
+    dump = subprocess.run(REPLOG + ["wal", "dump", os.path.join(node.data_dir, "slot-0")], capture_output=True,
+                          text=True, timeout=60, cwd=REPO)
+    assert dump.returncode == 0, dump.stderr
+    keys = [json.loads(line).get("key") for line in dump.stdout.splitlines() if line.strip()]
+    assert "stalled" not in keys, keys
 
 
 # --- real processes, S3 (moto) ------------------------------------------------------------------
