@@ -82,6 +82,7 @@ class Applier(Upstream):
     async def run_once(self) -> None:
         node = self.node
         self.status = "connecting"
+        self.fenced = None
         conn = self.conn = await connect(node.http_session, self.address, node.cfg.client_ssl)
         mach = self.new_machine()
         try:
@@ -97,6 +98,8 @@ class Applier(Upstream):
                     msg = await conn.recv(mach.recv_timeout_s())
                 except PeerRefused as e:
                     msg = e                                   # the peer's ERROR: the machine decides
+                if self.fenced is not None:                   # checked with no await before the step
+                    raise self.fenced
                 rows = getattr(msg, "type", None) == m.ROWS
                 assert not (rows and fault("applier_bug")), "fault point applier_bug"
                 await self._act(self._take(msg, time.time()))

@@ -25,6 +25,7 @@ from node.applier.hosts import NodeApplierContext
 from node.applier.outcome import END, FATAL, REJOIN, RETRY, After
 from node.core.admission import FailureLog
 from node.core.link.applier import ApplierMachine, Followed
+from node.errors import PeerRefused
 
 if TYPE_CHECKING:
     from node.process.ports import ApplierHost
@@ -45,6 +46,8 @@ class Upstream:
         self.conn: Conn | None = None
         self.machine: ApplierMachine | None = None   # this link's (the last one's once it ended)
         self.peer_uuid: str | None = None
+        self.fenced: PeerRefused | None = None        # the link's peer turned out a stale lease holder
+        self._closing: asyncio.Task | None = None
         self._done = dict.fromkeys(_COUNTERS, 0)      # of links that ended
         self._retries = FailureLog(limits.link_retry_log_interval_s, limits.link_retry_lines_max)
 
@@ -124,6 +127,14 @@ class Upstream:
                 return
             more = f" ({suppressed} more like it since the last such line)" if suppressed else ""
         log.log(nxt.level, "applier %s: %s%s", self.address, nxt.line, more)
+
+    def fence(self, why: str) -> None:
+        """The lease says this link's peer is a stale holder (node/identity/lease_node.py): no
+        message read from now on is taken, and the link closes."""
+        self.fenced = PeerRefused("lease_fenced", why)
+        conn = self.conn
+        if conn is not None:     # kept: the loop holds only a weak reference to a task
+            self._closing = asyncio.get_running_loop().create_task(conn.close())
 
     def drop_peer(self) -> None:
         """The link ended: the core forgets the Peer it built (once)."""

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from node import limits
 from node.applier.handshake import PROBE_ERRORS, probe
-from node.errors import PeerRefused, StorageError
+from node.errors import PeerRefused, RemoteProtocolError, StorageError
 from node.identity import lease as core
 from node.identity.lease import LeaseLost
 from node.identity.lease_manager import LeaseManager
@@ -321,6 +321,27 @@ class LeaseIdentity:
                 self.peers_confirmed.add(address)
                 self._peers_changed.set()
 
+    def _fence_open_links(self) -> None:
+        """A link this node follows whose upstream greeted it as the holder of a slot at a version
+        older than one now read from the store ends at once: that upstream is a stale holder
+        (paused past its lease, or its clock behind), and a row it still sent could be a second
+        row for an (origin, lsn) the new holder writes. Its next handshake is refused by
+        check_peer. The old holder stops sending at its own deadline (`serving`); this closes
+        the window on the receiving side, whatever its clock says."""
+        for a in list(self.node.appliers.values()):
+            mach = a.machine
+            theirs = mach.greeting if mach is not None else None
+            if a.conn is None or not theirs:
+                continue
+            try:
+                slot, version, _ = parse_greeting_lease(theirs)
+            except RemoteProtocolError:
+                continue
+            if not core.check_fencing(self.seen, slot, version):
+                self.fenced += 1
+                a.fence(f"{a.address} greeted as the holder of lease slot {slot} at version {version}, but version "
+                        f"{self.seen[slot]} of that slot exists: the peer is a stale holder; its link is closed")
+
     def _verify_soon(self) -> None:
         """Re-read the lease store (once at a time, at most every lease_verify_interval_s)."""
         if self._verify_task is not None and not self._verify_task.done():
@@ -343,9 +364,12 @@ class LeaseIdentity:
             finally:
                 self._verified_at = time.monotonic()
             self.verifications += 1
+            before = self.seen
             for s, v in versions.items():
                 if v:
                     self.seen = core.note_version(self.seen, s, v)
+            if self.seen != before:
+                self._fence_open_links()
             if lost is not None and self.lost_reason is None:
                 self._lose_now(f"the lease store shows slot {self.slot} taken over: {lost}")
                 return

@@ -10,7 +10,11 @@ links opened after the loss are refused by the greeting's lease check.
 
 Likewise a registration (a `_cluster` row under the node's own id) that waited its turn behind
 another one while the lease was lost was written after the loss: it now looks at the node's
-status again when its turn comes (node/join.py `apply_registration`)."""
+status again when its turn comes (node/join.py `apply_registration`).
+
+And from the other side: a node that learns from the store that its upstream is a stale holder
+of a slot closes its link to it at once (`_fence_open_links`) instead of taking its rows until
+the link breaks by itself."""
 from __future__ import annotations
 
 import asyncio
@@ -23,15 +27,17 @@ from node.applier.conn import client_auth, connect
 from node.config import Config
 from node.core import messages as m
 from node.errors import PeerRefused, RemoteProtocolError
+from node.identity.lease_manager import LeaseManager
+from node.identity.lease_store import open_store
 from node.server import Node
 from tests.integration.fakepeer import FakePeer
 from tests.waiting import until
 
 
-@pytest.fixture
-async def lease_node(tmp_path, listen):
+async def running_lease_node(tmp_path, listen, size: int):
+    """A lease node of a `size`-slot cluster on a file:// store, running, yielded, then stopped."""
     thresholds = gc.get_threshold()
-    node = Node(Config(identity="lease", lease_store=f"file://{tmp_path}/leases", cluster_size=1,
+    node = Node(Config(identity="lease", lease_store=f"file://{tmp_path}/leases", cluster_size=size,
                        lease_duration_s=30.0, data_dir=str(tmp_path / "data"), listen=listen(), token=""))
     await node.start()
     node.lease._exit_at_once_on_loss = False          # a loss must not end pytest
@@ -40,6 +46,12 @@ async def lease_node(tmp_path, listen):
     await node.stop()
     gc.unfreeze()                     # the node tuned the collector for a server; pytest is not one
     gc.set_threshold(*thresholds)
+
+
+@pytest.fixture
+async def lease_node(tmp_path, listen):
+    async for node in running_lease_node(tmp_path, listen, 1):
+        yield node
 
 
 async def greeted_link(peer: FakePeer, address: str):
@@ -118,3 +130,43 @@ async def test_a_registration_that_waited_for_another_writes_nothing_after_the_l
     assert e.value.code == "not_ready" and "lease_lost" in e.value.message, e.value
     assert node.core.table.get(second_uuid) is None, "a member was registered after the lease was lost"
     assert node.core.table.get(first_uuid) is not None
+
+
+@pytest.fixture
+async def lease_pair_node(tmp_path, listen):
+    """A lease node of a 2-slot cluster (the other slot is the test's)."""
+    async for node in running_lease_node(tmp_path, listen, 2):
+        yield node
+
+
+async def test_a_link_to_a_holder_found_stale_is_closed_at_once_and_not_taken_again(lease_pair_node, tmp_path):
+    """A node learns from the store that the slot its upstream greeted it with has a newer
+    version (another node took it over: the upstream is a stale holder, paused past its lease
+    or with its clock behind). Before, the link went on until it broke by itself, taking every
+    row the stale holder still sent; now it closes at once, and the next handshake is refused."""
+    node = lease_pair_node
+    url = f"file://{tmp_path}/leases"
+    stale = LeaseManager(open_store(url), 2, "stale-task", 30.0)
+    slot = stale.acquire().slot                                  # the other slot, at version 1
+    peer = FakePeer(node.cfg.secret)
+    await peer.start()
+    try:
+        ours = node.greeting()
+        peer.greeting_extra = {"lease": {"slot": slot, "version": 1, "seen": {}},
+                               "options": ours["options"], "options_digest": ours["options_digest"]}
+        await peer.introduce(node.cfg.listen)
+        node.set_peers([peer.address])
+        await until(lambda: peer.subscribes == 1 and node.appliers[peer.address].status == "follow", 10,
+                    "the node following the peer")
+        stale.release()                                         # (as if it expired) and taken again:
+        newer = LeaseManager(open_store(url), 2, "new-task", 30.0)
+        assert (newer.acquire().slot, newer.lease.version) == (slot, 2)
+        node.lease.check_peer({"uuid": "new-holder", "address": "127.0.0.1:7",
+                               "lease": {"slot": slot, "version": 2, "seen": {}}})   # the hint
+        applier = node.appliers[peer.address]
+        await until(lambda: applier.status == "refused" and "lease_fenced" in applier.error, 10,
+                    f"the link to the stale holder closed (it is {applier.status}: {applier.error})")
+        assert node.lease.fenced >= 1
+        assert peer.subscribes == 1, "the stale holder was subscribed to again"
+    finally:
+        await peer.close()
