@@ -6,8 +6,9 @@ process os._exit(137) the N-th time it is reached (default 1), as kill -9 would;
 acts the first N times: lose_apply_answer = the donor applies a JOIN/REGISTER, then closes the
 link without answering (the "lost ApplyResult" of the reference); applier_bug and checkpoint_bug
 raise an AssertionError there (a bug of ours), to show it is logged, shown and survived;
-stall_write blocks the event loop for `limits.fault_stall_s` as an HTTP write begins, before any check (a
-frozen VM, or a disk stall on the loop's thread: what was waiting runs before any timer)."""
+stall_write[:N[:SECONDS]] blocks the event loop (`limits.fault_stall_s` unless SECONDS) as an
+HTTP write begins, before any check (a frozen VM, or a disk stall on the loop's thread: what
+was waiting runs before any timer)."""
 from __future__ import annotations
 
 import os
@@ -21,6 +22,7 @@ from node.identity import identity_file as idf
 FAULT_ENV = "REPLOG_FAULT_POINT"
 SERVER_FAULT_POINTS = ("lose_apply_answer", "applier_bug", "checkpoint_bug", "stall_write")
 _server_fault: dict[str, int] = {}
+_stall_s: list[float] = []          # stall_write:N:SECONDS, else limits.fault_stall_s
 
 
 def install_fault_points(env: dict | None = None) -> None:
@@ -28,6 +30,7 @@ def install_fault_points(env: dict | None = None) -> None:
     if not spec:
         return
     name, _, count = spec.partition(":")
+    count, _, seconds = count.partition(":")
     if name not in idf.FAULT_POINTS + SERVER_FAULT_POINTS:
         raise ConfigError(FAULT_ENV, f"unknown fault point {name!r}; known: "
                           f"{', '.join(idf.FAULT_POINTS + SERVER_FAULT_POINTS)}")
@@ -35,6 +38,14 @@ def install_fault_points(env: dict | None = None) -> None:
         n = int(count) if count else 1
     except ValueError:
         raise ConfigError(FAULT_ENV, f"count must be an integer, got {count!r}") from None
+    if seconds:
+        try:
+            stall_s = float(seconds)
+        except ValueError:
+            stall_s = -1.0
+        if name != "stall_write" or not 0 < stall_s <= 60:
+            raise ConfigError(FAULT_ENV, f"only stall_write takes seconds (0 to 60) after its count, got {spec!r}")
+        _stall_s[:] = [stall_s]
     if name in SERVER_FAULT_POINTS:
         _server_fault[name] = n
         return
@@ -64,7 +75,9 @@ def fault(name: str) -> bool:
 
 
 def stall(name: str) -> None:
-    """A fault point that blocks the event loop for limits.fault_stall_s while it has hits left."""
+    """A fault point that blocks the event loop (limits.fault_stall_s, or the seconds its spec
+    gave) while it has hits left."""
     if fault(name):
-        sys.stderr.write(f"replog: fault point {name}: the event loop stalls for {limits.fault_stall_s:g} s\n")
-        time.sleep(limits.fault_stall_s)
+        seconds = _stall_s[0] if _stall_s else limits.fault_stall_s
+        sys.stderr.write(f"replog: fault point {name}: the event loop stalls for {seconds:g} s\n")
+        time.sleep(seconds)

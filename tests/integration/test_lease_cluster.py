@@ -36,7 +36,7 @@ from node.identity.lease_node import LeaseIdentity, NoLeaseSlot
 from node.identity.lease_store import open_store
 from node.server import Node
 from tests.integration.harness import REPLOG, ReplogProcess, free_port, mesh_nodes, silent_address, wait_for
-from tests.integration.oracles import REPO
+from tests.integration.oracles import REPO, replicated_spaces
 from tests.waiting import until
 
 BUCKET = "replog-leases"
@@ -233,11 +233,75 @@ def test_a_write_served_after_the_loop_stalled_past_the_lease_is_refused_and_not
     assert "lease" in answer["error"]["message"] and "deadline" in answer["error"]["message"], answer
     assert "fault point stall_write" in node.log_text(), "the loop did not stall"
     assert node.proc.wait(10) == 1, "the node did not exit after its lease ran out"
-    dump = subprocess.run(REPLOG + ["wal", "dump", os.path.join(node.data_dir, "slot-0")], capture_output=True,
-                          text=True, timeout=60, cwd=REPO)
-    assert dump.returncode == 0, dump.stderr
-    keys = [json.loads(line).get("key") for line in dump.stdout.splitlines() if line.strip()]
+    keys = [row.get("key") for row in slot_wal_rows(node)]
     assert "stalled" not in keys, keys
+
+
+def test_a_holder_stalled_past_its_lease_while_a_fresh_container_took_its_slot_forks_nothing(tmp_path, procs):
+    """The zombie: a holder's event loop stalls (the fault point stall_write, for
+    ZOMBIE_STALL_S, as its first PUT begins) past its lease; a fresh container takes the slot
+    over, joins as the same member and writes. When the stall ends, the old holder's PUT must
+    not be written or acknowledged, nor anything it holds sent on the links its peers still have
+    open (shorter than `peer_timeout_s`): else two rows name one (origin, lsn). Before
+    `serving()` and the receiving side's fencing, the PUT was answered 200 and written under an
+    lsn the new holder had used."""
+    store, duration_s = f"file://{tmp_path}/leases", 2.0
+    nodes = mesh_nodes(tmp_path, 3, prefix="c", extra=lease_flags(store, 3, duration_s))
+    procs.extend(nodes)
+    zombie, others = nodes[2], nodes[:2]
+    zombie.env = {"REPLOG_FAULT_POINT": f"stall_write:1:{ZOMBIE_STALL_S:g}"}
+    for n in nodes:
+        n.start(wait=False)
+    for n in nodes:
+        n.wait_healthy(60)
+    others[0].create_space("kv")
+    wait_for(lambda: all("kv" in replicated_spaces(n) for n in nodes), 20, "the space on every node")
+    for n in others:
+        n.kv_put("kv", f"by-{n.name}", {"v": 1})
+    wait_for(lambda: all(n.kv_get("kv", f"by-{o.name}")[0] == 200 for n in nodes for o in others), 20,
+             "the first rows everywhere")
+    uuid = zombie.uuid()
+
+    answer: dict = {}
+    putting = threading.Thread(target=lambda: answer.update(r=zombie.put("/v1/spaces/kv/keys/zombie", {"by": "old"},
+                                                                          timeout=60)), daemon=True)
+    putting.start()
+    wait_for(lambda: "fault point stall_write" in zombie.log_text(), 10, "the old holder's loop stalled")
+    fresh = ReplogProcess(tmp_path, "fresh", peers=[o.address for o in others], extra=lease_flags(store, 3, duration_s))
+    procs.append(fresh)
+    fresh.start(wait=False)
+    fresh.wait_healthy(60)
+    assert fresh.uuid() == uuid, "the fresh container did not take the stalled holder's slot"
+    assert fresh.kv_put("kv", "fresh", {"by": "new"})["lsn"] >= 1
+    assert putting.is_alive(), f"the stall ended before the new holder wrote: raise ZOMBIE_STALL_S ({answer})"
+
+    putting.join(60)
+    status, body = answer["r"]
+    assert status != 200, f"the old holder acknowledged a write after its lease ran out: {body}"
+    assert zombie.proc.wait(15) == 1, "the old holder did not exit"
+    rows: dict[tuple[str, int], tuple[str, str]] = {}
+    for n in [*others, fresh, zombie]:
+        for row in slot_wal_rows(n):
+            if row["origin"] is None or row["group"] == "local":
+                continue
+            what = f"{row['op']} {row['space']}/{row['key']}={json.dumps(row.get('value'), sort_keys=True)}"
+            first = rows.setdefault((row["origin"], row["lsn"]), (what, n.name))
+            assert first[0] == what, f"fork: ({row['origin']}, {row['lsn']}) is {first} and {what} in {n.name}"
+    assert not any(k[0] == uuid and v[0].startswith("put kv/zombie=") for k, v in rows.items()), \
+        "the old holder wrote its PUT after its lease ran out"
+    wait_for(lambda: all(o.kv_get("kv", "fresh")[0] == 200 for o in others), 20, "the new holder's row replicated")
+
+
+ZOMBIE_STALL_S = 8.0        # past the 2 s lease, the fresh container's start and its first write; < peer_timeout_s
+
+
+def slot_wal_rows(n: ReplogProcess) -> list[dict]:
+    """`replog wal dump` of a lease node's slot directory."""
+    (slot_dir,) = [d for d in os.listdir(n.data_dir) if d.startswith("slot-")]
+    r = subprocess.run(REPLOG + ["wal", "dump", os.path.join(n.data_dir, slot_dir)], capture_output=True, text=True,
+                       timeout=60, cwd=REPO)
+    assert r.returncode == 0, f"wal dump {n.name}: {r.stderr}"
+    return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
 
 
 # --- real processes, S3 (moto) ------------------------------------------------------------------
