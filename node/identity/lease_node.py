@@ -57,7 +57,7 @@ from node.identity.lease import LeaseLost
 from node.identity.lease_manager import LeaseManager
 from node.identity.lease_runner import run_lease
 from node.identity.lease_store import LeaseStore, LeaseStoreUnavailable, open_store
-from node.identity import lease_view
+from node.identity import lease_view, slot_dir
 from node.identity.lease_view import parse_greeting_lease
 
 if TYPE_CHECKING:
@@ -177,6 +177,9 @@ class LeaseIdentity:
         if mgr.wait_for_peers:
             self.peer_wait_until_ms = mgr.peer_wait_until_ms
         node.data_dir = os.path.join(os.path.abspath(cfg.data_dir), f"slot-{lease.slot}")
+        # A dir another holder's tenure made stale is moved aside (node/identity/slot_dir.py).
+        await asyncio.get_running_loop().run_in_executor(self._executor, slot_dir.take, node.data_dir,
+                                                         lease.slot, lease.version)
         log.info("lease: serving as member %s of slot %d at version %d; data in %s", lease.member_uuid,
                  lease.slot, lease.version, node.data_dir)
         self._runner = asyncio.create_task(run_lease(mgr, self._on_lost, self._stop, executor=self._executor),

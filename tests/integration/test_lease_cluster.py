@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import urllib.request
@@ -292,12 +293,72 @@ def test_a_holder_stalled_past_its_lease_while_a_fresh_container_took_its_slot_f
     wait_for(lambda: all(o.kv_get("kv", "fresh")[0] == 200 for o in others), 20, "the new holder's row replicated")
 
 
+def test_a_node_back_on_a_slot_dir_another_holder_made_stale_starts_empty_and_forks_nothing(tmp_path, procs):
+    """Persistent volumes: c2 serves slot k and stops (releasing it); a fresh container takes
+    slot k, writes as the same member, and stops; c2 starts again on its old slot dir while its
+    only peer is paused. Served as it was, that dir took c2's next write under an lsn the fresh
+    holder had used, acknowledged it, and no peer ever took it: a fork (node/identity/slot_dir.py)."""
+    store = f"file://{tmp_path}/leases"
+    nodes = mesh_nodes(tmp_path, 2, prefix="c", extra=lease_flags(store, 2, 3.0))
+    procs.extend(nodes)
+    for n in nodes:
+        n.start(wait=False)
+    for n in nodes:
+        n.wait_healthy(60)
+    c1, c2 = nodes
+    c1.create_space("kv")
+    wait_for(lambda: all("kv" in replicated_spaces(n) for n in nodes), 20, "the space on both")
+    uuid = c2.uuid()
+    c2.kv_put("kv", "a", {"by": "c2"})
+    wait_for(lambda: c1.kv_get("kv", "a")[0] == 200, 20, "c2's row on c1")
+    (slot,) = [d for d in os.listdir(c2.data_dir) if d.startswith("slot-")]
+    c2.stop()                                               # releases the slot
+
+    fresh = ReplogProcess(tmp_path, "fresh", peers=[c1.address], extra=lease_flags(store, 2, 3.0))
+    procs.append(fresh)
+    fresh.start()
+    assert fresh.uuid() == uuid
+    b = fresh.kv_put("kv", "b", {"by": "fresh"})
+    wait_for(lambda: c1.kv_get("kv", "b")[0] == 200, 20, "the fresh holder's row on c1")
+    fresh.stop()
+
+    c1.proc.send_signal(signal.SIGSTOP)                     # c2's only peer cannot say how far it is
+    try:
+        c2.start(wait=False)
+        wait_for(lambda: answers(c2), 30, "c2 answering HTTP")
+        status, body = c2.put("/v1/spaces/kv/keys/c", {"by": "c2-again"}, timeout=5)
+        assert status != 200, f"c2 took a write on its stale slot dir: {body}"
+        assert "is stale" in c2.log_text()
+    finally:
+        c1.proc.send_signal(signal.SIGCONT)
+    c2.wait_healthy(60)
+    wait_for(lambda: c2.kv_get("kv", "b")[0] == 200, 30, "the fresh holder's row on c2")
+    c = c2.kv_put("kv", "c", {"by": "c2-again"})
+    assert c["lsn"] > b["lsn"], (b, c)
+    assert [d for d in os.listdir(c2.data_dir) if d.startswith(f"{slot}.stale-")], "the stale dir was not kept"
+    wait_for(lambda: c1.kv_get("kv", "c")[0] == 200, 20, "c2's new row on c1")
+    rows: dict[tuple[str, int], str] = {}
+    for n in (c1, c2):
+        for row in slot_wal_rows(n):
+            if row["origin"] is not None and row["group"] != "local":
+                what = f"{row['op']} {row['space']}/{row['key']}={json.dumps(row.get('value'), sort_keys=True)}"
+                assert rows.setdefault((row["origin"], row["lsn"]), what) == what, f"fork at {row}"
+
+
+def answers(n: ReplogProcess) -> bool:
+    try:
+        n.get("/v1/health", timeout=1)
+        return True
+    except OSError:
+        return False
+
+
 ZOMBIE_STALL_S = 8.0        # past the 2 s lease, the fresh container's start and its first write; < peer_timeout_s
 
 
 def slot_wal_rows(n: ReplogProcess) -> list[dict]:
     """`replog wal dump` of a lease node's slot directory."""
-    (slot_dir,) = [d for d in os.listdir(n.data_dir) if d.startswith("slot-")]
+    (slot_dir,) = [d for d in os.listdir(n.data_dir) if d.startswith("slot-") and ".stale-" not in d]
     r = subprocess.run(REPLOG + ["wal", "dump", os.path.join(n.data_dir, slot_dir)], capture_output=True, text=True,
                        timeout=60, cwd=REPO)
     assert r.returncode == 0, f"wal dump {n.name}: {r.stderr}"

@@ -1,0 +1,61 @@
+"""A lease slot's data directory (`<data_dir>/slot-<k>`) knows under which version of the slot
+it last served, so a node that takes the slot again can tell whether it was the last holder.
+
+Why: versions go up by one at each acquisition. A directory last served under version w is
+current for an acquisition at w + 1 (this node was the last holder: a restart after a crash
+or a release). At any later version another node held the slot in between, as the same
+member, and wrote rows under that member's lsns from where its snapshot ended. The old
+directory may hold rows under those same lsns with other contents (written and not yet sent
+when it stopped), and is in any case behind: served as it is, its next write takes an lsn the
+other holder used, and a peer that cannot be reached at that moment cannot say so (two rows for
+one (origin, lsn), the acknowledged one lost on every other member). Such a directory is moved
+aside, kept for inspection, and the node starts empty, joining from a peer's snapshot.
+
+A directory without a stamp (written before stamps existed) is taken as it is and stamped."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from node.wal.writer import fsync_dir
+
+STAMP_FILE = "lease_version"
+log = logging.getLogger("replog.identity.lease")
+
+
+def read_stamp(path: str) -> int | None:
+    """The version the directory last served under; None without a stamp, -1 if unreadable."""
+    try:
+        with open(os.path.join(path, STAMP_FILE)) as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else -1
+
+
+def take(path: str, slot: int, version: int) -> str | None:
+    """Make `path` the directory of slot `slot` served under `version`: a directory last served
+    under a version other than `version - 1` (or this one) is moved aside first. Returns where
+    it went, or None. The stamp is on disk before anything is written under the new version."""
+    held = read_stamp(path)
+    moved = None
+    if held is not None and held not in (version - 1, version):
+        moved = f"{path}.stale-v{held}-{time.strftime('%Y%m%dT%H%M%S')}"
+        os.rename(path, moved)
+        fsync_dir(os.path.dirname(path))
+        why = "its stamp is unreadable" if held < 0 else \
+            f"it last served under version {held}, and another node held the slot since (versions " \
+            f"{held + 1}..{version - 1})"
+        log.warning("lease: slot %d's data dir %s is stale: %s, writing this member's rows from where its "
+                    "snapshot ended. Served as it is, it would write under lsns that node used. Moved it to %s "
+                    "(kept for inspection); starting empty, from a peer's snapshot", slot, path, why, moved)
+    os.makedirs(path, exist_ok=True)
+    tmp = os.path.join(path, STAMP_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{version}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(path, STAMP_FILE))
+    fsync_dir(path)
+    return moved

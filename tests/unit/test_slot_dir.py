@@ -1,0 +1,52 @@
+"""A lease slot's data directory and the version it last served under (node/identity/slot_dir.py):
+kept for the next version (this node was the last holder), moved aside for any later one
+(another node held the slot in between, as the same member), taken and stamped without a stamp."""
+from __future__ import annotations
+
+import logging
+import os
+
+from node.identity import slot_dir
+
+
+def make_dir(tmp_path, stamp: str | None) -> str:
+    path = str(tmp_path / "slot-1")
+    os.makedirs(os.path.join(path, "store"))
+    with open(os.path.join(path, "store", "data.mdb"), "w") as f:
+        f.write("rows")
+    if stamp is not None:
+        with open(os.path.join(path, slot_dir.STAMP_FILE), "w") as f:
+            f.write(stamp)
+    return path
+
+
+def test_the_last_holder_keeps_its_dir_and_stamps_the_new_version(tmp_path):
+    path = make_dir(tmp_path, "4\n")
+    assert slot_dir.take(path, 1, 5) is None
+    assert os.path.isfile(os.path.join(path, "store", "data.mdb"))
+    assert slot_dir.read_stamp(path) == 5
+
+
+def test_a_dir_from_before_another_holders_tenure_is_moved_aside_and_the_node_starts_empty(tmp_path, caplog):
+    path = make_dir(tmp_path, "4\n")
+    caplog.set_level(logging.WARNING, logger="replog")
+    moved = slot_dir.take(path, 1, 6)                       # version 5 was another node's
+    assert moved is not None and moved.startswith(path + ".stale-v4-")
+    assert os.path.isfile(os.path.join(moved, "store", "data.mdb")), "the stale dir was not kept"
+    assert sorted(os.listdir(path)) == [slot_dir.STAMP_FILE] and slot_dir.read_stamp(path) == 6
+    assert any("versions 5..5" in r.getMessage() and moved in r.getMessage() for r in caplog.records)
+
+
+def test_an_unreadable_stamp_is_taken_for_stale(tmp_path):
+    path = make_dir(tmp_path, "garbage")
+    assert slot_dir.read_stamp(path) == -1
+    assert slot_dir.take(path, 1, 5) is not None
+
+
+def test_a_dir_without_a_stamp_is_taken_as_it_is_and_a_new_one_is_made_with_a_stamp(tmp_path):
+    path = make_dir(tmp_path, None)
+    assert slot_dir.take(path, 1, 9) is None and slot_dir.read_stamp(path) == 9
+    assert os.path.isfile(os.path.join(path, "store", "data.mdb"))
+    fresh = str(tmp_path / "slot-2")
+    assert slot_dir.take(fresh, 2, 1) is None and slot_dir.read_stamp(fresh) == 1
+    assert slot_dir.take(fresh, 2, 1) is None, "the same acquisition taken again moved its own dir"
