@@ -46,11 +46,19 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def local_clock_ms() -> int:
+    """This machine's clock that no one sets (it counts a suspend too): the holder's own deadline
+    is kept by it as well, so a wall clock stepped back cannot stretch a lease."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME) // 1_000_000
+
+
 class LeaseManager:
     def __init__(self, store: LeaseStore, cluster_size: int, task_id: str, duration_s: float,
-                 clock: Callable[[], int] | None = None, rng: random.Random | None = None):
+                 clock: Callable[[], int] | None = None, rng: random.Random | None = None,
+                 local_clock: Callable[[], int] | None = None):
         """`clock` returns wall-clock ms; `rng` makes member uuids and nonces (seed it
-        differently per node, or leave it None for system randomness)."""
+        differently per node, or leave it None for system randomness); `local_clock` returns
+        ms of a clock nobody sets (local_clock_ms)."""
         if not 1 <= cluster_size <= limits.lease_cluster_size_max:
             raise ConfigError("cluster_size", f"{cluster_size} is not in 1..{limits.lease_cluster_size_max}")
         duration_ms = round(duration_s * 1000)
@@ -64,6 +72,10 @@ class LeaseManager:
         self.task_id = task_id
         self.duration_ms = duration_ms
         self._clock = clock or wall_clock_ms
+        self._local = local_clock or local_clock_ms
+        # The renewal deadline by the local clock: taken before the store write that set it,
+        # so it never comes later than the wall-clock one would for a clock nobody stepped.
+        self._local_deadline_ms: int | None = None
         self._rng = rng or random.SystemRandom()
         self._lock = threading.Lock()            # one store step at a time
         self._kv_lock = threading.Lock()         # note_version may come from another thread
@@ -112,9 +124,25 @@ class LeaseManager:
         return self._clock()
 
     def holds_valid_lease(self) -> bool:
-        """May the node serve under this identity right now? (For health checks.)"""
+        """May the node serve under this identity right now? Both clocks must say its renewal
+        deadline has not passed: the wall clock the store's expiry is written in, and the local
+        one (a wall clock stepped back would otherwise let it serve past its expiry)."""
         lease = self._lease
-        return lease is not None and self._clock() < core.renew_deadline(lease, self.duration_ms)
+        return lease is not None and self._clock() < core.renew_deadline(lease, self.duration_ms) \
+            and (self._local_deadline_ms is None or self._local() < self._local_deadline_ms)
+
+    def late_ms(self) -> int:
+        """How far past its renewal deadline the held lease is, by the clock that says it is
+        later (0 or less: not past)."""
+        if self._lease is None:
+            return 0
+        late = self._clock() - core.renew_deadline(self._lease, self.duration_ms)
+        if self._local_deadline_ms is not None:
+            late = max(late, self._local() - self._local_deadline_ms)
+        return late
+
+    def _set_local_deadline(self, lease: Lease, wall_at_write: int, local_at_write: int) -> None:
+        self._local_deadline_ms = local_at_write + core.renew_deadline(lease, self.duration_ms) - wall_at_write
 
     def next_renew_ms(self, *, failed_at_ms: int | None = None) -> int:
         assert self._lease is not None, "not holding a lease"
@@ -163,9 +191,12 @@ class LeaseManager:
             for state, token in zip(states, tokens):
                 # An earlier acquire() that raised may have landed: the slot is ours already.
                 if self._ours(state) and now < core.renew_deadline(state, self.duration_ms):
+                    # written before this call began: counted from now by the local clock, the
+                    # deadline could only come later than the write's; the wall clock's bounds it
+                    self._local_deadline_ms = None
                     return self._hold(state, token, wait_for_peers=True, now_ms=now)
             for _ in range(2 * self.cluster_size + 2):   # each failed try means another node won a slot
-                now = self._clock()
+                now, local = self._clock(), self._local()
                 slot = core.choose_slot(states, now)
                 if slot is None:
                     return None
@@ -189,6 +220,7 @@ class LeaseManager:
                 self.store.compare_and_swap(slot, core.encode(new), tokens[slot])
                 states[slot], tokens[slot] = self._read(slot)   # settles a lost answer
                 if self._ours(states[slot]):
+                    self._set_local_deadline(states[slot], now, local)
                     return self._hold(states[slot], tokens[slot],
                                       wait_for_peers=core.needs_wait_for_peers(prev, now), now_ms=now)
             return None
@@ -199,11 +231,12 @@ class LeaseManager:
             assert self._lease is not None, "renew() without a lease"
             for _ in range(limits.lease_renew_writes_max):
                 lease = self._lease
-                now = self._clock()
+                now, local = self._clock(), self._local()
                 deadline = core.renew_deadline(lease, self.duration_ms)
-                if now >= deadline:
+                if now >= deadline or (self._local_deadline_ms is not None and local >= self._local_deadline_ms):
                     self.renew_failures += 1
-                    self._lose(f"renewal deadline {deadline} passed at {now} without a successful renewal")
+                    by = "the wall clock" if now >= deadline else "the local clock (the wall clock was stepped back)"
+                    self._lose(f"renewal deadline passed {self.late_ms()} ms ago by {by} without a successful renewal")
                 new = core.renew(lease, now, self.duration_ms, self._known_versions,
                                  nonce=self._new_nonce())
                 self._own_nonces.append(new.nonce)
@@ -219,6 +252,7 @@ class LeaseManager:
                 self._lease, self._token = state, token
                 if state.nonce == new.nonce:
                     self.renewals += 1
+                    self._set_local_deadline(state, now, local)
                     return state
                 # The object holds an earlier write of ours (one whose answer we never got,
                 # or our lease unchanged after a 409): retry from it with the fresh token.

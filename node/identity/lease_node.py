@@ -296,7 +296,7 @@ class LeaseIdentity:
         mgr = self.manager
         if mgr is None or mgr.lease is None or mgr.holds_valid_lease():
             return True
-        late_s = (mgr.now_ms() - mgr.renew_deadline_ms) / 1000
+        late_s = mgr.late_ms() / 1000
         self._lose_now(f"the renewal deadline passed {late_s:.1f} s ago with no renewal: this process was paused "
                        "or stalled (a stopped process, a frozen VM, a blocked event loop)")
         return False

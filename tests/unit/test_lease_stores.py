@@ -272,6 +272,30 @@ def test_renewal_after_the_deadline_is_lease_lost_and_writes_nothing(backend):
     assert a.store.read(0) == before and a.lease is None
 
 
+def test_a_wall_clock_stepped_back_does_not_stretch_the_lease_the_local_clock_ends_it(backend):
+    """The holder keeps its renewal deadline by its local clock too (CLOCK_BOOTTIME, which nobody
+    sets): a wall clock stepped back by more than the safety margin let it serve past the expiry
+    the store holds, while another node, by a right clock, could take the slot."""
+    wall, local = Clock(), Clock(5_000)
+    a = LeaseManager(backend.open(), 1, "a", 10.0, clock=wall, local_clock=local)
+    a.bootstrap()
+    a.acquire()
+    budget = a.renew_deadline_ms - wall.ms
+    local.ms += budget - 1
+    wall.ms += budget - 1
+    assert a.holds_valid_lease() and a.late_ms() < 0
+    a.renew()                                            # both clocks start again from the write
+    local.ms += budget - 1
+    wall.ms -= 60_000                                    # an NTP step back: by the wall, plenty left
+    assert a.holds_valid_lease() and a.late_ms() < 0
+    local.ms += 2
+    assert not a.holds_valid_lease() and a.late_ms() == 1
+    before = a.store.read(0)
+    with pytest.raises(LeaseLost, match="deadline"):
+        a.renew()
+    assert a.store.read(0) == before and a.lease is None
+
+
 def test_graceful_release_then_next_acquire_bumps_the_version_and_keeps_the_member(backend):
     clock = Clock()
     a = manager(backend.open(), "a", clock)
