@@ -44,9 +44,13 @@ def take(path: str, slot: int, version: int) -> str | None:
         moved = f"{path}.stale-v{held}-{time.strftime('%Y%m%dT%H%M%S')}"
         os.rename(path, moved)
         fsync_dir(os.path.dirname(path))
-        why = "its stamp is unreadable" if held < 0 else \
-            f"it last served under version {held}, and another node held the slot since (versions " \
-            f"{held + 1}..{version - 1})"
+        if held < 0:
+            why = "its stamp is unreadable"
+        elif held > version:
+            why = f"it last served under version {held}, newer than this one: the lease store was made anew"
+        else:
+            why = f"it last served under version {held}, and another node held the slot since (versions " \
+                  f"{held + 1}..{version - 1})"
         log.warning("lease: slot %d's data dir %s is stale: %s, writing this member's rows from where its "
                     "snapshot ended. Served as it is, it would write under lsns that node used. Moved it to %s "
                     "(kept for inspection); starting empty, from a peer's snapshot", slot, path, why, moved)

@@ -37,6 +37,13 @@ def test_a_dir_from_before_another_holders_tenure_is_moved_aside_and_the_node_st
     assert any("versions 5..5" in r.getMessage() and moved in r.getMessage() for r in caplog.records)
 
 
+def test_a_dir_from_a_lease_store_made_anew_is_moved_aside(tmp_path, caplog):
+    path = make_dir(tmp_path, "7\n")
+    caplog.set_level(logging.WARNING, logger="replog")
+    assert slot_dir.take(path, 1, 1) is not None
+    assert any("made anew" in r.getMessage() for r in caplog.records)
+
+
 def test_an_unreadable_stamp_is_taken_for_stale(tmp_path):
     path = make_dir(tmp_path, "garbage")
     assert slot_dir.read_stamp(path) == -1
