@@ -305,7 +305,8 @@ async def post_shutdown(request: web.Request) -> web.Response:
 
 async def post_backup(request: web.Request) -> web.Response:
     """A hot backup of this node into a directory on its host (node/ops/backup.py)."""
-    from node.ops.backup import BackupError, backup_node
+    from node.ops.backup import BackupError
+    from node.ops.backup_node import backup_node
     body = await read_body(request)
     if not isinstance(body, dict) or not isinstance(body.get("to"), str) or not body["to"] \
             or not isinstance(body.get("compact", False), bool):

@@ -296,7 +296,7 @@ class Node:
         if links:
             await step("replication links", asyncio.gather(*(c.close(going_away=True) for c in links)))
         if self.backups:   # before the HTTP server goes (their requests are answered) and the store closes
-            from node.ops.backup import abandon_backups
+            from node.ops.backup_node import abandon_backups
             await abandon_backups(self.backups, "the node is stopping")
         if self.client_server is not None:
             await step("client protocol", self.client_server.stop())

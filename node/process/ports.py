@@ -185,7 +185,7 @@ class ClientHost(Protocol):
 
 
 class BackupHost(Protocol):
-    """A hot backup from inside the node (node/ops/backup.py backup_node): the store it copies,
+    """A hot backup from inside the node (node/ops/backup_node.py): the store it copies,
     the journal position it replays from, the jobs in flight."""
     data_dir: str
     status: str
@@ -198,7 +198,7 @@ class BackupHost(Protocol):
 
 class ApiHost(AcceptHost, MetricsView, EventsView, BrowserView, ClientHost, BackupHost, Protocol):
     """The whole client API (node/http/api.py): every view above, the replication endpoint, and
-    the operations behind the client and admin routes (node/clientrules.py, node/ops/backup.py)."""
+    the operations behind the client and admin routes (node/clientrules.py, node/ops/backup_node.py)."""
     store: "Store | None"
     client_server: Any
     backups: list

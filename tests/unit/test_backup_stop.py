@@ -19,6 +19,7 @@ import pytest
 
 from node import limits
 from node.ops import backup
+from node.ops.backup_node import backup_node
 from tests.unit.test_dashboard_http import start_node
 from tests.waiting import until
 
@@ -47,7 +48,7 @@ async def test_a_stop_during_a_backup_waits_for_its_store_copy_then_abandons_it(
     out = tmp_path / "b"
     stopping = None
     try:
-        taking = asyncio.create_task(backup.backup_node(node, str(out)))
+        taking = asyncio.create_task(backup_node(node, str(out)))
         await until(entered.is_set, 10, "the backup copying the store")
         stopping = asyncio.create_task(node.stop())
         await until(lambda: any("the stop waits for the backup" in r.getMessage() for r in caplog.records), 10,
@@ -56,7 +57,7 @@ async def test_a_stop_during_a_backup_waits_for_its_store_copy_then_abandons_it(
         assert "MiB copied" in next(r.getMessage() for r in caplog.records if "the stop waits" in r.getMessage())
 
         with pytest.raises(backup.BackupError) as refused:
-            await backup.backup_node(node, str(tmp_path / "c"))
+            await backup_node(node, str(tmp_path / "c"))
         assert (refused.value.status, refused.value.code) == (503, "not_ready"), refused.value
         assert "stopping" in refused.value.message
 

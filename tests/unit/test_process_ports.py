@@ -20,7 +20,7 @@ PARTS = ["node/applier/accept.py", "node/applier/applier.py", "node/applier/hand
          "node/lifecycle.py", "node/join.py", "node/rejoin.py", "node/process/opening.py",
          "node/process/peering.py", "node/process/writes.py", "node/process/views.py",
          "node/clientrules.py", "node/clientproto/session.py", "node/clientproto/writes.py",
-         "node/ops/backup.py"]
+         "node/ops/backup_node.py"]
 
 
 def port_members(name: str) -> set[str]:

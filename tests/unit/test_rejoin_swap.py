@@ -24,6 +24,7 @@ from node.applier.conn import Conn
 from node.core import messages as m
 from node.errors import PeerRefused
 from node.ops import backup
+from node.ops.backup_node import backup_node
 from tests.integration.fakepeer import FakePeer
 from tests.unit.test_dashboard_http import open_node  # noqa: F401 - the fixture `node` takes
 from tests.waiting import until
@@ -89,7 +90,7 @@ async def test_a_backup_under_way_finishes_from_the_old_store_before_the_swap(no
     real_close = old_store.close
     monkeypatch.setattr(old_store, "close", lambda: (closed.append(copied.is_set()), real_close()))
     caplog.set_level(logging.INFO, logger="replog")
-    taking = asyncio.create_task(backup.backup_node(node, str(tmp_path / "b")))
+    taking = asyncio.create_task(backup_node(node, str(tmp_path / "b")))
     await until(entered.is_set, 10, "the backup copying the store")
     swapping = asyncio.create_task(node.reopen_after_rejoin(lambda data_dir: None))
     await until(lambda: closed or any("before it is swapped out" in r.getMessage() for r in caplog.records), 10,
@@ -106,7 +107,7 @@ async def test_a_backup_asked_while_the_node_rejoins_is_refused(node, tmp_path):
     node.status, node.status_reason = "rejoining", "an upstream collected rows this node needs"
     try:
         with pytest.raises(backup.BackupError) as e:
-            await backup.backup_node(node, str(tmp_path / "b"))
+            await backup_node(node, str(tmp_path / "b"))
     finally:
         node.status, node.status_reason = "running", ""
     assert (e.value.status, e.value.code) == (503, "not_ready") and "rejoining" in e.value.message
