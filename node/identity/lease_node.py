@@ -31,21 +31,18 @@ Rules it keeps:
   claimed, acknowledged or sent, and no handshake taken, before the renewal's timer runs.
 - Store calls block (flock, boto3), so they run on daemon threads: a hung call can delay
   neither the event loop nor the process exit. After a loss the process also skips the
-  interpreter's teardown once the node has stopped (see `_exit_at_once`).
+  interpreter's teardown once the node has stopped (node/identity/lease_exit.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
 import logging
 import math
 import os
 import secrets
 import socket
-import sys
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +55,7 @@ from node.identity.lease_manager import LeaseManager
 from node.identity.lease_runner import run_lease
 from node.identity.lease_store import LeaseStore, LeaseStoreUnavailable, open_store
 from node.identity import lease_view, slot_dir
+from node.identity.lease_exit import DaemonThreadExecutor, exit_at_once
 from node.identity.lease_view import parse_greeting_lease
 
 if TYPE_CHECKING:
@@ -72,40 +70,6 @@ class NoLeaseSlot(StorageError):
     Not a bug: the lease store's slots were all taken by other nodes."""
 
 
-class _DaemonThreadExecutor(concurrent.futures.Executor):
-    """Runs each call on a fresh daemon thread. ThreadPoolExecutor's threads are joined at
-    interpreter exit, so one store call hanging on the network would hold the process up
-    after the lease is lost; a daemon thread is simply abandoned."""
-
-    def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-
-        def run() -> None:
-            if not fut.set_running_or_notify_cancel():
-                return
-            try:
-                fut.set_result(fn(*args, **kwargs))
-            except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
-                fut.set_exception(e)
-
-        threading.Thread(target=run, name="lease-store", daemon=True).start()
-        return fut
-
-
-def _exit_at_once(code: int) -> None:
-    """atexit handler registered on a lease loss. By the time it runs the node has stopped
-    (store closed, WAL closed, non-daemon threads joined); what is left is the interpreter's
-    teardown, which with boto3 loaded takes a second or more of CPU on a busy host. Skipping
-    it is never worse than kill -9, which the WAL and store survive by design, and it keeps
-    the exit well before the lease expires."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
-
-
 def default_task_id() -> str:
     """Unique per process: host, pid and a random suffix (a restarted container may reuse a pid)."""
     return f"{socket.gethostname()[:200]}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -114,7 +78,7 @@ def default_task_id() -> str:
 class LeaseIdentity:
     def __init__(self, node: "LeaseHost", *, exit_at_once_on_loss: bool = True):
         """`exit_at_once_on_loss=False` is for tests that run a LeaseIdentity inside the test
-        process: a loss must not end that process (see _exit_at_once)."""
+        process: a loss must not end that process (see lease_exit.exit_at_once)."""
         self.node = node
         self._exit_at_once_on_loss = exit_at_once_on_loss
         cfg = node.cfg
@@ -122,7 +86,7 @@ class LeaseIdentity:
         self.store: LeaseStore | None = None
         self._store_closed = False
         self.manager: LeaseManager | None = None
-        self._executor = _DaemonThreadExecutor()
+        self._executor = DaemonThreadExecutor()
         self._stop = asyncio.Event()
         self._runner: asyncio.Task | None = None
         self._wind_down_task: asyncio.Task | None = None
@@ -401,7 +365,7 @@ class LeaseIdentity:
         node.status, node.status_reason = "lease_lost", f"lease slot {self.slot} lost: {reason}; exiting"
         log.critical("lease: slot %s version %s lost: %s; stopped serving, exiting", self.slot, self.version, reason)
         if self._exit_at_once_on_loss:
-            atexit.register(_exit_at_once, 1)   # serve() returns 1 for node.fatal; keep that code
+            atexit.register(exit_at_once, 1)   # serve() returns 1 for node.fatal; keep that code
         return True
 
     async def _wind_down(self) -> None:
