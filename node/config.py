@@ -260,6 +260,10 @@ def validate(cfg: Config) -> Config:
             raise ConfigError("lease_store", "identity = lease needs lease_store = file:///dir or s3://bucket/prefix")
         if cfg.cluster_size < 1:
             raise ConfigError("cluster_size", "identity = lease needs cluster_size >= 1")
+        if cfg.anon:   # it would take one of the members' slots as if it were one of them
+            raise ConfigError("anon", "an anonymous replica cannot use identity = lease: it would take one of the "
+                                      "cluster_size member slots (anonymous replicas of a lease cluster are not "
+                                      "supported)")
     if not (0 < cfg.lease_duration_s < math.inf):   # also refuses nan, which compares false
         raise ConfigError("lease_duration_s", "must be a positive number of seconds")
     if cfg.cluster_wait_for < 0:
