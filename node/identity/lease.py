@@ -176,10 +176,20 @@ def _takeable(state: LeaseState, now_ms: int) -> bool:
     return state is None or isinstance(state, Corrupt) or is_free(state, now_ms)
 
 
-def choose_slot(leases: list[LeaseState], now_ms: int) -> int | None:
+def choose_slot(leases: list[LeaseState], now_ms: int, mine: Mapping[int, int] | None = None) -> int | None:
     """The first slot (in slot order) that is absent, free, expired or corrupt; None if all held.
 
-    `leases[i]` is the state of slot i."""
+    `leases[i]` is the state of slot i. `mine` maps slots to the version this node's own data
+    for it last served under (node/identity/slot_dir.py): a slot still at that version has had
+    no holder since, and this node's data is that member's. Such a slot is the only one taken,
+    once takeable (while it is held, the holder was this node's previous process, and its lease
+    runs out within a lease duration): taking another would leave that member's data behind,
+    and a whole cluster restarted at once could come back empty, every slot taken by a node
+    without its data."""
+    current = sorted(s for s, v in (mine or {}).items()
+                     if 0 <= s < len(leases) and isinstance(leases[s], Lease) and leases[s].version == v)
+    if current:
+        return next((s for s in current if _takeable(leases[s], now_ms)), None)
     for slot, state in enumerate(leases):
         if _takeable(state, now_ms):
             return slot

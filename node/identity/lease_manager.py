@@ -29,7 +29,7 @@ import random
 import threading
 import time
 import uuid
-from typing import Callable
+from typing import Callable, Mapping
 
 from node import limits
 from node.errors import ConfigError
@@ -174,8 +174,10 @@ class LeaseManager:
                 created += self.store.create_if_absent(slot, body)
         return created
 
-    def acquire(self) -> Lease | None:
-        """Take the first free or expired slot; None when every slot is held."""
+    def acquire(self, mine: Mapping[int, int] | None = None) -> Lease | None:
+        """Take the first free or expired slot; None when every slot is held. `mine`: the slots
+        this node holds data of, and the version each last served under (lease.choose_slot:
+        such a slot, if none has held it since, is the one taken)."""
         with self._lock:
             assert self._lease is None, f"already holding slot {self._lease.slot}"
             self.lost_reason = None
@@ -197,7 +199,7 @@ class LeaseManager:
                     return self._hold(state, token, wait_for_peers=True, now_ms=now)
             for _ in range(2 * self.cluster_size + 2):   # each failed try means another node won a slot
                 now, local = self._clock(), self._local()
-                slot = core.choose_slot(states, now)
+                slot = core.choose_slot(states, now, mine)
                 if slot is None:
                     return None
                 prev = states[slot]

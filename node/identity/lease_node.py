@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import logging
 import math
 import os
@@ -120,15 +121,24 @@ class LeaseIdentity:
         started = time.monotonic()
         last_logged: float | None = None
         poll_s = max(mgr.duration_ms / limits.lease_acquire_poll_divisor / 1000, limits.lease_acquire_retry_s_min)
+        # The slots this node holds data of: one that nobody held since is the one it takes.
+        held_here = slot_dir.mine(os.path.abspath(cfg.data_dir))
+        if held_here:
+            log.info("lease: this node holds data of slot(s) %s (last served under version(s) %s): it takes such a "
+                     "slot if nobody held it since", ", ".join(map(str, sorted(held_here))),
+                     ", ".join(str(held_here[k]) for k in sorted(held_here)))
         while True:
-            lease = await self._store_step("acquire", mgr.acquire)
+            lease = await self._store_step("acquire", functools.partial(mgr.acquire, held_here))
             if lease is not None:
                 break
             waited = time.monotonic() - started
             node.status_reason = f"all {cfg.cluster_size} lease slots in {self.store.url} are held; waiting"
             if last_logged is None or time.monotonic() - last_logged >= limits.lease_acquire_log_s:
-                log.info("lease: all %d slots in %s are held by other nodes; waiting for one to be released "
-                         "or expire (waited %.0f s)", cfg.cluster_size, self.store.url, waited)
+                what = f"all {cfg.cluster_size} slots in {self.store.url} are"
+                if held_here:
+                    what = f"the slot whose data this node holds (or, once another node held it, {what[:-4]}) is"
+                log.info("lease: %s held by other nodes; waiting for one to be released or expire (waited %.0f s)",
+                         what, waited)
                 last_logged = time.monotonic()
             if await self._stopped_within(poll_s):
                 raise NoLeaseSlot(f"stopped after {waited:.0f} s without a lease slot: all {cfg.cluster_size} "

@@ -34,6 +34,23 @@ def read_stamp(path: str) -> int | None:
     return int(text) if text.isdigit() else -1
 
 
+def mine(data_dir: str) -> dict[int, int]:
+    """The slots whose data this node holds (`slot-<k>` dirs under `data_dir`) and the version
+    each last served under; dirs without a readable stamp are left out."""
+    out: dict[int, int] = {}
+    try:
+        names = os.listdir(data_dir)
+    except FileNotFoundError:
+        return out
+    for name in names:
+        k = name.removeprefix("slot-")
+        if name.startswith("slot-") and k.isdigit():
+            stamp = read_stamp(os.path.join(data_dir, name))
+            if stamp is not None and stamp > 0:
+                out[int(k)] = stamp
+    return out
+
+
 def take(path: str, slot: int, version: int) -> str | None:
     """Make `path` the directory of slot `slot` served under `version`: a directory last served
     under a version other than `version - 1` (or this one) is moved aside first. Returns where

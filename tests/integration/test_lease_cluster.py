@@ -345,6 +345,35 @@ def test_a_node_back_on_a_slot_dir_another_holder_made_stale_starts_empty_and_fo
                 assert rows.setdefault((row["origin"], row["lsn"]), what) == what, f"fork at {row}"
 
 
+def test_a_whole_lease_cluster_restarted_at_once_keeps_its_data_every_node_back_on_its_own_slot(tmp_path, procs):
+    """Persistent volumes, every node killed, then started one after another in the order that
+    gives each the slot of another (the first free slot went to whoever asked first). Before,
+    every node then held a slot it had no data of: the cluster came back running and empty,
+    its data left behind in the slot dirs (node/identity/lease.py choose_slot)."""
+    nodes = lease_cluster(tmp_path, 3, f"file://{tmp_path}/leases", 2.0)
+    procs.extend(nodes)
+    for n in nodes:
+        n.wait_healthy(60)
+    nodes[0].create_space("kv")
+    wait_for(lambda: all("kv" in replicated_spaces(n) for n in nodes), 20, "the space on every node")
+    nodes[0].kv_put("kv", "a", {"v": 1})
+    wait_for(lambda: all(n.kv_get("kv", "a")[0] == 200 for n in nodes), 20, "the row on every node")
+    before = {n.name: (n.info()["lease"]["slot"], n.uuid()) for n in nodes}
+    for n in nodes:
+        n.kill9()
+    for n in sorted(nodes, key=lambda n: (before[n.name][0] - 1) % 3):   # own slot 1 first, then 2, then 0
+        took = n.log_text().count("serving as member")
+        n.start(wait=False)
+        wait_for(lambda: n.log_text().count("serving as member") > took, 30, f"{n.name} taking a slot")
+    for n in nodes:
+        n.wait_healthy(60)
+    after = {n.name: (n.info()["lease"]["slot"], n.uuid()) for n in nodes}
+    assert after == before, "a node came back on another node's slot"
+    for n in nodes:
+        status, row = n.kv_get("kv", "a")
+        assert (status, row["value"]) == (200, {"v": 1}), f"{n.name}: {status} {row}"
+
+
 def answers(n: ReplogProcess) -> bool:
     try:
         n.get("/v1/health", timeout=1)

@@ -134,6 +134,18 @@ def test_choose_slot_treats_corrupt_as_expired_and_absent_as_free():
     assert core.choose_slot([held(slot=0), None], 5_000) == 1
 
 
+def test_choose_slot_takes_the_slot_whose_data_this_node_holds_if_nobody_held_it_since():
+    leases = [free(slot=0, version=3), held(slot=1, version=4, expires_ms=20_000), free(slot=2, version=7)]
+    assert core.choose_slot(leases, 5_000, {2: 7}) == 2                 # not the first free one
+    # held, at the version this node's data served under: its own previous process; wait for it
+    assert core.choose_slot(leases, 5_000, {1: 4}) is None
+    assert core.choose_slot(leases, 20_000, {1: 4}) == 1                # expired: taken
+    # another node held slot 2 since (version 7, this node's data at 6): any slot, as before
+    assert core.choose_slot(leases, 5_000, {2: 6}) == 0
+    assert core.choose_slot(leases, 5_000, {9: 1, 0: 2}) == 0           # no such slot, an older version
+    assert core.choose_slot([Corrupt(0, "junk"), free(slot=1, version=2)], 5_000, {0: 1}) == 0
+
+
 def test_choose_slot_returns_none_when_every_slot_is_held():
     assert core.choose_slot([held(slot=0), held(slot=1)], 5_000) is None
     assert core.choose_slot([], 5_000) is None

@@ -57,3 +57,13 @@ def test_a_dir_without_a_stamp_is_taken_as_it_is_and_a_new_one_is_made_with_a_st
     fresh = str(tmp_path / "slot-2")
     assert slot_dir.take(fresh, 2, 1) is None and slot_dir.read_stamp(fresh) == 1
     assert slot_dir.take(fresh, 2, 1) is None, "the same acquisition taken again moved its own dir"
+
+
+def test_mine_lists_the_slot_dirs_with_their_stamps_and_nothing_else(tmp_path):
+    make_dir(tmp_path, "4\n")                                    # slot-1, stamped 4
+    slot_dir.take(str(tmp_path / "slot-3"), 3, 2)
+    os.makedirs(tmp_path / "slot-5")                             # no stamp
+    os.makedirs(tmp_path / "slot-1.stale-v2-20261129T000000")
+    (tmp_path / "slot-x").mkdir()
+    assert slot_dir.mine(str(tmp_path)) == {1: 4, 3: 2}
+    assert slot_dir.mine(str(tmp_path / "absent")) == {}
