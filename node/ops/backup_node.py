@@ -77,7 +77,7 @@ async def abandon_backups(jobs: list[BackupJob], reason: str) -> None:
     for j in running:
         j.abandon(reason)
     while True:
-        done, pending = await asyncio.wait([j.task for j in running], timeout=limits.backup_stop_log_s)
+        _, pending = await asyncio.wait([j.task for j in running], timeout=limits.backup_stop_log_s)
         if not pending:
             return
         for j in running:

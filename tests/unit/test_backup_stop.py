@@ -10,7 +10,6 @@ stopped journal's position and copied the WAL with the data dir unlocked."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import threading
@@ -20,13 +19,19 @@ import pytest
 from node import limits
 from node.ops import backup
 from node.ops.backup_node import backup_node
-from tests.unit.test_dashboard_http import start_node
+from tests.unit.test_dashboard_http import collector_restored, start_node
 from tests.waiting import until
+
+
+@pytest.fixture(autouse=True)
+def collector():
+    """The node tunes the collector for a server; pytest is not one."""
+    with collector_restored():
+        yield
 
 
 async def test_a_stop_during_a_backup_waits_for_its_store_copy_then_abandons_it(tmp_path, listen, monkeypatch,
                                                                                caplog):
-    thresholds = gc.get_threshold()
     node = await start_node(tmp_path, listen, token="")
     entered, release = threading.Event(), threading.Event()
     real_copy = backup.BackupJob.copy_store
@@ -73,5 +78,3 @@ async def test_a_stop_during_a_backup_waits_for_its_store_copy_then_abandons_it(
         release.set()
         if stopping is None:
             await node.stop()
-        gc.unfreeze()                 # the node tuned the collector for a server; pytest is not one
-        gc.set_threshold(*thresholds)

@@ -4,6 +4,7 @@ the static page, the events stream and its bounds, the token, and what a browser
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import gc
 import json
@@ -26,6 +27,18 @@ TOKEN = "t0ken"
 EVIL = "http://evil.example"
 
 
+@contextlib.contextmanager
+def collector_restored():
+    """The collector's settings as they were, after a node in this process tuned it for a
+    server (node/process/node.py tune_gc): pytest is not one."""
+    thresholds = gc.get_threshold()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
 async def start_node(tmp_path, listen, token: str = TOKEN) -> Node:
     node = Node(Config(data_dir=str(tmp_path / "n"), listen=listen(), token=token))
     await node.start()
@@ -35,22 +48,18 @@ async def start_node(tmp_path, listen, token: str = TOKEN) -> Node:
 
 @pytest.fixture
 async def node(tmp_path, listen):
-    thresholds = gc.get_threshold()
-    n = await start_node(tmp_path, listen)
-    yield n
-    await n.stop()
-    gc.unfreeze()                     # the node tuned the collector for a server; pytest is not one
-    gc.set_threshold(*thresholds)
+    with collector_restored():
+        n = await start_node(tmp_path, listen)
+        yield n
+        await n.stop()
 
 
 @pytest.fixture
 async def open_node(tmp_path, listen):
-    thresholds = gc.get_threshold()
-    n = await start_node(tmp_path, listen, token="")
-    yield n
-    await n.stop()
-    gc.unfreeze()
-    gc.set_threshold(*thresholds)
+    with collector_restored():
+        n = await start_node(tmp_path, listen, token="")
+        yield n
+        await n.stop()
 
 
 @pytest.fixture
@@ -219,9 +228,8 @@ async def test_a_listener_that_stops_reading_is_dropped_and_its_connection_cut(n
 
 
 async def test_open_streams_end_at_shutdown_without_holding_the_http_drain(tmp_path, http, listen):
-    thresholds = gc.get_threshold()
-    node = await start_node(tmp_path, listen)
-    try:
+    with collector_restored():
+        node = await start_node(tmp_path, listen)
         r = await http.get(url(node, "/v1/events"), headers=auth())
         await next_snapshot(r)
         started = time.monotonic()
@@ -231,9 +239,6 @@ async def test_open_streams_end_at_shutdown_without_holding_the_http_drain(tmp_p
         assert took < limits.http_drain_s, f"stop took {took:.1f} s: a stream held the drain"
         rest = await asyncio.wait_for(r.content.read(), 5)    # the stream ended (EOF), not hung
         assert b"event: snapshot" not in rest or rest.endswith(b"\n\n")
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
 
 
 # --- what a browser may do ------------------------------------------------------------------------

@@ -18,7 +18,6 @@ the link breaks by itself."""
 from __future__ import annotations
 
 import asyncio
-import gc
 from uuid import uuid4
 
 import pytest
@@ -31,21 +30,20 @@ from node.identity.lease_manager import LeaseManager
 from node.identity.lease_store import open_store
 from node.server import Node
 from tests.integration.fakepeer import FakePeer
+from tests.unit.test_dashboard_http import collector_restored
 from tests.waiting import until
 
 
 async def running_lease_node(tmp_path, listen, size: int):
     """A lease node of a `size`-slot cluster on a file:// store, running, yielded, then stopped."""
-    thresholds = gc.get_threshold()
-    node = Node(Config(identity="lease", lease_store=f"file://{tmp_path}/leases", cluster_size=size,
-                       lease_duration_s=30.0, data_dir=str(tmp_path / "data"), listen=listen(), token=""))
-    await node.start()
-    node.lease._exit_at_once_on_loss = False          # a loss must not end pytest
-    await until(lambda: node.status == "running", 20, "the lease node to bootstrap")
-    yield node
-    await node.stop()
-    gc.unfreeze()                     # the node tuned the collector for a server; pytest is not one
-    gc.set_threshold(*thresholds)
+    with collector_restored():
+        node = Node(Config(identity="lease", lease_store=f"file://{tmp_path}/leases", cluster_size=size,
+                           lease_duration_s=30.0, data_dir=str(tmp_path / "data"), listen=listen(), token=""))
+        await node.start()
+        node.lease._exit_at_once_on_loss = False          # a loss must not end pytest
+        await until(lambda: node.status == "running", 20, "the lease node to bootstrap")
+        yield node
+        await node.stop()
 
 
 @pytest.fixture

@@ -8,22 +8,19 @@ is closed`."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 
 import pytest
 
 from tests.integration.harness import silent_address
-from tests.unit.test_dashboard_http import start_node
+from tests.unit.test_dashboard_http import collector_restored, start_node
 
 
 @pytest.fixture(autouse=True)
 def collector():
     """The node tunes the collector for a server; pytest is not one."""
-    thresholds = gc.get_threshold()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*thresholds)
+    with collector_restored():
+        yield
 
 
 async def test_a_task_that_brings_links_back_when_cancelled_starts_none_while_the_node_stops(
