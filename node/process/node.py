@@ -35,6 +35,7 @@ from node.errors import ConfigError
 from node.faults import install_fault_points
 from node.fence import FenceKeeper
 from node.identity.identity_file import IdentityFileError
+from node.identity.lease_handover import hand_over
 from node.journal import Journal
 from node.join import Aborted, Join
 from node.lifecycle import Lifecycle
@@ -284,6 +285,12 @@ class Node:
         if served:
             log.info("node: stopping %s", f"after a fatal error: {self.fatal}" if self.fatal is not None else "on request")
         began = time.monotonic()
+        if served and self.lease is not None:   # before the links close: a peer takes the rows only here
+            try:
+                await hand_over(self)              # bounded by limits.lease_handover_s
+            except Exception as e:  # noqa: BLE001 - the stop goes on without it
+                log.error("shutdown: lease hand-over failed: %s: %s", type(e).__name__, e)
+                errors.append(e)
         self.status, self.status_reason = "stopping", "shutting down"
         for a in list(self.appliers.values()):
             await step(f"applier {a.address}", a.stop())

@@ -235,6 +235,20 @@ class LeaseHost(Handshake, Protocol):
     def on_fatal(self, e: BaseException) -> None: ...
 
 
+class HandoverLease(LeaseGate, Protocol):
+    slot: int | None
+
+
+class HandoverHost(Handshake, Protocol):
+    """An orderly stop's hand-over of a lease node's rows (node/identity/lease_handover.py): the
+    relays' acknowledgements it waits on, and the status it sets while it does."""
+    core: "NodeCore | None"
+    lease: HandoverLease | None
+    relays: set
+    status: str
+    status_reason: str
+
+
 class ShutdownHost(Handshake, Protocol):
     """Orderly cluster shutdown (node/cluster_shutdown.py): it quiesces (`status`), stops the
     process (`stopped`) and marks the store clean on stop."""

@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PARTS = ["node/applier/accept.py", "node/applier/applier.py", "node/applier/handshake.py",
          "node/applier/relay.py", "node/applier/stream.py", "node/applier/hosts.py", "node/applier/upstream.py",
          "node/http/api.py", "node/http/browser.py", "node/http/events.py", "node/http/health.py",
-         "node/http/metrics.py", "node/identity/lease_node.py", "node/cluster_shutdown.py",
+         "node/http/metrics.py", "node/identity/lease_node.py", "node/identity/lease_handover.py", "node/cluster_shutdown.py",
          "node/lifecycle.py", "node/join.py", "node/rejoin.py", "node/process/opening.py",
          "node/process/peering.py", "node/process/writes.py", "node/process/views.py",
          "node/clientrules.py", "node/clientproto/session.py", "node/clientproto/writes.py",
