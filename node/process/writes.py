@@ -111,7 +111,10 @@ class Writes:
         self.ack_check()
         t = txns[0]
         vclock_uuid = self.vclock_uuid()      # refreshes the cached vclock by local id too
-        return {"lsn": t.last_lsn, "vclock": self._vclock_ids, "vclock_uuid": vclock_uuid}
+        answer = {"lsn": t.last_lsn, "vclock": self._vclock_ids, "vclock_uuid": vclock_uuid}
+        if repl_ops:
+            answer["origin"] = node.uuid       # (origin, lsn) names the row on every node (GET answers both)
+        return answer
 
     async def register_member(self, uuid: str, address: str, state: str = STATE_MEMBER) -> int:
         """A `_cluster` row for `uuid` (a new member, a new address, an expel), under our own id."""

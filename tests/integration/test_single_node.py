@@ -25,11 +25,18 @@ def node(tmp_path, procs):
     return n
 
 
+def test_a_write_to_a_local_space_names_no_origin(node):
+    node.create_space("mine", local=True)
+    s, local = node.put("/v1/spaces/mine/keys/k", 1)
+    assert s == 200 and local["lsn"] >= 1 and "origin" not in local, "a local space's row is numbered here alone"
+
+
 def test_put_get_delete_range_and_txn(node):
     r = node.kv_put("kv", "a", {"x": 1})
     assert r["lsn"] >= 1 and r["vclock"]
     s, got = node.kv_get("kv", "a")
     assert s == 200 and got["value"] == {"x": 1} and got["origin"] == node.uuid() and got["lsn"] == r["lsn"]
+    assert r["origin"] == got["origin"], "the write's answer names the row as a read of it does"
     for k in ("b", "c", "d"):
         node.kv_put("kv", k, k.upper())
     s, page = node.get("/v1/spaces/kv/keys?limit=2")
