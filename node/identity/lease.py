@@ -75,6 +75,10 @@ class Lease:
     known_versions: Mapping[int, int] = field(default_factory=dict, hash=False)
     serial: int = 0              # +1 on every write of this slot
     nonce: str = ""              # differs per write; identifies our own writes on read-back
+    # The last version whose holder served (and so may have written this member's rows): a
+    # holder writes it before it claims an lsn. None: not recorded (a body written before it
+    # was), taken as `version` (served_version).
+    served: int | None = None
 
     def __post_init__(self) -> None:
         if not (0 <= self.slot < limits.lease_cluster_size_max):
@@ -85,6 +89,8 @@ class Lease:
             raise ValueError(f"version, expires_ms and serial must be 0..{limits.lease_int_max}")
         if not is_uuid(self.member_uuid):
             raise ValueError(f"member_uuid {self.member_uuid[:80]!r} is not a canonical uuid")
+        if self.served is not None and not 0 <= self.served <= self.version:
+            raise ValueError(f"served must be 0..version ({self.version}), got {self.served}")
         if len(self.nonce) > limits.lease_nonce_chars_max:
             raise ValueError(f"nonce is longer than {limits.lease_nonce_chars_max} characters")
         if len(self.known_versions) > limits.lease_cluster_size_max:
@@ -112,6 +118,8 @@ def encode(lease: Lease) -> bytes:
         "serial": lease.serial,
         "nonce": lease.nonce,
     }
+    if lease.served is not None:
+        doc["served"] = lease.served
     body = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     assert len(body) <= limits.lease_body_bytes_max, len(body)
     return body
@@ -134,13 +142,16 @@ def decode(body: bytes, slot: int) -> Lease:
             raise ValueError("task_id must be a string or null")
         if not isinstance(doc["member_uuid"], str) or not isinstance(doc["nonce"], str):
             raise ValueError("member_uuid and nonce must be strings")
+        served = doc.get("served")
+        if served is not None and type(served) is not int:
+            raise ValueError("served must be an integer")
         kv = doc["known_versions"]
         if not isinstance(kv, dict) or any(type(v) is not int for v in kv.values()):
             raise ValueError("known_versions must map slot to integer version")
         lease = Lease(slot=doc["slot"], task_id=doc["task_id"], version=doc["version"],
                       expires_ms=doc["expires_ms"], member_uuid=doc["member_uuid"],
                       known_versions={int(k): v for k, v in kv.items()},
-                      serial=doc["serial"], nonce=doc["nonce"])
+                      serial=doc["serial"], nonce=doc["nonce"], served=served)
     except (ValueError, KeyError, TypeError, RecursionError) as e:  # JSON/Unicode errors are ValueErrors
         raise LeaseCorrupt(slot, str(e) or type(e).__name__) from None
     if lease.slot != slot:
@@ -163,12 +174,18 @@ def decode_state(body: bytes | None, slot: int) -> LeaseState:
 def new_slot(slot: int, member_uuid: str, *, nonce: str) -> Lease:
     """The free lease a bootstrap creates: no holder, version 0, a fresh member_uuid."""
     return Lease(slot=slot, task_id=None, version=0, expires_ms=0, member_uuid=member_uuid,
-                 nonce=nonce)
+                 nonce=nonce, served=0)
 
 
 def is_free(lease: Lease, now_ms: int) -> bool:
     """Released (or never held), or expired: at `expires_ms` exactly the holder has lost it."""
     return lease.task_id is None or lease.expires_ms <= now_ms
+
+
+def served_version(lease: Lease) -> int:
+    """The last version whose holder may have written this member's rows (a body that does not
+    record it: its own version, as if every holder had)."""
+    return lease.version if lease.served is None else lease.served
 
 
 def _takeable(state: LeaseState, now_ms: int) -> bool:
@@ -180,14 +197,16 @@ def choose_slot(leases: list[LeaseState], now_ms: int, mine: Mapping[int, int] |
     """The first slot (in slot order) that is absent, free, expired or corrupt; None if all held.
 
     `leases[i]` is the state of slot i. `mine` maps slots to the version this node's own data
-    for it last served under (node/identity/slot_dir.py): a slot still at that version has had
-    no holder since, and this node's data is that member's. Such a slot is the only one taken,
+    for it last served under (node/identity/slot_dir.py): a slot no holder has served since that
+    version (still at it, or held since only by nodes that never served: they wrote none of
+    the member's rows) is current, and this node's data is that member's. Such a slot is the only one taken,
     once takeable (while it is held, the holder was this node's previous process, and its lease
     runs out within a lease duration): taking another would leave that member's data behind,
     and a whole cluster restarted at once could come back empty, every slot taken by a node
     without its data."""
     current = sorted(s for s, v in (mine or {}).items()
-                     if 0 <= s < len(leases) and isinstance(leases[s], Lease) and leases[s].version == v)
+                     if 0 <= s < len(leases) and isinstance(leases[s], Lease)
+                     and served_version(leases[s]) <= v <= leases[s].version)
     if current:
         return next((s for s in current if _takeable(leases[s], now_ms)), None)
     for slot, state in enumerate(leases):
@@ -212,7 +231,8 @@ def recover_version(leases: list[LeaseState], slot: int) -> int:
 
 def acquire(lease: Lease, task_id: str, now_ms: int, duration_ms: int, *, nonce: str,
             known_versions: Mapping[int, int] | None = None) -> Lease:
-    """Take a free or expired slot: version + 1, a new expiry, the same member_uuid."""
+    """Take a free or expired slot: version + 1, a new expiry, the same member_uuid. The slot's
+    `served` stays until this holder serves (mark_served)."""
     assert is_free(lease, now_ms), f"slot {lease.slot} is held by {lease.task_id} until {lease.expires_ms}"
     _check_duration(duration_ms)
     version = lease.version + 1
@@ -220,12 +240,14 @@ def acquire(lease: Lease, task_id: str, now_ms: int, duration_ms: int, *, nonce:
     kv[lease.slot] = version
     return Lease(slot=lease.slot, task_id=task_id, version=version,
                  expires_ms=now_ms + duration_ms, member_uuid=lease.member_uuid,
-                 known_versions=kv, serial=lease.serial + 1, nonce=nonce)
+                 known_versions=kv, serial=lease.serial + 1, nonce=nonce, served=served_version(lease))
 
 
 def renew(lease: Lease, now_ms: int, duration_ms: int, known_versions: Mapping[int, int],
-          *, nonce: str) -> Lease:
-    """Extend a held lease to now + duration; known_versions merge by max (versions only grow)."""
+          *, nonce: str, serving: bool = False) -> Lease:
+    """Extend a held lease to now + duration; known_versions merge by max (versions only grow).
+    `serving`: the holder is about to serve (claim lsns of the member): `served` becomes this
+    version, so a data dir last served under an older one is stale from now on."""
     assert lease.task_id is not None, f"slot {lease.slot} is not held; nothing to renew"
     assert now_ms < renew_deadline(lease, duration_ms), "renewing past the deadline: the node should have stopped"
     _check_duration(duration_ms)
@@ -234,7 +256,8 @@ def renew(lease: Lease, now_ms: int, duration_ms: int, known_versions: Mapping[i
         kv[slot] = max(kv.get(slot, 0), version)
     return Lease(slot=lease.slot, task_id=lease.task_id, version=lease.version,
                  expires_ms=now_ms + duration_ms, member_uuid=lease.member_uuid,
-                 known_versions=kv, serial=lease.serial + 1, nonce=nonce)
+                 known_versions=kv, serial=lease.serial + 1, nonce=nonce,
+                 served=lease.version if serving else lease.served)
 
 
 def release(lease: Lease, *, nonce: str) -> Lease:
@@ -242,7 +265,7 @@ def release(lease: Lease, *, nonce: str) -> Lease:
     assert lease.task_id is not None, f"slot {lease.slot} is not held; nothing to release"
     return Lease(slot=lease.slot, task_id=None, version=lease.version, expires_ms=0,
                  member_uuid=lease.member_uuid, known_versions=lease.known_versions,
-                 serial=lease.serial + 1, nonce=nonce)
+                 serial=lease.serial + 1, nonce=nonce, served=lease.served)
 
 
 def needs_wait_for_peers(prev: LeaseState, now_ms: int) -> bool:

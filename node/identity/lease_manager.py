@@ -227,9 +227,12 @@ class LeaseManager:
                                       wait_for_peers=core.needs_wait_for_peers(prev, now), now_ms=now)
             return None
 
-    def renew(self) -> Lease:
-        """Extend the held lease. LeaseLost if the slot is not ours or the deadline passed."""
+    def renew(self, serving: bool = False) -> Lease:
+        """Extend the held lease. LeaseLost if the slot is not ours or the deadline passed.
+        `serving`: record that this holder serves from now on (lease.renew)."""
         with self._lock:
+            if self._lease is None and self.lost_reason is not None:
+                raise LeaseLost(None, self.lost_reason)   # lost by another step meanwhile
             assert self._lease is not None, "renew() without a lease"
             for _ in range(limits.lease_renew_writes_max):
                 lease = self._lease
@@ -240,7 +243,7 @@ class LeaseManager:
                     by = "the wall clock" if now >= deadline else "the local clock (the wall clock was stepped back)"
                     self._lose(f"renewal deadline passed {self.late_ms()} ms ago by {by} without a successful renewal")
                 new = core.renew(lease, now, self.duration_ms, self._known_versions,
-                                 nonce=self._new_nonce())
+                                 nonce=self._new_nonce(), serving=serving)
                 self._own_nonces.append(new.nonce)
                 try:
                     self.store.compare_and_swap(lease.slot, core.encode(new), self._token)

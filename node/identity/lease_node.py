@@ -3,11 +3,12 @@ member, keep the lease renewed, fence off older holders of any slot, and stop wh
 lease is gone.
 
 The process (node/process/node.py) drives it in this order: `acquire()` before the store opens
-(it decides the member uuid and the data dir `<data_dir>/slot-<k>`), `wait_ready()` before
-the node reports "running", `check_peer()` on every handshake, `release()` on orderly
-shutdown. Decisions about leases come from lease.py, store steps from lease_manager.py,
-renewal timing from lease_runner.py, what a holder shows and reads of peers from
-lease_view.py; this module only wires them to the node.
+(it decides the member uuid and the data dir `<data_dir>/slot-<k>`), `wait_ready()` and
+`mark_serving()` before the node reports "running", `check_peer()` on every handshake,
+`release()` on orderly shutdown (after the hand-over of node/identity/lease_handover.py).
+Decisions about leases come from lease.py, store steps from lease_manager.py, renewal timing
+from lease_runner.py, the start-up waits from lease_startup.py, what a holder shows and
+reads of peers from lease_view.py; this module only wires them to the node.
 
 Rules it keeps:
 - No slot, no store: `acquire()` returns only holding a lease. While every slot is held it
@@ -22,7 +23,8 @@ Rules it keeps:
   the next renewal. A claim the store does not back changes nothing and is never persisted.
 - Taking over a slot whose holder did not release (crash, pause): the node does not report
   "running" until every listed peer's greeting shows it has seen our version, or
-  `lease.peer_wait_until_ms` passes. It probes the peers itself meanwhile.
+  `lease.peer_wait_until_ms` passes; then the slot records that this holder serves
+  (lease_startup.py).
 - Lease lost (a renewal failed up to the deadline, or superseded): status "lease_lost"
   at once (health 503, writes refused), appliers stopped and inbound links closed, handshakes refused;
   after a short grace that lets health checks see why, the process stops with
@@ -48,14 +50,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from node import limits
-from node.applier.handshake import PROBE_ERRORS, probe
 from node.errors import PeerRefused, RemoteProtocolError, StorageError
 from node.identity import lease as core
 from node.identity.lease import LeaseLost
 from node.identity.lease_manager import LeaseManager
 from node.identity.lease_runner import run_lease
 from node.identity.lease_store import LeaseStore, LeaseStoreUnavailable, open_store
-from node.identity import lease_view, slot_dir
+from node.identity import lease_startup, lease_view, slot_dir
 from node.identity.lease_exit import DaemonThreadExecutor, exit_at_once
 from node.identity.lease_view import parse_greeting_lease
 
@@ -87,7 +88,7 @@ class LeaseIdentity:
         self.store: LeaseStore | None = None
         self._store_closed = False
         self.manager: LeaseManager | None = None
-        self._executor = DaemonThreadExecutor()
+        self.executor = DaemonThreadExecutor()
         self._stop = asyncio.Event()
         self._runner: asyncio.Task | None = None
         self._wind_down_task: asyncio.Task | None = None
@@ -107,7 +108,7 @@ class LeaseIdentity:
         self.peer_wait_until_ms: int | None = None
         self.peers_confirmed: set[str] = set()       # peer addresses whose greeting showed our version
         self.peer_wait_outcome: str | None = None    # "confirmed" | "timed_out" | None (no wait needed)
-        self._peers_changed = asyncio.Event()
+        self.peers_changed = asyncio.Event()
 
     # --- start-up --------------------------------------------------------------------
     async def acquire(self) -> None:
@@ -152,11 +153,11 @@ class LeaseIdentity:
             self.peer_wait_until_ms = mgr.peer_wait_until_ms
         node.data_dir = os.path.join(os.path.abspath(cfg.data_dir), f"slot-{lease.slot}")
         # A dir another holder's tenure made stale is moved aside (node/identity/slot_dir.py).
-        await asyncio.get_running_loop().run_in_executor(self._executor, slot_dir.take, node.data_dir,
-                                                         lease.slot, lease.version)
+        await asyncio.get_running_loop().run_in_executor(self.executor, slot_dir.take, node.data_dir,
+                                                         lease.slot, lease.version, core.served_version(lease))
         log.info("lease: serving as member %s of slot %d at version %d; data in %s", lease.member_uuid,
                  lease.slot, lease.version, node.data_dir)
-        self._runner = asyncio.create_task(run_lease(mgr, self._on_lost, self._stop, executor=self._executor),
+        self._runner = asyncio.create_task(run_lease(mgr, self._on_lost, self._stop, executor=self.executor),
                                            name="lease-renew")
         self._runner.add_done_callback(self._runner_done)
 
@@ -167,7 +168,7 @@ class LeaseIdentity:
         delay = limits.lease_acquire_retry_s_min
         while True:
             try:
-                return await loop.run_in_executor(self._executor, fn)
+                return await loop.run_in_executor(self.executor, fn)
             except LeaseStoreUnavailable as e:
                 now = time.monotonic()
                 first_failure = first_failure or now
@@ -192,67 +193,16 @@ class LeaseIdentity:
         if not t.cancelled() and t.exception() is not None:
             self.node.on_fatal(t.exception())   # a bug in the renewal path: stop rather than serve unrenewed
 
-    # --- wait for peers --------------------------------------------------------------
-    def _peer_addresses(self) -> list[str]:
-        return [p for p in self.node.cfg.peers if p != self.node.cfg.address]
-
+    # --- start-up: waiting for peers, then serving (node/identity/lease_startup.py) ---------
     def ready(self) -> bool:
         """May the node report "running"? False after a loss, and while waiting for peers."""
-        if self.lost_reason is not None:
-            return False
-        if self.peer_wait_until_ms is None or self.peer_wait_outcome is not None:
-            return True
-        return (self.manager.now_ms() >= self.peer_wait_until_ms
-                or all(p in self.peers_confirmed for p in self._peer_addresses()))
+        return lease_startup.ready(self)
 
     async def wait_ready(self) -> None:
-        """Return when ready() holds; raise LeaseLost if the lease is lost meanwhile. Probes the
-        peers that have not yet shown our version (a greeting a peer sends is built before it
-        reads ours, so the second handshake with a reachable peer confirms it)."""
-        node = self.node
-        if self.peer_wait_until_ms is not None and self.peer_wait_outcome is None:
-            log.info("lease: slot %d was not released by its previous holder; waiting until peers %s have "
-                     "seen version %d (at most %.1f s)", self.slot, ", ".join(self._peer_addresses()) or "(none)",
-                     self.version, max(0, self.peer_wait_until_ms - self.manager.now_ms()) / 1000)
-        delay = limits.lease_peer_probe_s_min
-        while not self.ready():
-            if self.lost_reason is not None:
-                break
-            pending = [p for p in self._peer_addresses() if p not in self.peers_confirmed]
-            node.status_reason = (f"waiting until peers see lease slot {self.slot} version {self.version}: "
-                                  f"{', '.join(pending)}")
-            answered = await asyncio.gather(*(self._probe(p) for p in pending))
-            if self.ready():
-                break
-            delay = limits.lease_peer_probe_s_min if any(answered) else min(delay * 2, limits.lease_peer_probe_s_max)
-            remaining_s = (self.peer_wait_until_ms - self.manager.now_ms()) / 1000
-            self._peers_changed.clear()
-            try:
-                async with asyncio.timeout(max(0.0, min(delay, remaining_s))):   # not wait_for (cancels)
-                    await self._peers_changed.wait()
-            except TimeoutError:
-                pass
-        if self.lost_reason is not None:
-            raise LeaseLost(self.slot, self.lost_reason)
-        if self.peer_wait_until_ms is not None and self.peer_wait_outcome is None:
-            missing = [p for p in self._peer_addresses() if p not in self.peers_confirmed]
-            self.peer_wait_outcome = "timed_out" if missing else "confirmed"
-            if missing:
-                log.warning("lease: peers %s did not confirm slot %d version %d before the wait ended; "
-                            "serving anyway (the previous holder's deadline has passed)",
-                            ", ".join(missing), self.slot, self.version)
-            else:
-                log.info("lease: every peer has seen slot %d version %d", self.slot, self.version)
+        await lease_startup.wait_ready(self)
 
-    async def _probe(self, address: str) -> bool:
-        """One handshake with a peer (check_peer records what its greeting shows). True if it answered."""
-        node = self.node
-        try:
-            await probe(node, node.http_session, address, limits.handshake_timeout_s)
-        except PROBE_ERRORS as e:
-            log.debug("lease: peer %s not reachable for the version check: %s", address, e)
-            return False
-        return True
+    async def mark_serving(self) -> None:
+        await lease_startup.mark_serving(self)
 
     # --- handshakes ------------------------------------------------------------------
     def greeting_field(self) -> dict:
@@ -271,7 +221,7 @@ class LeaseIdentity:
         if mgr is None or mgr.lease is None or mgr.holds_valid_lease():
             return True
         late_s = mgr.late_ms() / 1000
-        self._lose_now(f"the renewal deadline passed {late_s:.1f} s ago with no renewal: this process was paused "
+        self.lose_now(f"the renewal deadline passed {late_s:.1f} s ago with no renewal: this process was paused "
                        "or stalled (a stopped process, a frozen VM, a blocked event loop)")
         return False
 
@@ -296,7 +246,7 @@ class LeaseIdentity:
             address = theirs.get("address")
             if isinstance(address, str) and address not in self.peers_confirmed:
                 self.peers_confirmed.add(address)
-                self._peers_changed.set()
+                self.peers_changed.set()
 
     def _fence_open_links(self) -> None:
         """A link this node follows whose upstream greeted it as the holder of a slot at a version
@@ -333,7 +283,7 @@ class LeaseIdentity:
             await asyncio.sleep(max(0.0, self._verified_at + limits.lease_verify_interval_s - time.monotonic()))
             self._verify_again = False
             try:
-                versions, lost = await loop.run_in_executor(self._executor, self.manager.refresh)
+                versions, lost = await loop.run_in_executor(self.executor, self.manager.refresh)
             except LeaseStoreUnavailable as e:
                 # The renewal path owns store outages (it stops serving at the deadline).
                 log.warning("lease: re-reading the store after a peer's claim failed: %s", e)
@@ -348,7 +298,7 @@ class LeaseIdentity:
             if self.seen != before:
                 self._fence_open_links()
             if lost is not None and self.lost_reason is None:
-                self._lose_now(f"the lease store shows slot {self.slot} taken over: {lost}")
+                self.lose_now(f"the lease store shows slot {self.slot} taken over: {lost}")
                 return
             if not self._verify_again:
                 return
@@ -359,7 +309,7 @@ class LeaseIdentity:
         if self._begin_loss(reason):
             await self._wind_down()
 
-    def _lose_now(self, reason: str) -> None:
+    def lose_now(self, reason: str) -> None:
         """A loss seen outside the runner (a peer showed a newer version of our slot)."""
         if self._begin_loss(reason):
             self._stop.set()   # the runner ends without calling on_lost again
@@ -423,7 +373,7 @@ class LeaseIdentity:
                     log.info("lease: slot %s not released (%s)", self.slot, self.lost_reason or "not held")
                 return
             loop = asyncio.get_running_loop()
-            self.released = await loop.run_in_executor(self._executor, mgr.release)
+            self.released = await loop.run_in_executor(self.executor, mgr.release)
         finally:
             if self.store is not None and not self._store_closed:
                 self._store_closed = True
@@ -431,15 +381,7 @@ class LeaseIdentity:
 
     # --- views -----------------------------------------------------------------------
     def state(self) -> str:
-        if self.lost_reason is not None:
-            return "lost"
-        if self.released:
-            return "released"
-        if self.slot is None:
-            return "acquiring"
-        if not self.ready():
-            return "waiting_for_peers"
-        return "held"
+        return lease_view.state(self)
 
     def info(self) -> dict:
         return lease_view.info(self)

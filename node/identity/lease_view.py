@@ -18,6 +18,19 @@ from node import limits
 from node.errors import RemoteProtocolError
 
 
+def state(holder: Any) -> str:
+    """acquiring, waiting_for_peers, held, lost or released."""
+    if holder.lost_reason is not None:
+        return "lost"
+    if holder.released:
+        return "released"
+    if holder.slot is None:
+        return "acquiring"
+    if not holder.ready():
+        return "waiting_for_peers"
+    return "held"
+
+
 def parse_greeting_lease(theirs: dict) -> tuple[int, int, dict[int, int]]:
     """(slot, version, seen) from a peer greeting's "lease" field; a malformed field is the
     peer's protocol error."""
@@ -49,7 +62,7 @@ def info(holder: Any) -> dict:
     now = mgr.now_ms() if mgr else 0
     expires_ms = lease.expires_ms if lease else None
     return {
-        "state": holder.state(),
+        "state": state(holder),
         "slot": holder.slot,
         "version": holder.version,
         "member_uuid": holder.member_uuid,

@@ -3,8 +3,11 @@ it last served, so a node that takes the slot again can tell whether it was the 
 
 Why: versions go up by one at each acquisition. A directory last served under version w is
 current for an acquisition at w + 1 (this node was the last holder: a restart after a crash
-or a release). At any later version another node held the slot in between, as the same
-member, and wrote rows under that member's lsns from where its snapshot ended. The old
+or a release), and at any later one if no holder in between served (the slot's `served`,
+node/identity/lease.py: a holder records it before it claims an lsn; one that never got as
+far, say a standby that could not join, wrote none of the member's rows). Otherwise another
+node held the slot in between, as the same member, and wrote rows under that member's lsns
+from where its snapshot ended. The old
 directory may hold rows under those same lsns with other contents (written and not yet sent
 when it stopped), and is in any case behind: served as it is, its next write takes an lsn the
 other holder used, and a peer that cannot be reached at that moment cannot say so (two rows for
@@ -51,13 +54,15 @@ def mine(data_dir: str) -> dict[int, int]:
     return out
 
 
-def take(path: str, slot: int, version: int) -> str | None:
+def take(path: str, slot: int, version: int, served: int | None = None) -> str | None:
     """Make `path` the directory of slot `slot` served under `version`: a directory last served
-    under a version other than `version - 1` (or this one) is moved aside first. Returns where
-    it went, or None. The stamp is on disk before anything is written under the new version."""
+    under a version before `served` (the last version a holder served under before this one;
+    None: `version - 1`), or after this one, is moved aside first. Returns where it went, or
+    None. The stamp is on disk before anything is written under the new version."""
     held = read_stamp(path)
+    served = version - 1 if served is None else served
     moved = None
-    if held is not None and held not in (version - 1, version):
+    if held is not None and not served <= held <= version:
         moved = f"{path}.stale-v{held}-{time.strftime('%Y%m%dT%H%M%S')}"
         os.rename(path, moved)
         fsync_dir(os.path.dirname(path))
@@ -66,8 +71,7 @@ def take(path: str, slot: int, version: int) -> str | None:
         elif held > version:
             why = f"it last served under version {held}, newer than this one: the lease store was made anew"
         else:
-            why = f"it last served under version {held}, and another node held the slot since (versions " \
-                  f"{held + 1}..{version - 1})"
+            why = f"it last served under version {held}, and another node served the slot since (version {served})"
         log.warning("lease: slot %d's data dir %s is stale: %s, writing this member's rows from where its "
                     "snapshot ended. Served as it is, it would write under lsns that node used. Moved it to %s "
                     "(kept for inspection); starting empty, from a peer's snapshot", slot, path, why, moved)

@@ -234,6 +234,7 @@ class Node:
             return
         if self.lease:
             await self.lease.wait_ready()   # a slot taken from a holder that did not release: peers fence it first
+            await self.lease.mark_serving()  # before any lsn of this member is claimed here
         await self.life.go_active()
         self.status, self.status_reason = "running", ""
         tune_gc()

@@ -146,6 +146,47 @@ def test_choose_slot_takes_the_slot_whose_data_this_node_holds_if_nobody_held_it
     assert core.choose_slot([Corrupt(0, "junk"), free(slot=1, version=2)], 5_000, {0: 1}) == 0
 
 
+def test_choose_slot_takes_this_nodes_slot_back_across_holders_that_never_served():
+    """Slot 1 went through versions 5 and 6 after this node's data served under 4, but neither
+    holder served (`served` is still 4): this node's data is still the member's."""
+    never = free(slot=1, version=6)
+    never = Lease(**{**{f: getattr(never, f) for f in never.__slots__}, "served": 4})
+    leases = [free(slot=0, version=3), never]
+    assert core.choose_slot(leases, 5_000, {1: 4}) == 1                 # not the first free one
+    assert core.choose_slot(leases, 5_000, {1: 3}) == 0                 # served since 3: not current
+    held_by_one_not_serving = held(slot=1, version=7, expires_ms=20_000, served=4)
+    assert core.choose_slot([free(slot=0), held_by_one_not_serving], 5_000, {1: 4}) is None   # wait for it
+    assert core.choose_slot([free(slot=0), held_by_one_not_serving], 20_000, {1: 4}) == 1
+
+
+def test_served_is_kept_by_acquire_and_release_and_set_by_a_serving_renewal():
+    lease = core.acquire(core.new_slot(0, UUID, nonce="a"), "t", 1_000, D, nonce="b")
+    assert (lease.version, lease.served) == (1, 0), "a new holder has not served yet"
+    lease = core.renew(lease, 2_000, D, {}, nonce="c")
+    assert lease.served == 0
+    lease = core.renew(lease, 3_000, D, {}, nonce="d", serving=True)
+    assert lease.served == 1 and core.decode(core.encode(lease), 0) == lease
+    lease = core.acquire(core.release(lease, nonce="e"), "u", 4_000, D, nonce="f")
+    assert (lease.version, lease.served) == (2, 1)
+
+
+def test_a_body_without_served_counts_every_holder_as_served():
+    body = core.encode(held(version=7))
+    assert b"served" not in body
+    lease = core.decode(body, 0)
+    assert lease.served is None and core.served_version(lease) == 7
+    assert core.acquire(lease, "t", 20_000, D, nonce="x").served == 7
+
+
+def test_a_served_version_past_the_slots_version_is_corrupt():
+    body = core.encode(held(version=3)).replace(b'"serial"', b'"served":4,"serial"')
+    with pytest.raises(LeaseCorrupt, match="served"):
+        core.decode(body, 0)
+    body = core.encode(held(version=3)).replace(b'"serial"', b'"served":"1","serial"')
+    with pytest.raises(LeaseCorrupt, match="served"):
+        core.decode(body, 0)
+
+
 def test_choose_slot_returns_none_when_every_slot_is_held():
     assert core.choose_slot([held(slot=0), held(slot=1)], 5_000) is None
     assert core.choose_slot([], 5_000) is None

@@ -81,7 +81,7 @@ async def test_a_link_greeted_before_the_loss_is_closed_before_the_exit(lease_no
         await until(lambda: len(node.relays) == 1 and len(node.links) == 2, 10,
                     "one link streaming and one greeted, idle")
 
-        node.lease._lose_now("a test took the slot over")
+        node.lease.lose_now("a test took the slot over")
         assert node.status == "lease_lost"
         await asyncio.wait_for(node.stopped.wait(), 10)   # the grace ends in at most 1 s
 
@@ -120,7 +120,7 @@ async def test_a_registration_that_waited_for_another_writes_nothing_after_the_l
     second = asyncio.create_task(node.join.apply_registration(greeting(second_uuid), {"code": "b" * 32}))
     await until(lambda: node.join._register_lock._waiters, 10, "the second registration waiting its turn")
 
-    node.lease._lose_now("a test took the slot over")
+    node.lease.lose_now("a test took the slot over")
     release.set()
     assert (await asyncio.wait_for(first, 10)).ok      # claimed before the loss: written
     with pytest.raises(PeerRefused) as e:

@@ -1,6 +1,7 @@
 """A lease slot's data directory and the version it last served under (node/identity/slot_dir.py):
-kept for the next version (this node was the last holder), moved aside for any later one
-(another node held the slot in between, as the same member), taken and stamped without a stamp."""
+kept for the next version (this node was the last holder) and past holders that never served,
+moved aside once another node served the slot in between (as the same member), taken and
+stamped without a stamp."""
 from __future__ import annotations
 
 import logging
@@ -34,7 +35,23 @@ def test_a_dir_from_before_another_holders_tenure_is_moved_aside_and_the_node_st
     assert moved is not None and moved.startswith(path + ".stale-v4-")
     assert os.path.isfile(os.path.join(moved, "store", "data.mdb")), "the stale dir was not kept"
     assert sorted(os.listdir(path)) == [slot_dir.STAMP_FILE] and slot_dir.read_stamp(path) == 6
-    assert any("versions 5..5" in r.getMessage() and moved in r.getMessage() for r in caplog.records)
+    assert any("served the slot since (version 5)" in r.getMessage() and moved in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_dir_is_kept_across_holders_that_never_served(tmp_path):
+    """Versions 5 and 6 were held by nodes that never served (a standby that could not join):
+    they wrote none of the member's rows, and the slot's `served` is still 4."""
+    path = make_dir(tmp_path, "4\n")
+    assert slot_dir.take(path, 1, 7, served=4) is None
+    assert os.path.isfile(os.path.join(path, "store", "data.mdb")) and slot_dir.read_stamp(path) == 7
+
+
+def test_a_dir_is_stale_once_a_later_holder_served(tmp_path, caplog):
+    path = make_dir(tmp_path, "4\n")
+    caplog.set_level(logging.WARNING, logger="replog")
+    assert slot_dir.take(path, 1, 7, served=5) is not None
+    assert any("served the slot since (version 5)" in r.getMessage() for r in caplog.records)
 
 
 def test_a_dir_from_a_lease_store_made_anew_is_moved_aside(tmp_path, caplog):

@@ -1,0 +1,64 @@
+"""A standby that took a slot and never served leaves the slot's data dir current (the slot's
+`served`, node/identity/lease.py), on real `replog serve` processes.
+
+Found by the lease nemesis (tests/integration/lease_nemesis.py): the only container holding
+the cluster's latest rows stopped; a fresh one took its slot, stalled before it could join,
+and lost the slot; the first container came back on its own dir and found it "stale" (another
+node had held the slot since), moved it aside and started empty: every row only it held was
+gone, though the holder in between had written none of that member's rows."""
+from __future__ import annotations
+
+import os
+
+from tests.integration.harness import ReplogProcess, silent_address, wait_for
+from tests.integration.oracles import Acked, acked_everywhere, replicated_spaces
+from tests.integration.test_lease_cluster import lease_cluster, lease_flags
+
+
+def health(n: ReplogProcess) -> int | None:
+    try:
+        return n.get("/v1/health")[0]
+    except OSError:
+        return None
+
+
+def test_a_standby_that_never_served_does_not_make_the_slot_dir_it_held_stale(tmp_path, procs):
+    store = f"file://{tmp_path}/leases"
+    nodes = lease_cluster(tmp_path, 3, store, duration_s=2)
+    procs.extend(nodes)
+    for n in nodes:
+        n.wait_healthy(60)
+    owner, others = nodes[0], nodes[1:]
+    owner.create_space("kv")
+    for n in others:
+        wait_for(lambda: "kv" in replicated_spaces(n), 30, f"the space on {n.name}")
+    slot, uuid = owner.info()["lease"]["slot"], owner.uuid()
+
+    for n in others:                             # cut off: what the owner takes now is on its disk only
+        n.set_peers([o for o in others if o is not n])
+    owner.set_peers([])
+    acked = Acked()
+    for i in range(10):
+        acked.put(owner, "kv", f"only-here-{i}", {"i": i})
+    owner.kill9()                                # no hand-over: its slot is left to expire
+
+    with silent_address() as nowhere:            # a standby with no peer to join from
+        standby = ReplogProcess(tmp_path, "standby", peers=[nowhere], extra=lease_flags(store, 3, 2))
+        procs.append(standby)
+        standby.start(wait=False)
+        wait_for(lambda: f"serving as member {uuid} of slot {slot}" in standby.log_text(), 30,
+                 "the standby taking the owner's slot")
+        wait_for(lambda: health(standby) is not None, 30, "the standby listening")
+        assert health(standby) == 503, "the standby served without a peer to join from"
+        standby.kill9()
+
+    owner.peers = [o.address for o in others]
+    owner.start(wait=False)
+    owner.wait_healthy(60)
+    info = owner.info()["lease"]
+    assert (info["slot"], info["member_uuid"]) == (slot, uuid), info
+    assert not [d for d in os.listdir(owner.data_dir) if ".stale-" in d], \
+        f"the owner's data dir was moved aside:\n{owner.log_tail(30)}"
+    for n in others:
+        n.set_peers([o for o in nodes if o is not n])
+    acked_everywhere(nodes, acked, 30)
