@@ -27,9 +27,11 @@ def _canon(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def wal_rows(node: ReplogProcess) -> list[dict]:
-    """`replog wal dump` of the node's data dir: every row of its WAL, origin uuid resolved."""
-    r = subprocess.run(REPLOG + ["wal", "dump", node.data_dir], capture_output=True, text=True, timeout=120, cwd=REPO)
+def wal_rows(node: ReplogProcess, data_dir: str | None = None) -> list[dict]:
+    """`replog wal dump` of the node's data dir (or `data_dir`: a lease slot's): every row of
+    its WAL, origin uuid resolved."""
+    r = subprocess.run(REPLOG + ["wal", "dump", data_dir or node.data_dir], capture_output=True, text=True,
+                       timeout=120, cwd=REPO)
     assert r.returncode == 0, f"wal dump {node.name}: {r.stderr}"
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
 
@@ -66,10 +68,10 @@ def store_records(node: ReplogProcess, space: str) -> dict[str, dict]:
         after = page["next"]
 
 
-def no_fork(nodes: list[ReplogProcess]) -> None:
+def no_fork(nodes: list[ReplogProcess], data_dir_of=None) -> None:
     """No (origin uuid, lsn) maps to two different contents across every node's WAL (all rows
     but local-space ones) and every node's store (each replicated record carries the origin and
-    lsn of the row that wrote it)."""
+    lsn of the row that wrote it). `data_dir_of(node)`: where its WAL is, if not its data dir."""
     seen: dict[tuple[str, int], tuple[str, str]] = {}
 
     def note(origin: str, lsn: int, content: str, where: str) -> None:
@@ -78,7 +80,7 @@ def no_fork(nodes: list[ReplogProcess]) -> None:
                                      f"and {content} in {where}")
 
     for n in nodes:
-        for row in wal_rows(n):
+        for row in wal_rows(n, data_dir_of(n) if data_dir_of else None):
             if row["group"] == "local" or row["origin"] is None:
                 continue
             value = _canon(row["value"]) if row["op"] != "delete" else "-"
