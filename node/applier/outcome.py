@@ -8,9 +8,9 @@ Rules kept here:
   and the core's checks raise nothing else for it); a refusal (PeerRefused) is a lasting
   reason, retried slowly, except `need_rejoin`, which goes to the rejoiner (node/rejoin.py
   decides; this link is tried again and serves once the node is past what the upstream
-  collected), and `not_ready` (the upstream is shutting down or has not joined a cluster yet:
-  it will be back as a restarted peer is, so it is retried as a broken network is, not 10 s
-  later, and it is no ERROR; a peer not joined yet or closing the link as it stops,
+  collected), and `not_ready` and `lease_lost` (the upstream is shutting down, has not joined
+  a cluster yet, or lost its lease slot and exits to be replaced: it will be back as a
+  restarted peer is, so it is retried as a broken network is, not 10 s later, and it is no ERROR; a peer not joined yet or closing the link as it stops,
   PeerNotReady, is said at INFO too), and `silent` (the upstream heard nothing on the link
   for `peer_timeout_s`: this node stalled or was stopped, or the network dropped everything;
   the link broke, so it is retried with the backoff, said as a WARNING); a broken network is
@@ -53,8 +53,9 @@ def after_link(e: BaseException | None, backoff: float) -> After:
     """What follows a link that ended with `e` (None: the peer said BYE)."""
     if e is None:
         return After(RETRY, None, "", limits.reconnect_backoff_min_s)   # come back soon
-    if isinstance(e, PeerNotReady) or (isinstance(e, PeerRefused) and e.code == "not_ready"):
-        # joining, or stopping (it said so, or showed it): back as soon as a restarted peer is
+    if isinstance(e, PeerNotReady) or (isinstance(e, PeerRefused) and e.code in ("not_ready", "lease_lost")):
+        # joining, or stopping (it said so, or showed it; or it lost its lease slot and exits, to
+        # be replaced, often at the same address): back as soon as a restarted peer is
         return After(RETRY, "disconnected", str(e), backoff, logging.INFO, str(e))
     if isinstance(e, Resubscribe):
         return After(RETRY, "resubscribing", str(e), 0.0, logging.INFO, str(e))

@@ -42,6 +42,14 @@ def test_an_upstream_not_ready_yet_is_retried_as_a_broken_link_is_and_said_quiet
     assert a.error == a.line == f"not_ready: {why}"
 
 
+def test_an_upstream_that_lost_its_lease_is_retried_as_a_restarting_peer_is():
+    """A lease holder that lost its slot refuses links (`lease_lost`) while it exits, and a
+    container platform starts its replacement, often at the same address: followed again with
+    the backoff, not 10 s later, and no ERROR (the lease nemesis logged one per lost lease)."""
+    a = after_link(PeerRefused("lease_lost", "this node lost lease slot 1 (...)"), 0.4)
+    assert (a.then, a.status, a.delay, a.level) == (RETRY, "disconnected", 0.4, logging.INFO)
+
+
 def test_an_upstream_that_heard_nothing_for_its_timeout_is_a_broken_link_retried_with_the_backoff():
     """A relay ends a link it heard nothing on for peer_timeout_s with `silent`: this node was
     stalled or stopped, or the network dropped everything. No lasting reason: the backoff, a WARNING."""
