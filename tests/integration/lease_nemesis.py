@@ -38,9 +38,9 @@ import tempfile
 import time
 
 from tests.integration.harness import ReplogProcess, vclocks_converged, wait_for
-from tests.integration.nemesis import SMALL
+from tests.integration.nemesis import SMALL, heal_due
 from tests.integration.oracles import Acked, missing_acked, no_fork, replicated_spaces
-from tests.integration.writers import Writer
+from tests.integration.writers import Writer, stop_all
 
 SLOTS = 3
 CONTAINERS = 4              # one warm standby
@@ -161,10 +161,7 @@ class LeaseNemesis:
     def run(self, seconds: float) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            now = time.monotonic()
-            for f in [f for f in self.faults if f[0] <= now]:
-                self.faults.remove(f)
-                self._heal(f[1], f[2])
+            heal_due(self.faults, self._heal)
             self._supervise()
             if len(self.faults) < FAULTS_MAX:
                 kind = self.first[0] if self.first else self.rng.choices(KINDS, self.weights)[0]
@@ -185,9 +182,7 @@ class LeaseNemesis:
             time.sleep(0.2)                         # the supervisor's polling interval
         for c in self.serving():
             wait_for(lambda: c.put("/v1/admin/peers", {"peers": c.peers})[0] == 200, 60, f"{c.name} taking its peers")
-        for w in self.writers.values():
-            w.stop()
-            assert w.error is None, f"{w.node.name}'s writer failed: {w.error!r}"
+        stop_all(self.writers.values())
         self.note(f"healed; {len(self.acked.writes)} acknowledged writes; serving "
                   f"{', '.join(c.name for c in self.serving())}")
 

@@ -55,7 +55,7 @@ from node.wal import format as walfmt
 from node.wal.reader import list_segments
 from tests.integration.harness import ReplogProcess, mesh_nodes, restore, vclocks_converged, wait_for
 from tests.integration.oracles import Acked, acked_everywhere, no_fork, replicated_spaces, restart_all
-from tests.integration.writers import BinaryWriter, Writer
+from tests.integration.writers import BinaryWriter, Writer, stop_all
 
 # Small WAL segments and frequent checkpoints: the nodes collect their WAL every few hundred rows.
 SMALL = ["--segment-bytes-max", "4096", "--checkpoint-interval-s", "0.3", "--anon-ttl-s", "1.5"]
@@ -69,6 +69,15 @@ BACKUP_TIMEOUT_S = 60.0
 BINARY = (0, 3)             # masters written to over the binary client protocol (the others over HTTP)
 _STOP_STEP_FAILED = re.compile(r"shutdown: .+ failed: ")     # node/process/node.py `stop`
 PATIENCE_S = 10.0           # how long a master fenced on a replica's old uuid waits before the operator steps in
+
+
+def heal_due(faults: list[tuple], heal) -> None:
+    """Heal every fault whose time has come: `faults` holds (heal at, kind, whom), each taken
+    out and handed to heal(kind, whom)."""
+    now = time.monotonic()
+    for f in [f for f in faults if f[0] <= now]:
+        faults.remove(f)
+        heal(f[1], f[2])
 
 
 class Nemesis:
@@ -131,10 +140,7 @@ class Nemesis:
     def run(self, seconds: float) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            now = time.monotonic()
-            for f in [f for f in self.faults if f[0] <= now]:
-                self.faults.remove(f)
-                self._heal(f[1], f[2])
+            heal_due(self.faults, self._heal)
             if len(self.faults) < FAULTS_MAX:
                 kind = self.first[0] if self.first else self.rng.choices(KINDS, self.weights)[0]
                 done = len(self.history)
@@ -158,9 +164,7 @@ class Nemesis:
             n.peers = self._peers_of(n)
             wait_for(lambda: n.put("/v1/admin/peers", {"peers": n.peers})[0] == 200, 60, f"{n.name} taking its peers")
         wait_for(lambda: not self._operator(PATIENCE_S), 90, "no master fenced on a replica's old uuid")
-        for w in self.writers.values():
-            w.stop()
-            assert w.error is None, f"{w.node.name}'s writer failed: {w.error!r}"
+        stop_all(self.writers.values())
         self.note(f"healed; {len(self.acked.writes)} acknowledged writes; {len(self.gone)} replica uuids gone, "
                   f"{self.operator_steps} operator steps for them")
 

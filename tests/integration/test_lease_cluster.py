@@ -56,6 +56,19 @@ def lease_cluster(tmp, n: int, store: str, duration_s: float) -> list[ReplogProc
     return nodes
 
 
+def running_lease_cluster(tmp, procs: list, n: int, duration_s: float, space: str = "kv") -> list[ReplogProcess]:
+    """lease_cluster on a file:// store under `tmp`, every node healthy, `space` created on the
+    first node and replicated to every other."""
+    nodes = lease_cluster(tmp, n, f"file://{tmp}/leases", duration_s)
+    procs.extend(nodes)
+    for node in nodes:
+        node.wait_healthy(60)
+    nodes[0].create_space(space)
+    for node in nodes[1:]:
+        wait_for(lambda: space in replicated_spaces(node), 30, f"the space on {node.name}")
+    return nodes
+
+
 def metric(node: ReplogProcess, name: str) -> float:
     """One sample of a Prometheus metric (summed over labels); 0 if absent."""
     with urllib.request.urlopen(node.url + "/metrics", timeout=5) as r:

@@ -12,23 +12,16 @@ import os
 import shutil
 import signal
 
-from tests.integration.harness import ReplogProcess, wait_for
-from tests.integration.oracles import Acked, acked_everywhere, replicated_spaces
-from tests.integration.test_lease_cluster import lease_cluster, lease_flags
+from tests.integration.harness import wait_for
+from tests.integration.oracles import Acked, acked_everywhere
+from tests.integration.test_lease_cluster import running_lease_cluster
 
 HANDING_OVER = "lease: handing over before releasing slot"
 
 
 def test_sigterm_waits_until_a_peer_holds_the_rows_only_this_node_had(tmp_path, procs):
-    store = f"file://{tmp_path}/leases"
-    nodes = lease_cluster(tmp_path, 3, store, duration_s=3)
-    procs.extend(nodes)
-    for n in nodes:
-        n.wait_healthy(60)
+    nodes = running_lease_cluster(tmp_path, procs, 3, duration_s=3)
     leaving, others = nodes[0], nodes[1:]
-    leaving.create_space("kv")
-    for n in others:
-        wait_for(lambda: "kv" in replicated_spaces(n), 30, f"the space on {n.name}")
     slot = leaving.info()["lease"]["slot"]
 
     # The others stop following the leaving node (a link cut): what it takes from now on is on its
@@ -67,14 +60,7 @@ def test_sigterm_waits_until_a_peer_holds_the_rows_only_this_node_had(tmp_path, 
 
 def test_sigterm_with_no_peer_reachable_releases_after_the_bound_and_says_what_may_be_lost(tmp_path, procs):
     """A node none of whose peers come back waits out the bound, then releases and says so."""
-    store = f"file://{tmp_path}/leases"
-    nodes = lease_cluster(tmp_path, 2, store, duration_s=3)
-    procs.extend(nodes)
-    for n in nodes:
-        n.wait_healthy(60)
-    leaving, other = nodes
-    leaving.create_space("kv")
-    wait_for(lambda: "kv" in replicated_spaces(other), 30, "the space on the other node")
+    leaving, other = running_lease_cluster(tmp_path, procs, 2, duration_s=3)
     other.kill9()
     leaving.kv_put("kv", "only-here", {"v": 1})
     leaving.proc.send_signal(signal.SIGTERM)
@@ -85,13 +71,7 @@ def test_sigterm_with_no_peer_reachable_releases_after_the_bound_and_says_what_m
 
 
 def test_sigterm_with_nothing_to_hand_over_stops_at_once(tmp_path, procs):
-    store = f"file://{tmp_path}/leases"
-    nodes = lease_cluster(tmp_path, 2, store, duration_s=3)
-    procs.extend(nodes)
-    for n in nodes:
-        n.wait_healthy(60)
-    leaving, other = nodes
-    leaving.create_space("kv")
+    leaving, other = running_lease_cluster(tmp_path, procs, 2, duration_s=3)
     leaving.kv_put("kv", "k", {"v": 1})
     wait_for(lambda: other.kv_get("kv", "k")[0] == 200, 30, "the row on the other node")
     leaving.proc.send_signal(signal.SIGTERM)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 
 from tests.integration.harness import ReplogProcess, silent_address, wait_for
-from tests.integration.oracles import Acked, acked_everywhere, replicated_spaces
-from tests.integration.test_lease_cluster import lease_cluster, lease_flags
+from tests.integration.oracles import Acked, acked_everywhere
+from tests.integration.test_lease_cluster import lease_flags, running_lease_cluster
 
 
 def health(n: ReplogProcess) -> int | None:
@@ -23,15 +23,8 @@ def health(n: ReplogProcess) -> int | None:
 
 
 def test_a_standby_that_never_served_does_not_make_the_slot_dir_it_held_stale(tmp_path, procs):
-    store = f"file://{tmp_path}/leases"
-    nodes = lease_cluster(tmp_path, 3, store, duration_s=2)
-    procs.extend(nodes)
-    for n in nodes:
-        n.wait_healthy(60)
+    nodes = running_lease_cluster(tmp_path, procs, 3, duration_s=2)
     owner, others = nodes[0], nodes[1:]
-    owner.create_space("kv")
-    for n in others:
-        wait_for(lambda: "kv" in replicated_spaces(n), 30, f"the space on {n.name}")
     slot, uuid = owner.info()["lease"]["slot"], owner.uuid()
 
     for n in others:                             # cut off: what the owner takes now is on its disk only
@@ -43,7 +36,8 @@ def test_a_standby_that_never_served_does_not_make_the_slot_dir_it_held_stale(tm
     owner.kill9()                                # no hand-over: its slot is left to expire
 
     with silent_address() as nowhere:            # a standby with no peer to join from
-        standby = ReplogProcess(tmp_path, "standby", peers=[nowhere], extra=lease_flags(store, 3, 2))
+        standby = ReplogProcess(tmp_path, "standby", peers=[nowhere],
+                                extra=lease_flags(f"file://{tmp_path}/leases", 3, 2))
         procs.append(standby)
         standby.start(wait=False)
         wait_for(lambda: f"serving as member {uuid} of slot {slot}" in standby.log_text(), 30,

@@ -118,3 +118,10 @@ class BinaryWriter(Writer):
     def _finish(self) -> None:
         self._close()
         self.loop.close()
+
+
+def stop_all(writers) -> None:
+    """Stop every writer; each must have ended by `stop`, not by an error of its own."""
+    for w in writers:
+        w.stop()
+        assert w.error is None, f"{w.node.name}'s writer failed: {w.error!r}"
