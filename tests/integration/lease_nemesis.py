@@ -102,17 +102,42 @@ class Incarnation:
         self.wiped = wiped
 
 
+class S3Store:
+    """moto's S3 server in this process (a real endpoint that enforces If-None-Match and
+    If-Match), a bucket on it, and the environment that points a node's boto3 there."""
+
+    def __init__(self):
+        from moto.server import ThreadedMotoServer
+        import boto3
+        self.env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_SESSION_TOKEN": "test",
+                    "AWS_DEFAULT_REGION": "us-east-1"}
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.server.start()
+        host, port = self.server.get_host_and_port()
+        self.env["REPLOG_S3_ENDPOINT"] = f"http://{host}:{port}"
+        boto3.client("s3", endpoint_url=self.env["REPLOG_S3_ENDPOINT"], region_name="us-east-1",
+                     aws_access_key_id="test", aws_secret_access_key="test").create_bucket(Bucket="replog-leases")
+        self.url = "s3://replog-leases/nemesis"
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
 class LeaseNemesis:
-    def __init__(self, tmp, seed: int, weights: dict[str, int] | None = None, first: tuple[str, ...] = ()):
+    def __init__(self, tmp, seed: int, weights: dict[str, int] | None = None, first: tuple[str, ...] = (),
+                 s3: bool = False):
         self.rng = random.Random(seed)
         self.seed, self.tmp = seed, tmp
         self.first = list(first)
         self.weights = [dict(zip(KINDS, WEIGHTS), **(weights or {}))[k] for k in KINDS]
-        self.store = f"file://{tmp}/leases"
+        self.s3 = S3Store() if s3 else None
+        self.store = self.s3.url if self.s3 else f"file://{tmp}/leases"
+        self.base_env = dict(self.s3.env) if self.s3 else {}
         flags = ["--identity", "lease", "--lease-store", self.store, "--cluster-size", str(SLOTS),
                  "--lease-duration-s", str(DURATION_S)] + SMALL
         self.containers = [ReplogProcess(tmp, f"c{i + 1}", extra=flags) for i in range(CONTAINERS)]
         for i, c in enumerate(self.containers):
+            c.env = dict(self.base_env)
             c.peers = [o.address for o in self.containers if o is not c]
             if i % 2:
                 c.extra += ["--wal-mode", "fsync"]
@@ -373,15 +398,16 @@ class LeaseNemesis:
         if fresh:
             shutil.rmtree(c.data_dir, ignore_errors=True)
             self.wiped[c.name].add(c.starts + 1)
-        c.env = {}
-        if self.rng.random() < STALL_P:
-            c.env = {"REPLOG_FAULT_POINT": f"stall_write:1:{self.rng.uniform(*STALL_S):.1f}"}
+        c.env = dict(self.base_env)
+        stalls = self.rng.random() < STALL_P
+        if stalls:
+            c.env["REPLOG_FAULT_POINT"] = f"stall_write:1:{self.rng.uniform(*STALL_S):.1f}"
             self.stalls_armed[c.name] = c.starts + 1
         c.start(wait=False)
         if w is not None:
             w.go.set()
         self.note(f"start {c.name}#{c.starts}{' on an empty disk' if fresh else ''}"
-                  f"{' (its first write stalls)' if c.env else ''}")
+                  f"{' (its first write stalls)' if stalls else ''}")
 
     def _held_elsewhere(self, c: ReplogProcess) -> bool:
         """Whether the running containers hold every row c held before its last fault: only
@@ -431,8 +457,10 @@ class LeaseNemesis:
 
 
 def run(tmp, seed: int, seconds: float, weights: dict[str, int] | None = None,
-        first: tuple[str, ...] = ()) -> LeaseNemesis:
-    nem = LeaseNemesis(tmp, seed, weights, first)
+        first: tuple[str, ...] = (), s3: bool = False) -> LeaseNemesis:
+    """The whole run; every process it started is killed at the end, whatever happened. `s3`:
+    the lease store is moto's S3 server instead of a file:// directory."""
+    nem = LeaseNemesis(tmp, seed, weights, first, s3)
     try:
         nem.start_writing()
         nem.run(seconds)
@@ -451,15 +479,18 @@ def run(tmp, seed: int, seconds: float, weights: dict[str, int] | None = None,
                 c.proc.send_signal(signal.SIGCONT)
             c.kill9()
             c.release_port()
+        if nem.s3 is not None:
+            nem.s3.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=120.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--s3", action="store_true", help="the lease store on moto's S3 server, not a file:// dir")
     a = p.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="replog-lease-nemesis-")
-    nem = run(tmp, a.seed, a.seconds)
+    nem = run(tmp, a.seed, a.seconds, s3=a.s3)
     print("\n".join(nem.history))
     print(f"seed {a.seed}: {len(nem.acked.writes)} acknowledged writes, {len(nem.exempt)} lost with their "
           f"container's disk; logs in {tmp}")

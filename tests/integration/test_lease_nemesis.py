@@ -10,7 +10,7 @@ import os
 
 from tests.integration import lease_nemesis
 
-SECONDS = float(os.environ.get("REPLOG_LEASE_NEMESIS_S", "30"))
+SECONDS = float(os.environ.get("REPLOG_LEASE_NEMESIS_S", "20"))
 SEED = int(os.environ.get("REPLOG_LEASE_NEMESIS_SEED", "1"))
 FIRST = ("zombie", "stop", "kill", "cut", "pause")     # each tried until it happens, whatever the timing
 
