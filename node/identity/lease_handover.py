@@ -53,9 +53,8 @@ async def hand_over(node: "HandoverHost") -> None:
         in_flight = core.claimed.get(own_id) > lsn      # claimed before the stop, still being written
         holders = [] if in_flight else _holders(node, own_id, lsn)
         if holders:
-            log.info("lease: %s holds this node's rows up to lsn %d (%.2f s); releasing slot %s",
-                     ", ".join(sorted(r.address or r.uuid for r in holders)), lsn, time.monotonic() - began,
-                     lease.slot)
+            log.info("lease: this node's rows up to lsn %d are held by %s (%.2f s); releasing slot %s", lsn,
+                     ", ".join(sorted(r.address or r.uuid for r in holders)), time.monotonic() - began, lease.slot)
             return
         if not lease.serving():
             return          # lost meanwhile: nothing more goes out

@@ -47,7 +47,7 @@ def test_sigterm_waits_until_a_peer_holds_the_rows_only_this_node_had(tmp_path, 
     for n in others:              # the link is back: the leaving node gives its rows, then goes
         n.set_peers([o for o in nodes if o is not n])
     assert leaving.proc.wait(30) == 0, leaving.log_tail(20)
-    assert "holds this node's rows" in leaving.log_text(), leaving.log_tail(20)
+    assert "are held by" in leaving.log_text(), leaving.log_tail(20)
 
     # A fresh container (its disk gone) takes the released slot at the same address.
     shutil.rmtree(leaving.data_dir)
@@ -76,5 +76,5 @@ def test_sigterm_with_nothing_to_hand_over_stops_at_once(tmp_path, procs):
     wait_for(lambda: other.kv_get("kv", "k")[0] == 200, 30, "the row on the other node")
     leaving.proc.send_signal(signal.SIGTERM)
     assert leaving.proc.wait(30) == 0, leaving.log_tail(20)
-    assert "holds this node's rows" in leaving.log_text()
+    assert "are held by" in leaving.log_text()
     assert "no peer took" not in leaving.log_text()
