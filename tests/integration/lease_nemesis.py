@@ -184,8 +184,12 @@ class LeaseNemesis:
         self.note(f"serving: {', '.join(c.name for c in self.serving())}")
 
     def run(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
+        """Faults for `seconds`, and on while a kind of `first` has not happened yet (a fault
+        begins only while every slot is served, which takes longer on a loaded machine), up to
+        three times as long."""
+        began = time.monotonic()
+        end, last = began + seconds, began + 3 * seconds
+        while time.monotonic() < end or (self.first and time.monotonic() < last):
             heal_due(self.faults, self._heal)
             self._supervise()
             if len(self.faults) < FAULTS_MAX:
