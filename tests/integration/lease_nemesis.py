@@ -63,25 +63,13 @@ class LeaseAcked(Acked):
         super().__init__()
         self.at: dict[tuple[str, str], float] = {}
 
-    def answered(self, space: str, key: str, value, answer: dict) -> None:
+    def put(self, node: ReplogProcess, space: str, key: str, value) -> dict:
+        """A PUT (tests/integration/writers.py Writer's); recorded with the origin it names."""
+        status, answer = node.put(f"/v1/spaces/{space}/keys/{key}", value, timeout=5)
+        assert status == 200, (status, answer)
         self.writes[(space, key)] = (value, answer["origin"], answer["lsn"])
         self.at[(space, key)] = time.monotonic()
-
-
-class LeaseWriter(Writer):
-    """Unique keys to one container over HTTP, one PUT at a time; the answer names the origin."""
-
-    def _write(self, i: int) -> int:
-        key, value = f"{self.node.name}-{i}", self.value(i)
-        try:
-            status, answer = self.node.put(f"/v1/spaces/kv/keys/{key}", value, timeout=5)
-        except (OSError, ValueError):
-            status, answer = None, None
-        if status == 200:
-            self.acked.answered("kv", key, value, answer)
-        else:
-            time.sleep(0.05)                        # a client's retry pause, not synchronisation
-        return i + 1
+        return answer
 
 
 class LossyEvent:
@@ -143,7 +131,7 @@ class LeaseNemesis:
                 c.extra += ["--wal-mode", "fsync"]
         self.all_peers = {c.name: list(c.peers) for c in self.containers}
         self.acked = LeaseAcked()
-        self.writers: dict[str, LeaseWriter] = {}
+        self.writers: dict[str, Writer] = {}
         self.faults: list[tuple[float, str, ReplogProcess]] = []
         self.cut: set[str] = set()
         self.paused: set[str] = set()
@@ -180,7 +168,7 @@ class LeaseNemesis:
         first.create_space("kv")
         for c in self.serving():
             wait_for(lambda: "kv" in replicated_spaces(c), 30, f"the space on {c.name}")
-        self.writers = {c.name: LeaseWriter(c, self.acked) for c in self.containers}
+        self.writers = {c.name: Writer(c, self.acked) for c in self.containers}
         self.note(f"serving: {', '.join(c.name for c in self.serving())}")
 
     def run(self, seconds: float) -> None:
@@ -204,11 +192,10 @@ class LeaseNemesis:
             self._heal(kind, c)
         self.cut.clear()
         self._apply_peers()
-        deadline = time.monotonic() + 120
-        while len(self.serving()) < SLOTS:
+        def healed() -> bool:
             self._supervise()
-            assert time.monotonic() < deadline, f"{SLOTS} containers serving after healing"
-            time.sleep(0.2)                         # the supervisor's polling interval
+            return len(self.serving()) == SLOTS
+        wait_for(healed, 120, f"{SLOTS} containers serving after healing")
         for c in self.serving():
             wait_for(lambda: c.put("/v1/admin/peers", {"peers": c.peers})[0] == 200, 60, f"{c.name} taking its peers")
         stop_all(self.writers.values())
