@@ -83,8 +83,17 @@ def setup(level: str = "info", fmt: str = "text", log_file: str = "") -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
+# Libraries whose DEBUG lines are theirs, not the node's: the AWS SDK (an S3 lease store) logs
+# every request's headers there, the session token and signatures among them, and the tracebacks
+# of errors it retries itself. They say INFO and above, whatever the node's level.
+LIBRARY_LOGGERS = ("botocore", "boto3", "s3transfer", "urllib3")
+
+
 def set_level(level: str) -> None:
-    logging.getLogger().setLevel(level.upper())
+    lvl = logging.getLevelName(level.upper())
+    logging.getLogger().setLevel(lvl)
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(max(lvl, logging.INFO))
 
 
 def reopen() -> bool:

@@ -465,6 +465,10 @@ def test_s3_three_nodes_race_for_three_slots(tmp_path, procs, moto_s3):
     for n in nodes[:2]:
         watches[n.name].assert_stopped_serving_then_exited(n)
         assert watches[n.name].exited_ms - watches[n.name].started_ms < duration_ms
+    # The nodes ran with --log-level debug and AWS_SESSION_TOKEN set: the AWS SDK's request
+    # headers (the token, the signatures) are its DEBUG output, which is not the node's.
+    for n in nodes:
+        assert "x-amz-security-token" not in n.log_text().lower(), f"{n.name} logged the S3 session token"
 
 
 # --- LeaseIdentity in-process: fencing and the wait for peers -----------------------------------
