@@ -87,7 +87,9 @@ def test_the_id_matrix_shows_both_ids_of_the_members_whose_ids_clashed(driver, c
     ActionChains(driver).move_to_element(edge).perform()
     tip = until(driver, lambda d: d.find_element(By.ID, "tooltip").is_displayed() and d.find_element(By.ID, "tooltip"), 5,
                 "the link's tooltip")
-    remapped = [r.text.split() for r in tip.find_elements(By.CSS_SELECTOR, "tr.remap")]
+    # read in one go, again if a render replaced the rows meanwhile (`until` retries a stale element)
+    remapped = until(driver, lambda d: [r.text.split() for r in tip.find_elements(By.CSS_SELECTOR, "tr.remap")],
+                     5, "the link's id map")
     assert ["3", "→", "4"] in [r[:3] for r in remapped] and ["4", "→", "3"] in [r[:3] for r in remapped], remapped
     pointer_away(driver)
     until(driver, lambda d: not d.find_element(By.ID, "tooltip").is_displayed(), 5, "the tooltip to go")
