@@ -85,7 +85,7 @@ class Incarnation:
 
     def __init__(self, text: str, wiped: bool):
         m = _SERVING.search(text)
-        self.uuid, self.slot = (m.group(1), int(m.group(2))) if m else (None, None)
+        self.slot = int(m.group(2)) if m else None
         self.stale = "is stale:" in text
         self.wiped = wiped
 
@@ -140,7 +140,6 @@ class LeaseNemesis:
         self.holds: dict[str, dict | None] = {}        # container -> its vclock just before its last fault
         self.stalls_armed: dict[str, int] = {}          # container -> start with a stall armed
         self.stalls_seen: set[tuple[str, int]] = set()
-        self.ended: list[str] = []                      # ends the containers chose (lease lost)
         self.exempt: dict[str, str] = {}             # write lost with a container's disk -> the fault
         self.history: list[str] = []
         self.t0 = time.monotonic()
@@ -429,7 +428,6 @@ class LeaseNemesis:
                 continue
             section = c.log_text().rsplit("===== start #", 1)[-1]
             assert code == 1 and "lost" in section, f"{c.name}#{c.starts} exited with {code}:\n{c.log_tail()}"
-            self.ended.append(f"{c.name}#{c.starts}")
             self._event(c, "ended")
             self.note(f"{c.name}#{c.starts} ended: lease lost")
             self._restart(c)
