@@ -37,6 +37,8 @@ log = logging.getLogger("replog.applier")
 class Applier(Upstream):
     def __init__(self, node: "ApplierHost", address: str):   # named: its reads are checked against the port
         super().__init__(node, address)
+        self._sending = asyncio.Lock()     # one Ready's sends at a time: the read loop's, the ACK writer's
+        self._rows_in = asyncio.Event()    # rows came: the ACK writer looks
 
     def start(self) -> None:
         self.task = asyncio.create_task(self.run(), name=f"applier-{self.address}")
@@ -85,6 +87,7 @@ class Applier(Upstream):
         self.fenced = None
         conn = self.conn = await connect(node.http_session, self.address, node.cfg.client_ssl)
         mach = self.new_machine()
+        acker: asyncio.Task | None = None
         try:
             await client_auth(conn, node.cfg.secret, node.uuid)
             if self.stopping:
@@ -93,19 +96,24 @@ class Applier(Upstream):
             conn.scan_rows = rowscan.scan_rows if rowscan.native is not None else None
             mach.start(node.greeting())
             await self._act(self._take())
+            acker = asyncio.create_task(self._ack_writer(mach), name=f"acks-{self.address}")
             while mach.state is not ApplierState.STOPPED and not self.stopping:
                 try:
                     msg = await conn.recv(mach.recv_timeout_s())
                 except PeerRefused as e:
                     msg = e                                   # the peer's ERROR: the machine decides
-                if self.fenced is not None:                   # checked with no await before the step
-                    raise self.fenced
                 rows = getattr(msg, "type", None) == m.ROWS
-                assert not (rows and fault("applier_bug")), "fault point applier_bug"
-                await self._act(self._take(msg, time.time()))
+                async with self._sending:
+                    if self.fenced is not None:               # checked with no await before the step
+                        raise self.fenced
+                    assert not (rows and fault("applier_bug")), "fault point applier_bug"
+                    await self._act(self._take(msg, time.time()))
                 if rows:
+                    self._rows_in.set()
                     await self._back_pressure()
         finally:
+            if acker is not None:
+                acker.cancel()
             mach.stop()
             mach.host.release()
             self.conn = None
@@ -141,6 +149,34 @@ class Applier(Upstream):
         if stop is not None and stop.error is not None:
             raise stop.error
 
+    async def _ack_writer(self, mach) -> None:
+        """Acknowledges a link's rows once they are applied, between messages: after rows come
+        (`_rows_in`), it waits for the journal until the machine says an ACK is owed and allowed
+        (ack_wait), and sends it. One Ready at a time is taken and acted on (`_sending`, held
+        from the step to the advance), so ACKs go in the order their vclocks were read. A link
+        that brings no rows (the upstream's own writes are all there is) wakes it never. A
+        failed send ends the writer only: the read loop meets the broken link."""
+        journal, rows_in = self.node.journal, self._rows_in
+        try:
+            while not self.stopping:
+                if not mach.owes_ack:
+                    rows_in.clear()
+                    await rows_in.wait()
+                    continue
+                wait = mach.ack_wait(time.time())
+                if wait is None:                        # owed once what came is applied
+                    await journal.changed(timeout=limits.heartbeat_interval_s)
+                elif wait > 0:
+                    await asyncio.sleep(wait)
+                else:
+                    async with self._sending:
+                        queued = mach.ack(time.time())
+                        await self._act(self._take())
+                    if not queued:              # the clock stepped back, or the read loop just sent one
+                        await asyncio.sleep(limits.ack_interval_s)
+        except Exception as e:  # noqa: BLE001 - the link's own loop reports how it ended
+            log.debug("applier %s: ACK writer ended: %s", self.address, e)
+
     async def _back_pressure(self) -> None:
         """While the machine holds reading (too much queued, or NOSPACE), tick as the journal
         works: what becomes durable is acknowledged and the link stays."""
@@ -150,6 +186,7 @@ class Applier(Upstream):
             if space.alarm is not None:
                 self.status = "paused"
             await journal.changed(timeout=limits.heartbeat_interval_s)
-            await self._act(self._take(None, time.time()))
+            async with self._sending:
+                await self._act(self._take(None, time.time()))
         if self.status == "paused":
             self.status = "follow"

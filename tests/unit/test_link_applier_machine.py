@@ -441,6 +441,64 @@ def test_acks_go_at_most_every_ack_interval_and_at_least_every_heartbeat_interva
     assert set(rd.send[0].body) == {"vclock", "durable", "lag_us"}
 
 
+def applied(mach: ApplierMachine) -> ApplierMachine:
+    """What the machine claimed so far (the registration of the upstream's member) is applied."""
+    mach.core.commit_tops(dict(mach.core.claimed.items()))
+    return mach
+
+
+def test_between_messages_an_ack_is_owed_once_this_links_rows_are_applied_and_goes_after_the_interval():
+    """The driver's ACK writer asks ack_wait after each durable batch: the last rows of a burst
+    are acknowledged once applied, not with the next message (up to a heartbeat later)."""
+    mach = applied(following())
+    assert mach.ack_wait(NOW) is None and not mach.owes_ack    # no rows came: nothing owed
+    mach.step(rows(put(1, 6)), NOW)
+    first = mach.ready()
+    assert first.send[0].body["vclock"] == {1: 5, 2: 1}   # sent before the journal took the rows
+    mach.advance(first)
+    mach.step(rows(put(1, 7, 2)), NOW + 0.01)
+    second = mach.ready()
+    mach.advance(second)
+    assert mach.ack_wait(NOW + 1) is None and mach.owes_ack    # claimed, not applied
+    mach.core.commit(list(first.persist[0].entry.txns))
+    assert mach.ack_wait(NOW + 1) is None            # the second message's rows are not applied yet
+    mach.core.commit(list(second.persist[0].entry.txns))
+    assert mach.ack_wait(NOW + 0.01) == pytest.approx(limits.ack_interval_s - 0.01)   # owed, too soon
+    assert mach.ack(NOW + 0.01) is False and not mach.ready()
+    assert mach.ack_wait(NOW + 2 * limits.ack_interval_s) == 0.0
+    assert mach.ack(NOW + 2 * limits.ack_interval_s) is True
+    rd = mach.ready()
+    assert [(s.mtype, s.body["vclock"]) for s in rd.send] == [(m.ACK, {1: 8, 2: 1})] and not rd.persist
+    mach.advance(rd)
+    assert mach.ack_wait(NOW + 1) is None and not mach.owes_ack    # said
+    mach.core.commit([Txn(1, 2, GROUP_DEFAULT, WALL_US, (Op(OP_PUT, "kv", "own", 1),))])
+    assert mach.ack_wait(NOW + 1) is None            # rows that did not come on this link wait for its next message
+
+
+def test_an_ack_a_message_brought_covers_what_was_owed():
+    mach = applied(following())
+    mach.step(rows(put(1, 6)), NOW)
+    rd = mach.ready()
+    mach.advance(rd)
+    mach.core.commit(list(rd.persist[0].entry.txns))
+    mach.step(m.Message(m.HEARTBEAT, {"now_us": WALL_US}), NOW + 1)    # its ACK says the rows are applied
+    assert mach.ready().send[0].body["vclock"] == {1: 6, 2: 1}
+    assert mach.ack_wait(NOW + 2) is None
+
+
+def test_no_ack_is_owed_or_queued_outside_following():
+    mach = greeted(machine())
+    assert mach.ack_wait(NOW + 5) is None and mach.ack(NOW + 5) is False and not mach.ready().send
+    mach = applied(following())
+    mach.step(rows(put(1, 6)), NOW)
+    rd = mach.ready()
+    mach.advance(rd)
+    mach.core.commit(list(rd.persist[0].entry.txns))
+    assert mach.ack_wait(NOW + 5) == 0.0
+    mach.stop()
+    assert mach.ack_wait(NOW + 5) is None and mach.ack(NOW + 5) is False
+
+
 def test_a_cluster_row_and_this_nodes_own_answer_to_it_go_as_one_entry_between_plain_ones():
     mach = following()
     core = mach.core

@@ -5,6 +5,8 @@ The node around the applier driver (node/applier/applier.py) is a recording fake
 and its NodeCore are real."""
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from node.applier.applier import Applier
@@ -17,12 +19,29 @@ from node.core.link.relay import RelayMachine
 from node.errors import PeerRefused, RemoteProtocolError
 from tests.unit.test_link_applier_machine import NOW, SELF, UP, UP_ROWS, greeting, new_core, put, rows
 from tests.unit.test_link_relay_machine import SUB, Host as RelayContext, greeted as relay_greeted, subscribe
+from tests.waiting import until
 
 
 class Journal:
     def __init__(self, events: list):
         self.events = events
         self.pending = 0
+        self._changed = asyncio.Event()
+        self.waiting = 0
+
+    async def changed(self, timeout: float | None = None) -> None:
+        self.waiting += 1
+        try:
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()
+        except TimeoutError:
+            pass
+        finally:
+            self.waiting -= 1
+
+    def batch_durable(self) -> None:
+        ev, self._changed = self._changed, asyncio.Event()
+        ev.set()
 
     def submit_entry_nowait(self, entry, want_future=True):
         self.events.append(("persist", [(t.replica_id, t.lsn) for t in entry.txns]))
@@ -58,9 +77,11 @@ class Node:
 class Conn:
     def __init__(self, events: list):
         self.events = events
+        self.bodies: list[dict] = []
 
     async def send(self, mtype: int, **body) -> None:
         self.events.append(("send", m.NAMES[mtype]))
+        self.bodies.append(body)
 
 
 def applier() -> tuple[Applier, list]:
@@ -96,6 +117,28 @@ async def test_the_applier_driver_persists_what_a_step_claimed_before_it_sends_o
     del events[:]
     await a._act(a._take(rows(put(1, 6)), NOW))
     assert events == [("persist", [(2, 6)]), ("send", "ACK")]
+
+
+async def test_the_applier_drivers_ack_writer_acknowledges_rows_once_durable_with_no_further_message():
+    """The last message of a burst is acknowledged before its rows are durable; the ACK that says
+    they are goes once the journal has them, not with the upstream's next message."""
+    a, events = await following()
+    core = a.node.core
+    core.commit_tops(dict(core.claimed.items()))       # the registration the greeting claimed is applied
+    writer = asyncio.create_task(a._ack_writer(a.machine))
+    rd = a._take(rows(put(1, 6, 2)), NOW)
+    await a._act(rd)
+    a._rows_in.set()                                    # as the read loop does after a ROWS message
+    assert events == [("persist", [(2, 6)]), ("send", "ACK")] and a.conn.bodies[-1]["vclock"] == {1: 5, 2: 1}
+    try:
+        await until(lambda: a.node.journal.waiting, what="the writer to wait for the rows to be applied")
+        core.commit(list(rd.persist[0].entry.txns))
+        a.node.journal.batch_durable()
+        await until(lambda: len(events) == 3, what="the ACK of the applied rows")
+        assert events[2] == ("send", "ACK") and a.conn.bodies[-1]["vclock"] == {1: 7, 2: 1}
+        assert not writer.done()                        # and it waits for the next batch
+    finally:
+        writer.cancel()
 
 
 async def test_the_applier_driver_persists_the_claimed_rows_of_a_refused_message_then_raises():

@@ -17,7 +17,9 @@ Rules kept here:
   (Stop with Resubscribe), since rows refused under the smaller bound must come again.
 - An upstream that heartbeats (it has sent all it held) without our own rows that its
   greeting claimed to hold is not believed (DisproveClaim).
-- ACKs go at most every ack_interval_s, and at least every heartbeat_interval_s.
+- ACKs go at most every ack_interval_s, and at least every heartbeat_interval_s: with a message,
+  and between messages once the rows this link brought are applied (the driver's ACK writer
+  asks ack_wait), so the last rows of a burst are not acknowledged a heartbeat late.
 - A SUBSCRIBE names the expelled members whose collected rows this node goes without
   (`without`, once its rejoin found no donor for them): an upstream that collected only those
   serves the rest instead of telling it to rejoin."""
@@ -126,6 +128,8 @@ class ApplierMachine:
         self.messages_decoded = 0            # ... and decoded txn by txn (the exact path)
         self._last_ack = 0.0
         self._acked_sig: tuple[int, int] = (-1, -1)
+        self._owed_sig = 0                   # the core's claimed vclock's signature after this link's last
+                                             # rows, until an ACK goes with them applied; 0: none owed
         self._claim_checked = False
         self._out = Outbox()
         self.ready: Callable[[], Ready] = self._out.take
@@ -179,6 +183,33 @@ class ApplierMachine:
         due, and notice a fence or an expel bound that asks for a fresh SUBSCRIBE."""
         if self.state is ApplierState.FOLLOW and self._resubscribe_check():
             self._ack(now)
+
+    @property
+    def owes_ack(self) -> bool:
+        """Rows came on this link since the last ACK that said they were applied."""
+        return bool(self._owed_sig) and self.state is ApplierState.FOLLOW
+
+    def ack_wait(self, now: float) -> float | None:
+        """Between messages (the driver's ACK writer, after a batch became durable): how long (s)
+        until an ACK may go (ack_interval_s after the last) that tells the upstream the rows it
+        sent are applied here; None while none is owed (no rows came since the last ACK that
+        covered them, or they are not all applied yet). Without it the last rows of a burst were
+        acknowledged only with the next message, up to a heartbeat later. Rows of other links
+        wait for this link's next message, as before: ACKs for them would be traffic the
+        upstream needs no sooner."""
+        if not self.owes_ack or self.core.vclock.signature < self._owed_sig:
+            return None
+        since = now - self._last_ack
+        return 0.0 if since >= limits.ack_interval_s else limits.ack_interval_s - since
+
+    def ack(self, now: float) -> bool:
+        """The ACK ack_wait said is owed, into the outbox; whether one went in. Nothing else: no
+        check that could stop the link runs here, so the writer's Ready is sends only."""
+        if self.state is not ApplierState.FOLLOW:
+            return False
+        last = self._last_ack
+        self._ack(now)
+        return self._last_ack != last
 
     def recv_timeout_s(self) -> float:
         """How long the driver waits for the next message: a handshake answer comes at once;
@@ -291,6 +322,7 @@ class ApplierMachine:
         if last_ts:
             self.lag_s = max(0.0, now - last_ts / 1e6)
             self.last_row_at = now
+        self._owed_sig = self.core.claimed.signature    # an ACK is owed once all claimed so far is applied
         self._resubscribe_check()
 
     def _on_heartbeat(self, msg: m.Message, now: float) -> None:
@@ -319,6 +351,8 @@ class ApplierMachine:
             self._out.send.append(Send(m.ACK, {"vclock": v.to_dict(), "durable": d.to_dict(),
                                                "lag_us": int(self.lag_s * 1e6)}))
             self._acked_sig, self._last_ack = sig, now
+        if self._owed_sig and core.vclock.signature >= self._owed_sig:
+            self._owed_sig = 0                   # said now, or by the last ACK already
 
     # --- rows: check + claim, handed over as persist --------------------------------------
     def _receive_scan(self, scan, now: float) -> int | None:
