@@ -86,8 +86,19 @@ function vertex(n, [x, y, ldx, ldy]) {
 function hover(el, key) {
   el.addEventListener("mouseenter", (ev) => { hovered = { key }; showTip(ev); });
   el.addEventListener("mousemove", (ev) => place(ev));
-  el.addEventListener("mouseleave", () => { hovered = null; document.getElementById("tooltip").hidden = true; });
+  el.addEventListener("mouseleave", hideTip);
 }
+
+function hideTip() {
+  hovered = null;
+  document.getElementById("tooltip").hidden = true;
+}
+
+// Every render replaces the graph's elements, and an element removed under the pointer gets no
+// mouseleave: whatever the pointer reaches that is not a hover target hides the tooltip too.
+document.addEventListener("mouseover", (ev) => {
+  if (hovered && !(ev.target instanceof Element && ev.target.closest("[data-tip-key]"))) hideTip();
+});
 
 let lastModel = null;
 function showTip(ev) {
