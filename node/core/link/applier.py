@@ -351,7 +351,7 @@ class ApplierMachine:
             self._out.send.append(Send(m.ACK, {"vclock": v.to_dict(), "durable": d.to_dict(),
                                                "lag_us": int(self.lag_s * 1e6)}))
             self._acked_sig, self._last_ack = sig, now
-        if self._owed_sig and core.vclock.signature >= self._owed_sig:
+        if core.vclock.signature >= self._owed_sig:
             self._owed_sig = 0                   # said now, or by the last ACK already
 
     # --- rows: check + claim, handed over as persist --------------------------------------
