@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import time
 
-from bench.common import LoadWatch, machine, median, print_load, print_machine
-from bench.links import baseline_prelude
-from bench.procs import BenchError, ReplogNode, wait_for
+from bench import beside
+from bench.procs import ReplogNode, wait_for
 
 POLL_S = 0.02
 
@@ -66,41 +63,18 @@ def one_run(workdir: str, prelude: str, rounds: int, down_s: float) -> tuple[lis
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.follow_again", description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=5, help="kills and restarts of B per run (default 5)")
-    p.add_argument("--runs", type=int, default=1, help="runs per tree, alternating (default 1)")
     p.add_argument("--down-s", type=float, default=8.0, help="seconds B stays down (default 8)")
-    p.add_argument("--baseline", metavar="DIR", default=None, help="another checkout to run beside this one")
-    p.add_argument("--keep", action="store_true", help="keep the nodes' directories")
+    beside.add_arguments(p)
     a = p.parse_args(argv)
-    if a.rounds < 1 or a.runs < 1 or a.down_s < 0:
-        p.error("--rounds and --runs must be at least 1, --down-s at least 0")
-    if a.baseline and not os.path.isfile(os.path.join(a.baseline, "node", "__main__.py")):
-        p.error(f"--baseline {a.baseline}: not a replog checkout (no node/__main__.py)")
-    trees = [("replog", "")] + ([("replog-base", baseline_prelude(a.baseline))] if a.baseline else [])
-    base = tempfile.mkdtemp(prefix="replog-follow-again-")
-    print_machine(machine(base))
-    watch = LoadWatch()
-    got: dict[str, list[float]] = {name: [] for name, _ in trees}
-    own_cpu = 0.0
-    try:
-        for r in range(a.runs):
-            for name, prelude in trees:
-                times, cpu = one_run(os.path.join(base, f"{name}-{r}"), prelude, a.rounds, a.down_s)
-                own_cpu += cpu
-                got[name] += times
-                print(f"run {r + 1} {name:12s} " + " ".join(f"{t:.2f}" for t in times), flush=True)
-    except BenchError as e:
-        print(f"bench.follow_again: {e}", file=sys.stderr)
+    if a.rounds < 1 or a.down_s < 0:
+        p.error("--rounds must be at least 1, --down-s at least 0")
+    systems = beside.trees(p, a)
+    got = beside.run("bench.follow_again", a, systems,
+                     lambda workdir, prelude: one_run(workdir, prelude, a.rounds, a.down_s))
+    if got is None:
         return 1
-    finally:
-        if not a.keep:
-            shutil.rmtree(base, ignore_errors=True)
-    print_load(watch.stop(own_cpu), os.cpu_count() or 1)
     print(f"B down {a.down_s:.0f} s each time; seconds from B healthy to A and C following it:")
-    print(f"{'system':12s} {'rounds':>6s} {'median':>7s} {'max':>6s}")
-    for name, xs in got.items():
-        print(f"{name:12s} {len(xs):6d} {median(xs):7.2f} {max(xs):6.2f}")
-    if a.baseline:
-        print(f"ratio of medians replog / replog-base: {median(got['replog']) / median(got['replog-base']):.2f}")
+    beside.print_medians(got)
     return 0
 
 

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import time
 
-from bench.common import LoadWatch, machine, median, print_load, print_machine
-from bench.links import baseline_prelude
-from bench.procs import BenchError, ReplogNode, wait_for
+from bench import beside
+from bench.procs import BenchError, ReplogNode
 
 NODES = 3
 LEASE_S = 3.0
@@ -62,44 +59,21 @@ def one_round(workdir: str, prelude: str, writes: int) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.handover", description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=5, help="fresh clusters per run and tree (default 5)")
-    p.add_argument("--runs", type=int, default=1, help="runs per tree, alternating (default 1)")
     p.add_argument("--writes", type=int, default=50, help="writes the stopping node takes first (default 50)")
-    p.add_argument("--baseline", metavar="DIR", default=None, help="another checkout to run beside this one")
-    p.add_argument("--keep", action="store_true", help="keep the nodes' directories")
+    beside.add_arguments(p)
     a = p.parse_args(argv)
-    if a.rounds < 1 or a.runs < 1 or a.writes < 1:
-        p.error("--rounds, --runs and --writes must be at least 1")
-    if a.baseline and not os.path.isfile(os.path.join(a.baseline, "node", "__main__.py")):
-        p.error(f"--baseline {a.baseline}: not a replog checkout (no node/__main__.py)")
-    trees = [("replog", "")] + ([("replog-base", baseline_prelude(a.baseline))] if a.baseline else [])
-    base = tempfile.mkdtemp(prefix="replog-handover-")
-    print_machine(machine(base))
-    watch = LoadWatch()
-    got: dict[str, list[float]] = {name: [] for name, _ in trees}
-    own_cpu = 0.0
-    try:
-        for r in range(a.runs):
-            for name, prelude in trees:
-                times = []
-                for k in range(a.rounds):
-                    took, cpu = one_round(os.path.join(base, f"{name}-{r}-{k}"), prelude, a.writes)
-                    times.append(took)
-                    own_cpu += cpu
-                got[name] += times
-                print(f"run {r + 1} {name:12s} " + " ".join(f"{t:.3f}" for t in times), flush=True)
-    except BenchError as e:
-        print(f"bench.handover: {e}", file=sys.stderr)
+    if a.rounds < 1 or a.writes < 1:
+        p.error("--rounds and --writes must be at least 1")
+    systems = beside.trees(p, a)
+
+    def rounds(workdir: str, prelude: str) -> tuple[list[float], float]:
+        out = [one_round(os.path.join(workdir, str(k)), prelude, a.writes) for k in range(a.rounds)]
+        return [t for t, _ in out], sum(cpu for _, cpu in out)
+    got = beside.run("bench.handover", a, systems, rounds, digits=3)
+    if got is None:
         return 1
-    finally:
-        if not a.keep:
-            shutil.rmtree(base, ignore_errors=True)
-    print_load(watch.stop(own_cpu), os.cpu_count() or 1)
     print(f"{NODES} lease nodes, {a.writes} writes to one, then SIGTERM; seconds to its exit:")
-    print(f"{'system':12s} {'rounds':>6s} {'median':>7s} {'max':>6s}")
-    for name, xs in got.items():
-        print(f"{name:12s} {len(xs):6d} {median(xs):7.3f} {max(xs):6.3f}")
-    if a.baseline:
-        print(f"ratio of medians replog / replog-base: {median(got['replog']) / median(got['replog-base']):.2f}")
+    beside.print_medians(got, digits=3)
     return 0
 
 
