@@ -36,9 +36,13 @@ class NodeApplierContext:
 
     def claim_link(self, peer_uuid: str) -> None:
         """The first applier to reach a member keeps it; another address of the same member is
-        refused while it does, and a new link waits for a removed one to finish closing."""
+        refused while it does (told to come back soon if the member moved there), and a new link
+        waits for a removed one to finish closing."""
         self.link.peer_uuid = peer_uuid
-        claims.claim_link(self.node.followers, peer_uuid, self.link)
+        addresses = self.node.life
+        moved_from = addresses.moved_from.get(peer_uuid, ()) \
+            if addresses.advertised.get(peer_uuid) == self.link.address else ()
+        claims.claim_link(self.node.followers, peer_uuid, self.link, moved_from)
 
     def journal_pending(self) -> int:
         return self.node.journal.pending

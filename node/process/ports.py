@@ -39,6 +39,13 @@ class Registrar(Protocol):
     async def apply_registration(self, theirs: dict, body: dict) -> Any: ...
 
 
+class PeerAddresses(Protocol):
+    """Where members say they are (node/lifecycle.py Lifecycle.observe_greeting): the address
+    each one's last greeting advertised, and those it advertised before."""
+    advertised: dict[str, str]
+    moved_from: dict[str, set[str]]
+
+
 class ShutdownPhases(Protocol):
     """One phase of an orderly cluster shutdown, asked by a coordinator (node/cluster_shutdown.py)."""
     async def phase(self, body: dict) -> dict: ...
@@ -84,6 +91,7 @@ class ApplierHost(Handshake, Protocol):
     rejoiner: RejoinNotes
     followers: dict[str, Any]                 # member uuid -> the applier linked to it
     own_claims: dict[str, tuple[int, str]]    # read only: peer uuid -> (our lsn it says it holds, address)
+    life: PeerAddresses                       # read only: a member that moved (claims.claim_link)
 
     def wall_us(self) -> int: ...
     def disprove_claim(self, uuid: str, have: int) -> None: ...

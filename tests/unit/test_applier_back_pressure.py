@@ -5,6 +5,8 @@ applier's back-pressure (node/core/link/applier.py `holds_reading` decides; node
 the disk watch are recording fakes."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from node import limits
@@ -89,6 +91,7 @@ class Node:
         self.core = new_core()
         self.followers: dict = {}
         self.own_claims: dict = {}
+        self.life = SimpleNamespace(advertised={}, moved_from={})
         self.journal = self.space = None
         self.rejoiner = self                 # (the rejoin watch: nothing gone without)
 

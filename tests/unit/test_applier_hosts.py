@@ -10,7 +10,7 @@ import pytest
 
 from node.applier.hosts import NodeApplierContext, NodeRelayContext
 from node.core.membership import OwnRowsFence
-from node.errors import PeerRefused
+from node.errors import PeerNotReady, PeerRefused
 
 UP = "00000000-0000-4000-8000-000000000002"
 
@@ -20,7 +20,8 @@ def link(address: str, stopping: bool = False):
 
 
 def node(**kw):
-    d = dict(followers={}, own_claims={}, journal=SimpleNamespace(pending=3), core=SimpleNamespace(fence=None))
+    d = dict(followers={}, own_claims={}, journal=SimpleNamespace(pending=3), core=SimpleNamespace(fence=None),
+             life=SimpleNamespace(advertised={}, moved_from={}))
     d.update(kw)
     return SimpleNamespace(**d)
 
@@ -41,6 +42,36 @@ def test_a_new_link_waits_while_a_removed_one_to_the_same_member_is_closing():
     n.followers[UP] = old
     with pytest.raises(ConnectionError):
         NodeApplierContext(n, link("b:1")).claim_link(UP)
+
+
+def test_a_member_that_moved_is_followed_at_its_new_address_as_soon_as_the_old_link_ends():
+    """A container took the member's lease slot at another address (or the node restarted
+    there): the link at the address it advertises now is told to come back soon, not refused
+    for a while as a second spelling is, and takes the member once the old link ends."""
+    n = node()
+    old, new = link("a:1"), link("b:1")
+    NodeApplierContext(n, old).claim_link(UP)
+    n.life.advertised[UP], n.life.moved_from[UP] = "b:1", {"a:1"}
+    with pytest.raises(PeerNotReady, match="moved here from a:1"):
+        NodeApplierContext(n, new).claim_link(UP)
+    assert n.followers == {UP: old}
+    NodeApplierContext(n, old).release()                # its peer went, or was fenced
+    NodeApplierContext(n, new).claim_link(UP)
+    assert n.followers == {UP: new}
+
+
+def test_a_link_to_an_address_the_member_no_longer_advertises_is_a_duplicate_still():
+    n = node()
+    first = link("b:1")
+    NodeApplierContext(n, first).claim_link(UP)
+    n.life.advertised[UP], n.life.moved_from[UP] = "b:1", {"a:1"}
+    with pytest.raises(PeerRefused) as e:               # the address it left (a zombie still answering)
+        NodeApplierContext(n, link("a:1")).claim_link(UP)
+    assert e.value.code == "duplicate"
+    n.life.advertised[UP], n.life.moved_from[UP] = "c:1", {"d:1"}
+    with pytest.raises(PeerRefused) as e:               # a second spelling: the member never left b:1
+        NodeApplierContext(n, link("c:1")).claim_link(UP)
+    assert e.value.code == "duplicate" and n.followers == {UP: first}
 
 
 def test_a_link_releases_only_its_own_claim():

@@ -6,6 +6,7 @@ and its NodeCore are real."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
@@ -65,6 +66,7 @@ class Node:
         self.rejoiner = Rejoiner(events)
         self.followers: dict = {}
         self.own_claims: dict = {}
+        self.life = SimpleNamespace(advertised={}, moved_from={})
         self.events = events
 
     def check_peer_greeting(self, theirs: dict) -> None:
@@ -197,9 +199,6 @@ async def test_the_relay_driver_steps_no_message_into_a_link_its_send_loop_ended
     machine), then awaits that ERROR and the close; an ACK the receive loop was waiting for
     arrives meanwhile. Stepped into the closed machine, it failed an assertion, logged as a bug
     with a traceback (a nemesis run on real processes met it)."""
-    import asyncio
-    from types import SimpleNamespace
-
     from node.applier.stream import Relay
     from node.core.link.relay import RelayState
     from tests.unit.test_link_relay_machine import streaming
