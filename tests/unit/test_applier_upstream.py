@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from types import SimpleNamespace
 
 from node import limits
 from node.applier.outcome import After, END, FATAL, RETRY, after_link
@@ -45,6 +46,7 @@ class Node:
         self.rejoiner = Rejoiner()
         self.followers: dict = {}
         self.own_claims: dict = {}
+        self.life = SimpleNamespace(advertised={}, moved_from={})
         self.failures: list = []
         self.fatal: BaseException | None = None
 
