@@ -190,7 +190,7 @@ class ApplierMachine:
         return bool(self._owed_sig) and self.state is ApplierState.FOLLOW
 
     def ack_wait(self, now: float) -> float | None:
-        """Between messages (the driver's ACK writer, after a batch became durable): how long (s)
+        """Between messages (the driver's ACK writer, once rows came on this link): how long (s)
         until an ACK may go (ack_interval_s after the last) that tells the upstream the rows it
         sent are applied here; None while none is owed (no rows came since the last ACK that
         covered them, or they are not all applied yet). Without it the last rows of a burst were
