@@ -312,7 +312,9 @@ def test_a_node_back_on_a_slot_dir_another_holder_made_stale_starts_empty_and_fo
     only peer is paused. Served as it was, that dir took c2's next write under an lsn the fresh
     holder had used, acknowledged it, and no peer ever took it: a fork (node/identity/slot_dir.py)."""
     store = f"file://{tmp_path}/leases"
-    nodes = mesh_nodes(tmp_path, 2, prefix="c", extra=lease_flags(store, 2, 3.0))
+    # c1 stays paused while c2 starts and is refused a write: seconds on a busy machine. Its lease
+    # must outlast that, or it loses its slot paused and c2 has no peer to follow when it is back.
+    nodes = mesh_nodes(tmp_path, 2, prefix="c", extra=lease_flags(store, 2, 15.0))
     procs.extend(nodes)
     for n in nodes:
         n.start(wait=False)
@@ -327,7 +329,7 @@ def test_a_node_back_on_a_slot_dir_another_holder_made_stale_starts_empty_and_fo
     (slot,) = [d for d in os.listdir(c2.data_dir) if d.startswith("slot-")]
     c2.stop()                                               # releases the slot
 
-    fresh = ReplogProcess(tmp_path, "fresh", peers=[c1.address], extra=lease_flags(store, 2, 3.0))
+    fresh = ReplogProcess(tmp_path, "fresh", peers=[c1.address], extra=lease_flags(store, 2, 15.0))
     procs.append(fresh)
     fresh.start()
     assert fresh.uuid() == uuid
