@@ -3,13 +3,20 @@
 # collected) is a failure here, not a pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
 # The browser tests (tests/browser) drive Debian's chromium with its chromedriver; install them
 # where we can (root with apt), quietly go on without them elsewhere (those tests then skip).
+# apt runs beside the venv's set-up (on a fresh machine both take a minute or more, mostly
+# waiting on downloads), and the tests start once both are done.
+browser=""
 if ! command -v chromedriver >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: installing chromium and chromium-driver for the browser tests" >&2
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
-        >/dev/null 2>&1 || echo "test.sh: could not install chromium; the browser tests will skip" >&2
+        >/dev/null 2>&1 &
+    browser=$!
+fi
+./scripts/setup.sh
+if [ -n "$browser" ] && ! wait "$browser"; then
+    echo "test.sh: could not install chromium; the browser tests will skip" >&2
 fi
 set +e
 # Every test starts node processes (a few hundred in all), and each imports the whole tree: keep
