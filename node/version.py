@@ -1,11 +1,11 @@
-"""replog's version, as installed (`replog --version`, replog_build_info)."""
+"""replog's version (`replog --version`, replog_build_info): written here once, and read from
+here by the package's build (pyproject.toml, `dynamic = ["version"]`). Not looked up in the
+installed distribution's metadata: importing importlib.metadata and scanning the environment for
+it cost every `replog` command and node start ~25 ms."""
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version as _dist_version
+__version__ = "0.1.0"
 
 
 def version() -> str:
-    try:
-        return _dist_version("replog")
-    except PackageNotFoundError:       # run from a source tree that was never installed
-        return "unknown"
+    return __version__

@@ -70,6 +70,10 @@ def _py(nocc: pathlib.Path, code: str) -> str:
 def test_the_install_without_a_compiler_has_no_native_module_and_passes_the_core_unit_tests(nocc, tmp_path):
     assert _py(nocc, "from node.core import rowscan; print(rowscan.native is None)") == "True"
     assert _py(nocc, "import node, os; print(os.path.dirname(node.__file__))").startswith(str(nocc.parent))
+    # the version the build wrote into the install's metadata is node/version.py's, the one replog reports
+    installed, reported = _py(nocc, "import importlib.metadata as m, node.version as v; "
+                                    "print(m.version('replog'), v.version())").split()
+    assert installed == reported and reported[0].isdigit(), (installed, reported)
     tests = tmp_path / "t"
     shutil.copytree(REPO / "tests", tests / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     (tests / "pytest.ini").write_text(PYTEST_INI)
