@@ -193,6 +193,24 @@ def _takeable(state: LeaseState, now_ms: int) -> bool:
     return state is None or isinstance(state, Corrupt) or is_free(state, now_ms)
 
 
+def preemptable(state: LeaseState, now_ms: int, stamp: int) -> bool:
+    """May a node whose data dir of this slot took it last at version `stamp` take the slot
+    from its holder now, before the lease expires? Only from a holder that has not served (it
+    wrote none of the member's rows: `served` is older than its version), and only for the dir
+    that last served (`stamp == served`): the member's rows are there, possibly some no other
+    node has, and the holder has nothing to lose. Waiting instead stalled that data for as long
+    as the holder kept renewing, forever when it could not join because the member whose data
+    it waited for was the one that could have let it (a cluster restarted at once).
+
+    The swap is safe by the store's compare-and-swap: the holder records `served` with one
+    before it claims an lsn, so either that lands first (the slot is no longer preemptable,
+    and the taker's swap fails on the changed object), or the taker's does and the holder's
+    next write finds the slot taken and it stops, having served nothing. Another dir the holder
+    took the slot into (`stamp` > `served`) holds no rows of the member and never preempts."""
+    return (isinstance(state, Lease) and not is_free(state, now_ms) and state.served is not None
+            and state.served < state.version and stamp == state.served)
+
+
 def choose_slot(leases: list[LeaseState], now_ms: int, mine: Mapping[int, int] | None = None) -> int | None:
     """The first slot (in slot order) that is absent, free, expired or corrupt; None if all held.
 
@@ -200,15 +218,17 @@ def choose_slot(leases: list[LeaseState], now_ms: int, mine: Mapping[int, int] |
     for it last served under (node/identity/slot_dir.py): a slot no holder has served since that
     version (still at it, or held since only by nodes that never served: they wrote none of
     the member's rows) is current, and this node's data is that member's. Such a slot is the only one taken,
-    once takeable (while it is held, the holder was this node's previous process, and its lease
-    runs out within a lease duration): taking another would leave that member's data behind,
-    and a whole cluster restarted at once could come back empty, every slot taken by a node
-    without its data."""
-    current = sorted(s for s, v in (mine or {}).items()
+    once takeable or `preemptable` (while a holder that served holds it, that holder was this
+    node's previous process, and its lease runs out within a lease duration): taking another
+    would leave that member's data behind, and a whole cluster restarted at once could come
+    back empty, every slot taken by a node without its data."""
+    mine = mine or {}
+    current = sorted(s for s, v in mine.items()
                      if 0 <= s < len(leases) and isinstance(leases[s], Lease)
                      and served_version(leases[s]) <= v <= leases[s].version)
     if current:
-        return next((s for s in current if _takeable(leases[s], now_ms)), None)
+        return next((s for s in current
+                     if _takeable(leases[s], now_ms) or preemptable(leases[s], now_ms, mine[s])), None)
     for slot, state in enumerate(leases):
         if _takeable(state, now_ms):
             return slot
@@ -230,10 +250,12 @@ def recover_version(leases: list[LeaseState], slot: int) -> int:
 
 
 def acquire(lease: Lease, task_id: str, now_ms: int, duration_ms: int, *, nonce: str,
-            known_versions: Mapping[int, int] | None = None) -> Lease:
-    """Take a free or expired slot: version + 1, a new expiry, the same member_uuid. The slot's
-    `served` stays until this holder serves (mark_served)."""
-    assert is_free(lease, now_ms), f"slot {lease.slot} is held by {lease.task_id} until {lease.expires_ms}"
+            known_versions: Mapping[int, int] | None = None, stamp: int | None = None) -> Lease:
+    """Take a free or expired slot, or a held one `preemptable` for a dir at `stamp`: version
+    + 1, a new expiry, the same member_uuid. The slot's `served` stays until this holder serves
+    (mark_served)."""
+    assert is_free(lease, now_ms) or (stamp is not None and preemptable(lease, now_ms, stamp)), \
+        f"slot {lease.slot} is held by {lease.task_id} until {lease.expires_ms}"
     _check_duration(duration_ms)
     version = lease.version + 1
     kv = dict(known_versions or {})
@@ -269,15 +291,16 @@ def release(lease: Lease, *, nonce: str) -> Lease:
 
 
 def needs_wait_for_peers(prev: LeaseState, now_ms: int) -> bool:
-    """True when the slot's previous holder did not release it (expired or corrupt).
+    """True when the slot's previous holder did not release it (expired, preempted or corrupt).
 
-    That holder may still be running with the old version (a zombie); the new holder
-    waits until peers have seen its new version (or `peer_wait_until_ms`) before serving."""
+    That holder may still be running with the old version (a zombie, or a holder that never
+    served and has not yet read that it lost the slot); the new holder waits until peers have
+    seen its new version (or `peer_wait_until_ms`: by then the old holder's deadline, at most a
+    duration after its last renewal, has passed) before serving."""
     if prev is None:
         return False
     if isinstance(prev, Corrupt):
         return True
-    assert is_free(prev, now_ms), f"slot {prev.slot} is still held by {prev.task_id}"
     return prev.task_id is not None
 
 

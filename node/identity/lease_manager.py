@@ -216,8 +216,13 @@ class LeaseManager:
                                 slot, prev.reason, base.member_uuid)
                 else:
                     base = prev
-                new = core.acquire(base, self.task_id, now, self.duration_ms,
-                                   nonce=self._new_nonce(), known_versions=self._known_versions)
+                    if not core.is_free(prev, now):
+                        log.warning("lease slot %d is held by %s at version %d, which has not served it; this "
+                                    "node's data is the member's as last served (version %d): taking the slot "
+                                    "over (node/identity/lease.py preemptable)", slot, prev.task_id, prev.version,
+                                    prev.served)
+                new = core.acquire(base, self.task_id, now, self.duration_ms, nonce=self._new_nonce(),
+                                   known_versions=self._known_versions, stamp=(mine or {}).get(slot))
                 self._own_nonces.append(new.nonce)
                 self.store.compare_and_swap(slot, core.encode(new), tokens[slot])
                 states[slot], tokens[slot] = self._read(slot)   # settles a lost answer

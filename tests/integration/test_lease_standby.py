@@ -22,30 +22,39 @@ def health(n: ReplogProcess) -> int | None:
         return None
 
 
-def test_a_standby_that_never_served_does_not_make_the_slot_dir_it_held_stale(tmp_path, procs):
+def owner_gone_with_rows_only_it_has(tmp_path, procs):
+    """Three lease nodes; the owner of one slot, cut off, takes ten writes and is killed (no
+    hand-over: its slot is left to expire). Returns (nodes, owner, slot, uuid, acked)."""
     nodes = running_lease_cluster(tmp_path, procs, 3, duration_s=2)
     owner, others = nodes[0], nodes[1:]
     slot, uuid = owner.info()["lease"]["slot"], owner.uuid()
-
     for n in others:                             # cut off: what the owner takes now is on its disk only
         n.set_peers([o for o in others if o is not n])
     owner.set_peers([])
     acked = Acked()
     for i in range(10):
         acked.put(owner, "kv", f"only-here-{i}", {"i": i})
-    owner.kill9()                                # no hand-over: its slot is left to expire
+    owner.kill9()
+    return nodes, owner, slot, uuid, acked
 
-    with silent_address() as nowhere:            # a standby with no peer to join from
-        standby = ReplogProcess(tmp_path, "standby", peers=[nowhere],
-                                extra=lease_flags(f"file://{tmp_path}/leases", 3, 2))
-        procs.append(standby)
-        standby.start(wait=False)
-        wait_for(lambda: f"serving as member {uuid} of slot {slot}" in standby.log_text(), 30,
-                 "the standby taking the owner's slot")
-        wait_for(lambda: health(standby) is not None, 30, "the standby listening")
-        assert health(standby) == 503, "the standby served without a peer to join from"
-        standby.kill9()
 
+def start_standby(tmp_path, procs, nowhere: str, slot: int, uuid: str) -> ReplogProcess:
+    """A fresh container with no peer to join from: it takes the owner's expired slot and waits."""
+    standby = ReplogProcess(tmp_path, "standby", peers=[nowhere],
+                            extra=lease_flags(f"file://{tmp_path}/leases", 3, 2))
+    procs.append(standby)
+    standby.start(wait=False)
+    wait_for(lambda: f"serving as member {uuid} of slot {slot}" in standby.log_text(), 30,
+             "the standby taking the owner's slot")
+    wait_for(lambda: health(standby) is not None, 30, "the standby listening")
+    assert health(standby) == 503, "the standby served without a peer to join from"
+    return standby
+
+
+def owner_back(nodes, owner, slot, uuid, acked) -> None:
+    """The owner starts on its own dir, as the same member, keeps it, and every node ends with
+    every acknowledged write."""
+    others = nodes[1:]
     owner.peers = [o.address for o in others]
     owner.start(wait=False)
     owner.wait_healthy(60)
@@ -56,3 +65,24 @@ def test_a_standby_that_never_served_does_not_make_the_slot_dir_it_held_stale(tm
     for n in others:
         n.set_peers([o for o in nodes if o is not n])
     acked_everywhere(nodes, acked, 30)
+
+
+def test_a_standby_that_never_served_does_not_make_the_slot_dir_it_held_stale(tmp_path, procs):
+    nodes, owner, slot, uuid, acked = owner_gone_with_rows_only_it_has(tmp_path, procs)
+    with silent_address() as nowhere:
+        start_standby(tmp_path, procs, nowhere, slot, uuid).kill9()
+    owner_back(nodes, owner, slot, uuid, acked)
+
+
+def test_the_owner_takes_its_slot_from_a_standby_that_cannot_join_and_that_standby_stops(tmp_path, procs):
+    """The standby stays up, renewing, unable to join: the owner, back on its own dir, used to
+    wait for the slot to expire, which it never did (a cluster restarted at once stalled like
+    this, each stuck container waiting on the other). Now it takes the slot over at once
+    (node/identity/lease.py preemptable), and the standby finds it lost and exits 1."""
+    nodes, owner, slot, uuid, acked = owner_gone_with_rows_only_it_has(tmp_path, procs)
+    with silent_address() as nowhere:
+        standby = start_standby(tmp_path, procs, nowhere, slot, uuid)
+        owner_back(nodes, owner, slot, uuid, acked)
+        assert standby.proc.wait(30) == 1, standby.log_tail(20)
+    assert "has not served it; this node's data is the member's" in owner.log_text(), owner.log_tail(30)
+    assert f"lease slot {slot} lost: the slot is held by" in standby.log_text(), standby.log_tail(20)

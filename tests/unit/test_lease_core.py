@@ -155,8 +155,36 @@ def test_choose_slot_takes_this_nodes_slot_back_across_holders_that_never_served
     assert core.choose_slot(leases, 5_000, {1: 4}) == 1                 # not the first free one
     assert core.choose_slot(leases, 5_000, {1: 3}) == 0                 # served since 3: not current
     held_by_one_not_serving = held(slot=1, version=7, expires_ms=20_000, served=4)
-    assert core.choose_slot([free(slot=0), held_by_one_not_serving], 5_000, {1: 4}) is None   # wait for it
     assert core.choose_slot([free(slot=0), held_by_one_not_serving], 20_000, {1: 4}) == 1
+
+
+def test_a_holder_that_has_not_served_is_preempted_by_the_dir_that_served_last_and_only_by_it():
+    """Slot 1 is held at version 7 by a node that has not served (`served` is 4): the dir that
+    served under 4 takes it over at once; it does not wait for a lease that a holder unable to
+    join would renew forever."""
+    standby = held(slot=1, version=7, expires_ms=20_000, served=4)
+    assert core.preemptable(standby, 5_000, 4)
+    assert core.choose_slot([free(slot=0), standby], 5_000, {1: 4}) == 1
+    taken = core.acquire(standby, "owner", 5_000, D, nonce="x", stamp=4)
+    assert (taken.task_id, taken.version, taken.served, taken.expires_ms) == ("owner", 8, 4, 5_000 + D)
+    assert core.needs_wait_for_peers(standby, 5_000), "the holder it took the slot from may still run"
+    # a dir the slot was taken into later, by a holder that never served: no rows of the member
+    assert not core.preemptable(standby, 5_000, 6) and not core.preemptable(standby, 5_000, 7)
+    assert core.choose_slot([held(slot=0), standby], 5_000, {1: 6}) is None
+    with pytest.raises(AssertionError):
+        core.acquire(standby, "other", 5_000, D, nonce="x", stamp=6)
+    with pytest.raises(AssertionError):
+        core.acquire(standby, "other", 5_000, D, nonce="x")
+    # a holder that serves, or a body that does not say (served None: every holder served), is waited for
+    serving = held(slot=1, version=7, expires_ms=20_000, served=7)
+    unrecorded = held(slot=1, version=7, expires_ms=20_000)
+    for lease in (serving, unrecorded):
+        assert not core.preemptable(lease, 5_000, 7) and not core.preemptable(lease, 5_000, 4)
+        assert core.choose_slot([free(slot=0), lease], 5_000, {1: 7}) is None
+    # free or expired is not "preempted": taken as any free slot is
+    assert not core.preemptable(free(slot=1, version=7), 5_000, 4)
+    assert not core.preemptable(standby, 20_000, 4) and core.choose_slot([free(slot=0), standby], 20_000, {1: 4}) == 1
+    assert not core.preemptable(None, 5_000, 4) and not core.preemptable(Corrupt(1, "junk"), 5_000, 4)
 
 
 def test_served_is_kept_by_acquire_and_release_and_set_by_a_serving_renewal():
@@ -241,11 +269,6 @@ def test_needs_wait_for_peers_only_when_the_previous_holder_did_not_release():
     assert core.needs_wait_for_peers(None, 0) is False
     assert core.needs_wait_for_peers(Corrupt(0, "junk"), 0) is True
     assert core.peer_wait_until_ms(1_000, D) == 1_000 + D
-
-
-def test_needs_wait_for_peers_on_a_still_held_lease_is_a_bug():
-    with pytest.raises(AssertionError):
-        core.needs_wait_for_peers(held(expires_ms=10_000), 9_999)
 
 
 def test_renew_interval_is_a_third_of_the_duration():

@@ -360,6 +360,60 @@ def test_corrupt_lease_is_treated_as_expired_and_reported_not_wedging(backend, c
     assert manager(backend.open(), "d", clock, slots=2).acquire() is None
 
 
+def _standby_holding_the_owners_slot(store, clock):
+    """The owner served slot 0 at version 1 and crashed (no release); once its lease expired a
+    standby took the slot (version 2) and has not served. Returns the standby's manager."""
+    owner = manager(store, "owner", clock)
+    owner.bootstrap()
+    owner.acquire()
+    assert owner.renew(serving=True).served == 1
+    clock.ms += 10_000                                    # expired: no renewal since the crash
+    standby = manager(store, "standby", clock)
+    lease = standby.acquire()
+    assert (lease.version, lease.served) == (2, 1)
+    return standby
+
+
+def test_the_dir_that_served_last_takes_its_slot_from_a_holder_that_has_not_served_and_that_holder_stops(backend):
+    store, clock = backend.open(), Clock()
+    standby = _standby_holding_the_owners_slot(store, clock)
+    clock.ms += 1_000                                     # the standby's lease runs for 9 s more
+    assert manager(store, "fresh", clock).acquire() is None, "a node without the slot's data still waits"
+    assert manager(store, "later-dir", clock).acquire({0: 2}) is None, "the standby's own dir holds no rows"
+    back = manager(store, "owner-again", clock)
+    lease = back.acquire({0: 1})                          # the owner's dir, stamped at version 1
+    assert lease is not None and (lease.task_id, lease.version, lease.served) == ("owner-again", 3, 1)
+    assert back.wait_for_peers, "the standby may still run at version 2: peers must see version 3 first"
+    with pytest.raises(LeaseLost, match="held by owner-again at version 3"):
+        standby.renew()
+    assert stored(store, 0).task_id == "owner-again"
+
+
+def test_a_standby_that_records_serving_first_keeps_the_slot_and_the_old_dir_waits(backend):
+    """The standby's swap that records `served` and the owner's takeover race; the store lets
+    one land. Here the standby's lands between the owner's read and its swap: the owner's swap
+    fails, and on reading again its dir is no longer current (another node serves the member)."""
+    store, clock = backend.open(), Clock()
+    standby = _standby_holding_the_owners_slot(store, clock)
+
+    class ServesFirst(LeaseStore):
+        url = store.url
+        def create_if_absent(self, slot, body): return store.create_if_absent(slot, body)
+        def read(self, slot): return store.read(slot)
+        def compare_and_swap(self, slot, body, token):
+            if not raced:
+                raced.append(standby.renew(serving=True))
+            return store.compare_and_swap(slot, body, token)
+        def close(self): store.close()
+
+    raced: list[Lease] = []
+    assert manager(ServesFirst(), "owner-again", clock).acquire({0: 1}) is None
+    assert raced and raced[0].served == 2
+    lease = stored(store, 0)
+    assert (lease.task_id, lease.version, lease.served) == ("standby", 2, 2)
+    assert standby.renew().version == 2                   # still the standby's
+
+
 # --- lost answers ------------------------------------------------------------------------------
 
 class LostAnswers(LeaseStore):
