@@ -106,12 +106,18 @@ class FenceKeeper:
 
     # --- running ------------------------------------------------------------------------------
     def try_lift(self) -> bool:
-        """Lift the fence if the core says it may; whether it is gone."""
+        """Lift the fence if the core says it may; whether it is gone. A lease holder lifts it
+        only once it has recorded in its slot that it serves (node/identity/lease_startup.py
+        mark_serving): the lift writes a `_cluster` transaction under the member's id, and a
+        row written before that record made a dir that served earlier look current (its next
+        holder took the slot over, or served it as it was, and forked those lsns)."""
         node = self.node
         core = node.core
         if core is None or core.fence is None:
             return True
         if node.journal is None or not may_lift(core, node.rejoiner.rebuilding):
+            return False
+        if node.lease is not None and not node.lease.served_recorded:
             return False
         self._lift()
         return True

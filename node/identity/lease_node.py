@@ -109,6 +109,9 @@ class LeaseIdentity:
         self.peers_confirmed: set[str] = set()       # peer addresses whose greeting showed our version
         self.peer_wait_outcome: str | None = None    # "confirmed" | "timed_out" | None (no wait needed)
         self.peers_changed = asyncio.Event()
+        # mark_serving's record landed: from here on this process may claim lsns of the member
+        # (the own-rows fence lifts only then: node/fence.py try_lift)
+        self.served_recorded = False
 
     # --- start-up --------------------------------------------------------------------
     async def acquire(self) -> None:

@@ -91,6 +91,8 @@ async def mark_serving(holder: Any) -> None:
             raise LeaseLost(holder.slot, holder.lost_reason or "lost")
         try:
             await loop.run_in_executor(holder.executor, functools.partial(holder.manager.renew, serving=True))
+            holder.served_recorded = True
+            log.info("lease: recorded in slot %d that this node serves it at version %d", holder.slot, holder.version)
             return
         except LeaseStoreUnavailable as e:
             log.warning("lease: recording that slot %s serves failed, retrying: %s", holder.slot, e)

@@ -86,3 +86,28 @@ def test_the_owner_takes_its_slot_from_a_standby_that_cannot_join_and_that_stand
         assert standby.proc.wait(30) == 1, standby.log_tail(20)
     assert "has not served it; this node's data is the member's" in owner.log_text(), owner.log_tail(30)
     assert f"lease slot {slot} lost: the slot is held by" in standby.log_text(), standby.log_tail(20)
+
+
+def test_a_new_holder_writes_nothing_as_the_member_before_it_has_recorded_that_it_serves(tmp_path, procs):
+    """A fresh container takes a killed owner's slot, joins, and waits up to a lease duration for
+    the peers to see its version (the owner's address never answers). Its own-rows fence lifted
+    meanwhile, and the lift's `_cluster` transaction went out under the member's id while the
+    slot still said the owner's dir served last: the owner, back on that dir, took the slot from
+    a holder that "had not served", and its next rows took the lsns that transaction had used (a
+    fork, found by the lease nemesis). Now the fence lifts only after the holder's record."""
+    nodes = running_lease_cluster(tmp_path, procs, 3, duration_s=2)
+    owner, others = nodes[0], nodes[1:]
+    owner.kv_put("kv", "k", {"v": 1})
+    for n in others:
+        wait_for(lambda: n.kv_get("kv", "k")[0] == 200, 20, f"the row on {n.name}")
+    owner.kill9()
+    fresh = ReplogProcess(tmp_path, "fresh", peers=[n.address for n in nodes],
+                          extra=lease_flags(f"file://{tmp_path}/leases", 3, 2))
+    procs.append(fresh)
+    fresh.start(wait=False)
+    fresh.wait_healthy(60)
+    log = fresh.log_text()
+    recorded, lifted = log.find("that this node serves it at version"), log.find("own rows are back")
+    assert recorded != -1 and lifted != -1, fresh.log_tail(30)
+    assert recorded < lifted, "the fence lifted (a row under the member's id) before the slot said this node " \
+                              "serves:\n" + fresh.log_tail(30)
