@@ -29,7 +29,7 @@ unset PYTHONDONTWRITEBYTECODE
 # idle with one worker. REPLOG_TEST_WORKERS=0 runs in this process (as `pytest` alone does).
 workers="${REPLOG_TEST_WORKERS:-2}"
 if [ "$workers" -gt 0 ]; then
-    .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
+    .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadfile "$@"
 else
     .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 fi
