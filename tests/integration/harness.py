@@ -78,7 +78,8 @@ class ReplogProcess:
         # SSL_CERT_FILE: no system CA bundle. aiohttp builds two default client contexts when it is
         # imported, each loading the whole bundle (~40 ms), in each of the ~700 node starts of a
         # run, and no node here talks to a server a public CA vouches for (TLS tests bring their CA).
-        env = dict(os.environ, PYTHONUNBUFFERED="1", SSL_CERT_FILE=os.devnull, **self.env)
+        # A test's own env wins over both.
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "SSL_CERT_FILE": os.devnull, **self.env}
         self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env,
                                      cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         log.close()
