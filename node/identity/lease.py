@@ -290,7 +290,7 @@ def release(lease: Lease, *, nonce: str) -> Lease:
                  serial=lease.serial + 1, nonce=nonce, served=lease.served)
 
 
-def needs_wait_for_peers(prev: LeaseState, now_ms: int) -> bool:
+def needs_wait_for_peers(prev: LeaseState) -> bool:
     """True when the slot's previous holder did not release it (expired, preempted or corrupt).
 
     That holder may still be running with the old version (a zombie, or a holder that never

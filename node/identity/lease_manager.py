@@ -229,7 +229,7 @@ class LeaseManager:
                 if self._ours(states[slot]):
                     self._set_local_deadline(states[slot], now, local)
                     return self._hold(states[slot], tokens[slot],
-                                      wait_for_peers=core.needs_wait_for_peers(prev, now), now_ms=now)
+                                      wait_for_peers=core.needs_wait_for_peers(prev), now_ms=now)
             return None
 
     def renew(self, serving: bool = False) -> Lease:

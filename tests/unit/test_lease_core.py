@@ -167,7 +167,7 @@ def test_a_holder_that_has_not_served_is_preempted_by_the_dir_that_served_last_a
     assert core.choose_slot([free(slot=0), standby], 5_000, {1: 4}) == 1
     taken = core.acquire(standby, "owner", 5_000, D, nonce="x", stamp=4)
     assert (taken.task_id, taken.version, taken.served, taken.expires_ms) == ("owner", 8, 4, 5_000 + D)
-    assert core.needs_wait_for_peers(standby, 5_000), "the holder it took the slot from may still run"
+    assert core.needs_wait_for_peers(standby), "the holder it took the slot from may still run"
     # a dir the slot was taken into later, by a holder that never served: no rows of the member
     assert not core.preemptable(standby, 5_000, 6) and not core.preemptable(standby, 5_000, 7)
     assert core.choose_slot([held(slot=0), standby], 5_000, {1: 6}) is None
@@ -263,11 +263,11 @@ def test_release_clears_holder_and_expiry_and_keeps_version():
 # --- waiting for peers, deadlines ----------------------------------------------------------------
 
 def test_needs_wait_for_peers_only_when_the_previous_holder_did_not_release():
-    assert core.needs_wait_for_peers(held(expires_ms=10_000), 10_000) is True
-    assert core.needs_wait_for_peers(core.release(held(), nonce="n"), 10_000) is False
-    assert core.needs_wait_for_peers(free(), 0) is False
-    assert core.needs_wait_for_peers(None, 0) is False
-    assert core.needs_wait_for_peers(Corrupt(0, "junk"), 0) is True
+    assert core.needs_wait_for_peers(held(expires_ms=10_000)) is True
+    assert core.needs_wait_for_peers(core.release(held(), nonce="n")) is False
+    assert core.needs_wait_for_peers(free()) is False
+    assert core.needs_wait_for_peers(None) is False
+    assert core.needs_wait_for_peers(Corrupt(0, "junk")) is True
     assert core.peer_wait_until_ms(1_000, D) == 1_000 + D
 
 
