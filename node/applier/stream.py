@@ -59,6 +59,7 @@ class Relay:
         return {"uuid": self.uuid, "address": self.address, "status": self.status, "anon": self.anon,
                 "lag_s": round(self.lag_s, 6), "error": self.error,
                 "vclock": {str(k): v for k, v in sorted(self.acked.items())},
+                "durable": {str(k): v for k, v in sorted(self.machine.durable.items())},
                 "rows_sent": self.cursor.rows,
                 "frames_from_memory": self.cursor.from_tail, "frames_from_file": self.cursor.from_file}
 

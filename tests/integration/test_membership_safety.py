@@ -292,12 +292,13 @@ def hold(nodes: list[ReplogProcess], pos: dict[str, int], whose: str) -> None:
 
 
 def acknowledged_to(victim: ReplogProcess, pos: dict[str, int], nodes: list[ReplogProcess]) -> None:
-    """Each of `nodes` shows `victim`'s downstream at `pos` or past it."""
+    """Each of `nodes` shows `victim`'s downstream with `pos` or more on disk (`durable`, what
+    its hold moves by; what it applied may be ahead: a victim killed then holds the WAL below)."""
     vu = victim.uuid()
     for n in nodes:
         ids = {u: mem["id"] for u, mem in n.cluster().items()}
         want = {str(ids[u]): lsn for u, lsn in pos.items()}
-        wait_for(lambda: any(all(d["vclock"].get(k, 0) >= v for k, v in want.items())
+        wait_for(lambda: any(all(d["durable"].get(k, 0) >= v for k, v in want.items())
                              for d in downstreams_of(n, vu)), 10, f"{victim.name} acknowledged {pos} to {n.name}")
 
 

@@ -291,10 +291,11 @@ def test_an_ack_moves_the_subscribers_hold_to_its_durable_vclock_and_records_its
     mach.step(m.Message(m.ACK, {"vclock": {1: 9}, "durable": {1: 8}, "lag_us": 250_000}), NOW + 1)
     rd = mach.ready()
     assert rd.apply == (AckHold(SUB, {1: 8}, False),) and not rd.send
-    assert mach.acked == {1: 9} and mach.lag_s == 0.25
+    assert mach.acked == {1: 9} and mach.durable == {1: 8} and mach.lag_s == 0.25   # /v1/info shows both
     mach.advance(rd)
     mach.step(m.Message(m.ACK, {"vclock": {1: 9}, "lag_us": -1}), NOW + 2)
     assert mach.ready().apply == (AckHold(SUB, {1: 9}, False),) and mach.lag_s == 0.0   # an older peer
+    assert mach.durable == {1: 9}
 
 
 @pytest.mark.parametrize("body", [{"vclock": {1: -5}}, {"vclock": {1: 5}, "durable": {1: -5}},

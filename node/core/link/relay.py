@@ -196,7 +196,7 @@ class RelayMachine:
             acked = m.vclock_of(msg["vclock"])
             durable = msg.get("durable")
             durable = m.vclock_of(durable) if durable is not None else acked
-            self.acked, self.acked_at = acked, now
+            self.acked, self.durable, self.acked_at = acked, durable, now
             lag_us = msg.get("lag_us")
             self.lag_s = lag_us / 1e6 if isinstance(lag_us, int) and lag_us >= 0 else 0.0
             self._out.apply.append(AckHold(self.uuid, durable, self.anon))
