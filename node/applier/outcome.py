@@ -13,7 +13,9 @@ Rules kept here:
   restarted peer is, so it is retried as a broken network is, not 10 s later, and it is no ERROR; a peer not joined yet or closing the link as it stops,
   PeerNotReady, is said at INFO too), and `silent` (the upstream heard nothing on the link
   for `peer_timeout_s`: this node stalled or was stopped, or the network dropped everything;
-  the link broke, so it is retried with the backoff, said as a WARNING); a broken network is
+  the link broke, so it is retried with the backoff, said as a WARNING), and `lease_fenced` (one
+  side is a stale lease holder, which stops within a lease duration, and the address may serve
+  the slot's next holder then: retried with the backoff, said as a WARNING); a broken network is
   retried with capped exponential backoff; our own state asking for a fresh SUBSCRIBE
   (Resubscribe), or the upstream asking for a fresh greeting (`greet_again`), retries at once;
   the disk failing (StorageError) stops the node; anything else is a bug here: this link
@@ -64,6 +66,8 @@ def after_link(e: BaseException | None, backoff: float) -> After:
             return After(RETRY, "resubscribing", str(e), 0.0, logging.INFO, str(e))
         if e.code == "silent":              # it heard nothing from us for its timeout: a link that broke
             return After(RETRY, "disconnected", str(e), backoff, logging.WARNING, str(e))
+        if e.code == "lease_fenced":        # a stale holder (it or this node) stops within a lease duration
+            return After(RETRY, "lease_fenced", str(e), backoff, logging.WARNING, str(e))
         if e.code == "need_rejoin":
             return After(REJOIN, "need_rejoin", str(e), limits.rejoin_retry_s, logging.WARNING, str(e))
         # A lasting reason (secret, cluster, options, expelled, this node itself, a second address of

@@ -32,6 +32,15 @@ def test_a_refusal_is_a_lasting_reason_said_loudly_and_retried_slowly(code, stat
     assert a.line.startswith("refused: ")
 
 
+def test_a_stale_lease_holder_is_retried_with_the_backoff_and_said_as_a_warning():
+    """One side of the link is a stale lease holder: it stops within a lease duration, and the
+    address may serve the slot's next holder then, so the link is tried again as a broken one
+    is, not after the 10 s of a lasting refusal, and the line is no ERROR."""
+    a = after_link(PeerRefused("lease_fenced", "127.0.0.1:7 claims lease slot 0 at version 1"), 0.4)
+    assert (a.then, a.status, a.delay, a.level) == (RETRY, "lease_fenced", 0.4, logging.WARNING)
+    assert a.error == a.line == "lease_fenced: 127.0.0.1:7 claims lease slot 0 at version 1"
+
+
 @pytest.mark.parametrize("why", ["this node is shutting down", "this node has not joined a cluster yet"])
 def test_an_upstream_not_ready_yet_is_retried_as_a_broken_link_is_and_said_quietly(why):
     """A member stopping for a restart, or one still joining, refuses links with `not_ready` for

@@ -47,6 +47,16 @@ def test_a_node_greeting_itself_is_refused_as_self():
     assert e.code == "self" and ME in e.message
 
 
+def test_another_process_of_this_nodes_member_under_another_lease_version_is_a_stale_holder_not_self():
+    mine = {**_greeting(ME), "lease": {"slot": 2, "version": 5, "seen": {}}}
+    e = _refusal(mine, {**_greeting(ME), "lease": {"slot": 2, "version": 4, "seen": {}}}, ME)
+    assert e.code == "lease_fenced" and "under lease version 4, this node under 5" in e.message
+    e = _refusal(mine, {**_greeting(ME), "lease": {"slot": 2, "version": 6, "seen": {}}}, ME)
+    assert e.code == "lease_fenced" and "under lease version 6, this node under 5" in e.message
+    assert _refusal(mine, {**_greeting(ME), "lease": {"slot": 2, "version": 5, "seen": {}}}, ME).code == "self"
+    assert _refusal(mine, _greeting(ME), ME).code == "self"                 # no lease field there: itself
+
+
 def test_a_peer_of_another_cluster_is_refused_naming_both_clusters():
     e = _refusal(_greeting(ME), _greeting(PEER, OTHER_CLUSTER), PEER)
     assert e.code == "wrong_cluster"

@@ -4,7 +4,10 @@ Rules kept here:
 - The greeting's uuid is the one the handshake proof covered, or the peer is lying: a
   RemoteProtocolError (retried). Everything else here is a lasting reason: PeerRefused.
 - A must-match option that differs is named with the refuser's value (Lifecycle.check_must_match
-  lets the node that starts with the other value stop naming both)."""
+  lets the node that starts with the other value stop naming both).
+- A peer with this node's uuid is this node itself (`self`), unless both greetings carry lease
+  versions and they differ: then it is another holder of the member's slot, and one of the two is
+  stale (`lease_fenced`, which node/applier/outcome.py retries as a transient refusal)."""
 from __future__ import annotations
 
 from typing import Any
@@ -19,6 +22,13 @@ def check_greeting(mine: dict, theirs: dict, peer: str, authenticated: str | Non
     if authenticated is not None and theirs["uuid"] != authenticated:
         raise RemoteProtocolError(f"{peer}: greeting names uuid {theirs['uuid']!r:.80}, its handshake {authenticated!r}")
     if theirs["uuid"] == mine["uuid"]:
+        ours, others = mine.get("lease"), theirs.get("lease")
+        if isinstance(ours, dict) and isinstance(others, dict) and others.get("version") != ours.get("version"):
+            # Two processes of one member under different lease versions: the older holder is stale
+            # and stops within a lease duration, and its address may serve another member next.
+            raise PeerRefused("lease_fenced", f"{peer} is another process of this node's member (uuid {mine['uuid']}) "
+                              f"under lease version {others.get('version')!r:.20}, this node under "
+                              f"{ours.get('version')!r:.20}: the older is a stale holder and must stop")
         raise PeerRefused("self", f"{peer} is this node itself (uuid {mine['uuid']})")
     if mine["cluster_uuid"] and theirs["cluster_uuid"] and mine["cluster_uuid"] != theirs["cluster_uuid"]:
         raise PeerRefused("wrong_cluster", f"{peer} belongs to cluster {theirs['cluster_uuid']}, "
