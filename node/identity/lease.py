@@ -194,8 +194,9 @@ def _takeable(state: LeaseState, now_ms: int) -> bool:
 
 
 def preemptable(state: LeaseState, now_ms: int, stamp: int) -> bool:
-    """May a node whose data dir of this slot took it last at version `stamp` take the slot
-    from its holder now, before the lease expires? Only from a holder that has not served (it
+    """May a node whose data dir of this slot last served it at version `stamp`
+    (node/identity/slot_dir.py last_served) take the slot from its holder now, before the lease
+    expires? Only from a holder that has not served (it
     wrote none of the member's rows: `served` is older than its version), and only for the dir
     that last served (`stamp == served`): the member's rows are there, possibly some no other
     node has, and the holder has nothing to lose. Waiting instead stalled that data for as long
@@ -206,12 +207,15 @@ def preemptable(state: LeaseState, now_ms: int, stamp: int) -> bool:
     before it claims an lsn, so either that lands first (the slot is no longer preemptable,
     and the taker's swap fails on the changed object), or the taker's does and the holder's
     next write finds the slot taken and it stops, having served nothing. Another dir the holder
-    took the slot into (`stamp` > `served`) holds no rows of the member and never preempts."""
+    took the slot into (`stamp` > `served`) holds no rows of the member and never preempts. A dir
+    that served at `served`, took the slot again later and stopped before it served then (a crash
+    while it waited for its peers) wrote no row since, and preempts too."""
     return (isinstance(state, Lease) and not is_free(state, now_ms) and state.served is not None
             and state.served < state.version and stamp == state.served)
 
 
-def choose_slot(leases: list[LeaseState], now_ms: int, mine: Mapping[int, int] | None = None) -> int | None:
+def choose_slot(leases: list[LeaseState], now_ms: int, mine: Mapping[int, int] | None = None,
+                served: Mapping[int, int] | None = None) -> int | None:
     """The first slot (in slot order) that is absent, free, expired or corrupt; None if all held.
 
     `leases[i]` is the state of slot i. `mine` maps slots to the version this node's own data
@@ -221,14 +225,17 @@ def choose_slot(leases: list[LeaseState], now_ms: int, mine: Mapping[int, int] |
     once takeable or `preemptable` (while a holder that served holds it, that holder was this
     node's previous process, and its lease runs out within a lease duration): taking another
     would leave that member's data behind, and a whole cluster restarted at once could come
-    back empty, every slot taken by a node without its data."""
-    mine = mine or {}
+    back empty, every slot taken by a node without its data. `served` maps slots to the version
+    this node's data last served at (slot_dir.last_served; without an entry, `mine`'s), the
+    stamp `preemptable` compares."""
+    mine, served = mine or {}, served or {}
     current = sorted(s for s, v in mine.items()
                      if 0 <= s < len(leases) and isinstance(leases[s], Lease)
                      and served_version(leases[s]) <= v <= leases[s].version)
     if current:
         return next((s for s in current
-                     if _takeable(leases[s], now_ms) or preemptable(leases[s], now_ms, mine[s])), None)
+                     if _takeable(leases[s], now_ms) or preemptable(leases[s], now_ms, served.get(s, mine[s]))),
+                    None)
     for slot, state in enumerate(leases):
         if _takeable(state, now_ms):
             return slot

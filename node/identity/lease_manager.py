@@ -174,10 +174,11 @@ class LeaseManager:
                 created += self.store.create_if_absent(slot, body)
         return created
 
-    def acquire(self, mine: Mapping[int, int] | None = None) -> Lease | None:
+    def acquire(self, mine: Mapping[int, int] | None = None, served: Mapping[int, int] | None = None) -> Lease | None:
         """Take the first free or expired slot; None when every slot is held. `mine`: the slots
-        this node holds data of, and the version each last served under (lease.choose_slot:
-        such a slot, if none has held it since, is the one taken)."""
+        this node holds data of, and the version each last took the slot at; `served`: the
+        version each last served at (lease.choose_slot: such a slot, if no holder served it
+        since, is the one taken)."""
         with self._lock:
             assert self._lease is None, f"already holding slot {self._lease.slot}"
             self.lost_reason = None
@@ -199,7 +200,7 @@ class LeaseManager:
                     return self._hold(state, token, wait_for_peers=True, now_ms=now)
             for _ in range(2 * self.cluster_size + 2):   # each failed try means another node won a slot
                 now, local = self._clock(), self._local()
-                slot = core.choose_slot(states, now, mine)
+                slot = core.choose_slot(states, now, mine, served)
                 if slot is None:
                     return None
                 prev = states[slot]
@@ -222,7 +223,8 @@ class LeaseManager:
                                     "over (node/identity/lease.py preemptable)", slot, prev.task_id, prev.version,
                                     prev.served)
                 new = core.acquire(base, self.task_id, now, self.duration_ms, nonce=self._new_nonce(),
-                                   known_versions=self._known_versions, stamp=(mine or {}).get(slot))
+                                   known_versions=self._known_versions,
+                                   stamp=(served or {}).get(slot, (mine or {}).get(slot)))
                 self._own_nonces.append(new.nonce)
                 self.store.compare_and_swap(slot, core.encode(new), tokens[slot])
                 states[slot], tokens[slot] = self._read(slot)   # settles a lost answer

@@ -21,6 +21,7 @@ from typing import Any
 from node import limits
 from node.applier.handshake import PROBE_ERRORS, probe
 from node.identity import lease as core
+from node.identity import slot_dir
 from node.identity.lease import LeaseLost
 from node.identity.lease_store import LeaseStoreUnavailable
 
@@ -91,6 +92,15 @@ async def mark_serving(holder: Any) -> None:
             raise LeaseLost(holder.slot, holder.lost_reason or "lost")
         try:
             await loop.run_in_executor(holder.executor, functools.partial(holder.manager.renew, serving=True))
+            # the dir's own note of it (slot_dir.last_served): after the slot's, which it may only
+            # trail (a crash between them leaves the dir's older: it then waits, never preempts)
+            try:
+                await loop.run_in_executor(holder.executor, slot_dir.mark_served, holder.node.data_dir,
+                                           holder.version)
+            except OSError as e:
+                log.warning("lease: could not note in %s that it serves slot %d at version %d (%s): a later "
+                            "start on it waits for the slot instead of taking it from a holder that has not "
+                            "served", holder.node.data_dir, holder.slot, holder.version, e)
             holder.served_recorded = True
             log.info("lease: recorded in slot %d that this node serves it at version %d", holder.slot, holder.version)
             return

@@ -14,7 +14,17 @@ other holder used, and a peer that cannot be reached at that moment cannot say s
 one (origin, lsn), the acknowledged one lost on every other member). Such a directory is moved
 aside, kept for inspection, and the node starts empty, joining from a peer's snapshot.
 
-A directory without a stamp (written before stamps existed) is taken as it is and stamped."""
+A directory without a stamp (written before stamps existed) is taken as it is and stamped.
+
+Two stamps: `lease_version`, the version the directory last took the slot at (written before
+anything under it), and `served_version`, the version it last *served* at (written once the slot
+records that this holder serves, node/identity/lease_startup.py mark_serving). They differ for a
+holder that took the slot and stopped before it served (a crash during its wait for its peers): it
+wrote no row under the newer version, so its data is the member's as served at the older one, and
+it may take the slot back from a holder that has not served (node/identity/lease.py preemptable).
+A directory without `served_version` (written before it existed, or never served) counts as
+having served at the version it took the slot at, which is exact for one that served at its last
+take and never preempts wrongly for one that did not (its stamp is past the slot's `served`)."""
 from __future__ import annotations
 
 import logging
@@ -24,34 +34,60 @@ import time
 from node.wal.writer import fsync_dir
 
 STAMP_FILE = "lease_version"
+SERVED_FILE = "served_version"
 log = logging.getLogger("replog.identity.lease")
 
 
-def read_stamp(path: str) -> int | None:
-    """The version the directory last served under; None without a stamp, -1 if unreadable."""
+def read_stamp(path: str, name: str = STAMP_FILE) -> int | None:
+    """The version the directory last took the slot at (`name`: or last served at, SERVED_FILE);
+    None without that stamp, -1 if unreadable."""
     try:
-        with open(os.path.join(path, STAMP_FILE)) as f:
+        with open(os.path.join(path, name)) as f:
             text = f.read().strip()
     except FileNotFoundError:
         return None
     return int(text) if text.isdigit() else -1
 
 
-def mine(data_dir: str) -> dict[int, int]:
+def mine(data_dir: str, name: str = STAMP_FILE) -> dict[int, int]:
     """The slots whose data this node holds (`slot-<k>` dirs under `data_dir`) and the version
-    each last served under; dirs without a readable stamp are left out."""
+    each last took the slot at (`name` = SERVED_FILE: served at); dirs without a readable stamp
+    are left out."""
     out: dict[int, int] = {}
     try:
         names = os.listdir(data_dir)
     except FileNotFoundError:
         return out
-    for name in names:
-        k = name.removeprefix("slot-")
-        if name.startswith("slot-") and k.isdigit():
-            stamp = read_stamp(os.path.join(data_dir, name))
+    for entry in names:
+        k = entry.removeprefix("slot-")
+        if entry.startswith("slot-") and k.isdigit():
+            stamp = read_stamp(os.path.join(data_dir, entry), name)
             if stamp is not None and stamp > 0:
                 out[int(k)] = stamp
     return out
+
+
+def last_served(data_dir: str) -> dict[int, int]:
+    """For each slot dir of `mine`: the version it last served at (its SERVED_FILE, or, without
+    one, the version it took the slot at: see the module's docstring)."""
+    took = mine(data_dir)
+    served = mine(data_dir, SERVED_FILE)
+    return {k: served[k] if k in served and served[k] <= v else v for k, v in took.items()}
+
+
+def _write_stamp(path: str, name: str, version: int) -> None:
+    tmp = os.path.join(path, name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{version}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(path, name))
+    fsync_dir(path)
+
+
+def mark_served(path: str, version: int) -> None:
+    """The directory serves the slot at `version` from now on: the slot has recorded it."""
+    _write_stamp(path, SERVED_FILE, version)
 
 
 def take(path: str, slot: int, version: int, served: int | None = None) -> str | None:
@@ -76,11 +112,5 @@ def take(path: str, slot: int, version: int, served: int | None = None) -> str |
                     "snapshot ended. Served as it is, it would write under lsns that node used. Moved it to %s "
                     "(kept for inspection); starting empty, from a peer's snapshot", slot, path, why, moved)
     os.makedirs(path, exist_ok=True)
-    tmp = os.path.join(path, STAMP_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(f"{version}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(path, STAMP_FILE))
-    fsync_dir(path)
+    _write_stamp(path, STAMP_FILE, version)
     return moved

@@ -111,3 +111,23 @@ def test_a_new_holder_writes_nothing_as_the_member_before_it_has_recorded_that_i
     assert recorded != -1 and lifted != -1, fresh.log_tail(30)
     assert recorded < lifted, "the fence lifted (a row under the member's id) before the slot said this node " \
                               "serves:\n" + fresh.log_tail(30)
+
+
+def test_the_owner_killed_again_before_it_served_still_takes_its_slot_from_a_standby(tmp_path, procs):
+    """The owner comes back, takes its slot again (version 2) and is killed while it waits for
+    its peers, before the slot records that it serves: it wrote no row under version 2. Its dir
+    took the slot last at 2 but served last at 1, the slot's `served`. A standby then takes the
+    slot and cannot join. The owner, back once more, takes the slot from it: the dir's
+    `served_version` stamp (node/identity/slot_dir.py) says it served last. Judged by the version
+    it last took the slot at, it waited for a lease the standby renewed forever."""
+    nodes, owner, slot, uuid, acked = owner_gone_with_rows_only_it_has(tmp_path, procs)
+    with silent_address() as nowhere:
+        owner.peers = [nowhere]                  # its wait for its peers lasts the whole lease duration
+        owner.start(wait=False)
+        wait_for(lambda: f"of slot {slot} at version 2" in owner.log_text(), 30, "the owner taking its slot again")
+        owner.kill9()
+        assert "that this node serves it at version 2" not in owner.log_text(), owner.log_tail(20)
+        standby = start_standby(tmp_path, procs, nowhere, slot, uuid)
+        owner_back(nodes, owner, slot, uuid, acked)
+        assert standby.proc.wait(30) == 1, standby.log_tail(20)
+    assert "has not served it; this node's data is the member's" in owner.log_text(), owner.log_tail(30)

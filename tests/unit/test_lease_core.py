@@ -187,6 +187,19 @@ def test_a_holder_that_has_not_served_is_preempted_by_the_dir_that_served_last_a
     assert not core.preemptable(None, 5_000, 4) and not core.preemptable(Corrupt(1, "junk"), 5_000, 4)
 
 
+def test_a_dir_that_took_the_slot_again_and_stopped_before_serving_preempts_by_the_version_it_served_at():
+    """The owner's dir served at 4, took the slot again at 5 and stopped before it served (no
+    row under 5); a standby holds it at 6 and has not served (`served` is 4). By the version it
+    last took the slot at (5) the dir did not serve last and waited; by the one it served at
+    (slot_dir.last_served: 4) it did, and takes the slot."""
+    standby = held(slot=1, version=6, expires_ms=20_000, served=4)
+    assert core.choose_slot([held(slot=0), standby], 5_000, {1: 5}) is None
+    assert core.choose_slot([held(slot=0), standby], 5_000, {1: 5}, {1: 4}) == 1
+    assert core.choose_slot([held(slot=0), standby], 5_000, {1: 5}, {1: 3}) is None   # served before 4: stale
+    assert core.choose_slot([held(slot=0), standby], 5_000, {1: 5}, {0: 4}) is None   # another slot's note
+    assert core.acquire(standby, "owner", 5_000, D, nonce="x", stamp=4).version == 7
+
+
 def test_served_is_kept_by_acquire_and_release_and_set_by_a_serving_renewal():
     lease = core.acquire(core.new_slot(0, UUID, nonce="a"), "t", 1_000, D, nonce="b")
     assert (lease.version, lease.served) == (1, 0), "a new holder has not served yet"

@@ -380,6 +380,7 @@ def test_the_dir_that_served_last_takes_its_slot_from_a_holder_that_has_not_serv
     clock.ms += 1_000                                     # the standby's lease runs for 9 s more
     assert manager(store, "fresh", clock).acquire() is None, "a node without the slot's data still waits"
     assert manager(store, "later-dir", clock).acquire({0: 2}) is None, "the standby's own dir holds no rows"
+    assert manager(store, "later-dir", clock).acquire({0: 2}, {0: 2}) is None, "nor when it says it served at 2"
     back = manager(store, "owner-again", clock)
     lease = back.acquire({0: 1})                          # the owner's dir, stamped at version 1
     assert lease is not None and (lease.task_id, lease.version, lease.served) == ("owner-again", 3, 1)

@@ -84,3 +84,32 @@ def test_mine_lists_the_slot_dirs_with_their_stamps_and_nothing_else(tmp_path):
     (tmp_path / "slot-x").mkdir()
     assert slot_dir.mine(str(tmp_path)) == {1: 4, 3: 2}
     assert slot_dir.mine(str(tmp_path / "absent")) == {}
+
+
+def test_a_dir_notes_the_version_it_served_at_apart_from_the_one_it_took_the_slot_at(tmp_path):
+    """`served_version` is written when the slot records that the holder serves; `last_served`
+    reads it, and without it (a dir from before that note, or one that never served) the
+    version the dir took the slot at."""
+    data = tmp_path
+    path = make_dir(data, "4\n")
+    assert slot_dir.last_served(str(data)) == {1: 4}                     # no note: as taken
+    slot_dir.mark_served(path, 4)
+    assert slot_dir.take(path, 1, 5) is None                              # taken again, not served at 5
+    assert slot_dir.mine(str(data)) == {1: 5} and slot_dir.last_served(str(data)) == {1: 4}
+    slot_dir.mark_served(path, 5)
+    assert slot_dir.last_served(str(data)) == {1: 5}
+    with open(os.path.join(path, slot_dir.SERVED_FILE), "w") as f:
+        f.write("junk")
+    assert slot_dir.last_served(str(data)) == {1: 5}                      # unreadable: as taken
+    with open(os.path.join(path, slot_dir.SERVED_FILE), "w") as f:
+        f.write("9\n")
+    assert slot_dir.last_served(str(data)) == {1: 5}                      # past its take: as taken
+
+
+def test_a_stale_dir_takes_its_served_note_aside_with_it(tmp_path):
+    path = make_dir(tmp_path, "4\n")
+    slot_dir.mark_served(path, 4)
+    moved = slot_dir.take(path, 1, 7, served=5)
+    assert moved is not None and slot_dir.read_stamp(moved, slot_dir.SERVED_FILE) == 4
+    assert slot_dir.read_stamp(path, slot_dir.SERVED_FILE) is None
+    assert slot_dir.last_served(str(tmp_path)) == {1: 7}
