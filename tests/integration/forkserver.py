@@ -11,7 +11,8 @@ interpreter's start and the imports, which the server did with the same interpre
 Used by tests/integration/harness.py `ReplogProcess.start` unless REPLOG_TEST_EXEC=1 (then every
 node is exec'd, as before), or the node's environment sets a variable read while modules are
 imported (`exec_only`: the interpreter's PYTHON* and the SSL defaults aiohttp loads at import):
-those nodes are exec'd. Tests of how the program starts (the packaging, CLI and README tests)
+those nodes are exec'd, as is one whose test sets `exec_only` on it (it patches subprocess.Popen,
+say to set a resource limit between fork and exec). Tests of how the program starts (the packaging, CLI and README tests)
 run the installed command themselves and never come here.
 
 Wire (JSON lines): the client writes {"args" (after `-m node`), "env", "cwd", "log"}; the server answers

@@ -55,6 +55,7 @@ class ReplogProcess:
         self.client_auth = client_auth
         self.proc: subprocess.Popen | forkserver.ForkedProcess | None = None
         self.env: dict[str, str] = {}        # extra environment for the process (test hooks)
+        self.exec_only = False               # started by subprocess.Popen, never forked (a test patches it)
         self.log_path = os.path.join(self.dir, "node.log")
         self.starts = 0
 
@@ -87,7 +88,7 @@ class ReplogProcess:
         base = {**os.environ, "PYTHONUNBUFFERED": "1", "SSL_CERT_FILE": os.devnull}
         env = {**base, **self.env}
         argv = self.argv()
-        if FORK and argv[:len(REPLOG)] == REPLOG and not forkserver.exec_only(self.env):
+        if FORK and not self.exec_only and argv[:len(REPLOG)] == REPLOG and not forkserver.exec_only(self.env):
             # forked from a process that imported the node already (tests/integration/forkserver.py)
             log.close()
             self.proc = forkserver.server(REPO_DIR, base).spawn(argv, env, REPO_DIR, self.log_path)

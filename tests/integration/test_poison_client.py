@@ -282,9 +282,13 @@ def test_at_the_fd_limit_new_clients_are_refused_with_a_bounded_log(tmp_path, pr
         resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96))
 
     n = ReplogProcess(tmp_path, "fds")
+    n.exec_only = True                          # its limit is set between fork and exec
     procs.append(n)
     with mock.patch("subprocess.Popen", _popen_with(low_fds)):
         n.start()
+    with open(f"/proc/{n.proc.pid}/limits") as f:
+        assert any(line.startswith("Max open files") and line.split()[3:5] == ["96", "96"] for line in f), \
+            "the node runs without the low fd limit"
     socks = []
     for _ in range(200):
         try:
