@@ -5,6 +5,7 @@ oracles of tests/integration/oracles.py: no_fork, acked_everywhere, restart_all.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 from node.wal.reader import list_segments, read_header
@@ -376,10 +377,12 @@ def test_member_killed_and_restarted_within_seconds_is_never_told_to_rejoin(tmp_
 # --- D5: a member holds the donor's WAL from its JOIN on, across restarts ------------------------
 
 def test_member_gone_right_after_its_join_catches_up_by_subscribe(tmp_path, procs):
-    """J joins through D and dies before it ever subscribes (D sends an idle subscriber its
-    first message after a second, so J never acknowledged anything). D writes on, restarts
-    (kill -9: the hold must be on disk), writes on and collects its WAL. J comes back and
-    catches up by SUBSCRIBE with every row of D."""
+    """J joins through D, subscribes, and dies before it ever acknowledges (D sends an idle
+    subscriber its first message after a second, so J never acknowledged anything): D holds its
+    WAL from J's SUBSCRIBE. D writes on, restarts (kill -9: the hold must be on disk), writes on
+    and collects its WAL. J comes back and catches up by SUBSCRIBE with every row of D. (J killed
+    before its SUBSCRIBE reaches D holds all D's WAL from the JOIN on, more than `pos`: the test
+    waits for the SUBSCRIBE, or it raced it.)"""
     acked = Acked()
     d = started(procs, tmp_path, "d", extra=SMALL)
     d.create_space("kv")
@@ -387,7 +390,10 @@ def test_member_gone_right_after_its_join_catches_up_by_subscribe(tmp_path, proc
     j = ReplogProcess(tmp_path, "j", peers=[d])
     procs.append(j)
     j.start(wait=False)
-    wait_for(lambda: "node: joined via" in j.log_text(), 60, "J joined", interval=0.01)
+    ju = wait_for(lambda: (m := re.search(r"node ([0-9a-f-]{36}) listening", j.log_text())) and m.group(1), 60,
+                  "J's uuid in its log")
+    wait_for(lambda: any(f"member {ju} holds this node's WAL from" in line and "(it subscribed)" in line
+                         for line in d.log_text().splitlines()), 60, "J joined and subscribed", interval=0.01)
     j.kill9()
     pos = d.info()["vclock_uuid"]                 # D has written nothing since J's snapshot
     fill(d, acked, "w1-", 150)
