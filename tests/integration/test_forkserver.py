@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.integration import forkserver, harness
-from tests.integration.harness import REPLOG, REPO_DIR, ReplogProcess, wait_for
+from tests.integration.harness import REPLOG, REPO_DIR, ReplogProcess
 
 
 def server():
