@@ -31,6 +31,7 @@ def masters_and_a_replica_of_b(tmp_path, procs, n: int, extra: list[str] | None 
     r = ReplogProcess(tmp_path, "r", peers=[b], extra=["--anon"] + (r_extra or []))
     procs.append(r)
     r.start()
+    wait_for(lambda: all("kv" in replicated_spaces(x) for x in masters), 30, "kv on every master")
     for x in masters:
         acked.put(x, "kv", f"early-{x.name}", x.name)
     acked_everywhere(masters + [r], acked)

@@ -9,7 +9,7 @@ later.)"""
 from __future__ import annotations
 
 from tests.integration.harness import ReplogProcess, mesh, wait_for
-from tests.integration.oracles import Acked, acked_everywhere, no_fork, upstream
+from tests.integration.oracles import Acked, acked_everywhere, no_fork, replicated_spaces, upstream
 
 
 def test_a_link_taken_while_the_replica_was_anonymous_carries_its_rows_once_it_registers(tmp_path, procs):
@@ -20,6 +20,7 @@ def test_a_link_taken_while_the_replica_was_anonymous_carries_its_rows_once_it_r
     r = ReplogProcess(tmp_path, "r", peers=[m2], extra=["--anon"])
     procs.append(r)
     r.start()
+    wait_for(lambda: all("kv" in replicated_spaces(x) for x in (m1, m2)), 30, "kv on both masters")
     for x in (m1, m2):
         acked.put(x, "kv", f"early-{x.name}", x.name)
     acked_everywhere([m1, m2, r], acked)
