@@ -127,7 +127,7 @@ class LeaseIdentity:
         poll_s = max(mgr.duration_ms / limits.lease_acquire_poll_divisor / 1000, limits.lease_acquire_retry_s_min)
         # The slots this node holds data of: one that nobody held since is the one it takes.
         held_here = slot_dir.mine(os.path.abspath(cfg.data_dir))
-        served_here = slot_dir.last_served(os.path.abspath(cfg.data_dir))
+        served_here = slot_dir.last_served(os.path.abspath(cfg.data_dir), held_here)
         if held_here:
             log.info("lease: this node holds data of slot(s) %s (taken last at version(s) %s, served last at %s): it "
                      "takes such a slot if no holder served it since", ", ".join(map(str, sorted(held_here))),

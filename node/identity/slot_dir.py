@@ -67,10 +67,10 @@ def mine(data_dir: str, name: str = STAMP_FILE) -> dict[int, int]:
     return out
 
 
-def last_served(data_dir: str) -> dict[int, int]:
-    """For each slot dir of `mine`: the version it last served at (its SERVED_FILE, or, without
-    one, the version it took the slot at: see the module's docstring)."""
-    took = mine(data_dir)
+def last_served(data_dir: str, took: dict[int, int] | None = None) -> dict[int, int]:
+    """For each slot dir of `mine` (`took`, if read already): the version it last served at (its
+    SERVED_FILE, or, without one, the version it took the slot at: see the module's docstring)."""
+    took = mine(data_dir) if took is None else took
     served = mine(data_dir, SERVED_FILE)
     return {k: served[k] if k in served and served[k] <= v else v for k, v in took.items()}
 
