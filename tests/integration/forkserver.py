@@ -12,11 +12,11 @@ Used by tests/integration/harness.py `ReplogProcess.start` unless REPLOG_TEST_EX
 node is exec'd, as before), or the node's environment sets a variable read while modules are
 imported (`exec_only`: the interpreter's PYTHON* and the SSL defaults aiohttp loads at import):
 those nodes are exec'd, as is one whose test sets `exec_only` on it (it patches subprocess.Popen,
-say to set a resource limit between fork and exec). Tests of how the program starts (the packaging, CLI and README tests)
-run the installed command themselves and never come here.
+say to set a resource limit between fork and exec). Tests of how the program starts (the
+packaging and README tests, the CLI's commands) run the command themselves and never come here.
 
-Wire (JSON lines): the client writes {"args" (after `-m node`), "env", "cwd", "log"}; the server answers
-{"pid"} (or {"error"}) and later {"exit": pid, "code"} when the child ends, with the code as
+Wire (JSON lines): the client writes {"args" (after `-m node`), "env", "cwd", "log"}; the server
+answers {"pid"} (or {"error"}) and later {"exit": pid, "code"} when the child ends, with the code as
 subprocess reports it (-N for signal N). The server forks from one thread and never starts
 another, so a child inherits no lock some other thread held."""
 from __future__ import annotations
