@@ -139,6 +139,9 @@ class Rejoiner:
     def on_follow(self, address: str) -> None:
         self.machine.note_follow(address)
 
+    def on_duplicate(self, address: str) -> None:
+        self.machine.note_duplicate(address)
+
     def status_of(self, address: str) -> str:
         return self.machine.status_of(address)
 

@@ -114,6 +114,8 @@ class Upstream:
         if nxt.then == REJOIN:
             self.node.rejoiner.on_need_rejoin(self.address, err.message, getattr(err, "needed", {}))
             self.error = self.node.rejoiner.status_of(self.address)
+        elif nxt.status == "duplicate":
+            self.node.rejoiner.on_duplicate(self.address)
         if nxt.line:
             self._log_end(nxt)
         self.drop_peer()

@@ -2,19 +2,20 @@
 store from a snapshot, from which donor, and when (node/rejoin.py and the simulation drive it).
 
 An upstream that collected WAL a subscriber still needs answers `need_rejoin` (`note_need`).
-That alone decides nothing: while another upstream streams what was collected (`fed`), or
-once this node has caught up past it (`caught_up`), the links serve again. Otherwise, at most
-every `retry_s`, an attempt probes donors (the refusing upstreams first, then every peer): a
-donor is taken only if it has the collected rows this node lacks (`wanted`) and covers every
-replicated component this node holds (`mine`), or a snapshot of it would discard rows only
-this node has. A donor that lacks some of this node's rows but receives them from it gets
-`cover_wait_s` with this node's writes paused (status "rejoining") to catch up, asked again
-every `cover_poll_s`. Just before a rebuild, an attempt that meanwhile caught up rebuilds
-nothing. An attempt that finds no donor says why (`blocked`) and keeps the store;
-the expelled members among what it lacks are then gone without (`going_without`): its links
+That alone decides nothing: while another upstream streams what was collected (`fed`), or once
+this node has caught up past it (`caught_up`), the links serve again. Otherwise, at most every
+`retry_s`, an attempt probes donors (the refusing upstreams first, then every peer): a donor is
+taken only if it has the collected rows this node lacks (`wanted`; it may lack those this node
+goes without, if it has the rest: `_has_wanted`) and covers every replicated component this
+node holds (`mine`), or a snapshot of it would discard rows only this node has. A donor that
+lacks some of this node's rows but receives them from it gets `cover_wait_s` with this node's
+writes paused (status "rejoining") to catch up, asked again every `cover_poll_s`. Just before a
+rebuild, an attempt that meanwhile caught up rebuilds nothing. An attempt that finds no donor
+says why (`blocked`) and keeps the store; the expelled members among what it lacks (expelled
+here, or in the word of a donor it probed) are then gone without (`going_without`): its links
 ask their upstreams for the rest. While any are, an attempt still starts every `retry_s` (a
-donor that has them and covers this node may appear), but no writes pause for one: only a
-donor that covers this node as it is is taken.
+donor that has them and covers this node may appear), but no writes pause for one: only a donor
+that covers this node as it is is taken.
 
 Interface (as the link machines', node/core/link/): `tick(now)` (the watch), `step(event,
 now)` with the driver's answers (`Probed`, `Rebuilt`, `RebuildFailed`), `ready()` -> Ready
@@ -192,6 +193,7 @@ class RejoinMachine:
         self._theirs: dict[str, int] = {}
         self._bounds: dict | None = None               # the donor's expelled members (Probed.bounds)
         self._missing: dict = {}                       # what the donor lacked at the last look
+        self._heard_expelled: set[str] = set()         # members the attempt's donors said are expelled
         self._covering_only = False                    # only a donor that covers this node now (going_without)
         self._deadline = self._next_probe = 0.0
         self._check_due = False
@@ -216,6 +218,13 @@ class RejoinMachine:
     def note_follow(self, address: str) -> None:
         self.need.pop(address, None)
         self.needed.pop(address, None)
+
+    def note_duplicate(self, address: str) -> None:
+        """The link at `address` was refused as a second address of a member another link
+        follows: that link speaks for the member now, so a need this one noted is over (kept, it
+        made every attempt pause writes for the member's cover, and never ended: the full+replace
+        mix, seed 203435)."""
+        self.note_follow(address)
 
     def status_of(self, address: str) -> str:
         why = self.need.get(address, "")
@@ -245,6 +254,7 @@ class RejoinMachine:
         self._covering_only = not self.need
         self._order = list(self.need) + [a for a in self.host.peers() if a not in self.need]
         self._at, self._best = 0, None
+        self._heard_expelled = set()
         self._to(RejoinState.PROBING)
         self._probe_next()
 
@@ -374,13 +384,15 @@ class RejoinMachine:
             self.blocked = "no reachable peer has the collected rows this node lacks, to give a snapshot of"
         table = self.host.core().table
         for u, lsn in self._wanted.items():
-            if table.expelled(u):
+            if table.expelled(u) or u in self._heard_expelled:
                 self.without[u] = max(lsn, self.without.get(u, 0))
         self._out.apply.append(Blocked(self.blocked))
 
     def _probed(self, ev: Probed, now: float) -> None:
         assert ev.address == self._order[self._at - 1], f"Probed {ev.address}, asked {self._order[self._at - 1]}"
-        if ev.vclock is None or not ev.serving or self._expelled(ev.uuid) or self.uncovered(self._wanted, ev.vclock):
+        if ev.bounds and ev.serving and not self._expelled(ev.uuid):
+            self._heard_expelled.update(ev.bounds)
+        if ev.vclock is None or not ev.serving or self._expelled(ev.uuid) or not self._has_wanted(ev.vclock):
             return self._probe_next()    # it cannot be a donor, or lacks the collected rows too
         self._donor_anon = ev.anon
         missing = self.uncovered(self._mine, ev.vclock, ev.bounds)
@@ -394,6 +406,16 @@ class RejoinMachine:
             self._deadline, self._check_due = now + self.cover_wait_s, True
             return self._cover_tick(now)
         self._not_this_donor(missing)
+
+    def _has_wanted(self, theirs: dict[str, int]) -> bool:
+        """Whether a snapshot of `theirs` gives this node the collected rows it lacks. It may lack
+        rows this node goes without (an expelled member's, which may live in one store alone) if
+        it has some wanted row and every other: refused by upstreams for a member's rows and
+        going without an expelled one's, the node would otherwise wait for a donor that has
+        both, which may be none (the simulation's full+replace mix, seed 200350: every member
+        told to rejoin for ever)."""
+        lacks = self.uncovered(self._wanted, theirs)
+        return not lacks or (len(lacks) < len(self._wanted) and all(u in self.without for u in lacks))
 
     def _not_this_donor(self, missing: dict) -> None:
         if self._best is None or len(missing) < len(self._best):

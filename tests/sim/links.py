@@ -378,6 +378,8 @@ class Links:
             a.status = nxt.status
         if nxt.then == REJOIN:
             s.rejoiner.on_need_rejoin(c.addr, e.message, getattr(e, "needed", {}))
+        elif nxt.status == "duplicate":
+            s.rejoiner.on_duplicate(c.addr)
         if isinstance(e, PeerRefused):
             self.stats[f"refused_{e.code}"] += 1
             a.refused = e.code

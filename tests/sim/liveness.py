@@ -52,29 +52,42 @@ def snapshots_only(c: "Cluster") -> bool:
     return bool(c.stats["wal_entries_collected"] or c.stats["rejoins"] or c.stats["disks_lost"])
 
 
-def _lost_with_a_disk(ck, u: str, have: int, bound: int) -> bool:
-    """Whether rows (u, have+1..bound) all left the history when a member's disk lost them."""
-    return have < bound and all(
-        (u, lsn) not in ck.rows and ck.gone.get((u, lsn), "").startswith(("lost store", "power loss"))
-        for lsn in range(have + 1, bound + 1))
+def _lost_with_a_disk(c: "Cluster", u: str, have: int, bound: int) -> bool:
+    """Whether rows (u, have+1..bound) all left the history when a member's disk lost them, or
+    went with a member down for good that the operator then expelled (its disk is out of reach
+    for good: full+replace seed 203045, where B took C's rows 8-9, raised C's bound to 9 from its
+    disk and went down before any member took them from it)."""
+    ck = c.checker
+
+    def lost(reason: str) -> bool:
+        if reason.startswith(("lost store", "power loss")):
+            return True
+        x = c.nodes.get(reason[len("expel of "):]) if reason.startswith("expel of ") else None
+        return x is not None and x.retired
+
+    return have < bound and all((u, lsn) not in ck.rows and lost(ck.gone.get((u, lsn), ""))
+                                for lsn in range(have + 1, bound + 1))
 
 
 def _gone_without(c: "Cluster", n: "SimNode", u: str, have: int, bound: int) -> bool:
-    """Whether rows (u, have+1..bound) of an expelled member live in snapshots only, as far as
-    `n` can reach (no WAL of a live node, nor of an expelled one among its peers, holds any of
-    them, so no relay can serve them: an expelled member that nobody follows is seed 242's
-    case) and `n` says it goes without them (its rejoin found no donor:
+    """Whether rows (u, have+1..bound) of an expelled member cannot reach `n`: the first of them
+    lives in snapshots only, as far as `n` can reach (no WAL of a live node, nor of an expelled
+    one among its peers, holds it, so no relay can serve it: an expelled member that nobody
+    follows is seed 242's case), and `n` says it goes without it (its rejoin found no donor:
     RejoinMachine.going_without): rows of an expelled member in one snapshot, on a node that
-    holds rows `n` lacks too (full+anon seed 16768)."""
+    holds rows `n` lacks too (full+anon seed 16768). A node takes an origin's rows in order, so
+    the rest cannot come either, even where a WAL holds them (full+replace seed 204099: rows
+    5-9 in snapshots only, 10-12 in WALs)."""
     if have >= bound or n.rejoiner is None or n.rejoiner.machine.going_without().get(u, 0) <= have:
         return False
+    first = have + 1
     for x in c.nodes.values():
         if x.core is None or (x.uuid in c.expelled and x.name not in n.peers):
             continue
         of = x.state.table.uuid_of
         for entry in x.wal[x.wal_gc:]:
             for txn in entry:
-                if txn.group != GROUP_LOCAL and txn.lsn <= bound and txn.last_lsn > have and of(txn.replica_id) == u:
+                if txn.group != GROUP_LOCAL and txn.lsn <= first <= txn.last_lsn and of(txn.replica_id) == u:
                     return False
     return True
 
@@ -198,7 +211,8 @@ def check_converged(c: "Cluster") -> None:
     if len({tuple(sorted(b.items())) for b in bounds.values()}) > 1:
         raise c.fail(f"expel bounds differ: { {k: _short(v) for k, v in bounds.items()} }")
     # Rows up to the bound that no member holds any more, lost with a member's disk (a lost store,
-    # or a power loss under wal_mode write) after it took them, live on the expelled member alone:
+    # a power loss under wal_mode write, a member down for good and expelled) after it took them,
+    # live on the expelled member alone:
     # the members take them from it while it runs and they follow it, else they are gone with it
     # (docs/replication.md, "A bound is backed..."; full-mix seed 242).
     for n in nodes:
@@ -206,7 +220,7 @@ def check_converged(c: "Cluster") -> None:
             continue
         have = n.core.vclock_by_uuid()
         short = {u[:8]: (have.get(u, 0), b) for u, b in bounds[n.name].items()
-                 if have.get(u, 0) != b and not _lost_with_a_disk(ck, u, have.get(u, 0), b)
+                 if have.get(u, 0) != b and not _lost_with_a_disk(c, u, have.get(u, 0), b)
                  and not _gone_without(c, n, u, have.get(u, 0), b)}
         if short:
             raise c.fail(f"{n} holds an expelled member's rows other than up to the bound (has, bound): {short}")

@@ -196,6 +196,9 @@ class Rejoiner:
     def on_follow(self, address: str) -> None:
         self.machine.note_follow(address)
 
+    def on_duplicate(self, address: str) -> None:
+        self.machine.note_duplicate(address)
+
     # --- what the machine reads (RejoinContext) --------------------------------------------------
     def core(self):
         return self.n.core

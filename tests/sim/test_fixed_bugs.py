@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from node.cluster_space.table import STATE_EXPELLED
+from node.core import lifecycle_rejoin
 from node.core.kinds import GROUP_LOCAL
 from tests.sim import liveness
 from tests.sim.checkers import content
@@ -518,17 +519,100 @@ def test_rows_in_two_snapshots_only_do_not_stall_the_members():
     neither each other nor A and D. Now each node's rejoin, finding no donor, goes without the
     expelled members' rows it lacks (RejoinMachine.going_without), its SUBSCRIBE says so, and
     the relays serve the rest (docs/replication.md, "A rejoin discards nothing"): the run
-    converges but for those two rows, which live in one snapshot each."""
+    converges but for those two rows, which live in one snapshot each. A and D, which lack
+    both, rebuild from E's snapshot: it lacks only B's row 5, which they go without anyway
+    (RejoinMachine._has_wanted), and gives them C's row 12 (before, a donor had to hold the
+    rows gone without too, and they went without both)."""
     c = run_seed(16768, full=True, anon_crash=True)
     b, cc = c.nodes["B"].uuid, c.nodes["C"].uuid
     gone = {x.name: set(x.rejoiner.machine.going_without()) for x in c.nodes.values()
             if x.core is not None and not x.core.table.expelled(x.uuid)}
-    assert gone == {"A": {b, cc}, "D": {b, cc}, "E": {b}, "F": {cc}, "R": {b}}, gone
+    assert gone == {"A": {b}, "D": {b}, "E": {b}, "F": {cc}, "R": {b}}, gone
+    for x in "AD":
+        assert c.nodes[x].core.vclock_by_uuid()[cc] == c.nodes["E"].core.vclock_by_uuid()[cc], x
     e, f = c.nodes["E"], c.nodes["F"]
     for x in c.nodes.values():
         if x.name != "B" and x.core is not None:
             have = x.core.vclock_by_uuid()
             assert have[e.uuid] == own_lsn(c, "E", "E") and have[f.uuid] == own_lsn(c, "F", "F"), x
+
+
+def test_members_told_to_rejoin_for_a_members_rows_find_a_donor_that_lacks_only_rows_gone_without():
+    """REPLOG_SIM_MIX=full+replace, seed 200350 (found in session 49): E joined through A (down
+    for good since, and expelled), and its snapshot alone holds A's rows 1-2; F joined through
+    B, then expelled it, and its snapshot alone holds B's rows 3-6 (B runs on, in nobody's
+    peers). F's WAL collected B's rows, and G's (rebuilt from F) F's own rows too. C, D and E
+    never heard of B's expel: it is F's row, and F told them to rejoin. So B's rows were a
+    member's to them, never gone without, and every link to F and G said need_rejoin for ever:
+    C and D went without A's rows, and a donor had to hold those too (none did); E held A's
+    rows, which no donor had. Now a donor may lack the rows a node goes without
+    (RejoinMachine._has_wanted), and a member that the attempt's donors say is expelled is gone
+    without like one this node knows is (`_heard_expelled`), so its upstreams serve the rest.
+    The run converges (run_seed fails otherwise) with each set of rows in one snapshot."""
+    c = run_seed(200350, full=True, anon_crash=True, anon_replace=True)
+    a, b = c.nodes["A"].uuid, c.nodes["B"].uuid
+    gone = {x.name: set(x.rejoiner.machine.going_without()) for x in c.nodes.values()
+            if x.core is not None and not x.core.table.expelled(x.uuid)}
+    assert gone == {"C": {b}, "D": {b}, "E": {b}, "F": {a}, "G": {b}}, gone
+    members = [x for x in c.nodes.values() if x.name in "CDEFG"]
+    for x in members:
+        have = x.core.vclock_by_uuid()
+        assert all(have[y.uuid] == own_lsn(c, y.name, y.name) for y in members), x
+
+
+def test_a_need_from_a_second_address_of_a_followed_member_ends():
+    """REPLOG_SIM_MIX=full+replace, seed 203435 (session 49): F, which collected B's rows
+    (expelled), told A and C to rejoin at F's first address; they went without B's rows, and
+    their links to F's second address F' streamed, so the link at F was refused as a duplicate
+    for ever. The need noted from it never ended: every attempt paused A's and C's writes to wait
+    for F (fenced, so it took no row of theirs), the joiner D saw them "rejoining" and could not
+    join through them, and F's fence waited for D. Now a duplicate refusal ends the need
+    (RejoinMachine.note_duplicate); without that the run never goes quiet."""
+    full = dict(full=True, anon_crash=True, anon_replace=True)
+    c = run_seed(203435, **full)
+    assert c.stats["refused_duplicate"] and all(not n.rejoiner.machine.need for n in c.members() if n.core)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lifecycle_rejoin.RejoinMachine, "note_duplicate", lambda self, address: None)
+        with pytest.raises(SimFailure, match="quiet"):
+            run_seed(203435, **full)
+
+
+def test_rows_up_to_a_bound_that_a_member_down_for_good_alone_held_live_on_the_expelled_member_alone():
+    """REPLOG_SIM_MIX=full+replace, seed 203045 (session 49): E expelled C; B, which had taken
+    C's rows 8-9 from C before it heard, raised the bound to 9 from its disk, then went down
+    for good and was expelled before any member took them from it. C (expelled, in nobody's
+    peers) holds them alone: every member ends with C's rows to 7 under bound 9, as after a lost
+    disk (seed 242). The bound oracle excuses rows that left the history with a member down for
+    good and expelled (liveness._lost_with_a_disk), and not with one that still runs."""
+    full = dict(full=True, anon_crash=True, anon_replace=True)
+    c = run_seed(203045, **full)
+    short = _bounds_past_what_members_hold(c)
+    assert short, "the run no longer reaches the situation it pins"
+    for _, x, have, bound in short:
+        why = {c.checker.gone.get((c.nodes[x].uuid, lsn), "") for lsn in range(have + 1, bound + 1)}
+        assert why == {"expel of B"} and c.nodes["B"].retired, why
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(c.nodes["B"], "retired", False)
+        assert not liveness._lost_with_a_disk(c, c.nodes[short[0][1]].uuid, short[0][2], short[0][3])
+
+
+def test_an_expelled_members_rows_after_a_gap_that_lives_in_snapshots_only_are_gone_without_too():
+    """REPLOG_SIM_MIX=full+replace, seed 204099 (session 49): F goes without B's rows 5-9
+    (expelled B; they live in snapshots only, on nodes that lack C's row 8, which F holds). B's
+    rows 10-12 are still in WALs, but a node takes an origin's rows in order: they cannot come
+    either. The oracle of rows gone without (liveness._gone_without) looks for the first row
+    missing in a WAL, not for any of them."""
+    c = run_seed(204099, full=True, anon_crash=True, anon_replace=True)
+    f, b = c.nodes["F"], c.nodes["B"].uuid
+    have, bound = f.core.vclock_by_uuid()[b], f.core.table.get(b).expelled_lsn
+    assert have < f.rejoiner.machine.going_without()[b] < bound, (have, bound)
+
+    def in_a_wal(lsn: int) -> bool:
+        return any(x.state.table.uuid_of(t.replica_id) == b and t.lsn <= lsn <= t.last_lsn
+                   for x in c.nodes.values() if x.core is not None and x.uuid not in c.expelled
+                   for e in x.wal[x.wal_gc:] for t in e if t.group != GROUP_LOCAL)
+    assert not in_a_wal(have + 1) and in_a_wal(bound)
+    assert liveness._gone_without(c, f, b, have, bound)
 
 
 def test_a_node_going_without_rows_rebuilds_once_a_peer_covers_it():

@@ -28,6 +28,9 @@ class Rejoiner:
     def on_follow(self, address: str) -> None:
         self.calls.append(("follow", address))
 
+    def on_duplicate(self, address: str) -> None:
+        self.calls.append(("duplicate", address))
+
     def status_of(self, address: str) -> str:
         return "waiting for a donor"
 
@@ -139,6 +142,15 @@ def test_need_rejoin_tells_the_rejoiner_what_was_collected_and_shows_its_status(
     assert u.ended(e, after_link(e, 1.0)) is True
     assert u.node.rejoiner.calls == [("need", ADDR, {UP: 9})]
     assert (u.status, u.error) == ("need_rejoin", "waiting for a donor")
+
+
+def test_a_second_address_of_a_followed_member_tells_the_rejoiner_its_need_is_over():
+    """The member's other link speaks for it now (full+replace seed 203435: a need kept from
+    the refused address paused writes for a cover wait on every attempt, for ever)."""
+    u = Upstream(Node(), ADDR)
+    e = PeerRefused("duplicate", f"{ADDR} is {UP}, already followed through 3.example:1")
+    assert u.ended(e, after_link(e, 1.0)) is True
+    assert u.node.rejoiner.calls == [("duplicate", ADDR)] and u.status == "duplicate"
 
 
 def test_the_disk_failing_stops_the_node_and_no_further_link_runs():

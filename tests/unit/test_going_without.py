@@ -145,6 +145,87 @@ def test_a_node_that_goes_without_nothing_any_more_has_nothing_to_ask():
     assert mc.state is RejoinState.IDLE and mc.attempts == 1
 
 
+
+# --- a donor for the rest: rows gone without are not asked of it (full+replace seed 200350) ------
+
+
+def _going_without_d_then_told_for_b(d_bound=9):
+    """A goes without D's rows to 6 (expelled, in one snapshot only), and C then tells it to
+    rejoin for B's rows to 8 (a member's: never gone without)."""
+    mc, host = _blocked({rj.UUID_D: 6}, expelled_d=d_bound)
+    rj.take(mc)
+    rj.told(mc, {UUID_B: 8})
+    mc.tick(100.0 + rj.RETRY)
+    assert mc.wanted() == {UUID_B: 8, rj.UUID_D: 6} and mc.state is RejoinState.PROBING
+    rj.take(mc)
+    return mc, host
+
+
+def test_a_donor_that_lacks_only_the_rows_this_node_goes_without_is_taken_for_the_rest():
+    """It has B's rows and covers A; D's rows, which it lacks, A lacks too and goes without
+    either way. Before, a donor had to hold them as well, and no node did: every member stayed
+    told to rejoin for B's rows for ever."""
+    mc, _ = _going_without_d_then_told_for_b()
+    mc.step(Probed(rj.ADDR_C, {rj.UUID_A: 4, UUID_B: 8, rj.UUID_C: 2, rj.UUID_D: 0}), 200.0)
+    assert mc.state is RejoinState.REBUILDING
+    assert rj.take(mc)[1] == [rj.Rebuild(rj.ADDR_C, rj.WHY)]
+
+
+@pytest.mark.parametrize("theirs", [
+    {rj.UUID_A: 4, UUID_B: 7, rj.UUID_C: 2, rj.UUID_D: 6},      # has D's rows but lacks B's row 8
+    {rj.UUID_A: 4, UUID_B: 7, rj.UUID_C: 2, rj.UUID_D: 0},      # lacks both
+])
+def test_a_donor_that_lacks_a_row_this_node_does_not_go_without_is_passed_over(theirs):
+    mc, _ = _going_without_d_then_told_for_b()
+    mc.step(Probed(rj.ADDR_C, theirs), 200.0)
+    assert mc.state is RejoinState.PROBING and rj.take(mc) == ([], [ProbeDonor(rj.ADDR_B)])
+
+
+def test_an_attempt_only_for_rows_gone_without_passes_over_a_donor_that_lacks_them():
+    """With no need left, the attempt looks for the rows gone without alone: a donor without
+    them would give nothing."""
+    mc, host = _blocked({rj.UUID_D: 6})
+    rj.take(mc)
+    mc.note_follow(rj.ADDR_C)
+    mc.tick(100.0 + rj.RETRY)
+    assert mc.wanted() == {rj.UUID_D: 6}
+    rj.take(mc)
+    mc.step(Probed(rj.ADDR_B, {rj.UUID_A: 4, UUID_B: 7, rj.UUID_C: 2, rj.UUID_D: 5}), 200.0)
+    assert mc.state is RejoinState.PROBING and rj.take(mc) == ([], [ProbeDonor(rj.ADDR_C)])
+
+
+def _probed_blocked(bounds: dict | None, expelled_b: bool = False, **probe) -> dict:
+    """A, which holds D as a member, is told to rejoin for D's rows to 6; every donor lacks A's
+    own row 4 (no rebuild) and says `bounds` of its expelled members: what A goes without.
+    `expelled_b`: A's table has B expelled."""
+    mc, host = rj.machine({1: 4, 2: 7, 3: 2})
+    if expelled_b:
+        host.the_core.table.upsert(rj.Member(UUID_B, 2, rj.ADDR_B, STATE_EXPELLED, expelled_lsn=7))
+    rj.told(mc, {rj.UUID_D: 6})
+    mc.tick(100.0)
+    for addr in (rj.ADDR_C, rj.ADDR_B, rj.ADDR_D):
+        rj.take(mc)
+        mc.step(Probed(addr, {rj.UUID_A: 3, UUID_B: 7, rj.UUID_C: 2, rj.UUID_D: 6}, bounds=bounds, **probe), 100.0)
+    assert mc.state is RejoinState.IDLE and mc.blocked
+    return mc.going_without()
+
+
+def test_a_member_the_donors_say_is_expelled_is_gone_without_though_this_node_never_heard_it():
+    """Every upstream told A to rejoin, so no row reaches it, the expel's neither: without the
+    donors' word it waited for D's rows for ever (full+replace seed 200350, node E)."""
+    assert _probed_blocked({rj.UUID_D: 6}) == {rj.UUID_D: 6}
+
+
+@pytest.mark.parametrize("bounds, kw", [
+    (None, {}),                                           # nobody says D is expelled: a member's rows
+    ({rj.UUID_C: 3}, {}),                                 # another member is
+    ({rj.UUID_D: 6}, {"serving": False}),                 # said by nodes that are no running members
+    ({rj.UUID_D: 6}, {"uuid": UUID_B, "expelled_b": True}),   # ... or by one expelled here
+])
+def test_only_a_serving_donors_word_makes_a_member_gone_without(bounds, kw):
+    assert _probed_blocked(bounds, **kw) == {}
+
+
 # --- the applier: SUBSCRIBE says what it goes without --------------------------------------------
 
 

@@ -151,6 +151,17 @@ def _blocked_attempt(mc: RejoinMachine, now: float) -> None:
     assert mc.state is RejoinState.IDLE
 
 
+def test_a_need_from_an_address_refused_as_a_second_address_of_a_followed_member_is_over():
+    """C's member is followed through another address (the link at C was refused as a
+    duplicate): that link says whether it serves; the need from C no longer starts attempts."""
+    mc, _ = machine()
+    told(mc)
+    mc.note_duplicate(ADDR_C)
+    assert mc.need == {} and mc.needed == {}
+    mc.tick(100.0)
+    assert mc.state is RejoinState.IDLE and mc.attempts == 0
+
+
 def test_a_blocked_node_asks_again_only_after_the_retry_interval():
     mc, _ = machine()
     told(mc)
