@@ -7,8 +7,10 @@ only from a donor that covers it (every replicated component this node holds is 
 vclock). If no reachable donor covers it, nothing is discarded: the node goes on serving, its
 refusing upstreams show status `need_rejoin` with what it holds that they lack, and it asks
 again every `rejoin_retry_s` (a donor that subscribes to this node receives those rows
-meanwhile; to let it catch up, writes pause for at most `rejoin_cover_wait_s`). `Rejoiner` here
-is the machine's driver: it probes donors over the network, fetches the snapshot and swaps stores.
+meanwhile; to let it catch up, writes pause for at most `rejoin_cover_wait_s`). Only the
+operator may let rows go, and only an expelled member's (`allow_discard`, POST
+/v1/admin/rejoin). `Rejoiner` here is the machine's driver: it probes donors over the network,
+fetches the snapshot and swaps stores.
 
 The rebuild never puts the live store at risk: the snapshot goes into `store.rejoin/` beside
 it, is checked to cover what this node held, gets this node's local spaces, its local
@@ -36,7 +38,7 @@ from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFa
                                         RejoinState, Status, anon_rejoin_id, member_snapshot)
 from node.core.membership import expel_bounds, greeting_expel_bounds, greeting_vclock
 from node.core.validate import timestamp_ahead_error
-from node.errors import RemoteProtocolError
+from node.errors import ClientError, RemoteProtocolError
 from node.identity import identity_file as idf
 from node.storage.store import Store
 
@@ -127,6 +129,7 @@ class Rejoiner:
     need = property(lambda self: self.machine.need)            # upstream address -> why it said rejoin
     blocked = property(lambda self: self.machine.blocked)      # why the last attempt could not rebuild
     attempts = property(lambda self: self.machine.attempts)
+    discard = property(lambda self: self.machine.discard)      # expelled members whose rows may go (allow_discard)
     running = property(lambda self: self.machine.running)
     # a snapshot is on its way to replace the store: nothing is written under our own id
     # (node.core.lifecycle_fence may_lift)
@@ -141,6 +144,27 @@ class Rejoiner:
 
     def on_duplicate(self, address: str) -> None:
         self.machine.note_duplicate(address)
+
+    def allow_discard(self, uuids: list[str]) -> dict:
+        """POST /v1/admin/rejoin {"discard": [uuid, ...]}: the next rebuild may lose rows of
+        these members that no donor has. Only expelled members' (a member writes on, and its next
+        row needs the ones before it), and only on a node told to rejoin."""
+        node = self.node
+        core = node.core
+        if core is None or node.status not in ("running", "rejoining"):
+            raise ClientError(503, "not_ready", f"node is {node.status}")
+        for u in uuids:
+            if not core.table.expelled(u):
+                raise ClientError(409, "not_expelled", f"{u} is not an expelled member here: only an expelled "
+                                  "member's rows may be let go (a member's next row needs the ones before it)")
+        if not self.machine.need:
+            raise ClientError(409, "not_told_to_rejoin", "no upstream tells this node to rejoin: nothing "
+                              "keeps it from following, and nothing needs discarding")
+        log.warning("rejoin: the operator lets a rebuild discard rows of expelled members %s that no donor has",
+                    sorted(uuids))
+        self.machine.allow_discard(uuids)
+        return {"discard": sorted(self.machine.discard), "needed_by": sorted(self.machine.need),
+                "blocked": self.machine.blocked}
 
     def status_of(self, address: str) -> str:
         return self.machine.status_of(address)
@@ -192,7 +216,7 @@ class Rejoiner:
                 if type(e) is ProbeDonor:
                     machine.step(await self._probe(e.address), time.monotonic())
                 else:
-                    await self._rebuild(e.address, e.reason, e.donor_anon)
+                    await self._rebuild(e.address, e.reason, e.donor_anon, e.discarding)
             machine.advance(rd)
 
     def _show_ready(self) -> None:
@@ -240,18 +264,23 @@ class Rejoiner:
             log.info("rejoin: %s cannot be a donor now: %s", address, e)
             return Probed(address, None)
         serving = bool(theirs.get("cluster_uuid")) and theirs.get("status") == "running"
-        receiving = any(r.uuid == theirs.get("uuid") for r in node.relays)
-        return Probed(address, greeting_vclock(theirs), serving, receiving, greeting_expel_bounds(theirs),
-                      theirs.get("anon") is True, str(theirs.get("uuid") or ""))
+        link = next((r.machine for r in node.relays if r.uuid == theirs.get("uuid")), None)
+        return Probed(address, greeting_vclock(theirs), serving, link is not None and not link.own_rows_only,
+                      greeting_expel_bounds(theirs), theirs.get("anon") is True, str(theirs.get("uuid") or ""),
+                      tuple(link.without) if link is not None else ())
 
-    async def _rebuild(self, address: str, reason: str, donor_anon: bool = False) -> None:
+    async def _rebuild(self, address: str, reason: str, donor_anon: bool = False, discarding: tuple = ()) -> None:
         """Links down, the journal drained, the donor's snapshot into a side store that must
         cover this node, then the swap; the machine hears how it ended. An anonymous replica
         rebuilds by FETCH_SNAPSHOT, and so does a member from an anonymous donor (`donor_anon`:
-        it registers nobody; its snapshot must have this member)."""
+        it registers nobody; its snapshot must have this member). `discarding`: rows of expelled
+        members that the donor lacks and the operator let go (allow_discard)."""
         node, life = self.node, self.node.life
         log.warning("rejoin: rebuilding the store from %s's snapshot%s: %s", address,
                     " (an anonymous replica)" if donor_anon else "", reason)
+        if discarding:
+            log.warning("rejoin: discarding rows that the operator let go (POST /v1/admin/rejoin): %s",
+                        ", ".join(f"expelled member {u} from lsn {got + 1} to {have}" for u, have, got in discarding))
         anon = node.core.anon
         prev_id = node.core.self_id
         stopping = node.set_peers([])

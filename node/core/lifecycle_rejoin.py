@@ -86,7 +86,9 @@ class RejoinContext(Protocol):
 class Probed:
     """A probe's answer: `vclock` the donor's by uuid, None if the probe failed (unreachable,
     refused); `serving`: it is a running member of a cluster (else it cannot be a donor);
-    `receiving`: it subscribes to this node (it gets our rows); `bounds`: the members its
+    `receiving`: it subscribes to this node for every origin's rows (it gets ours; a fenced
+    subscriber asks for its own only), going without the members in `receiving_without` (its
+    SUBSCRIBE's `without`: their rows it never gets from us); `bounds`: the members its
     `_cluster` says are expelled, with their accepted bounds (its greeting's); `anon`: it is an
     anonymous replica (its greeting says so), which registers nobody; `uuid`: its own (its
     greeting's)."""
@@ -97,6 +99,7 @@ class Probed:
     bounds: dict | None = None
     anon: bool = False
     uuid: str = ""
+    receiving_without: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,7 @@ class Rebuild:
     address: str
     reason: str
     donor_anon: bool = False
+    discarding: tuple = ()         # ((uuid, this node's lsn, the donor's), ...): rows the operator let go
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +184,7 @@ class RejoinMachine:
         self.needed: dict[str, dict[str, int]] = {}    # upstream address -> what it collected, by uuid
         self.blocked = ""                              # why the last attempt could not rebuild
         self.without: dict[str, int] = {}              # expelled members' rows gone without: uuid -> lsn (going_without)
+        self.discard: frozenset[str] = frozenset()     # expelled members whose rows a rebuild may lose (allow_discard)
         self.attempts = 0
         self.last_try = 0.0
         # the attempt under way
@@ -207,6 +212,12 @@ class RejoinMachine:
         self._out.advance(rd)
 
     @property
+    def closest_lacked(self) -> dict[str, tuple[int, int]]:
+        """What the closest donor of the last attempt that found none lacked of this node's rows
+        (uuid -> (this node's lsn, the donor's)); empty if no probed donor had the collected rows."""
+        return dict(self._best or {}) if self.state is RejoinState.IDLE and self.blocked else {}
+
+    @property
     def running(self) -> bool:
         """An attempt is under way (probing, waiting for cover or rebuilding)."""
         return self.state is not RejoinState.IDLE
@@ -218,6 +229,15 @@ class RejoinMachine:
     def note_follow(self, address: str) -> None:
         self.need.pop(address, None)
         self.needed.pop(address, None)
+
+    def allow_discard(self, uuids) -> None:
+        """The operator lets a rebuild lose rows of these expelled members that no donor has
+        (POST /v1/admin/rejoin): a node that holds such rows and lacks members' rows that every
+        upstream collected is told to rejoin by all of them, and no snapshot covers it, for good
+        (the full+replace mix, seed 204848). The next attempt starts at once; the permission
+        stands until a rebuild is done."""
+        self.discard = frozenset(uuids)
+        self.last_try = float("-inf")
 
     def note_duplicate(self, address: str) -> None:
         """The link at `address` was refused as a second address of a member another link
@@ -271,6 +291,7 @@ class RejoinMachine:
             self.need.clear()
             self.without.clear()
             self.blocked = ""
+            self.discard = frozenset()
             return
         assert type(event) is RebuildFailed, f"unknown event {event!r}"
         self._out.apply.append(Status("running"))
@@ -349,6 +370,8 @@ class RejoinMachine:
         if bounds:
             expelled = expel_bounds(self.host.core().table)
             bounds = {u: b for u, b in bounds.items() if u not in expelled}
+        if self.discard:                 # the operator let those go: none of their rows counts
+            bounds = {**(bounds or {}), **dict.fromkeys(self.discard, 0)}
         return uncovered(have, theirs, bounds)
 
     def _expelled(self, uuid: str) -> bool:
@@ -397,9 +420,11 @@ class RejoinMachine:
         self._donor_anon = ev.anon
         missing = self.uncovered(self._mine, ev.vclock, ev.bounds)
         if not missing:
-            return self._rebuild(ev.address)
-        if ev.receiving and not self._covering_only:
-            # It is receiving our rows: pause writes so that it can have all of them.
+            return self._rebuild(ev.address, ev.vclock)
+        if ev.receiving and not self._covering_only and not any(u in missing for u in ev.receiving_without):
+            # It is receiving our rows: pause writes so that it can have all of them. (Not for
+            # one that goes without some it lacks: it never takes them from us, and the pause
+            # came back every retry interval: the full+replace mix, seed 204848.)
             self._to(RejoinState.COVER_WAIT)
             self._out.apply.append(Status("rejoining", f"waiting for {ev.address} to receive this node's rows"))
             self._donor, self._theirs, self._bounds = ev.address, ev.vclock, ev.bounds
@@ -437,7 +462,7 @@ class RejoinMachine:
         self._check_due = False
         missing = self._missing = self.uncovered(self.mine(), self._theirs, self._bounds)
         if not missing:
-            return self._rebuild(self._donor)
+            return self._rebuild(self._donor, self._theirs)
         if now > self._deadline:
             return self._give_up_cover(missing)
         self._next_probe = now + self.cover_poll_s
@@ -460,13 +485,15 @@ class RejoinMachine:
         gain nothing (and empty the WAL, and take the donor's ids)."""
         return not self.caught_up()
 
-    def _rebuild(self, address: str) -> None:
+    def _rebuild(self, address: str, theirs: dict[str, int]) -> None:
         if not self.rebuild_gains():
             self._to(RejoinState.IDLE)
             self._out.apply.append(Status("running"))
             self._out.apply.append(NoRebuild())
             return
         reason = self.need.get(address) or "an upstream collected rows this node needs"
+        lost = uncovered(self.mine(), theirs) if self.discard else {}
+        discarding = tuple((u, have, got) for u, (have, got) in sorted(lost.items()) if u in self.discard)
         self._to(RejoinState.REBUILDING)
         self._out.apply.append(Status("rejoining", reason))
-        self._out.effects.append(Rebuild(address, reason, self._donor_anon))
+        self._out.effects.append(Rebuild(address, reason, self._donor_anon, discarding))

@@ -266,6 +266,18 @@ async def delete_follower(request: web.Request) -> web.Response:
     return reply(request, _node(request).forget_followers(request.match_info["uuid"], None))
 
 
+async def post_rejoin(request: web.Request) -> web.Response:
+    """POST /v1/admin/rejoin {"discard": [uuid, ...]}: let this node's rebuild lose rows of those
+    expelled members that no donor has (node/rejoin.py allow_discard; docs/operations.md)."""
+    body = await read_body(request)
+    uuids = body.get("discard") if isinstance(body, dict) else None
+    if not isinstance(uuids, list) or not uuids or len(uuids) > limits.members_max or \
+            not all(validate.is_uuid(u) for u in uuids):
+        raise ClientError(400, "bad_body", "body is {\"discard\": [\"<expelled member uuid>\", ...]}: "
+                          f"1 to {limits.members_max} canonical uuids")
+    return reply(request, _node(request).allow_rejoin_discard(sorted(set(uuids))))
+
+
 async def put_peers(request: web.Request) -> web.Response:
     body = await read_body(request)
     if not isinstance(body, dict) or not isinstance(body.get("peers"), list) or \
@@ -350,6 +362,7 @@ def make_app(node: "ApiHost") -> web.Application:
     r.add_delete("/v1/admin/followers", delete_followers)
     r.add_delete("/v1/admin/followers/{uuid}", delete_follower)
     r.add_put("/v1/admin/peers", put_peers)
+    r.add_post("/v1/admin/rejoin", post_rejoin)
     r.add_post("/v1/admin/shutdown", post_shutdown)
     r.add_post("/v1/admin/backup", post_backup)
     from node.http.ui import install_ui

@@ -119,6 +119,7 @@ class Node:
         self.vclock_uuid, self.has_applied, self.wait_applied = w.vclock_uuid, w.has_applied, w.wait_applied
         self.reopen_after_rejoin = self.opening.reopen_after_rejoin
         self.followers_view, self.forget_followers = self.follower_admin.view, self.follower_admin.forget
+        self.allow_rejoin_discard = self.rejoiner.allow_discard
 
     # --- state the parts keep ------------------------------------------------------------------
     @property

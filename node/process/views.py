@@ -56,12 +56,14 @@ def info(node: "InfoHost") -> dict:
 def rejoin_info(rejoiner) -> dict | None:
     """Who told this node to rejoin and why no rebuild yet; `going_without`: the expelled
     members (uuid -> the lsn it lacks them to) whose collected rows it goes without, its links
-    asking their upstreams for the rest (docs/replication.md, "A rejoin discards nothing")."""
+    asking their upstreams for the rest (docs/replication.md, "A rejoin discards nothing");
+    `discard`: the expelled members whose rows the operator let a rebuild lose
+    (POST /v1/admin/rejoin), until one is done."""
     without = rejoiner.going_without()
     if not rejoiner.need and not without:
         return None
     return {"needed_by": sorted(rejoiner.need), "blocked": rejoiner.blocked,
-            "going_without": without}
+            "going_without": without, "discard": sorted(rejoiner.discard)}
 
 
 def wal_info(node: "InfoHost") -> dict:

@@ -42,6 +42,16 @@ def replicated_spaces(node: ReplogProcess) -> list[str]:
     return [sp["name"] for sp in d["spaces"] if not sp["local"]]
 
 
+def start_joiner(tmp, procs: list, name: str, via: ReplogProcess) -> ReplogProcess:
+    """A new node `name` that joins through `via` (its one peer), appended to `procs`; returned
+    once it has the cluster's space `kv`."""
+    n = ReplogProcess(tmp, name, peers=[via])
+    procs.append(n)
+    n.start(wait=False)
+    wait_for(lambda: "kv" in replicated_spaces(n), 60, f"{name} joined through {via.name}")
+    return n
+
+
 def lose_store_and_rejoin(node: ReplogProcess, via: ReplogProcess) -> None:
     """`node` is killed and loses its store and WAL (its identity files kept); `via` starts, and
     `node` starts again and rejoins through it (its `kv` space is back)."""

@@ -11,7 +11,7 @@ and the relays serve the rest: E's and F's writes reach every node (docs/replica
 from __future__ import annotations
 
 from tests.integration.harness import ReplogProcess, mesh, wait_for
-from tests.integration.oracles import expel_bound, readable, replicated_spaces, upstream
+from tests.integration.oracles import expel_bound, readable, start_joiner, upstream
 
 
 def _write(node: ReplogProcess, key: str) -> None:
@@ -28,14 +28,6 @@ def _each_row_or_going_without(a, e, f, bu: str, cu: str) -> None:
     wait_for(lambda: all(readable(n, key) or x in _going_without(n)
                          for n in (a, e, f) for x, key in ((bu, "b-after-expel"), (cu, "c-after-expel"))),
              60, "each node goes without the rows no donor could give")
-
-
-def _joiner(tmp_path, procs: list, name: str, via: ReplogProcess) -> ReplogProcess:
-    n = ReplogProcess(tmp_path, name, peers=[via])
-    procs.append(n)
-    n.start(wait=False)
-    wait_for(lambda: "kv" in replicated_spaces(n), 60, f"{name} joined through {via.name}")
-    return n
 
 
 def test_rows_that_live_in_two_snapshots_only_do_not_stop_the_others_from_flowing(tmp_path, procs):
@@ -56,8 +48,8 @@ def test_rows_that_live_in_two_snapshots_only_do_not_stop_the_others_from_flowin
 
     b.kv_put("kv", "b-after-expel", 1)    # B and C have not heard: rows past the bounds A stated
     c.kv_put("kv", "c-after-expel", 1)
-    f = _joiner(tmp_path, procs, "f", b)
-    e = _joiner(tmp_path, procs, "e", c)
+    f = start_joiner(tmp_path, procs, "f", b)
+    e = start_joiner(tmp_path, procs, "e", c)
     assert readable(f, "b-after-expel") and not readable(f, "c-after-expel")    # in F's snapshot
     assert readable(e, "c-after-expel") and not readable(e, "b-after-expel")    # in E's
     assert b.stop() == 0 and c.stop() == 0                                         # gone for good

@@ -125,11 +125,17 @@ class Checker:
         self._check_records(n, base, table)
         self.check_node(n)
 
-    def on_rebuild(self, n: "SimNode", was_anon: bool = False) -> None:
-        """A rejoin swapped in a new store: nothing may go back (invariant 2), and its WAL
-        starts again, so nobody's earlier hold on it stands."""
+    def on_rebuild(self, n: "SimNode", was_anon: bool = False, discarded=frozenset()) -> None:
+        """A rejoin swapped in a new store: nothing may go back (invariant 2), but the rows of
+        expelled members the operator let it discard (`discarded`), and its WAL starts again, so
+        nobody's earlier hold on it stands."""
         old = self.tracks[n.name]
         seen = dict(old.seen)
+        have = n.core.vclock_by_uuid()
+        for u in discarded:
+            self._vanish(n, u, have.get(u, 0) + 1, old.last.get(u, 0), f"discard at {n.name} by the operator")
+            if u in seen:
+                seen[u] = min(seen[u], have.get(u, 0))
         if was_anon and n.uuid in seen:      # an anonymous replica's private rows: nobody else has them
             del seen[n.uuid]
             self.tracks[n.name] = Track()

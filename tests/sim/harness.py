@@ -42,7 +42,9 @@ catches it: "cover" (False: the old rejoin: at once, from any donor, even while 
 streams), "keep_local" (False: a rejoin wipes the local spaces too), "fence" (False: never
 fenced), "holds" ("first_ack": a hold only from the first ACK, none for a member that never
 subscribed), "ack" ("applied" / "claimed": ACKs carry the applied / the claimed vclock), "one_link" (False: no claim, no
-older link closed). The rules that live in production code are turned back by patching it for
+older link closed), "cover_links" (False: a rejoin waits for a donor's cover on any link it has
+from this node, one that asked for its own rows only or goes without the rows it lacks too: the
+rule the full+replace seeds of session 49 were found under). The rules that live in production code are turned back by patching it for
 each tick (`_rules_reverted`: NodeCore.ack_durable, claims.claim_link). Otherwise the simulation runs the shell's rules as they are: a shell bug it
 finds is fixed in node/ and the run that showed it kept (tests/sim/test_fixed_bugs.py).
 The journal is asynchronous, as the shell's: a row is claimed (queued), then written, then on
@@ -75,6 +77,7 @@ KV = "kv"                      # the replicated space (last-writer-wins)
 LOC = "loc"                    # a local space: its rows never leave the node
 SKEW_US_MAX = 5 * TICK_US      # node clocks disagree by up to this much
 TRACE_LINES_MAX = 60           # lines of recent trace printed with a failure
+LET_GO_ATTEMPTS = 3            # attempts in a row blocked only by an expelled member's rows, before the operator acts
 
 
 _REJOIN_IDLE = shell.RejoinState.IDLE
@@ -122,7 +125,8 @@ class Cluster(Faults, Network, Links, Joins):
         self.scan_rows_p = 0.5
         self.checkpoint_every = 0       # mean ticks between a node's checkpoints (0: none)
         self.anon_ttl = 400             # ticks an anonymous replica's hold lasts (anon_ttl_s)
-        self.rules = {"cover": True, "keep_local": True, "fence": True, "holds": "register", "ack": "durable", "one_link": True}
+        self.rules = {"cover": True, "keep_local": True, "fence": True, "holds": "register", "ack": "durable", "one_link": True,
+                      "cover_links": True}
         self.stats: Counter = Counter()
         self.trace: deque[str] = deque(maxlen=globals()["TRACE_LINES_MAX"])
         self.checker = Checker(self)
@@ -349,8 +353,10 @@ class Cluster(Faults, Network, Links, Joins):
             self.log(f"{n} checkpoints and collects {collected} WAL entries; gc_vclock {n.gc_vclock}")
         return collected
 
-    def swap_after_rejoin(self, n: SimNode, base: Base, was_anon: bool = False) -> None:
-        """Node.reopen_after_rejoin: every link closed, the new store swapped in, reopened."""
+    def swap_after_rejoin(self, n: SimNode, base: Base, was_anon: bool = False,
+                          discarded: set[str] | frozenset[str] = frozenset()) -> None:
+        """Node.reopen_after_rejoin: every link closed, the new store swapped in, reopened.
+        `discarded`: expelled members whose rows the operator let the rebuild lose."""
         for c in list(self.conns.values()):
             if c.client == n.name or c.server == n.name:
                 self.break_conn(c, f"{n.name} swaps in a rebuilt store")
@@ -360,7 +366,7 @@ class Cluster(Faults, Network, Links, Joins):
         n.in_effect = None
         self.stats["rejoins"] += 1
         self.log(f"{n} rebuilt: id {n.core.self_id}, vclock {n.core.vclock}")
-        self.checker.on_rebuild(n, was_anon)
+        self.checker.on_rebuild(n, was_anon, discarded)
 
     # --- running ---------------------------------------------------------------------------------
     def run(self, ticks: int) -> None:
@@ -433,8 +439,33 @@ class Cluster(Faults, Network, Links, Joins):
         self.drop_p = 0.0
         for n in list(self.nodes.values()):
             self.restart(n.name)
-        self.run_until(lambda: not self._follow_fences() and self.quiet(), max_ticks,
+        self.run_until(lambda: not self._follow_fences() and not self._let_go() and self.quiet(), max_ticks,
                        "quiet (every link caught up, nothing in flight)")
+
+    def _let_go(self) -> bool:
+        """The operator lets a node discard an expelled member's rows that no donor has (POST
+        /v1/admin/rejoin), once LET_GO_ATTEMPTS attempts in a row found no donor only for want
+        of those (docs/operations.md "A node that cannot rejoin": it holds them in its snapshot
+        alone and lacks members' rows every upstream collected; full+replace seed 204848).
+        Whether it did."""
+        did = False
+        for n in self.nodes.values():
+            mc = n.rejoiner.machine if n.rejoiner is not None and n.core is not None else None
+            if mc is not None and mc.running:
+                continue                         # an attempt under way: its outcome is not known yet
+            lacked = frozenset(mc.closest_lacked) if mc is not None and mc.need and not mc.discard else frozenset()
+            if not lacked or not all(n.core.table.expelled(u) for u in lacked):
+                n.let_go_seen = (frozenset(), 0)
+                continue
+            if n.let_go_seen[0] != lacked:
+                n.let_go_seen = (lacked, mc.attempts)
+            elif mc.attempts - n.let_go_seen[1] >= LET_GO_ATTEMPTS:
+                mc.allow_discard(lacked)
+                self.stats["rows let go by the operator"] += 1
+                self.log(f"{n} finds no donor that has the rows of expelled "
+                         f"{sorted(self.by_uuid[u].name for u in lacked)} it alone holds: the operator lets them go")
+                did = True
+        return did
 
     def _follow_fences(self) -> bool:
         """The operator does what a fence's status says when its node waits for rows only an

@@ -56,11 +56,12 @@ def _lost_with_a_disk(c: "Cluster", u: str, have: int, bound: int) -> bool:
     """Whether rows (u, have+1..bound) all left the history when a member's disk lost them, or
     went with a member down for good that the operator then expelled (its disk is out of reach
     for good: full+replace seed 203045, where B took C's rows 8-9, raised C's bound to 9 from its
-    disk and went down before any member took them from it)."""
+    disk and went down before any member took them from it), or were discarded where the
+    operator let a rebuild lose them (Cluster._let_go: seed 204848)."""
     ck = c.checker
 
     def lost(reason: str) -> bool:
-        if reason.startswith(("lost store", "power loss")):
+        if reason.startswith(("lost store", "power loss", "discard at ")):
             return True
         x = c.nodes.get(reason[len("expel of "):]) if reason.startswith("expel of ") else None
         return x is not None and x.retired

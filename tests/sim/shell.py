@@ -240,7 +240,7 @@ class Rejoiner:
                 if type(e) is ProbeDonor:
                     machine.step(self.probe(e.address), self.c.now)
                 else:
-                    self._rebuilding = self.rebuild(e.address, e.donor_anon)
+                    self._rebuilding = self.rebuild(e.address, e.donor_anon, e.discarding)
                     self._advance_rebuild()
             machine.advance(rd)
 
@@ -275,11 +275,16 @@ class Rejoiner:
         observe(n, theirs)
         if theirs["status"] != "running":
             return Probed(address, None)
-        receiving = any(x.client == d.name and x.server == n.name and x.streaming for x in c.conns.values())
-        return Probed(address, theirs["vclock_uuid"], receiving=receiving, bounds=greeting_expel_bounds(theirs),
-                      anon=theirs["anon"], uuid=theirs["uuid"])
+        link = next((x.relay for x in c.conns.values() if x.client == d.name and x.server == n.name and x.streaming),
+                    None)
+        if not c.rules["cover_links"]:   # before session 49: any link of the donor's, whatever it takes, was waited for
+            return Probed(address, theirs["vclock_uuid"], receiving=link is not None,
+                          bounds=greeting_expel_bounds(theirs), anon=theirs["anon"], uuid=theirs["uuid"])
+        return Probed(address, theirs["vclock_uuid"], receiving=link is not None and not link.own_rows_only,
+                      bounds=greeting_expel_bounds(theirs), anon=theirs["anon"], uuid=theirs["uuid"],
+                      receiving_without=tuple(link.without) if link is not None else ())
 
-    def rebuild(self, address: str, donor_anon: bool = False) -> Iterator[None]:
+    def rebuild(self, address: str, donor_anon: bool = False, discarding: tuple = ()) -> Iterator[None]:
         """Rejoiner._rebuild: links down, journal drained, a JOIN (FETCH_SNAPSHOT for an
         anonymous replica, or from one: `donor_anon`) into a side store that must cover this
         node, then the swap."""
@@ -319,7 +324,12 @@ class Rejoiner:
             return
         if donor_anon and not anon:
             c.stats["members rebuilt from an anonymous replica"] += 1
-        c.swap_after_rejoin(n, carry_over(n, snap, keep_local=c.rules["keep_local"]), anon)
+        if discarding:
+            c.stats["rebuilds that discard rows the operator let go"] += 1
+            c.log(f"{n} discards, as the operator let it: " + ", ".join(
+                f"{c.by_uuid[u].name}'s rows {got + 1}-{have}" for u, have, got in discarding))
+        c.swap_after_rejoin(n, carry_over(n, snap, keep_local=c.rules["keep_local"]), anon,
+                            {u for u, _, _ in discarding})
         n.donor_uuid, n.installed_at = c.nodes[resolve(address)].uuid, c.now
         if not anon and not donor_anon:         # (an anonymous donor's holds last its TTL)
             c.checker.on_held(c.nodes[resolve(address)], n)

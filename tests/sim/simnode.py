@@ -154,6 +154,7 @@ class SimNode:
         self.sync_p: float | None = None      # this node's chance per tick of an fsync (None: the cluster's)
         self.up = True
         self.retired = False                  # down for good: never restarted again
+        self.let_go_seen: tuple[frozenset, int] = (frozenset(), 0)   # Cluster._let_go: what blocks it, since which attempt
         self.base: Base | None = None         # None: fresh (or its disk was lost)
         self.wal: list[list[Txn]] = []        # entries (frames) in WAL order
         self.durable = 0                      # entries wal[:durable] are on disk

@@ -13,6 +13,7 @@ import pytest
 from node.cluster_space.table import STATE_EXPELLED
 from node.core import lifecycle_rejoin
 from node.core.kinds import GROUP_LOCAL
+from node.core.link import applier as link_applier
 from tests.sim import liveness
 from tests.sim.checkers import content
 from tests.sim.harness import Cluster, SimFailure
@@ -530,6 +531,10 @@ def test_rows_in_two_snapshots_only_do_not_stall_the_members():
     assert gone == {"A": {b}, "D": {b}, "E": {b}, "F": {cc}, "R": {b}}, gone
     for x in "AD":
         assert c.nodes[x].core.vclock_by_uuid()[cc] == c.nodes["E"].core.vclock_by_uuid()[cc], x
+    with pytest.MonkeyPatch.context() as mp:     # a donor had to hold the rows gone without too
+        mp.setattr(lifecycle_rejoin.RejoinMachine, "_has_wanted", lambda self, theirs: not self.uncovered(self._wanted, theirs))
+        c = run_seed(16768, full=True, anon_crash=True)
+        assert set(c.nodes["A"].rejoiner.machine.going_without()) == {b, cc}
     e, f = c.nodes["E"], c.nodes["F"]
     for x in c.nodes.values():
         if x.name != "B" and x.core is not None:
@@ -546,10 +551,16 @@ def test_members_told_to_rejoin_for_a_members_rows_find_a_donor_that_lacks_only_
     member's to them, never gone without, and every link to F and G said need_rejoin for ever:
     C and D went without A's rows, and a donor had to hold those too (none did); E held A's
     rows, which no donor had. Now a donor may lack the rows a node goes without
-    (RejoinMachine._has_wanted), and a member that the attempt's donors say is expelled is gone
-    without like one this node knows is (`_heard_expelled`), so its upstreams serve the rest.
-    The run converges (run_seed fails otherwise) with each set of rows in one snapshot."""
-    c = run_seed(200350, full=True, anon_crash=True, anon_replace=True)
+    (RejoinMachine._has_wanted: shown by seed 16768's pin above), and a member that the
+    attempt's donors say is expelled is gone without like one this node knows is
+    (`_heard_expelled`), so its upstreams serve the rest.
+    The run converges (run_seed fails otherwise) with each set of rows in one snapshot.
+    (Found before writes stopped pausing for a donor whose link goes without the rows this node
+    lacks: with that rule the run finds another way, so it runs under the rule it was found
+    with, `cover_links`, and fails without either change.)"""
+    full = dict(full=True, anon_crash=True, anon_replace=True, rules={"cover_links": False})
+    c = run_seed(200350, **full)
+    assert not c.stats["rows let go by the operator"]
     a, b = c.nodes["A"].uuid, c.nodes["B"].uuid
     gone = {x.name: set(x.rejoiner.machine.going_without()) for x in c.nodes.values()
             if x.core is not None and not x.core.table.expelled(x.uuid)}
@@ -558,6 +569,24 @@ def test_members_told_to_rejoin_for_a_members_rows_find_a_donor_that_lacks_only_
     for x in members:
         have = x.core.vclock_by_uuid()
         assert all(have[y.uuid] == own_lsn(c, y.name, y.name) for y in members), x
+    probed = lifecycle_rejoin.RejoinMachine._probed
+
+    def forgetful(self, ev, now):          # a donor's word of an expel not kept
+        probed(self, ev, now)
+        self._heard_expelled = set()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lifecycle_rejoin.RejoinMachine, "_probed", forgetful)
+        try:               # it stalls, or converges only once the operator lets rows go (Cluster._let_go)
+            assert run_seed(200350, **full).stats["rows let go by the operator"]
+        except SimFailure as e:
+            assert "quiet" in str(e), e
+
+
+class _Stated(set):
+    """greeting_expels as before session 49's greet-again rule: as if every greeting of ours had
+    stated every expel (ApplierMachine._on_greeting then never greets again unasked)."""
+    def issuperset(self, other) -> bool:
+        return True
 
 
 def test_a_need_from_a_second_address_of_a_followed_member_ends():
@@ -567,11 +596,15 @@ def test_a_need_from_a_second_address_of_a_followed_member_ends():
     for ever. The need noted from it never ended: every attempt paused A's and C's writes to wait
     for F (fenced, so it took no row of theirs), the joiner D saw them "rejoining" and could not
     join through them, and F's fence waited for D. Now a duplicate refusal ends the need
-    (RejoinMachine.note_duplicate); without that the run never goes quiet."""
-    full = dict(full=True, anon_crash=True, anon_replace=True)
-    c = run_seed(203435, **full)
-    assert c.stats["refused_duplicate"] and all(not n.rejoiner.machine.need for n in c.members() if n.core)
+    (RejoinMachine.note_duplicate); without that the run never goes quiet. The two other changes
+    of that session each also spare this run the stall (no pause for a donor whose link takes
+    none of the rows, `cover_links`; a link greets again after it took an expel from a fenced
+    upstream's greeting), so it runs with both turned back, as it was found."""
+    full = dict(full=True, anon_crash=True, anon_replace=True, rules={"cover_links": False})
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(link_applier, "greeting_expels", lambda greeting: _Stated())
+        c = run_seed(203435, **full)
+        assert c.stats["refused_duplicate"] and all(not n.rejoiner.machine.need for n in c.members() if n.core)
         mp.setattr(lifecycle_rejoin.RejoinMachine, "note_duplicate", lambda self, address: None)
         with pytest.raises(SimFailure, match="quiet"):
             run_seed(203435, **full)
@@ -613,6 +646,43 @@ def test_an_expelled_members_rows_after_a_gap_that_lives_in_snapshots_only_are_g
                    for e in x.wal[x.wal_gc:] for t in e if t.group != GROUP_LOCAL)
     assert not in_a_wal(have + 1) and in_a_wal(bound)
     assert liveness._gone_without(c, f, b, have, bound)
+
+
+def test_a_node_that_alone_holds_an_expelled_members_rows_rejoins_once_the_operator_lets_them_go():
+    """REPLOG_SIM_MIX=full+replace, seed 204848 (session 49): F joined through C during a
+    partition; C went down for good, expelled, and its rows 9-13 (up to the bound) live in F's
+    snapshot alone. Every other member had collected its WAL before it heard of F, so every
+    upstream tells F to rejoin, and no snapshot covers F (none has C's rows): F took nothing
+    from anyone, for good, while each attempt paused its writes for cover waits on donors that
+    go without C's rows. No rule may let rows go by itself: the operator does (POST
+    /v1/admin/rejoin, Cluster._let_go), F rebuilds, discarding C's rows 9-13, and the run
+    converges. (The cover waits are gone too: a donor's link that goes without a member's
+    rows never takes them, RejoinMachine._probed.)"""
+    full = dict(full=True, anon_crash=True, anon_replace=True)
+    c = run_seed(204848, **full)
+    assert c.stats["rows let go by the operator"] == 1
+    cu = c.nodes["C"].uuid
+    assert {c.checker.gone.get((cu, lsn)) for lsn in range(9, 14)} == {"discard at F by the operator"}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Cluster, "_let_go", lambda self: False)
+        with pytest.raises(SimFailure, match="quiet"):
+            run_seed(204848, **full)
+
+
+def test_a_link_that_took_an_expel_from_a_fenced_upstreams_greeting_greets_it_again():
+    """REPLOG_SIM_MIX=full+replace, seed 208588 (session 49): E, fenced after a power loss,
+    waited for a greeting of R (an anonymous replica that follows it) that knows C is expelled.
+    E's relay asks a subscriber to greet again once per news; R took the expel from E's greeting
+    the first time, lost it in a crash, and took it again from E's greeting on its next link,
+    after its own greeting had gone: E never asked again, and the fence stood for good. Now a
+    link that takes from a fenced upstream's greeting an expel its own greeting did not state
+    greets again at once (ApplierMachine._on_greeting); without that the run never goes quiet."""
+    full = dict(full=True, anon_crash=True, anon_replace=True)
+    run_seed(208588, **full)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(link_applier, "greeting_expels", lambda greeting: _Stated())
+        with pytest.raises(SimFailure, match="quiet"):
+            run_seed(208588, **full)
 
 
 def test_a_node_going_without_rows_rebuilds_once_a_peer_covers_it():

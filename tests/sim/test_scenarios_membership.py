@@ -350,7 +350,8 @@ def join_through_any_donor(monkeypatch) -> None:
     Rebuild, which node/rejoin.py and the simulation both act on): a member joins through its
     donor (JOIN) whatever it is, an anonymous replica too, which refuses it."""
     rebuild = lifecycle_rejoin.Rebuild
-    monkeypatch.setattr(lifecycle_rejoin, "Rebuild", lambda address, reason, donor_anon=False: rebuild(address, reason))
+    monkeypatch.setattr(lifecycle_rejoin, "Rebuild",
+                        lambda address, reason, donor_anon=False, discarding=(): rebuild(address, reason))
 
 
 def founders_of_whoever_answered(monkeypatch) -> None:

@@ -340,8 +340,8 @@ def test_a_component_the_subscriber_does_not_lack_here_is_served_whatever_it_say
 
 
 class _Rejoiner:
-    def __init__(self, need, blocked, gone):
-        self.need, self.blocked, self.gone = need, blocked, gone
+    def __init__(self, need, blocked, gone, discard=frozenset()):
+        self.need, self.blocked, self.gone, self.discard = need, blocked, gone, discard
 
     def going_without(self):
         return self.gone
@@ -350,5 +350,61 @@ class _Rejoiner:
 def test_info_shows_what_the_node_goes_without_after_its_links_follow_again():
     assert rejoin_info(_Rejoiner({}, "", {})) is None
     assert rejoin_info(_Rejoiner({}, "no donor", {rm.GONE: 6})) == {
-        "needed_by": [], "blocked": "no donor", "going_without": {rm.GONE: 6}}
-    assert rejoin_info(_Rejoiner({"c:1": "why"}, "", {})) == {"needed_by": ["c:1"], "blocked": "", "going_without": {}}
+        "needed_by": [], "blocked": "no donor", "going_without": {rm.GONE: 6}, "discard": []}
+    assert rejoin_info(_Rejoiner({"c:1": "why"}, "", {}, frozenset({rm.GONE}))) == {
+        "needed_by": ["c:1"], "blocked": "", "going_without": {}, "discard": [rm.GONE]}
+
+
+# --- rows the operator lets go (POST /v1/admin/rejoin; full+replace seed 204848) -------------------
+
+
+def _holding_d_alone():
+    """A holds expelled D's rows to 6 (bound 9), which no donor has, and lacks B's row 8, which
+    C collected: every donor lacks D's rows, so no snapshot covers A."""
+    mc, host = rj.machine({1: 4, 2: 7, 3: 2, 4: 6}, expelled_d=9)
+    rj.told(mc, {UUID_B: 8})
+    mc.tick(100.0)
+    for addr in (rj.ADDR_C, rj.ADDR_B, rj.ADDR_D):
+        rj.take(mc)
+        mc.step(Probed(addr, {rj.UUID_A: 4, UUID_B: 8, rj.UUID_C: 2, rj.UUID_D: 3}), 100.0)
+    assert mc.state is RejoinState.IDLE and mc.blocked.startswith(
+        f"a snapshot would discard rows no reachable peer has ({rj.UUID_D} up to lsn 6 (it has 3))")
+    rj.take(mc)
+    return mc, host
+
+
+def test_rows_the_operator_lets_go_are_discarded_by_the_next_attempt_at_once_and_said():
+    mc, _ = _holding_d_alone()
+    mc.allow_discard({rj.UUID_D})
+    mc.tick(100.001)                                  # not a retry interval later: at once
+    assert mc.state is RejoinState.PROBING and mc.attempts == 2
+    rj.take(mc)
+    mc.step(Probed(rj.ADDR_C, {rj.UUID_A: 4, UUID_B: 8, rj.UUID_C: 2, rj.UUID_D: 3}), 100.001)
+    assert mc.state is RejoinState.REBUILDING
+    assert rj.take(mc)[1] == [rj.Rebuild(rj.ADDR_C, rj.WHY, discarding=((rj.UUID_D, 6, 3),))]
+    # the rebuild's own check of the snapshot lets them go too, and nothing else
+    assert mc.snapshot_uncovered(mc.mine(), {rj.UUID_A: 4, UUID_B: 8, rj.UUID_C: 2, rj.UUID_D: 3}) is None
+    assert "does not cover" in mc.snapshot_uncovered(mc.mine(), {rj.UUID_A: 3, UUID_B: 8, rj.UUID_C: 2})
+    mc.step(Rebuilt(rj.ADDR_C), 101.0)
+    assert mc.discard == frozenset()                  # until a rebuild is done: then gone
+
+
+def test_rows_the_operator_lets_go_are_no_leave_to_lose_any_others():
+    """A donor that also lacks A's own row 4 is still passed over: only D's rows may go."""
+    mc, _ = _holding_d_alone()
+    mc.allow_discard({rj.UUID_D})
+    mc.tick(100.001)
+    for addr in (rj.ADDR_C, rj.ADDR_B, rj.ADDR_D):
+        rj.take(mc)
+        mc.step(Probed(addr, {rj.UUID_A: 3, UUID_B: 8, rj.UUID_C: 2, rj.UUID_D: 3}), 100.001)
+    assert mc.state is RejoinState.IDLE and f"{rj.UUID_A} up to lsn 4 (it has 3)" in mc.blocked
+    assert mc.discard == {rj.UUID_D}                  # it stands for the next attempt
+
+
+def test_a_rebuild_with_nothing_to_let_go_says_none():
+    mc, _ = _holding_d_alone()
+    mc.allow_discard({rj.UUID_D})
+    mc.tick(100.001)
+    rj.take(mc)
+    mc.step(Probed(rj.ADDR_C, {rj.UUID_A: 4, UUID_B: 8, rj.UUID_C: 2, rj.UUID_D: 6}), 100.001)
+    assert rj.take(mc)[1] == [rj.Rebuild(rj.ADDR_C, rj.WHY)]

@@ -315,6 +315,21 @@ def test_a_donor_receiving_this_nodes_rows_gets_them_with_writes_paused_then_is_
     assert mc.state is RejoinState.REBUILDING and take(mc) == ([Status("rejoining", WHY)], [Rebuild(ADDR_C, WHY)])
 
 
+@pytest.mark.parametrize("without, waits", [((), True), ((UUID_C,), True), ((UUID_D,), False)])
+def test_no_writes_pause_for_a_donor_whose_link_from_this_node_goes_without_rows_it_lacks(without, waits):
+    """It lacks expelled D's rows 4-6, which A holds; a link that goes without D's rows (its
+    SUBSCRIBE `without`) never takes them from A, and the pause came back every retry interval
+    (full+replace seed 204848); going without another member's rows is no matter."""
+    mc, _ = machine({1: 4, 2: 7, 3: 2, 4: 6}, expelled_d=9)
+    told(mc)
+    mc.tick(100.0)
+    take(mc)
+    mc.step(Probed(ADDR_C, {**by_uuid(), UUID_D: 3}, receiving=True, receiving_without=without), 100.0)
+    assert (mc.state is RejoinState.COVER_WAIT) is waits
+    if not waits:
+        assert take(mc) == ([], [ProbeDonor(ADDR_B)])
+
+
 def test_the_cover_is_looked_at_only_once_the_journal_is_drained():
     mc, host = machine()
     host.pending = 1

@@ -548,3 +548,47 @@ def test_a_scanned_message_with_a_row_the_core_refuses_takes_the_exact_path_and_
     claimed = [t for p in rd.persist for t in p.entry.txns]
     assert [(t[0], t[1]) for t in claimed] == [(2, 6)]
     assert isinstance(rd.stop.error, RemoteProtocolError) and mach.core.claimed.get(2) == 6
+
+
+# --- expels a fenced upstream told us of, which our greeting did not state ------------------------
+def _greeted_by_fenced_upstream(our_greeting: dict, heard: list[str]):
+    """The upstream is fenced and its greeting says OTHER is expelled (`expels_heard`)."""
+    mach = machine()
+    mach.start(our_greeting)
+    mach.advance(mach.ready())
+    mach.step(m.Message(m.GREETING, greeting(UP, UP_ROWS, expels_heard=heard)), NOW)
+    rd = mach.ready()
+    mach.advance(rd)
+    return mach, rd
+
+
+def test_an_expel_taken_from_a_fenced_upstreams_greeting_makes_the_link_greet_again():
+    """Our greeting went before we took the expel: the upstream's fence may wait for a word of
+    ours that knows it, and its relay asks at most once per news (full+replace seed 208588)."""
+    mach, rd = _greeted_by_fenced_upstream(greeting(SELF), [OTHER])
+    assert mach.core.table.expelled(OTHER)
+    assert rd.persist                                        # the expel is ours now, in a row of ours
+    assert mach.state is ApplierState.STOPPED and rd.send == ()
+    (stop,) = rd.effects
+    assert isinstance(stop.error, Resubscribe) and "greeting it again" in str(stop.error)
+
+
+@pytest.mark.parametrize("ours, heard", [
+    ({"expels_heard": [OTHER]}, [OTHER]),                    # our greeting said so already
+    ({"cluster": [[OTHER, 3, "3.example:1", STATE_EXPELLED, 3, 0]]}, [OTHER]),
+    ({}, []),                                                # the upstream is not fenced / heard nothing
+])
+def test_a_greeting_that_stated_the_expels_already_subscribes(ours, heard):
+    mach, rd = _greeted_by_fenced_upstream(greeting(SELF, **ours), heard)
+    assert mach.state is ApplierState.SUBSCRIBING and [s.mtype for s in rd.send] == [m.SUBSCRIBE]
+
+
+def test_a_fenced_node_that_takes_no_expel_from_the_greeting_does_not_greet_again_for_ever():
+    """Fenced here, it registers and expels nothing (the fence hears instead): no loop."""
+    core = new_core(vclock={1: 3, 2: 5})
+    core.fence = OwnRowsFence("a test loss")
+    mach = machine(core)
+    mach.start(greeting(SELF))
+    mach.advance(mach.ready())
+    mach.step(m.Message(m.GREETING, greeting(UP, UP_ROWS, expels_heard=[OTHER])), NOW)
+    assert mach.state is ApplierState.SUBSCRIBING

@@ -102,7 +102,8 @@ def test_a_subscription_holds_the_wal_then_answers_then_streams_without_echoing_
 
 def test_a_subscriber_that_asks_for_its_own_rows_gets_them_back():
     mach = streaming(own_rows=True)
-    assert mach.own is None
+    assert mach.own is None and mach.own_rows_only        # (a rejoin does not wait for it to take ours)
+    assert not streaming().own_rows_only
 
 
 def test_an_older_subscriber_without_a_durable_vclock_holds_at_its_subscribe_vclock():

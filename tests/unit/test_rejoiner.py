@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,8 +49,11 @@ class _Journal:
 
 
 class _Relay:
-    def __init__(self, uuid: str) -> None:
+    """A subscriber's link: its machine says whether it asked for its own rows only (fenced) and
+    which members' rows it goes without."""
+    def __init__(self, uuid: str, own_rows_only: bool = False, without: tuple = ()) -> None:
         self.uuid = uuid
+        self.machine = SimpleNamespace(own_rows_only=own_rows_only, without=list(without))
 
 
 class _Node:
@@ -234,3 +238,24 @@ async def test_a_watch_that_fails_mid_attempt_resumes_writes_and_leaves_the_mach
     with pytest.raises(RuntimeError, match="a bug in the probe"):
         await rj.watch()
     assert not rj.running and (node.status, node.status_reason) == ("running", "")
+
+
+@pytest.mark.parametrize("relay, waits", [
+    (_Relay(UUID_C), True),
+    (_Relay(UUID_C, own_rows_only=True), False),      # fenced: it takes no row of ours until it lifts
+    (_Relay(UUID_C, without=(UUID_A,)), False),       # it never takes the rows C lacks (A's) from us
+    (_Relay(UUID_C, without=(UUID_B,)), True),
+])
+async def test_writes_pause_only_for_a_donor_whose_link_takes_the_rows_it_lacks(make_node, greetings, relay, waits):
+    """C lacks A's row 4 (full+replace seed 204848: a fenced donor, and donors going without the
+    rows, paused the node's writes every retry interval for nothing)."""
+    node = make_node(7)                               # it lacks B's row 8, which C collected
+    node.relays = [relay]
+    rj = _told_to_rejoin(node, COLLECTED)
+    answers, _ = greetings
+    answers[ADDR_C] = _greeting(UUID_C, {UUID_A: 3, UUID_B: 8, UUID_C: 2})
+    answers[ADDR_B] = _greeting(UUID_B, {UUID_A: 3, UUID_B: 7, UUID_C: 2})    # no donor: it lacks B's row 8
+    rj.machine.tick(time.monotonic())
+    await rj._act()
+    assert (rj.machine.state is RejoinState.COVER_WAIT) is waits
+    assert (node.status == "rejoining") is waits

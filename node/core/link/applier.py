@@ -34,7 +34,7 @@ from node import limits
 from node.core import messages as m
 from node.core.link.greeting import check_greeting
 from node.core.link.ready import Outbox, Persist, Ready, Send, Stop
-from node.core.membership import describe_uncovered, greeting_vclock, news_for, uncovered
+from node.core.membership import describe_uncovered, greeting_expels, greeting_vclock, news_for, uncovered
 from node.core.replicaset import NodeCore, Peer
 from node.core.rows import GROUP_DEFAULT
 from node.core.entry import PackedEntry, TxnEntry
@@ -259,6 +259,14 @@ class ApplierMachine:
         self.core_peer = core.peers[self.peer_uuid]
         for txn in regs:
             self._out.persist.append(Persist(TxnEntry([txn])))
+        told = [u for u in theirs.get("expels_heard") or () if core.table.expelled(u)]
+        if told and not greeting_expels(self.mine).issuperset(told):
+            # A fenced upstream told us of expels our greeting (sent before) did not state: its
+            # fence may wait for a word of ours that knows them, and its relay asks once per
+            # news, so a greeting that took them only now would never be heard (the
+            # full+replace mix, seed 208588: after a crash lost what we took the first time)
+            return self._stop(Resubscribe(f"took the expel of {', '.join(sorted(told))} from {self.peer_uuid}'s "
+                                          "greeting: greeting it again"))
         self.fenced = core.fence is not None      # then only our own rows (NodeCore.subscribe_vclock)
         self.outside = core.table.expelled(self.peer_uuid)   # then only expelled members' rows (likewise)
         vclock = core.subscribe_vclock(self.peer_uuid, self.peer_vclock, theirs["cluster"])

@@ -155,6 +155,7 @@ class RelayMachine:
         self.sub: dict[int, int] = {}        # the SUBSCRIBE vclock, in our ids
         self.own: tuple[int, int] | None = None   # the subscriber's own-rows cut (relay_wants)
         self.without: list[str] = []         # members whose collected rows it goes without (none sent)
+        self.own_rows_only = False           # a fenced subscriber: it asked for its own rows only
         self.durable: dict[int, int] = {}    # what the subscriber has on disk
         self.acked: dict[int, int] = {}
         self.acked_at = 0.0
@@ -400,6 +401,7 @@ class RelayMachine:
         host, core = self.host, self.host.core
         assert core is not None
         self.sub = m.vclock_of(req["vclock"])            # (checked by decode)
+        self.own_rows_only = req.get("own_rows") is True
         durable = req.get("durable")
         # what the subscriber has on disk (its hold; an older peer says nothing: its vclock)
         self.durable = m.vclock_of(durable) if durable is not None else dict(self.sub)
