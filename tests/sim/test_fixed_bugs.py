@@ -685,6 +685,21 @@ def test_a_link_that_took_an_expel_from_a_fenced_upstreams_greeting_greets_it_ag
             run_seed(208588, **full)
 
 
+@pytest.mark.xfail(strict=True, raises=SimFailure, reason="open: a fence waits for a joiner that cannot join")
+def test_a_fence_does_not_wait_for_the_word_of_a_joiner_that_cannot_join():
+    """REPLOG_SIM_MIX=full+replace, seed 216015 (found in session 49, fails on 850cee5 too;
+    open). A and C, fenced after power losses under wal_mode write, lost the rows that
+    registered G; G, joining with A, B and C as its peers, polled them and so said it holds
+    none of their rows, but before it knew that B is expelled, so the fences do not count its
+    word (docs/replication.md "An origin never reuses an lsn"), and a joiner with no store
+    cannot take the expel from their greetings. B is down for good, and A and C register nobody
+    while fenced: G never joins, and the fences stand for good. Ways out to weigh: count the word
+    of a node with no store (it can take this node's rows later only through a join, which takes
+    no donor any polled greeting lists as expelled), or let a joiner keep the expels it polled.
+    The operator's way out today: give G the other members as peers, or expel G."""
+    run_seed(216015, full=True, anon_crash=True, anon_replace=True)
+
+
 def test_a_node_going_without_rows_rebuilds_once_a_peer_covers_it():
     """REPLOG_SIM_MIX=full, seed 11470: E went without C's rows 2-3 (expelled C), which lived
     in snapshots only; the bound later rose to 8 and every other node took C's rows to 8 in
