@@ -198,7 +198,7 @@ class RejoinMachine:
         self._theirs: dict[str, int] = {}
         self._bounds: dict | None = None               # the donor's expelled members (Probed.bounds)
         self._missing: dict = {}                       # what the donor lacked at the last look
-        self._heard_expelled: set[str] = set()         # members the attempt's donors said are expelled
+        self._heard_expelled: set[str] = set()         # members a probed donor said are expelled (for good)
         self._covering_only = False                    # only a donor that covers this node now (going_without)
         self._deadline = self._next_probe = 0.0
         self._check_due = False
@@ -274,7 +274,6 @@ class RejoinMachine:
         self._covering_only = not self.need
         self._order = list(self.need) + [a for a in self.host.peers() if a not in self.need]
         self._at, self._best = 0, None
-        self._heard_expelled = set()
         self._to(RejoinState.PROBING)
         self._probe_next()
 

@@ -408,3 +408,17 @@ def test_a_rebuild_with_nothing_to_let_go_says_none():
     rj.take(mc)
     mc.step(Probed(rj.ADDR_C, {rj.UUID_A: 4, UUID_B: 8, rj.UUID_C: 2, rj.UUID_D: 6}), 100.001)
     assert rj.take(mc)[1] == [rj.Rebuild(rj.ADDR_C, rj.WHY)]
+
+
+def test_rows_let_go_are_let_go_from_the_first_one_and_the_donors_own_bounds_still_count():
+    """The donor has none of D's rows (the permission is bound 0, not 1), and lacks C's rows
+    3-5, which its greeting says are past C's bound (C expelled there, unknown here): that
+    still counts with D let go."""
+    mc, _ = rj.machine({1: 4, 2: 7, 3: 5, 4: 6}, expelled_d=9)
+    rj.told(mc, {UUID_B: 8})
+    mc.allow_discard({rj.UUID_D})
+    mc.tick(100.0)
+    rj.take(mc)
+    mc.step(Probed(rj.ADDR_C, {rj.UUID_A: 4, UUID_B: 8, rj.UUID_C: 2}, bounds={rj.UUID_C: 2}), 100.0)
+    assert mc.state is RejoinState.REBUILDING
+    assert rj.take(mc)[1] == [rj.Rebuild(rj.ADDR_C, rj.WHY, discarding=((rj.UUID_D, 6, 0),))]

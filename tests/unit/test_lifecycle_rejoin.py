@@ -279,6 +279,30 @@ def test_with_no_covering_donor_the_node_keeps_its_store_and_says_what_the_close
     assert mc.status_of(ADDR_C) == f"{WHY}; {mc.blocked}" and mc.status_of(ADDR_B) == ""
 
 
+def test_what_the_closest_donor_lacked_is_said_only_once_an_attempt_found_none():
+    """(What the simulation's operator reads before it lets rows go: Cluster._let_go.)"""
+    mc, _ = machine({1: 4, 2: 8, 3: 6})
+    told(mc, {UUID_B: 9})
+    mc.tick(100.0)
+    take(mc)
+    mc.step(Probed(ADDR_C, by_uuid(a=4, b=9, c=5)), 100.0)     # lacks C's 6: the closest so far
+    assert mc.state is RejoinState.PROBING and mc.closest_lacked == {}
+    take(mc)
+    mc.step(Probed(ADDR_B, None), 100.0)
+    take(mc)
+    mc.step(Probed(ADDR_D, None), 100.0)
+    assert mc.state is RejoinState.IDLE and mc.closest_lacked == {UUID_C: (6, 5)}
+    mc.tick(100.0 + RETRY)                                        # the next attempt, which rebuilds
+    take(mc)
+    mc.step(Probed(ADDR_C, by_uuid(a=4, b=9, c=5)), 100.0 + RETRY)
+    assert mc.state is RejoinState.PROBING and mc.blocked and mc.closest_lacked == {}   # (the last attempt's text stands)
+    take(mc)
+    mc.step(Probed(ADDR_B, by_uuid(a=4, b=9, c=6)), 100.0 + RETRY)
+    take(mc)
+    mc.step(Rebuilt(ADDR_B), 101.0 + RETRY)
+    assert mc.state is RejoinState.IDLE and not mc.blocked and mc.closest_lacked == {}
+
+
 def test_an_expelled_members_rows_past_its_bound_need_no_cover():
     mc, _ = machine({1: 4, 2: 8, 3: 2, 4: 9}, expelled_d=6)
     assert mc.mine()[UUID_D] == 6

@@ -260,7 +260,7 @@ class ApplierMachine:
         for txn in regs:
             self._out.persist.append(Persist(TxnEntry([txn])))
         told = [u for u in theirs.get("expels_heard") or () if core.table.expelled(u)]
-        if told and not greeting_expels(self.mine).issuperset(told):
+        if not greeting_expels(self.mine).issuperset(told):
             # A fenced upstream told us of expels our greeting (sent before) did not state: its
             # fence may wait for a word of ours that knows them, and its relay asks once per
             # news, so a greeting that took them only now would never be heard (the
