@@ -35,7 +35,7 @@ from node.cluster_space.table import STATE_ANON, STATE_MEMBER, Member
 from node.core import messages as m
 from node.core import record
 from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
-                                        RejoinState, Status, anon_rejoin_id, member_snapshot)
+                                        RejoinState, Status, anon_rejoin_id, link_takes, member_snapshot)
 from node.core.membership import expel_bounds, greeting_expel_bounds, greeting_vclock
 from node.core.validate import timestamp_ahead_error
 from node.errors import ClientError, RemoteProtocolError
@@ -264,10 +264,9 @@ class Rejoiner:
             log.info("rejoin: %s cannot be a donor now: %s", address, e)
             return Probed(address, None)
         serving = bool(theirs.get("cluster_uuid")) and theirs.get("status") == "running"
-        link = next((r.machine for r in node.relays if r.uuid == theirs.get("uuid")), None)
-        return Probed(address, greeting_vclock(theirs), serving, link is not None and not link.own_rows_only,
-                      greeting_expel_bounds(theirs), theirs.get("anon") is True, str(theirs.get("uuid") or ""),
-                      tuple(link.without) if link is not None else ())
+        receiving, without = link_takes(next((r.machine for r in node.relays if r.uuid == theirs.get("uuid")), None))
+        return Probed(address, greeting_vclock(theirs), serving, receiving, greeting_expel_bounds(theirs),
+                      theirs.get("anon") is True, str(theirs.get("uuid") or ""), without)
 
     async def _rebuild(self, address: str, reason: str, donor_anon: bool = False, discarding: tuple = ()) -> None:
         """Links down, the journal drained, the donor's snapshot into a side store that must

@@ -156,6 +156,15 @@ class NoRebuild:
     """It caught up past what was collected while the attempt probed and waited: no rebuild."""
 
 
+def link_takes(relay) -> tuple[bool, tuple]:
+    """What a donor's link from this node takes of our rows (`relay`: that link's RelayMachine,
+    None if it has none): (`Probed.receiving`, `Probed.receiving_without`). A fenced subscriber
+    asks for its own rows only; one going without members never takes theirs."""
+    if relay is None:
+        return False, ()
+    return not relay.own_rows_only, tuple(relay.without)
+
+
 def anon_rejoin_id(table: ClusterTable, uuid: str, prev_id: int) -> int:
     """An anonymous replica's id in a donor's snapshot: a REGISTER that went through (its answer
     lost), else its id from before if free there, else the lowest free one."""

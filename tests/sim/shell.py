@@ -22,7 +22,7 @@ from node.core import lifecycle_fence as fence_rules
 from node.core.lifecycle_fence import hear_greeting, own_history_lsn
 from node.core.link.ready import EMPTY
 from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
-                                        RejoinState, Status, anon_rejoin_id, member_snapshot)
+                                        RejoinState, Status, anon_rejoin_id, link_takes, member_snapshot)
 from node.core.membership import expel_bounds, greeting_expel_bounds
 
 if TYPE_CHECKING:
@@ -280,9 +280,9 @@ class Rejoiner:
         if not c.rules["cover_links"]:   # before session 49: any link of the donor's, whatever it takes, was waited for
             return Probed(address, theirs["vclock_uuid"], receiving=link is not None,
                           bounds=greeting_expel_bounds(theirs), anon=theirs["anon"], uuid=theirs["uuid"])
-        return Probed(address, theirs["vclock_uuid"], receiving=link is not None and not link.own_rows_only,
-                      bounds=greeting_expel_bounds(theirs), anon=theirs["anon"], uuid=theirs["uuid"],
-                      receiving_without=tuple(link.without) if link is not None else ())
+        receiving, without = link_takes(link)
+        return Probed(address, theirs["vclock_uuid"], receiving=receiving, bounds=greeting_expel_bounds(theirs),
+                      anon=theirs["anon"], uuid=theirs["uuid"], receiving_without=without)
 
     def rebuild(self, address: str, donor_anon: bool = False, discarding: tuple = ()) -> Iterator[None]:
         """Rejoiner._rebuild: links down, journal drained, a JOIN (FETCH_SNAPSHOT for an
