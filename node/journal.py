@@ -76,6 +76,7 @@ class Journal:
         self.wal = wal
         self._on_fatal = on_fatal
         self._queue: deque[tuple[Entry, asyncio.Future | None]] = deque()   # (entry, waiter)
+        self._in_flight = 0         # entries taken off the queue whose rows the core's vclock lacks yet
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -160,7 +161,10 @@ class Journal:
 
     @property
     def pending(self) -> int:
-        return len(self._queue)
+        """Entries submitted whose rows are not in the core's vclock yet: queued, being
+        persisted, or kept for want of room. 0 means drained: the vclock holds every row
+        submitted (a rejoin takes what a snapshot must cover only then: node/rejoin.py)."""
+        return len(self._queue) + self._in_flight
 
     async def changed(self, timeout: float | None = None) -> None:
         """Wait until the next batch is durable (relays wait here for new rows)."""
@@ -246,6 +250,7 @@ class Journal:
                     entries.append(e)
                     ntxn += e.ntxn
                     rows += e.rows
+                self._in_flight = len(batch)
                 woken = False
                 t0 = time.perf_counter()
                 try:
@@ -275,6 +280,7 @@ class Journal:
                 if self.space is not None and self.wal is not None:
                     self.space.wrote(self.wal.bytes_written)
                 self.core.commit_tops(tops, on_disk=self.wal is not None and self.wal.mode == "fsync")
+                self._in_flight = 0
                 self.commit_seconds.observe(time.perf_counter() - t0)
                 self.batches += 1
                 self.txns_written += ntxn
@@ -296,6 +302,7 @@ class Journal:
             raise
         except BaseException as e:  # a persistence failure: nothing after it may be acknowledged
             self.failed = e
+            self._in_flight = 0                     # failed below: nothing of it will land
             # Every row was checked before it was claimed, so this is the disk, or a bug: the node
             # stops (it cannot acknowledge), and the next start's recovery replays the WAL and
             # names any row the store still refuses, with the way out (node/wal/recovery.py).

@@ -223,6 +223,7 @@ async def test_a_failing_fsync_fails_every_waiter_and_calls_on_fatal(tmp_path):
     assert refused and all(e is error for _, e in refused)
     assert node.fatal == [error]
     assert node.journal.failed is error
+    assert node.journal.pending == 0, "what failed is answered: nothing is left to drain"
     with pytest.raises(OSError):
         node.journal.submit_nowait([node.txn([Op(OP_PUT, "data", "late", 1)])])
     # nothing that failed to persist counts as durable or reached the store

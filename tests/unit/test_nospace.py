@@ -4,6 +4,7 @@ then; nothing of it is lost, nothing is written twice, and the node's other fail
 import asyncio
 import errno
 import os
+import threading
 
 import lmdb
 import pytest
@@ -51,6 +52,19 @@ class Pieces:
 
     def put(self, key: str, value) -> asyncio.Future:
         return self.journal.submit_nowait([self.txn([Op(OP_PUT, "kv", key, value)])])
+
+    def hold_writes(self, monkeypatch) -> tuple[threading.Event, threading.Event]:
+        """The WAL's next writes block in their thread until the test lets them go: (entered,
+        release). Only an executor thread may block so (a batch too big for the loop)."""
+        entered, release = threading.Event(), threading.Event()
+        real_write = self.wal.write_batch
+
+        def held_write(data):
+            entered.set()
+            assert release.wait(DEADLINE_S), "the test never let the write go"
+            return real_write(data)
+        monkeypatch.setattr(self.wal, "write_batch", held_write)
+        return entered, release
 
     async def stop(self) -> None:
         await asyncio.wait_for(self.journal.stop(), DEADLINE_S)

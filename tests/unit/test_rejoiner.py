@@ -11,6 +11,7 @@ are recorded, and the network is a stand-in too: a probe answers the greeting th
 keeping the store, as when a real donor refuses)."""
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
+from node.core.rows import OP_PUT, Op
 from node.core.replicaset import NodeCore
 from node.core.vclock import VClock
 from node import limits, rejoin
@@ -25,10 +27,13 @@ from node.core.lifecycle_rejoin import RejoinState
 from node.rejoin import REJOIN_DIR, Rejoiner
 from node.storage.store import Store
 from tests.unit.helpers import STORE_MAP_BYTES, UUID_A, UUID_B, UUID_C
+from tests.unit.test_nospace import DEADLINE_S, Pieces
+from tests.waiting import until
 
 ADDR_B, ADDR_C = "127.0.0.1:7302", "127.0.0.1:7303"
 COLLECTED = {UUID_B: 8}          # what C said it collected: B's rows up to lsn 8
 WAITING = "waiting for 127.0.0.1:7303 to receive this node's rows"
+ROWS = limits.journal_inline_rows_max + 1      # a batch an executor thread persists
 
 
 class _Life:
@@ -259,3 +264,41 @@ async def test_writes_pause_only_for_a_donor_whose_link_takes_the_rows_it_lacks(
     await rj._act()
     assert (rj.machine.state is RejoinState.COVER_WAIT) is waits
     assert (node.status == "rejoining") is waits
+
+
+async def test_a_rebuild_takes_the_measure_of_the_store_only_after_a_batch_being_persisted_lands(
+        make_node, greetings, monkeypatch, tmp_path):
+    """The journal's real parts: a batch of A's own rows is being written by an executor thread when
+    the attempt finds C covers A (it has what A's vclock holds so far). The rebuild must wait for
+    that batch before it takes what the snapshot must cover (`mine`): the batch is acknowledged as
+    soon as it lands, and the swap deletes the WAL. Waiting only for the queue to empty (the CI
+    nemesis run of session 49) left it out, and eight acknowledged writes were gone."""
+    node = make_node(7)
+    p = Pieces(tmp_path / "journal")
+    await p.bootstrap()
+    node.core, node.journal = p.core, p.journal      # A alone in its table: B's rows are wanted
+    entered, release = p.hold_writes(monkeypatch)
+    rj = _told_to_rejoin(node, COLLECTED)
+    measured: list[dict[str, int]] = []
+    real_mine = rj.machine.mine
+    monkeypatch.setattr(rj.machine, "mine", lambda: measured.append(real_mine()) or measured[-1])
+    before = p.core.vclock.get(1)
+    fut = p.journal.submit_nowait([p.txn([Op(OP_PUT, "kv", f"k{i}", i) for i in range(ROWS)])])
+    last = before + ROWS
+    acting = None
+    try:
+        assert await asyncio.to_thread(entered.wait, DEADLINE_S), "the batch went to an executor thread"
+        answers, _ = greetings
+        answers[ADDR_C] = _greeting(UUID_C, {UUID_A: before, UUID_B: 8, UUID_C: 2})
+        rj.machine.tick(time.monotonic())
+        acting = asyncio.create_task(rj._act())
+        await until(lambda: node.links[:1] == [[]], DEADLINE_S, "the rebuild to take the links down")
+        assert node.join.joins == [], "a snapshot asked for before the batch landed"
+        assert node.status == "rejoining"
+    finally:
+        release.set()
+    await asyncio.wait_for(fut, DEADLINE_S)             # acknowledged
+    await asyncio.wait_for(acting, DEADLINE_S)
+    assert node.join.joins == [ADDR_C]
+    assert measured[-1][UUID_A] == last, "the snapshot must cover the acknowledged batch"
+    await p.stop()
