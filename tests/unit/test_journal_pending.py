@@ -47,19 +47,18 @@ async def test_pending_is_zero_only_when_the_vclock_has_every_submitted_row(tmp_
     p.journal.listen(asyncio.Event())          # a relay listens: the journal yields after the write
     seen: list[tuple[int, int, int]] = []       # (pending, vclock, lsn submitted last)
     submitted = [p.core.vclock.get(1)]
-    done = False
+    loop = asyncio.get_running_loop()
+    sampling = [True]
 
-    async def sample() -> None:
-        while not done:
-            seen.append((p.journal.pending, p.core.vclock.get(1), submitted[-1]))
-            await asyncio.sleep(0)
-    sampler = asyncio.create_task(sample())
+    def sample() -> None:                       # once every turn of the loop
+        seen.append((p.journal.pending, p.core.vclock.get(1), submitted[-1]))
+        if sampling[0]:
+            loop.call_soon(sample)
+    sample()
     for i in range(20):
-        await asyncio.sleep(0)                  # the sampler runs first
         submitted.append(p.core.claimed.get(1) + 1)
         await asyncio.wait_for(p.put(f"k{i}", i), DEADLINE_S)
-    done = True
-    await sampler
+    sampling[0] = False
     lacking = [s for s in seen if s[0] == 0 and s[1] < s[2]]
     assert len(seen) > 40 and not lacking, f"pending was 0 while the vclock lacked a submitted row: {lacking[:3]}"
     await p.stop()
