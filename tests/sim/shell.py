@@ -296,6 +296,7 @@ class Rejoiner:
         while n.pending:
             yield
         mine = self.machine.mine()
+        claimed = n.core.claimed.copy()               # nothing more may be claimed: the swap would lose it
         self.snapshot = None
         self.conn = c.open_request("fetch" if anon or donor_anon else "rejoin", n, c.nodes[resolve(address)])
         while self.conn.open and self.snapshot is None:
@@ -322,6 +323,7 @@ class Rejoiner:
             n.in_effect = None
             self.machine.step(RebuildFailed(address, why), c.now)
             return
+        assert n.core.claimed == claimed, f"{n} claimed rows while its snapshot came: {claimed} -> {n.core.claimed}"
         if donor_anon and not anon:
             c.stats["members rebuilt from an anonymous replica"] += 1
         if discarding:
