@@ -34,8 +34,8 @@ from node.applier.handshake import PROBE_ERRORS, open_link, probe
 from node.cluster_space.table import STATE_ANON, STATE_MEMBER, Member
 from node.core import messages as m
 from node.core import record
-from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
-                                        RejoinState, Status, anon_rejoin_id, link_takes, member_snapshot)
+from node.core.lifecycle_rejoin import RejoinMachine, RejoinState, anon_rejoin_id, link_takes, member_snapshot
+from node.core.lifecycle_rejoin_events import NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, Status
 from node.core.membership import expel_bounds, greeting_expel_bounds, greeting_vclock
 from node.core.validate import timestamp_ahead_error
 from node.errors import ClientError, RemoteProtocolError

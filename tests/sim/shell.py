@@ -21,8 +21,8 @@ from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, C
 from node.core import lifecycle_fence as fence_rules
 from node.core.lifecycle_fence import hear_greeting, own_history_lsn
 from node.core.link.ready import EMPTY
-from node.core.lifecycle_rejoin import (NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, RejoinMachine,
-                                        RejoinState, Status, anon_rejoin_id, link_takes, member_snapshot)
+from node.core.lifecycle_rejoin import RejoinMachine, RejoinState, anon_rejoin_id, link_takes, member_snapshot
+from node.core.lifecycle_rejoin_events import NoRebuild, ProbeDonor, Probed, RebuildFailed, Rebuilt, Status
 from node.core.membership import expel_bounds, greeting_expel_bounds
 
 if TYPE_CHECKING:

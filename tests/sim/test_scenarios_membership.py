@@ -346,8 +346,8 @@ def holds_from_the_first_ack(monkeypatch) -> None:
 
 
 def join_through_any_donor(monkeypatch) -> None:
-    """The rebuild before session 29, turned back where it lives (node/core/lifecycle_rejoin.py
-    Rebuild, which node/rejoin.py and the simulation both act on): a member joins through its
+    """The rebuild before session 29, turned back where it lives (the Rebuild effect as
+    node/core/lifecycle_rejoin.py hands it out, which node/rejoin.py and the simulation both act on): a member joins through its
     donor (JOIN) whatever it is, an anonymous replica too, which refuses it."""
     rebuild = lifecycle_rejoin.Rebuild
     monkeypatch.setattr(lifecycle_rejoin, "Rebuild",

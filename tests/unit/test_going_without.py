@@ -10,7 +10,8 @@ import pytest
 from node import limits
 from node.cluster_space.table import STATE_EXPELLED
 from node.core import messages as m
-from node.core.lifecycle_rejoin import ProbeDonor, Probed, Rebuilt, RejoinState
+from node.core.lifecycle_rejoin import RejoinState
+from node.core.lifecycle_rejoin_events import ProbeDonor, Probed, Rebuilt
 from node.core.link.applier import ApplierState
 from node.core.link.relay import RelayState
 from node.core.membership import OwnRowsFence

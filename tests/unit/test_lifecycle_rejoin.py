@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
-from node.core.lifecycle_rejoin import (Blocked, NoRebuild, ProbeDonor, Probed, Rebuild, RebuildFailed, Rebuilt,
-                                        RejoinMachine, RejoinState, Status, anon_rejoin_id,
-                                        member_snapshot)
+from node.core.lifecycle_rejoin import RejoinMachine, RejoinState, anon_rejoin_id, member_snapshot
+from node.core.lifecycle_rejoin_events import (Blocked, NoRebuild, ProbeDonor, Probed, Rebuild, RebuildFailed, Rebuilt,
+                                               Status)
 from node.core.replicaset import NodeCore
 from node.core.vclock import VClock
 from tests.unit.helpers import UUID_A, UUID_B, UUID_C

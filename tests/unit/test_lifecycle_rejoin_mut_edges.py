@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from node.core.lifecycle_rejoin import _NEXT, ProbeDonor, Probed, Rebuild, RebuildFailed, Rebuilt, RejoinState, Status
+from node.core.lifecycle_rejoin import _NEXT, RejoinState
+from node.core.lifecycle_rejoin_events import ProbeDonor, Probed, Rebuild, RebuildFailed, Rebuilt, Status
 from node.core.membership import describe_uncovered
 from tests.unit.helpers import UUID_A, UUID_B, UUID_C
 from tests.unit.test_lifecycle_rejoin import (ADDR_B, ADDR_C, ADDR_D, POLL, RETRY, UUID_D, WHY, _cover_wait,

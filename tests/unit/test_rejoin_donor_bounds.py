@@ -7,7 +7,8 @@ the simulation's full mix, seed 2370 (D held rows 1-3 of B, expelled with bound 
 node knows itself stays its own (mine()), even where the donor's is lower."""
 from __future__ import annotations
 
-from node.core.lifecycle_rejoin import Probed, ProbeDonor, Rebuild, RejoinState, Status
+from node.core.lifecycle_rejoin import RejoinState
+from node.core.lifecycle_rejoin_events import Probed, ProbeDonor, Rebuild, Status
 from node.core.membership import greeting_expel_bounds
 from tests.unit.helpers import UUID_A, UUID_B, UUID_C
 from tests.unit.test_lifecycle_rejoin import ADDR_B, ADDR_C, ADDR_D, UUID_D, WHY, by_uuid, machine, take, told
