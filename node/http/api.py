@@ -38,6 +38,7 @@ log = logging.getLogger("replog.http")
 MSGPACK = "application/msgpack"
 # /ui: the page (its data calls carry the token); /livez, /readyz: probes carry none
 OPEN_PATHS = ("/v1/health", "/livez", "/readyz", "/metrics", "/v1/replication", "/ui")
+JOINING = ("joining", "waiting")    # statuses of a node whose join (or start-up exchange) polls its peers each round
 
 
 # --- encoding ---------------------------------------------------------------------------
@@ -288,11 +289,17 @@ async def put_peers(request: web.Request) -> web.Response:
         if err is not None:
             raise ClientError(400, "bad_peers", f"peers: {err}")
     node = _node(request)
-    if node.status != "running":
+    if node.status != "running" and node.status not in JOINING:
         raise ClientError(503, "not_ready", f"node is {node.status}")
     for p in body["peers"]:
         if p in (node.cfg.address, node.cfg.listen):
             raise ClientError(400, "bad_peers", f"peers: {p} is this node itself")
+    if node.status in JOINING:
+        # No links yet: the join polls the peers each round, from the next one on these (a joiner
+        # whose peers are all down or cannot register it is pointed at others without a restart)
+        node.peers = list(dict.fromkeys(body["peers"]))
+        log.info("admin: peers := %s (the join polls them from its next round)", node.peers)
+        return reply(request, {"peers": list(node.peers), "stopping": []})
     removed = [a for a in node.appliers if a not in body["peers"]]
     stopping = dict(zip(node.configure_peers(body["peers"]), removed))   # stopped in this order (set_peers)
     late = []

@@ -153,9 +153,13 @@ class Faults:
         return True
 
     def configure_peers(self: "Cluster", name: str, peers: list[str]) -> None:
-        """Node.configure_peers (PUT /v1/admin/peers): duplicates collapse."""
+        """Node.configure_peers (PUT /v1/admin/peers): duplicates collapse. A node still joining
+        polls them from its join's next round instead of those it was started with (node/http/api.py
+        put_peers; seeds 216015 and 221128 of the full+replace mix: a fence waited for a joiner
+        that could join only through a member it was not started with)."""
         n = self.node(name)
         n.peers = list(dict.fromkeys(peers))
+        n.join_peers = []
         self.stats["peer_changes"] += 1
         self.log(f"{n} peers := {n.peers}")
 

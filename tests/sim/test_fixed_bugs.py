@@ -599,10 +599,12 @@ def test_a_need_from_a_second_address_of_a_followed_member_ends():
     (RejoinMachine.note_duplicate); without that the run never goes quiet. The two other changes
     of that session each also spare this run the stall (no pause for a donor whose link takes
     none of the rows, `cover_links`; a link greets again after it took an expel from a fenced
-    upstream's greeting), so it runs with both turned back, as it was found."""
+    upstream's greeting), and so does session 50's (a joiner takes new peers: D joins through
+    them), so it runs with all three turned back, as it was found."""
     full = dict(full=True, anon_crash=True, anon_replace=True, rules={"cover_links": False})
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(link_applier, "greeting_expels", lambda greeting: _Stated())
+        joiners_keep_their_peers(mp)
         c = run_seed(203435, **full)
         assert c.stats["refused_duplicate"] and all(not n.rejoiner.machine.need for n in c.members() if n.core)
         mp.setattr(lifecycle_rejoin.RejoinMachine, "note_duplicate", lambda self, address: None)
@@ -685,19 +687,43 @@ def test_a_link_that_took_an_expel_from_a_fenced_upstreams_greeting_greets_it_ag
             run_seed(208588, **full)
 
 
-@pytest.mark.xfail(strict=True, raises=SimFailure, reason="open: a fence waits for a joiner that cannot join")
-def test_a_fence_does_not_wait_for_the_word_of_a_joiner_that_cannot_join():
-    """REPLOG_SIM_MIX=full+replace, seed 216015 (found in session 49, fails on 850cee5 too;
-    open). A and C, fenced after power losses under wal_mode write, lost the rows that
-    registered G; G, joining with A, B and C as its peers, polled them and so said it holds
-    none of their rows, but before it knew that B is expelled, so the fences do not count its
-    word (docs/replication.md "An origin never reuses an lsn"), and a joiner with no store
-    cannot take the expel from their greetings. B is down for good, and A and C register nobody
-    while fenced: G never joins, and the fences stand for good. Ways out to weigh: count the word
-    of a node with no store (it can take this node's rows later only through a join, which takes
-    no donor any polled greeting lists as expelled), or let a joiner keep the expels it polled.
-    The operator's way out today: give G the other members as peers, or expel G."""
-    run_seed(216015, full=True, anon_crash=True, anon_replace=True)
+def joiners_keep_their_peers(mp) -> None:
+    """The peers rule before session 50 turned back: a peers change reaches a node only once it
+    runs (PUT /v1/admin/peers answered 503 while it joined); its join keeps the peers it was
+    started with."""
+    from tests.sim.faults import Faults
+    configure = Faults.configure_peers
+
+    def keeping_join_peers(self, name: str, peers: list[str]) -> None:
+        n = self.node(name)
+        kept = n.join_peers
+        configure(self, name, peers)
+        n.join_peers = kept
+    mp.setattr(Faults, "configure_peers", keeping_join_peers)
+
+
+@pytest.mark.parametrize("seed", [216015, 221128])
+def test_a_joiner_the_fences_wait_for_joins_through_the_member_its_new_peers_name(seed):
+    """REPLOG_SIM_MIX=full+replace, seeds 216015 (session 49) and 221128 (session 50). The
+    fenced members lost, in power losses under wal_mode write, the rows that registered a joiner;
+    the joiner, started with peers that are now down or fenced (a fenced member registers nobody
+    new), polled them before it knew of an expel, so the fences do not count its word (an expelled
+    member might still give it their rows), and with no store it cannot take the expel from their
+    greetings: it never joined, and the fences waited for it for good. The operator then gives
+    the joiner other peers, among them a member that has it registered and serves its JOIN while
+    fenced (registering it again writes nothing); that change used to reach only a running node
+    (503 while joining: the simulation's operator was never refused, but its joiner kept the peers
+    it was started with). Now a joining node polls its new peers from its next round."""
+    c = run_seed(seed, full=True, anon_crash=True, anon_replace=True)
+    assert c.stats["peer_changes"] > 0
+    assert all(n.core is not None and n.core.fence is None for n in c.nodes.values() if n.up and not n.proc)
+
+
+def test_the_simulation_catches_a_joiner_that_keeps_the_peers_it_was_started_with(monkeypatch):
+    """Turned back (a peers change does not reach a joining node's join), seed 221128 stalls."""
+    joiners_keep_their_peers(monkeypatch)
+    with pytest.raises(SimFailure, match="quiet .* not reached"):
+        run_seed(221128, full=True, anon_crash=True, anon_replace=True)
 
 
 def test_a_node_going_without_rows_rebuilds_once_a_peer_covers_it():
