@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from node import limits
 from node.applier.handshake import PROBE_ERRORS, probe
 from node.cluster_space.table import STATE_MEMBER
-from node.core.lifecycle_join import wrong_store
+from node.core.lifecycle_join_rules import wrong_store
 from node.core.membership import greeting_vclock
 from node.errors import ConfigError, PeerRefused, StorageError
 from node.identity import identity_file as idf
@@ -220,7 +220,7 @@ class Lifecycle:
 
     def check_wrong_store(self, polled: dict[str, dict | BaseException]) -> None:
         """Peers that answered all belong to another cluster than ours: abort (Qpid: wrong store;
-        the rule: node.core.lifecycle_join.wrong_store)."""
+        the rule: node.core.lifecycle_join_rules.wrong_store)."""
         what = wrong_store(self.member_cluster_uuid(), polled)
         if what is not None:
             raise Aborted(f"wrong store: this node belongs to cluster {self.member_cluster_uuid()}, the peers it "

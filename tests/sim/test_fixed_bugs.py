@@ -427,13 +427,15 @@ def test_the_simulation_catches_a_fresh_node_that_founds_without_hearing_every_p
 
 def test_the_simulation_catches_a_newcomer_that_takes_a_member_without_its_store_for_a_fresh_node(monkeypatch):
     """A member whose store was lost greets `member_of` its cluster (node/lifecycle.py
-    greeting_fields), and node.core.lifecycle_join is_fresh does not count it fresh. Turned back
-    (a peer without a store is fresh, whatever its identity), a newcomer whose only peer it is
-    founds a second cluster, and the scenario that guards the rule fails saying so."""
-    from node.core import lifecycle_join
+    greeting_fields), and node.core.lifecycle_join_rules is_fresh does not count it fresh. Turned
+    back (a peer without a store is fresh, whatever its identity) where it lives and where the
+    machine calls it, a newcomer whose only peer it is founds a second cluster, and the scenario
+    that guards the rule fails saying so."""
+    from node.core import lifecycle_join, lifecycle_join_rules
     from tests.sim.test_scenarios_membership import \
         test_a_new_node_whose_only_peer_lost_its_store_does_not_found_a_second_cluster as guarded
-    monkeypatch.setattr(lifecycle_join, "is_fresh", lambda g: isinstance(g, dict) and not g.get("cluster_uuid"))
+    for module in (lifecycle_join_rules, lifecycle_join):
+        monkeypatch.setattr(module, "is_fresh", lambda g: isinstance(g, dict) and not g.get("cluster_uuid"))
     with pytest.raises(SimFailure, match="two clusters"):
         guarded(lambda seed: Cluster(seed))
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from node.core import messages as m
-from node.core.lifecycle_join import JoinState, founders, is_fresh
+from node.core.lifecycle_join import JoinState
+from node.core.lifecycle_join_rules import founders, is_fresh
 from node.core.lifecycle_join_events import Bootstrap, Status
 from node.errors import RemoteProtocolError
 from tests.unit.helpers import UUID_A, UUID_B, UUID_C

@@ -12,7 +12,8 @@ from node import limits
 from node.cluster_space.table import STATE_ANON, STATE_EXPELLED, STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
 from node.core.lifecycle_fence import give_up, own_history_lsn, take_up_fence
-from node.core.lifecycle_join import JoinMachine, JoinState, anon_id, join_fence, refusal_notes, requested_id, wrong_store
+from node.core.lifecycle_join import JoinMachine, JoinState
+from node.core.lifecycle_join_rules import anon_id, join_fence, refusal_notes, requested_id, wrong_store
 from node.core.lifecycle_join_events import (BROKEN, EXPELLED, IDENTITY_REJECTED, PENDING, REFUSED, WRONG_CLUSTER,
                                              Abort, Activated, Ask, AskFailed, BecomeMember, Bootstrap, Bootstrapped,
                                              CatchUp, CaughtUp, IdGranted, Install, Installed, PollPeers, Polled,

@@ -10,7 +10,8 @@ import pytest
 from node import limits
 from node.cluster_space.table import STATE_MEMBER, ClusterTable, Member
 from node.core import messages as m
-from node.core.lifecycle_join import JoinMachine, JoinState, join_fence
+from node.core.lifecycle_join import JoinMachine, JoinState
+from node.core.lifecycle_join_rules import join_fence
 from node.core.lifecycle_join_events import (Ask, AskFailed, BecomeMember, Bootstrap, CatchUp, Install, PollPeers, Polled,
                                              SnapshotReceived, Status)
 from node.identity.signature import Decision, InitialSignature, MemberStatus, Outcome, StoreStatus
