@@ -297,9 +297,10 @@ async def put_peers(request: web.Request) -> web.Response:
     if node.status in JOINING:
         # No links yet: the join polls the peers each round, from the next one on these (a joiner
         # whose peers are all down or cannot register it is pointed at others without a restart)
-        node.peers = list(dict.fromkeys(body["peers"]))
-        log.info("admin: peers := %s (the join polls them from its next round)", node.peers)
-        return reply(request, {"peers": list(node.peers), "stopping": []})
+        node.configure_peers(body["peers"])
+        peers = list(dict.fromkeys(body["peers"]))
+        log.info("admin: peers := %s (the join polls them from its next round)", peers)
+        return reply(request, {"peers": peers, "stopping": []})
     removed = [a for a in node.appliers if a not in body["peers"]]
     stopping = dict(zip(node.configure_peers(body["peers"]), removed))   # stopped in this order (set_peers)
     late = []

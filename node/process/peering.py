@@ -104,8 +104,12 @@ class Peering:
 
     # --- upstreams --------------------------------------------------------------------------------
     def configure_peers(self, peers: list[str]) -> list[asyncio.Task]:
-        """The replication sources from now on (PUT /v1/admin/peers); see set_peers."""
+        """The replication sources from now on (PUT /v1/admin/peers); see set_peers. Before the
+        node runs the list is only kept: a join polls it each round, and the appliers start from
+        it once the node runs (node/process/node.py)."""
         self.peers[:] = dict.fromkeys(peers)
+        if self.node.status != "running":
+            return []
         return self.set_peers(list(self.peers))
 
     def set_peers(self, peers: list[str]) -> list[asyncio.Task]:
