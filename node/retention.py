@@ -259,7 +259,10 @@ class Retention:
         node = self.node
         assert not fault("checkpoint_bug"), "fault point checkpoint_bug"
         store, core = node.store, node.core
-        synced = store.vclock.to_dict()          # everything up to here is on disk after sync()
+        # everything up to here is on disk after sync(): the core's vclock, which moves once a batch
+        # is committed (the store's moves inside the write transaction, which a batch applied on an
+        # executor thread may hold open now)
+        synced = core.vclock.to_dict()
         await asyncio.get_running_loop().run_in_executor(None, store.sync)
         core.mark_synced(VClock(synced))
         self._hold_for_new_members()
