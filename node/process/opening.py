@@ -113,11 +113,18 @@ class Opening:
                             "relay, and a subscriber behind that is told to rejoin", store.get_meta("gc_vclock") or {},
                             gc)
                 store.set_meta(gc_vclock=gc)
-        store.sync()
         node.core = NodeCore(node.uuid, store.table.copy(), store.vclock, hlc_last=res.hlc_last,
                              spaces=store.space_flags(), own_history_lsn=int(store.get_meta("own_history_lsn") or 0))
         node.fence.restore()
+        if store.get_meta("anon") and not node.core.anon:
+            # its registration as a member was recovered, but the node stopped before its store said
+            # so: say it now, or no later start of this member looks for a loss (Opening.open)
+            log.warning("node: this store registers this node as a member; it is no anonymous replica any more")
+            store.set_meta(anon=False)
         node.fence.mark_running(True)
+        # on disk before any write: in wal_mode write a power loss could otherwise take the mark back
+        # to an orderly stop's, and the next start would not fence for what the WAL lost
+        store.sync()
         node.core.knowledge = store.load_knowledge()
         node.retention.load()
         node.journal = Journal(node.core, store, wal, node.on_fatal, space=node.space)

@@ -16,12 +16,16 @@ def test_a_range_that_passes_exits_0_and_says_how_many_and_leaves_the_callers_lo
     assert logging.getLogger("replog").level == level and not gc.get_freeze_count()
 
 
-def test_a_failing_seed_exits_1_and_names_the_command_that_replays_it(capsys):
-    """Seed 216015 of full+replace is an open stall (tests/sim/test_fixed_bugs.py, a strict xfail)."""
-    assert soak.main(["--seeds", "216015", "--mix", "full+replace", "--jobs", "1"]) == 1
+def test_a_failing_seed_exits_1_and_names_the_command_that_replays_it(capsys, monkeypatch):
+    """Seed 221128 of full+replace stalls with session 50's peers rule turned back
+    (tests/sim/test_fixed_bugs.py joiners_keep_their_peers); the jobs are forked, so they run
+    with it turned back too."""
+    from tests.sim.test_fixed_bugs import joiners_keep_their_peers
+    joiners_keep_their_peers(monkeypatch)
+    assert soak.main(["--seeds", "221128", "--mix", "full+replace", "--jobs", "1"]) == 1
     out = capsys.readouterr().out
-    assert "1 failed" in out and "seed 216015: SimFailure: seed 216015: quiet" in out
-    assert "repro: REPLOG_SIM_MIX=full+replace REPLOG_SIM_SEED=216015 .venv/bin/python -m pytest" in out
+    assert "1 failed" in out and "seed 221128: SimFailure: seed 221128: quiet" in out
+    assert "repro: REPLOG_SIM_MIX=full+replace REPLOG_SIM_SEED=221128 .venv/bin/python -m pytest" in out
 
 
 @pytest.mark.parametrize("argv", [["--seeds", "5-2"], ["--seeds", "x"], ["--seeds", "0-2", "--jobs", "0"],
