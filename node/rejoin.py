@@ -49,6 +49,9 @@ log = logging.getLogger("replog.rejoin")
 
 REJOIN_DIR = "store.rejoin"
 COMPLETE_META = "rejoin_complete"
+# a rebuilt store whose WAL has not started: it has none because it has not run yet, not because
+# one was lost (a start after a crash around the swap is no LOSS_NO_WAL); cleared once it opens
+WAL_NOT_STARTED = "wal_not_started"
 # Not carried into the rebuilt store: what the snapshot decides, and what speaks in the old ids
 # ("acks": the WAL holds; every member holds the new WAL whole until it acknowledges rows).
 _NOT_CARRIED = ("vclock", "hlc", "gc_vclock", "own_fence", "recovery_skipped", "acks", COMPLETE_META)
@@ -361,6 +364,7 @@ class Rejoiner:
         meta["own_history_lsn"] = max(int(meta.get("own_history_lsn") or 0), own)
         meta["hlc"] = max(int(old.get_meta("hlc") or 0), int(new.get_meta("hlc") or 0))
         meta["gc_vclock"] = {k: v for k, v in snap_vclock.items() if k}
+        meta[WAL_NOT_STARTED] = True
         cluster_uuid = meta.pop("cluster_uuid")
         new.set_meta(**meta)
         new.set_meta(cluster_uuid=cluster_uuid)     # last: a store is non-empty from here on

@@ -32,7 +32,7 @@ from node.errors import ConfigError, StorageError
 from node.fence import wal_present
 from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
 from node.journal import Journal
-from node.rejoin import finish_interrupted, receive_snapshot
+from node.rejoin import WAL_NOT_STARTED, finish_interrupted, receive_snapshot
 from node.storage.store import Store
 from node.wal.gc import gc_at_wal_start
 from node.wal.recovery import recover
@@ -75,7 +75,8 @@ class Opening:
             return
         if store.get_meta("anon") is False and node.cfg.anon:
             raise ConfigError("anon", "this store belongs to a registered member; it cannot go back to anonymous")
-        loss = None if store.get_meta("anon") else node.fence.loss_at_open(wal_present(node.wal_dir))
+        loss = None if store.get_meta("anon") or store.get_meta(WAL_NOT_STARTED) else \
+            node.fence.loss_at_open(wal_present(node.wal_dir))
         if loss is not None:
             node.fence.set(loss, rebuilt=False)
         self.open_bootstrapped()
@@ -121,6 +122,8 @@ class Opening:
             # so: say it now, or no later start of this member looks for a loss (Opening.open)
             log.warning("node: this store registers this node as a member; it is no anonymous replica any more")
             store.set_meta(anon=False)
+        if store.get_meta(WAL_NOT_STARTED):
+            store.set_meta(**{WAL_NOT_STARTED: False})     # its WAL starts now: losing it is a loss
         node.fence.mark_running(True)
         # on disk before any write: in wal_mode write a power loss could otherwise take the mark back
         # to an orderly stop's, and the next start would not fence for what the WAL lost

@@ -12,11 +12,13 @@ said it is a member, kept `anon` in its meta for good, so that no later start lo
 a start that finds itself a member repairs the mark."""
 from __future__ import annotations
 
+import shutil
 from types import SimpleNamespace
 
 from node.cluster_space.table import STATE_MEMBER, Member
 from node.fence import FenceKeeper
 from node.process.opening import Opening
+from node.rejoin import WAL_NOT_STARTED, Rejoiner
 from node.retention import Retention
 from node.storage.store import Store
 from tests.unit.helpers import ADDR_A, UUID_A
@@ -68,3 +70,42 @@ async def test_a_store_that_registers_this_node_as_a_member_stops_saying_it_is_a
     finally:
         await node.journal.stop()
         store.close()
+
+
+def _started(tmp_path) -> SimpleNamespace:
+    """What Opening.open reads beyond open_bootstrapped's parts."""
+    node = _node(tmp_path)
+    node.space = SimpleNamespace(paths=[], sample=lambda: None)
+    node.lease = None
+    node.life = SimpleNamespace(after_open=lambda: None)
+    return node
+
+
+async def test_a_rebuilt_store_whose_wal_has_not_started_is_no_lost_wal(tmp_path):
+    """A rejoin's new store is complete and swapped in (the WAL goes with the old store), and the
+    process dies before the new WAL's first segment (or before the swap, which the next start
+    finishes): the store has no WAL because it has not run yet, not because one was lost. It
+    used to be fenced for a lost WAL, and waited for every member's word."""
+    old = _store(tmp_path / "old")
+    old.set_meta(running=True, wal_mode="write")
+    new = Store(str(tmp_path / "store"), map_size=1 << 26)
+    new.put_cluster_member(Member(UUID_A, 1, ADDR_A, STATE_MEMBER))
+    Rejoiner._carry_over(old, new, {1: 0})
+    old.close()
+    new.close()
+    node = _started(tmp_path)
+    Opening(node).open(UUID_A)
+    try:
+        assert node.core.fence is None, node.core.fence
+        assert not node.store.get_meta(WAL_NOT_STARTED)          # it has a WAL from here on
+    finally:
+        await node.journal.stop()
+        node.store.close()
+    shutil.rmtree(node.wal_dir)                                   # ... and losing that one is a loss
+    node = _started(tmp_path)
+    Opening(node).open(UUID_A)
+    try:
+        assert node.core.fence is not None
+    finally:
+        await node.journal.stop()
+        node.store.close()
