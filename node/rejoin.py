@@ -128,6 +128,7 @@ class Rejoiner:
         self.machine = RejoinMachine(self)
         self._blocked_since: float | None = None   # when attempts began to find no donor (None: they do not)
         self._said: tuple[int, float] | None = None   # the last such line: (level, when)
+        self._resume: tuple[str, str] | None = None   # the catch-up an attempt paused: shown again after it
 
     need = property(lambda self: self.machine.need)            # upstream address -> why it said rejoin
     blocked = property(lambda self: self.machine.blocked)      # why the last attempt could not rebuild
@@ -180,7 +181,9 @@ class Rejoiner:
         return self.node.core
 
     def may_rejoin(self) -> bool:
-        return self.node.status == "running" and self.node.core is not None
+        # also while catching up at start (node/lifecycle.py catch_up): the member it catches up
+        # with may have collected the rows it lacks, and the catch-up would wait for them for good
+        return self.node.status in ("running", "catching_up") and self.node.core is not None
 
     def upstreams(self) -> dict[str, tuple[bool, dict[str, int]]]:
         return {addr: (a.status == "follow", a.peer_vclock) for addr, a in self.node.appliers.items()}
@@ -232,7 +235,12 @@ class Rejoiner:
     def _show(self, note) -> None:
         node = self.node
         if type(note) is Status:
-            node.status, node.status_reason = note.status, note.reason
+            if note.status != "running" and node.status == "catching_up":
+                self._resume = (node.status, node.status_reason)
+            if note.status == "running" and self._resume is not None:
+                (node.status, node.status_reason), self._resume = self._resume, None   # not active yet
+            else:
+                node.status, node.status_reason = note.status, note.reason
         elif type(note) is NoRebuild:
             log.info("rejoin: caught up past what was collected while looking for a donor; no rebuild")
         elif not note.on_links:         # a rebuild that failed: tried again, maybe from another donor

@@ -30,6 +30,18 @@ def gc_past(node: ReplogProcess, uuid: str, lsn: int) -> bool:
     return node.info()["wal"]["gc_vclock"].get(rid, 0) > lsn
 
 
+def collect_past(a: ReplogProcess, d: ReplogProcess, acked: Acked) -> tuple[str, int]:
+    """A writes 300 rows, D (following A) takes them, and A collects its WAL past D's position
+    before them; returns (A's uuid, that position)."""
+    au = a.uuid()
+    d_had = d.info()["vclock_uuid"][au]
+    for i in range(300):
+        acked.put(a, "kv", f"a-{i}", "x" * 100)
+    acked_everywhere([d], acked, 60)
+    wait_for(lambda: gc_past(a, au, d_had + 50), 30, "A collected its WAL past the backup's position")
+    return au, d_had
+
+
 def d_behind_both(tmp_path, procs):
     """Returns (a, r, d, acked): D restored from a backup whose position is behind the WAL of A
     (collected) and of R (started after it), D down."""
@@ -43,12 +55,7 @@ def d_behind_both(tmp_path, procs):
     backup = str(tmp_path / "d-backup")
     shutil.copytree(d.data_dir, backup)
     d.start()
-    au = a.uuid()
-    d_had = d.info()["vclock_uuid"][au]
-    for i in range(300):
-        acked.put(a, "kv", f"a-{i}", "x" * 100)
-    acked_everywhere([d], acked, 60)
-    wait_for(lambda: gc_past(a, au, d_had + 50), 30, "A collected its WAL past the backup's position")
+    au, d_had = collect_past(a, d, acked)
     r = started(procs, tmp_path, "r", peers=[a], extra=["--anon"])
     acked_everywhere([r], acked, 60)
     assert gc_past(r, au, d_had + 50), r.info()["wal"]        # its WAL starts at its snapshot

@@ -302,3 +302,17 @@ async def test_a_rebuild_takes_the_measure_of_the_store_only_after_a_batch_being
     assert node.join.joins == [ADDR_C]
     assert measured[-1][UUID_A] == last, "the snapshot must cover the acknowledged batch"
     await p.stop()
+
+
+async def test_a_node_catching_up_at_start_rejoins_and_is_catching_up_again_after(make_node, greetings):
+    """A member that catches up before it goes active (`--cluster-wait-for`, node/lifecycle.py
+    catch_up) may be told to rejoin by the member it catches up with: an attempt runs (it used
+    to wait for a running node: the catch-up then waited for good), and once it is over the node
+    is catching up again, not running: it has not gone active
+    (tests/integration/test_catch_up_rejoin.py has the whole start)."""
+    node = make_node(7)
+    node.status, node.status_reason = "catching_up", "catching up from C"
+    rj = _told_to_rejoin(node, COLLECTED)
+    await _in_cover_wait(node, rj, greetings)         # writes paused, then a rebuild the donor refuses
+    assert node.join.joins == [ADDR_C]
+    assert (node.status, node.status_reason) == ("catching_up", "catching up from C")
