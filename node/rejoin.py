@@ -235,7 +235,7 @@ class Rejoiner:
     def _show(self, note) -> None:
         node = self.node
         if type(note) is Status:
-            if note.status != "running" and node.status == "catching_up":
+            if node.status == "catching_up":
                 self._resume = (node.status, node.status_reason)
             if note.status == "running" and self._resume is not None:
                 (node.status, node.status_reason), self._resume = self._resume, None   # not active yet

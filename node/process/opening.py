@@ -122,8 +122,7 @@ class Opening:
             # so: say it now, or no later start of this member looks for a loss (Opening.open)
             log.warning("node: this store registers this node as a member; it is no anonymous replica any more")
             store.set_meta(anon=False)
-        if store.get_meta(WAL_NOT_STARTED):
-            store.set_meta(**{WAL_NOT_STARTED: False})     # its WAL starts now: losing it is a loss
+        store.set_meta(**{WAL_NOT_STARTED: False})         # its WAL starts now: losing it is a loss
         node.fence.mark_running(True)
         # on disk before any write: in wal_mode write a power loss could otherwise take the mark back
         # to an orderly stop's, and the next start would not fence for what the WAL lost

@@ -22,6 +22,17 @@ from tests.waiting import until
 ROWS = limits.journal_inline_rows_max + 1      # one more than a batch persisted on the loop
 
 
+async def test_a_new_journal_is_drained_and_an_entry_is_pending_from_its_submission(tmp_path):
+    p = Pieces(tmp_path)
+    assert p.journal.pending == 0
+    await p.bootstrap()
+    fut = p.put("k", 1)
+    assert p.journal.pending == 1                # queued: the journal's task has not run yet
+    await asyncio.wait_for(fut, DEADLINE_S)
+    assert p.journal.pending == 0
+    await p.stop()
+
+
 async def test_a_batch_an_executor_thread_is_persisting_is_pending(tmp_path, monkeypatch):
     p = Pieces(tmp_path)
     await p.bootstrap()

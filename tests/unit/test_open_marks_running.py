@@ -53,6 +53,7 @@ async def test_the_running_mark_is_synced_before_the_journal_starts(tmp_path, mo
         marked = said.index(("set", True))
         assert ("sync", None) in said[marked:], f"the running mark was not synced at open: {said}"
         assert store.get_meta("running") is True
+        assert store.get_meta("anon") is None        # a member's store is not told it is one again
     finally:
         await node.journal.stop()
         store.close()
@@ -106,6 +107,25 @@ async def test_a_rebuilt_store_whose_wal_has_not_started_is_no_lost_wal(tmp_path
     Opening(node).open(UUID_A)
     try:
         assert node.core.fence is not None
+    finally:
+        await node.journal.stop()
+        node.store.close()
+
+
+async def test_an_anonymous_replica_stays_one_and_looks_for_no_loss(tmp_path, caplog):
+    """Its own rows are private notes nobody holds: a start fences nothing (here its WAL is gone),
+    and its store goes on saying it is anonymous."""
+    from node.cluster_space.table import STATE_ANON
+    store = Store(str(tmp_path / "store"), map_size=1 << 26)
+    store.put_cluster_member(Member(UUID_A, 1, ADDR_A, STATE_ANON))
+    store.set_meta(uuid=UUID_A, cluster_uuid="cluster-1", running=True, wal_mode="write", anon=True)
+    store.close()
+    node = _started(tmp_path)
+    node.cfg.anon = True
+    Opening(node).open(UUID_A)
+    try:
+        assert node.core.anon and node.core.fence is None and not node.store.get_meta("own_fence")
+        assert node.store.get_meta("anon") is True and "no anonymous replica" not in caplog.text
     finally:
         await node.journal.stop()
         node.store.close()

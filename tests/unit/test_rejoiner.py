@@ -316,3 +316,13 @@ async def test_a_node_catching_up_at_start_rejoins_and_is_catching_up_again_afte
     await _in_cover_wait(node, rj, greetings)         # writes paused, then a rebuild the donor refuses
     assert node.join.joins == [ADDR_C]
     assert (node.status, node.status_reason) == ("catching_up", "catching up from C")
+
+
+@pytest.mark.parametrize("status", ["loading", "joining", "waiting", "stopping"])
+async def test_no_attempt_runs_on_a_node_that_neither_runs_nor_catches_up(make_node, greetings, status):
+    node = make_node(7)
+    node.status = status
+    rj = _told_to_rejoin(node, COLLECTED)
+    rj.machine.tick(time.monotonic())
+    await rj._act()
+    assert greetings[1] == [] and not rj.running and node.status == status
