@@ -286,7 +286,7 @@ class Lifecycle:
             target = self._still_held(target, theirs.get("uuid"))
             have = node.core.vclock_by_uuid()
             behind = sum(max(0, lsn - have.get(u, 0)) for u, lsn in target.items())
-            if not behind:
+            if not behind and not node.rejoiner.running:     # (after a rejoin under way: it shows the status)
                 log.info("initialization: caught up with %s at %s", theirs.get("address"), target)
                 return
             node.status_reason = f"catching up from {theirs.get('address')}: {behind} rows behind"

@@ -329,6 +329,7 @@ class LifecycleHost(StoreKeeper, Protocol):
     lease: Any
     appliers: dict[str, Any]
     join: Joining
+    rejoiner: Any                             # node/rejoin.py Rejoiner: a catch-up ends only between its attempts
 
     @property
     def options_digest(self) -> str: ...

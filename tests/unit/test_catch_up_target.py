@@ -20,7 +20,7 @@ DONOR, ORIGIN = "d0000000-0000-4000-8000-000000000001", "e0000000-0000-4000-8000
 def _node(have: dict[str, int], appliers: dict) -> SimpleNamespace:
     core = SimpleNamespace(vclock_by_uuid=lambda: dict(have))
     return SimpleNamespace(core=core, status="", status_reason="", peers=[], appliers=appliers,
-                           set_peers=lambda peers: None)
+                           set_peers=lambda peers: None, rejoiner=SimpleNamespace(running=False))
 
 
 def _applier(peer_uuid: str | None, peer_vclock: dict[str, int], greeted: bool = True) -> SimpleNamespace:
@@ -66,4 +66,16 @@ async def test_only_the_donors_own_greeting_lowers_the_target(applier, monkeypat
 async def test_a_donor_that_wrote_more_since_does_not_raise_the_target(monkeypatch):
     node = _node({ORIGIN: 5}, {"d:1": _applier(DONOR, {ORIGIN: 9})})
     theirs = {"uuid": DONOR, "address": "d:1", "vclock_uuid": {ORIGIN: 5}}
+    assert await _catch_up(node, theirs, monkeypatch)
+
+
+async def test_a_catch_up_ends_only_once_a_rejoin_attempt_under_way_is_over(monkeypatch):
+    """The member it catches up with told it to rejoin (node/rejoin.py may run an attempt while it
+    catches up): it goes active only after the attempt, which shows the status meanwhile and puts
+    the catch-up's back at its end (tests/integration/test_catch_up_rejoin.py)."""
+    node = _node({ORIGIN: 5}, {"d:1": _applier(DONOR, {ORIGIN: 5})})
+    node.rejoiner.running = True
+    theirs = {"uuid": DONOR, "address": "d:1", "vclock_uuid": {ORIGIN: 5}}
+    assert not await _catch_up(node, theirs, monkeypatch, within_s=0.2)
+    node.rejoiner.running = False
     assert await _catch_up(node, theirs, monkeypatch)

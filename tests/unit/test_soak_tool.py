@@ -10,10 +10,12 @@ from tools import soak
 
 
 def test_a_range_that_passes_exits_0_and_says_how_many_and_leaves_the_callers_logs_alone(capsys):
-    level, frozen = logging.getLogger("replog").level, gc.get_freeze_count()   # (tests/sim's conftest froze
-    assert soak.main(["--seeds", "0-3", "--mix", "default", "--jobs", "1"]) == 0  # what it collected, if it ran)
+    # (tests/sim's conftest froze what collection built, if it ran in this process: a frozen object
+    # freed meanwhile lowers the count; a freeze here would raise it by every tracked object)
+    level, frozen = logging.getLogger("replog").level, gc.get_freeze_count()
+    assert soak.main(["--seeds", "0-3", "--mix", "default", "--jobs", "1"]) == 0
     assert "3 seeds of mix default in" in capsys.readouterr().out
-    assert logging.getLogger("replog").level == level and gc.get_freeze_count() == frozen
+    assert logging.getLogger("replog").level == level and gc.get_freeze_count() <= frozen and gc.isenabled()
 
 
 def test_a_failing_seed_exits_1_and_names_the_command_that_replays_it(capsys, monkeypatch):
