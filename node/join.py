@@ -393,6 +393,7 @@ class Join:
             assert local_id == granted, (local_id, granted)
             if txn is not None:
                 await node.journal.submit([txn])
+                await node.journal.durable()    # answered as REGISTERED / JOIN's id: see register_member
             if codes.get(uuid) != [granted, code]:
                 codes[uuid] = [granted, code]
                 store.set_meta(registrations=codes)

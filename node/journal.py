@@ -104,6 +104,7 @@ class Journal:
         self._tail_at: dict[Position, int] = {}     # a chunk's prev and (segment, start) -> its seq
         self._listeners: set[asyncio.Event] = set()
         self._synced_at = time.monotonic()          # wal_mode write: the last periodic fsync (_sync_due)
+        self._sync_waiters: list[asyncio.Future] = []  # wal_mode write: durable() callers, for the next fsync
 
     @property
     def _inline_ok(self) -> bool:
@@ -120,11 +121,15 @@ class Journal:
             # Let queued entries finish: they were claimed and some callers wait on them.
             while self._queue and self.failed is None and self.nospace is None and not self._task.done():
                 await self.changed(timeout=limits.journal_drain_wait_s)
+            asked = [f for f in self._sync_waiters if not f.done()]   # durable() callers
+            if asked:                               # the fsync they asked for comes next (_sync_due)
+                await asyncio.wait(asked, timeout=limits.journal_drain_wait_s)
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
+            self._fail_sync_waiters(RuntimeError("the journal stopped before the fsync asked for"))
             work = self._off_loop_work
             if work is not None:
                 # The cancel stopped the task, not the thread writing the WAL for it: let the
@@ -158,6 +163,21 @@ class Journal:
     async def submit(self, txns: list[Txn]) -> None:
         fut = self.submit_nowait(txns)
         await fut  # type: ignore[misc]
+
+    async def durable(self) -> None:
+        """Return once every batch written so far is on disk, whatever `wal_mode` says (in
+        `write` an fsync is asked for now instead of at the next interval). For rows a peer is
+        answered about and relies on: a registration (a member its donor forgot after a power loss
+        would be waited for by a fence) and an expel. Raises what stopped the journal."""
+        wal = self.wal
+        if wal is None or wal.synced_bytes == wal.bytes_written:     # (always, in fsync mode)
+            return
+        if self.failed is not None:
+            raise self.failed
+        fut = self._loop.create_future()
+        self._sync_waiters.append(fut)
+        self._wake.set()
+        await fut
 
     @property
     def pending(self) -> int:
@@ -315,14 +335,23 @@ class Journal:
                 _, fut = self._queue.popleft()
                 if fut is not None and not fut.done():
                     fut.set_exception(e)
+            self._fail_sync_waiters(e)
             self._on_fatal(e)
 
     # --- wal_mode write: what reaches the disk, and when ----------------------------------
+    def _fail_sync_waiters(self, e: BaseException) -> None:
+        waiters, self._sync_waiters = self._sync_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_exception(e)
+
     def _sync_due(self) -> float | None:
         """wal_mode write: seconds until the written tail should be fsync'd (0: now), None if
         nothing waits for it. fsync mode syncs every batch; the core's `synced` vclock, which
         ACKs report and WAL holds go by, moves with it either way."""
         wal = self.wal
+        if self._sync_waiters:
+            return 0.0
         if wal is None or wal.mode != "write" or wal.synced_bytes == wal.bytes_written:
             return None
         return max(0.0, self._synced_at + limits.wal_sync_interval_s - time.monotonic())
@@ -330,12 +359,20 @@ class Journal:
     async def _sync_written(self) -> None:
         applied = self.core.vclock.copy()       # every row in it was written before the fsync below
         position = self.position
-        await self._off_loop(self.wal.sync)
+        waiters, self._sync_waiters = self._sync_waiters, []    # their batches were all written
+        try:
+            await self._off_loop(self.wal.sync)
+        except BaseException:
+            self._sync_waiters += waiters       # answered with the failure (_run), or at the stop
+            raise
         self._synced_at = time.monotonic()
         self.core.mark_synced(applied)
         self.synced_position = position
         for wake in self._listeners:            # anonymous replicas' relays may send it now
             wake.set()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     async def _off_loop(self, fn, *args):
         """fn(*args) on an executor thread. A cancel of the journal's task does not stop the

@@ -117,11 +117,15 @@ class Writes:
         return answer
 
     async def register_member(self, uuid: str, address: str, state: str = STATE_MEMBER) -> int:
-        """A `_cluster` row for `uuid` (a new member, a new address, an expel), under our own id."""
+        """A `_cluster` row for `uuid` (a new member, a new address, an expel), under our own id,
+        on disk when this returns whatever `wal_mode` says: the member registered, or the operator
+        told of the expel, relies on it (a donor that forgot a member it registered would leave a
+        fence waiting for it after a power loss)."""
         node = self.node
         local_id, txn = node.core.register_member(uuid, address, node.wall_us(), state=state)
         if txn is not None:
             await node.journal.submit([txn])
+            await node.journal.durable()
         return local_id
 
     async def expel(self, uuid: str) -> dict:
