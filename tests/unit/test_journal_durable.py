@@ -205,22 +205,35 @@ async def test_a_journal_without_a_wal_has_nothing_to_sync(tmp_path):
     await node.stop()
 
 
-async def test_a_caller_that_gave_up_waiting_does_not_break_the_journal(tmp_path):
-    """A durable() caller cancelled while it waits (its link closed): the fsync still runs, and
-    the journal goes on (answering a cancelled waiter would raise in the journal's task)."""
+async def gated_node(tmp_path, error: BaseException | None = None) -> tuple[Node, threading.Event]:
+    """A bootstrapped node whose next fsyncs wait (on their thread) until the gate opens, then
+    sync, or raise `error`; with one write in its unsynced tail."""
     gate = threading.Event()
     node = Node(tmp_path / "node", "write", FaultPoint(None))
     await node.bootstrap()
     real_fsync = node.wal._fsync
 
-    def slow_fsync(fd):
+    def gated_fsync(fd):
         assert gate.wait(DEADLINE_S), "the test never opened the gate"
+        if error is not None:
+            raise error
         real_fsync(fd)
 
-    node.wal._fsync = slow_fsync
+    node.wal._fsync = gated_fsync
     await node.journal.submit([node.txn([Op(OP_PUT, "data", "k", 1)])])
-    gone = asyncio.create_task(node.journal.durable())
+    return node, gate
+
+
+async def fsync_under_way(node: Node) -> None:
     await until(lambda: node.journal._off_loop_work is not None, DEADLINE_S, "the fsync under way")
+
+
+async def test_a_caller_that_gave_up_waiting_does_not_break_the_journal(tmp_path):
+    """A durable() caller cancelled while it waits (its link closed): the fsync still runs, and
+    the journal goes on (answering a cancelled waiter would raise in the journal's task)."""
+    node, gate = await gated_node(tmp_path)
+    gone = asyncio.create_task(node.journal.durable())
+    await fsync_under_way(node)
     gone.cancel()
     with pytest.raises(asyncio.CancelledError):
         await gone
@@ -235,19 +248,10 @@ async def test_a_caller_that_gave_up_waiting_does_not_break_the_journal(tmp_path
 
 async def test_a_caller_that_gave_up_is_not_answered_with_the_failure_either(tmp_path):
     error = OSError(errno.EIO, "Input/output error")
-    gate = threading.Event()
-    node = Node(tmp_path / "node", "write", FaultPoint(None))
-    await node.bootstrap()
-
-    def failing_fsync(fd):
-        assert gate.wait(DEADLINE_S), "the test never opened the gate"
-        raise error
-
-    node.wal._fsync = failing_fsync
-    await node.journal.submit([node.txn([Op(OP_PUT, "data", "k", 1)])])
+    node, gate = await gated_node(tmp_path, error)
     gone = asyncio.create_task(node.journal.durable())
     staying = asyncio.create_task(node.journal.durable())
-    await until(lambda: node.journal._off_loop_work is not None, DEADLINE_S, "the fsync under way")
+    await fsync_under_way(node)
     gone.cancel()
     gate.set()
     with pytest.raises(OSError):
@@ -261,19 +265,9 @@ async def test_a_stop_during_a_stuck_fsync_answers_the_caller(tmp_path, monkeypa
     """The fsync asked for has not returned when the stop gives up waiting for it: the caller
     is told the journal stopped (it may not claim the row is on disk), and is not left hanging."""
     monkeypatch.setattr(limits, "journal_drain_wait_s", 0.05)
-    gate = threading.Event()
-    node = Node(tmp_path / "node", "write", FaultPoint(None))
-    await node.bootstrap()
-    real_fsync = node.wal._fsync
-
-    def stuck_fsync(fd):
-        assert gate.wait(DEADLINE_S), "the test never opened the gate"
-        real_fsync(fd)
-
-    node.wal._fsync = stuck_fsync
-    await node.journal.submit([node.txn([Op(OP_PUT, "data", "k", 1)])])
+    node, gate = await gated_node(tmp_path)
     asked = asyncio.create_task(node.journal.durable())
-    await until(lambda: node.journal._off_loop_work is not None, DEADLINE_S, "the fsync under way")
+    await fsync_under_way(node)
     stopping = asyncio.create_task(node.stop())
     await until(lambda: node.journal._task.done(), DEADLINE_S, "the stop to cancel the journal")
     with pytest.raises(RuntimeError, match="stopped before the fsync"):
