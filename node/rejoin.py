@@ -186,7 +186,10 @@ class Rejoiner:
         return self.node.status in ("running", "catching_up") and self.node.core is not None
 
     def upstreams(self) -> dict[str, tuple[bool, dict[str, int]]]:
-        return {addr: (a.status == "follow", a.peer_vclock) for addr, a in self.node.appliers.items()}
+        # following: subscribed, on a link that is still up (after a BYE the status stays "follow"
+        # through the short wait before the next link: node/applier/outcome.py)
+        return {addr: (a.status == "follow" and a.conn is not None, a.peer_vclock)
+                for addr, a in self.node.appliers.items()}
 
     def peers(self) -> list[str]:
         return list(self.node.peers)

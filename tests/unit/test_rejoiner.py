@@ -88,6 +88,7 @@ class _Node:
 class _Applier:
     def __init__(self, address: str) -> None:
         self.address, self.status, self.peer_vclock, self.error = address, "need_rejoin", {}, ""
+        self.conn = None
 
 
 @pytest.fixture
@@ -326,3 +327,17 @@ async def test_no_attempt_runs_on_a_node_that_neither_runs_nor_catches_up(make_n
     rj.machine.tick(time.monotonic())
     await rj._act()
     assert greetings[1] == [] and not rj.running and node.status == status
+
+
+def test_an_upstream_between_links_is_not_following(make_node):
+    """A link that ended with the peer's BYE keeps its status ("follow") through the short wait
+    before the next link: the rejoin does not count it as a stream that brings rows (`fed`)."""
+    node = make_node(8)
+    a = node.appliers[ADDR_C]
+    a.status, a.peer_vclock, a.conn = "follow", {UUID_A: 4, UUID_B: 11, UUID_C: 2}, object()
+    rj = Rejoiner(node)
+    assert rj.upstreams() == {ADDR_C: (True, a.peer_vclock)}
+    assert rj.machine.fed({UUID_B: 11})
+    a.conn = None                                   # the BYE: the status stays until the next link
+    assert rj.upstreams() == {ADDR_C: (False, a.peer_vclock)}
+    assert not rj.machine.fed({UUID_B: 11})
