@@ -278,7 +278,9 @@ class Rejoiner:
             log.info("rejoin: %s cannot be a donor now: %s", address, e)
             return Probed(address, None)
         serving = bool(theirs.get("cluster_uuid")) and theirs.get("status") == "running"
-        receiving, without = link_takes(next((r.machine for r in node.relays if r.uuid == theirs.get("uuid")), None))
+        # its link from us, not an older one being replaced (node/applier/stream.py Relay.run)
+        receiving, without = link_takes(next((r.machine for r in node.relays
+                                              if r.uuid == theirs.get("uuid") and not r.conn.closed), None))
         return Probed(address, greeting_vclock(theirs), serving, receiving, greeting_expel_bounds(theirs),
                       theirs.get("anon") is True, str(theirs.get("uuid") or ""), without)
 

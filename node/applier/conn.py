@@ -65,6 +65,11 @@ class Conn:
         # an applier's link: ROWS messages the scanner takes arrive as {"scan": ...}
         self.scan_rows: Callable[[bytes], Any] | None = None
 
+    @property
+    def closed(self) -> bool:
+        """The link is closed or closing (either side's doing)."""
+        return self.ws.closed
+
     async def send(self, mtype: int, **body: Any) -> None:
         data = m.encode(mtype, **body)
         if self.session is not None:

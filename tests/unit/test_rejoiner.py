@@ -56,9 +56,10 @@ class _Journal:
 class _Relay:
     """A subscriber's link: its machine says whether it asked for its own rows only (fenced) and
     which members' rows it goes without."""
-    def __init__(self, uuid: str, own_rows_only: bool = False, without: tuple = ()) -> None:
+    def __init__(self, uuid: str, own_rows_only: bool = False, without: tuple = (), closed: bool = False) -> None:
         self.uuid = uuid
         self.machine = SimpleNamespace(own_rows_only=own_rows_only, without=list(without))
+        self.conn = SimpleNamespace(closed=closed)
 
 
 class _Node:
@@ -255,8 +256,24 @@ async def test_a_watch_that_fails_mid_attempt_resumes_writes_and_leaves_the_mach
 async def test_writes_pause_only_for_a_donor_whose_link_takes_the_rows_it_lacks(make_node, greetings, relay, waits):
     """C lacks A's row 4 (full+replace seed 204848: a fenced donor, and donors going without the
     rows, paused the node's writes every retry interval for nothing)."""
+    await _probed_with_relays(make_node, greetings, [relay], waits)
+
+
+@pytest.mark.parametrize("order", ["old first", "new first"])
+@pytest.mark.parametrize("old, new, waits", [
+    (_Relay(UUID_C, closed=True), _Relay(UUID_C, own_rows_only=True), False),
+    (_Relay(UUID_C, own_rows_only=True, closed=True), _Relay(UUID_C), True),
+])
+async def test_a_donor_is_judged_by_its_link_not_by_an_older_one_being_replaced(make_node, greetings, old, new,
+                                                                                waits, order):
+    """C subscribed again (a fenced C lifted its fence, or the reverse): for a moment both links
+    are in the relays, the older one closed (Relay.run); what C takes is what the newer asks."""
+    await _probed_with_relays(make_node, greetings, [old, new] if order == "old first" else [new, old], waits)
+
+
+async def _probed_with_relays(make_node, greetings, relays: list, waits: bool) -> None:
     node = make_node(7)                               # it lacks B's row 8, which C collected
-    node.relays = [relay]
+    node.relays = relays
     rj = _told_to_rejoin(node, COLLECTED)
     answers, _ = greetings
     answers[ADDR_C] = _greeting(UUID_C, {UUID_A: 3, UUID_B: 8, UUID_C: 2})
