@@ -152,9 +152,10 @@ def test_a_mutant_that_loops_forever_is_stopped_at_its_tests_deadline_and_listed
     by = {(o["line"], o["label"]): o for o in json.loads((root / "out.json").read_text())}
     for key in ((6, "delete statement"), (6, "-= -> +="), (4, "1 -> 0")):
         assert (by[key]["status"], by[key]["how"]) == ("killed", "timeout"), by[key]
-        # 2 s of test, plus a fresh pytest's start for the default's mutant: below the parent's
-        # backstop (30 s past the deadlines) and the old whole-selection deadline (20 s + 3x)
-        assert by[key]["seconds"] < 15, by[key]
+        # 2 s of test, plus a fresh pytest's start for the default's mutant (seconds, more on a
+        # loaded machine): stopped by its own deadline, so before the parent's backstop (30 s past
+        # the deadlines, 32 s here) would have stopped it
+        assert by[key]["seconds"] < 30, by[key]
     assert (by[(4, "1 -> 2")]["status"], by[(4, "1 -> 2")]["how"]) == ("killed", "a test failed")
     late = r.stdout.split("killed by their deadline, counted killed (3):\n", 1)
     assert len(late) == 2, r.stdout
