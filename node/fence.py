@@ -165,14 +165,22 @@ def remember_registration(data_dir: str, uuid: str) -> None:
 
 
 def _append_synced(path: str, line: str, sync: bool = True) -> None:
-    """Append `line` to a file beside the identity, on disk when this returns (`sync`)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    """Append `line` to a file beside the identity, on disk when this returns (`sync`; the
+    directory too when this made the file, or its name could be lost with the power)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        made = False
+    except FileNotFoundError:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        made = True
     try:
         os.write(fd, line.encode())
         if sync:
             os.fsync(fd)
     finally:
         os.close(fd)
+    if sync and made:
+        fsync_dir(os.path.dirname(path) or ".")
 
 
 def registered_members(data_dir: str) -> set[str]:
