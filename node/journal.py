@@ -22,11 +22,9 @@ Stopping: the queued entries land first, then the task is cancelled; a cancel do
 executor thread, so a call one is making for it (a batch, an fsync) is waited for before the WAL
 closes under it.
 
-The tail: while relays listen, the frames of the last few batches stay in memory, each
-batch as a `TailChunk` placed by its WAL position, so that a caught-up relay sends them
-without reading the file back. A chunk is published at the moment `position` moves past
-it, so a relay never gets from memory what it could not read from the file. Bounded by
-`limits.relay_tail_bytes_max`; a relay that falls out of it reads the file."""
+The tail (node/journal_tail.py): while relays listen, the frames of the last few durable batches
+stay in memory, published as `position` moves past them, so a caught-up relay sends them without
+reading the file back."""
 from __future__ import annotations
 
 import asyncio
@@ -34,7 +32,6 @@ import errno
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable
 
 from node import limits
@@ -43,27 +40,14 @@ from node.core.replicaset import NodeCore
 from node.core.rows import Txn
 from node.errors import NoSpaceError
 from node.latency import Histogram
+from node.journal_tail import Position, Tail, TailChunk
 from node.storage.store import Store
 from node.wal import format as walfmt
 from node.wal.writer import WalWriter
 
 log = logging.getLogger("replog.journal")
 
-Position = tuple  # (segment name or None, byte offset just past the last whole frame)
-
-
-@dataclass(frozen=True, slots=True)
-class TailChunk:
-    """One durable batch as it lies in the WAL: frames [start, end) of `segment`.
-    `prev` is the durable position before the batch, so a reader stopped there (also at
-    the end of the previous segment, when the batch opened a new one) continues here."""
-    seq: int
-    prev: Position
-    segment: str
-    start: int
-    end: int
-    written_us: int
-    frames: tuple            # ((end offset, msgpack payload, its Entry), ...) in WAL order
+__all__ = ["Journal", "Position", "TailChunk"]
 
 
 class Journal:
@@ -97,11 +81,7 @@ class Journal:
         # in wal_mode write (a member that lost its unsynced tail hears from every member before it
         # writes again, node/fence.py; an anonymous replica is never asked, so it gets no such row)
         self.synced_position: Position = self.position
-        # the tail (module comment): kept only while somebody listens
-        self.tail: deque[TailChunk] = deque()
-        self.tail_bytes = 0
-        self._tail_seq = 0                          # seq of the next chunk
-        self._tail_at: dict[Position, int] = {}     # a chunk's prev and (segment, start) -> its seq
+        self.tail = Tail()                          # node/journal_tail.py: kept only while somebody listens
         self._listeners: set[asyncio.Event] = set()
         self._synced_at = time.monotonic()          # wal_mode write: the last periodic fsync (_sync_due)
         self._sync_waiters: list[asyncio.Future] = []  # wal_mode write: durable() callers, for the next fsync
@@ -203,44 +183,7 @@ class Journal:
     def unlisten(self, wake: asyncio.Event) -> None:
         self._listeners.discard(wake)
         if not self._listeners:
-            self._drop_tail()
-
-    def tail_chunk(self, pos: Position, seq: int | None = None) -> TailChunk | None:
-        """The chunk that continues a reader stopped at `pos` (a batch boundary), or None
-        if the tail does not hold it (the reader is behind, or the tail was dropped).
-        `seq`, when the reader knows which chunk comes next, saves the lookup."""
-        if not self.tail:
-            return None
-        if seq is None:
-            seq = self._tail_at.get(pos)
-            if seq is None:
-                return None
-        c = self.tail_get(seq)
-        return c if c is not None and (c.prev == pos or (c.segment, c.start) == pos) else None
-
-    def tail_get(self, seq: int) -> TailChunk | None:
-        k = seq - self.tail[0].seq if self.tail else -1
-        return self.tail[k] if 0 <= k < len(self.tail) else None
-
-    def _publish(self, prev: Position, segment: str, start: int, end: int, written_us: int,
-                 frames: tuple) -> None:
-        c = TailChunk(self._tail_seq, prev, segment, start, end, written_us, frames)
-        self._tail_seq += 1
-        self.tail.append(c)
-        self.tail_bytes += end - start
-        self._tail_at[prev] = c.seq
-        self._tail_at[(segment, start)] = c.seq
-        while self.tail_bytes > limits.relay_tail_bytes_max and len(self.tail) > 1:
-            old = self.tail.popleft()
-            self.tail_bytes -= old.end - old.start
-            for key in (old.prev, (old.segment, old.start)):
-                if self._tail_at.get(key) == old.seq:
-                    del self._tail_at[key]
-
-    def _drop_tail(self) -> None:
-        self.tail.clear()
-        self._tail_at.clear()
-        self.tail_bytes = 0
+            self.tail.drop()
 
     # --- the writer -----------------------------------------------------------------
     async def _run(self) -> None:
@@ -393,7 +336,7 @@ class Journal:
             if self.wal is not None and self.wal.mode == "fsync":
                 self.synced_position = self.position
             if self._listeners:
-                self._publish(prev, *written)
+                self.tail.publish(prev, *written)
 
     def _persist(self, batch: list[tuple[Entry, asyncio.Future | None]],
                  entries: list[Entry]) -> tuple[tuple[str, int, int, int, tuple] | None, dict[int, int] | NoSpaceError]:

@@ -46,12 +46,12 @@ class WalCursor:
             return []
         i = 0
         if self._next is not None and self._next[1]:      # resuming inside a chunk
-            chunk = journal.tail_get(self._next[0])
+            chunk = journal.tail.get(self._next[0])
             i = self._next[1]
             if chunk is None or chunk.segment != self.segment or chunk.frames[i - 1][0] != self.offset:
                 chunk = None
         else:
-            chunk = journal.tail_chunk(pos, self._next[0] if self._next is not None else None)
+            chunk = journal.tail.chunk(pos, self._next[0] if self._next is not None else None)
         if chunk is None:
             self._next = None
             return None
@@ -72,7 +72,7 @@ class WalCursor:
                 self._next = (chunk.seq, i)
                 break
             self._next, i = (chunk.seq + 1, 0), 0
-            chunk = journal.tail_chunk((self.segment, self.offset), chunk.seq + 1)
+            chunk = journal.tail.chunk((self.segment, self.offset), chunk.seq + 1)
         self.from_tail += len(out)
         return out
 

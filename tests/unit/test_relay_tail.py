@@ -138,7 +138,7 @@ async def test_a_cursor_that_falls_out_of_the_tail_reads_the_file_and_comes_back
     assert cur.from_tail == 2
     file_before = cur.from_file
     await node.write(40)                                  # the slow subscriber does not read meanwhile
-    assert node.journal.tail_bytes <= 2048 and node.journal.tail[0].seq > 3
+    assert node.journal.tail.bytes <= 2048 and node.journal.tail[0].seq > 3
     assert cur.read_tail(node.journal, BUDGET_ALL) is None       # its position left the tail
     got += drain(cur, node.journal)
     assert cur.from_file == file_before + 40
@@ -199,12 +199,12 @@ async def test_the_tail_is_kept_only_while_somebody_listens_and_stays_bounded(no
     node.journal.listen(wake)
     await node.write(30)
     assert wake.is_set()
-    assert 0 < node.journal.tail_bytes <= 4096
+    assert 0 < node.journal.tail.bytes <= 4096
     first = node.journal.tail[0]
-    assert node.journal.tail_chunk(first.prev) is first
+    assert node.journal.tail.chunk(first.prev) is first
     node.journal.unlisten(wake)
-    assert not node.journal.tail and node.journal.tail_bytes == 0
-    assert node.journal.tail_chunk(first.prev) is None
+    assert not node.journal.tail and node.journal.tail.bytes == 0
+    assert node.journal.tail.chunk(first.prev) is None
 
 
 async def order_of_send_and_apply(node: Node) -> list:
