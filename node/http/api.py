@@ -12,6 +12,7 @@ import json
 import logging
 import math
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_to_bytes
 
 import msgpack
 from aiohttp import web
@@ -146,8 +147,21 @@ async def list_spaces(request: web.Request) -> web.Response:
     return reply(request, {"spaces": [{"name": n, **d.to_dict()} for n, d in sorted(spaces.items())]})
 
 
+def path_key(request: web.Request) -> str:
+    """The key the path names. A percent-escape that is not UTF-8 (`%ff`) is left in the path as
+    it was by the URL decoder, so `/keys/%ff` and `/keys/%25ff` would name one key: refused."""
+    key = request.match_info["key"]
+    if "%" in key:
+        raw = request.raw_path.split("?", 1)[0]
+        try:
+            unquote_to_bytes(raw[raw.index("/keys/") + len("/keys/"):]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ClientError(400, "bad_key", "the key's percent-escapes are not UTF-8") from None
+    return key
+
+
 async def put_key(request: web.Request) -> web.Response:
-    space, key = request.match_info["space"], request.match_info["key"]
+    space, key = request.match_info["space"], path_key(request)
     check_space(space, write=True)     # before the body is read: a bad path costs nothing
     check_key(key)
     op = clientrules.put_op(space, key, await read_body(request))
@@ -156,7 +170,7 @@ async def put_key(request: web.Request) -> web.Response:
 
 
 async def delete_key(request: web.Request) -> web.Response:
-    op = clientrules.delete_op(request.match_info["space"], request.match_info["key"])
+    op = clientrules.delete_op(request.match_info["space"], path_key(request))
     return reply(request, await _node(request).write([op]))
 
 
@@ -173,7 +187,7 @@ async def after_vclock(request: web.Request) -> None:
 
 async def get_key(request: web.Request) -> web.Response:
     node = _node(request)
-    space, key = request.match_info["space"], request.match_info["key"]
+    space, key = request.match_info["space"], path_key(request)
     clientrules.space_for_read(node, space)
     check_key(key)
     await after_vclock(request)
