@@ -151,9 +151,7 @@ def file_crc(path: str) -> int:
 
 
 def check_destination(out: str) -> None:
-    """OUT must be new (or an empty directory) in a directory that exists."""
-    if not os.path.isabs(out):
-        raise BackupError(400, "bad_destination", f"{out}: the destination must be an absolute path")
+    """OUT (absolute) must be new (or an empty directory) in a directory that exists."""
     parent = os.path.dirname(out.rstrip("/")) or "/"
     if not os.path.isdir(parent):
         raise BackupError(400, "bad_destination", f"{out}: its directory {parent} does not exist")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,9 @@ log = logging.getLogger("replog.backup")
 async def backup_node(node: "BackupHost", out: str, *, compact: bool = False) -> dict:
     """`POST /v1/admin/backup`: a backup of this running node. The event loop only picks the
     point: the journal's durable position once the store copy is done."""
+    if not os.path.isabs(out):         # the node's working directory is nothing its client knows
+        raise BackupError(400, "bad_destination", f"{out}: the destination must be an absolute path on the "
+                          "node's host")
     if node.store is None or node.core is None or node.journal is None:
         raise BackupError(503, "not_ready", f"node is {node.status}: it has no store to back up yet")
     if node.status == "rejoining":   # its store may be swapped for a rebuilt one under the copy

@@ -248,8 +248,9 @@ def test_backup_and_restore_refuse_what_they_cannot_do_with_a_clear_answer(tmp_p
     n.create_space("kv")
     n.kv_put("kv", "k", 1)
     assert n.post("/v1/admin/backup", {"to": str(tmp_path / "b")}, token="")[0] == 401
-    s, d = n.post("/v1/admin/backup", {"to": "relative/dir"})
-    assert s == 400 and d["error"]["code"] == "bad_destination", d
+    for relative in ("relative", "relative/dir", "./b"):    # (the node's working directory exists)
+        s, d = n.post("/v1/admin/backup", {"to": relative})
+        assert s == 400 and d["error"]["code"] == "bad_destination" and "absolute" in d["error"]["message"], d
     s, d = n.post("/v1/admin/backup", {"to": str(tmp_path / "no" / "such" / "dir")})
     assert s == 400 and d["error"]["code"] == "bad_destination", d
     s, d = n.post("/v1/admin/backup", {"to": n.data_dir})
