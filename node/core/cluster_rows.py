@@ -63,6 +63,9 @@ class Peer:
     # this link was subscribed while fenced (NodeCore.subscribe_vclock): the peer's own rows were
     # asked from where it was, so a gap in them is ours even once the fence has lifted
     fenced_subscription: bool = False
+    # the peer's table as its greeting stated it, id -> uuid: its ids now, including members
+    # this node could not map then (unknown here, or not registered while fenced)
+    greeted: dict[int, str] = field(default_factory=dict)
 
 
 def cluster_op(m: Member) -> Op:
@@ -162,14 +165,24 @@ class ClusterRows:
                     peer.map.learn(int(op.value["id"]), local_id)
 
     def _learn_from_knowledge(self, peer: Peer, peer_id: int) -> int | None:
-        """The peer's id for a member, known from its `_cluster` rows however they came."""
-        for (origin, member), their_id in self.knowledge.items():
-            if origin == peer.uuid and their_id == peer_id:
-                local_id = self.table.id_of(member)
-                if local_id is not None:
-                    peer.map.learn(peer_id, local_id)
-                    return local_id
-        return None
+        """This node's id for the member behind a peer's id its map lacks: the member its
+        greeting listed under that id (its table now), else one it registered since, as its own
+        `_cluster` rows say, however they came. Those rows may be an earlier incarnation's (a
+        rebuild takes the donor's ids, and its old rows stay in every WAL): a member the greeting
+        lists under another id, or already mapped, is not it, and two candidates are no answer."""
+        uuid = peer.greeted.get(peer_id)
+        if uuid is None:
+            listed, mapped = set(peer.greeted.values()), peer.map.to_peer
+            named = {member for (origin, member), their_id in self.knowledge.items()
+                     if origin == peer.uuid and their_id == peer_id and member not in listed
+                     and self.table.id_of(member) not in mapped}
+            if len(named) != 1:
+                return None
+            (uuid,) = named
+        local_id = self.table.id_of(uuid)
+        if local_id is not None:
+            peer.map.learn(peer_id, local_id)
+        return local_id
 
     def _follow_cluster_rows(self, peer: Peer, origin: Member, txn: Txn, wall_us: int,
                              learn: bool = True) -> Txn | None:

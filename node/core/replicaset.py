@@ -197,6 +197,7 @@ class NodeCore(Receiving):
         old = self.peers.get(peer_uuid)   # a map lives as long as one session: rebuilt from each greeting
         peer = Peer(peer_uuid, stats=old.stats) if old is not None else Peer(peer_uuid)
         peer.history_lsn = history_lsn
+        peer.greeted = {row[1]: row[0] for row in peer_rows}
         out: list[Txn] = []
         own_ops: list[Op] = []
         # A peer's anonymous entry is taken only for the peer itself and only by an anonymous
