@@ -40,14 +40,12 @@ from node.core.replicaset import NodeCore
 from node.core.rows import Txn
 from node.errors import NoSpaceError
 from node.latency import Histogram
-from node.journal_tail import Position, Tail, TailChunk
+from node.journal_tail import Position, Tail
 from node.storage.store import Store
 from node.wal import format as walfmt
 from node.wal.writer import WalWriter
 
 log = logging.getLogger("replog.journal")
-
-__all__ = ["Journal", "Position", "TailChunk"]
 
 
 class Journal:
