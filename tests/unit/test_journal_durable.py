@@ -129,7 +129,7 @@ async def test_a_stop_waits_for_the_fsync_asked_for(tmp_path):
     await node.bootstrap()
     await node.journal.submit([node.txn([Op(OP_PUT, "data", "k", 1)])])
     asked = asyncio.create_task(node.journal.durable())
-    await asyncio.sleep(0)                     # durable() has registered (it runs to its await)
+    await until(lambda: node.journal._sync_waiters or asked.done(), DEADLINE_S, "durable() to ask")
     await node.stop()
     await asyncio.wait_for(asked, DEADLINE_S)  # answered, not left hanging
     assert on_disk(node)
