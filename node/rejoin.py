@@ -40,6 +40,7 @@ from node.core.membership import expel_bounds, greeting_expel_bounds, greeting_v
 from node.core.validate import timestamp_ahead_error
 from node.errors import ClientError, RemoteProtocolError
 from node.identity import identity_file as idf
+from node.process.ports import ENDING
 from node.storage.store import Store
 
 if TYPE_CHECKING:
@@ -238,6 +239,10 @@ class Rejoiner:
     def _show(self, note) -> None:
         node = self.node
         if type(note) is Status:
+            if node.status in ENDING:
+                # The node stops: a rebuild its stop ended (its link closed, its task cancelled)
+                # does not show it running again, nor bring its links back (Peering.set_peers).
+                return
             if node.status == "catching_up":
                 self._resume = (node.status, node.status_reason)
             if note.status == "running" and self._resume is not None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from node import limits
 from node.ops.backup import BackupError, BackupJob
+from node.process.ports import ENDING
 
 if TYPE_CHECKING:
     from node.process.ports import BackupHost
@@ -37,7 +38,7 @@ async def backup_node(node: "BackupHost", out: str, *, compact: bool = False) ->
     if node.status == "rejoining":   # its store may be swapped for a rebuilt one under the copy
         raise BackupError(503, "not_ready", "node is rejoining (its store may be replaced by a donor's snapshot): "
                           "back it up once it is running again")
-    if node.status in ("stopping", "stopped", "lease_lost", "failed"):   # its store is about to close
+    if node.status in ENDING:          # its store is about to close
         raise BackupError(503, "not_ready", f"node is {node.status}: {node.status_reason}")
     if len(node.backups) >= limits.backups_in_flight_max:
         raise BackupError(409, "backup_in_progress", f"a backup of this node is running (to {node.backups[0].out})")

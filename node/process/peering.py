@@ -17,6 +17,7 @@ from node.applier.applier import Applier
 from node.core.lifecycle_fence import (claims_unheeded, disprove_claim, hear_greeting, own_history_lsn,
                                       own_rows_awaited)
 from node.errors import PeerRefused
+from node.process.ports import ENDING
 
 if TYPE_CHECKING:
     from node.process.ports import PeeringHost
@@ -126,7 +127,7 @@ class Peering:
             if addr not in peers:
                 a = appliers.pop(addr)
                 stopping.append(node.spawn(a.stop(), f"stop-applier-{addr}"))
-        if node.status in ("stopping", "stopped"):
+        if node.status in ENDING:
             return stopping
         for addr in peers:
             if addr not in appliers and addr != node.cfg.address:

@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from node.storage.store import Store
 
 
+# The statuses of a node that is ending (Node.stop, a fatal error, a lost lease): no part shows
+# it otherwise again, nor brings its links back.
+ENDING = ("stopping", "stopped", "lease_lost", "failed")
+
+
 # --- small parts other parts reach through a port ----------------------------------------------
 class RejoinNotes(Protocol):
     """What an applier tells the rejoin watcher (node/rejoin.py Rejoiner)."""

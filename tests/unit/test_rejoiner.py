@@ -358,3 +358,39 @@ def test_an_upstream_between_links_is_not_following(make_node):
     a.conn = None                                   # the BYE: the status stays until the next link
     assert rj.upstreams() == {ADDR_C: (False, a.peer_vclock)}
     assert not rj.machine.fed({UUID_B: 11})
+
+
+@pytest.mark.parametrize("how", ["its link closed", "its task cancelled"])
+async def test_a_stop_that_comes_during_a_rebuild_is_not_undone_by_the_rebuilds_end(make_node, greetings, how):
+    """The node stops (status "stopping") while a rebuild waits on its donor: the rebuild ends,
+    its link closed by the stop or its task cancelled, and must not show the node running again:
+    its links would come back in the middle of the stop (nemesis seed 62, session 51: appliers
+    subscribed after the stop began, and the HTTP server's drain waited 10 s for the links it
+    then accepted again)."""
+    node = make_node(7)
+    rj = _told_to_rejoin(node, COLLECTED)
+    answers, _ = greetings
+    answers[ADDR_C] = _greeting(UUID_C, {UUID_A: 3, UUID_B: 8, UUID_C: 2})
+    rj.machine.tick(time.monotonic())
+    await rj._act()
+    assert rj.machine.state is RejoinState.COVER_WAIT
+    answers[ADDR_C] = _greeting(UUID_C, {UUID_A: 4, UUID_B: 11, UUID_C: 2})
+    asked = asyncio.Event()
+
+    async def apply_once(address, kind, code, extra):
+        node.status, node.status_reason = "stopping", "shutting down"      # the stop begins meanwhile
+        asked.set()
+        if how == "its task cancelled":
+            await asyncio.Event().wait()
+        raise ConnectionResetError("the link closed: the node stops")
+    node.join.apply_once = apply_once
+    rj.machine.tick(time.monotonic() + limits.rejoin_cover_poll_s)
+    attempt = asyncio.create_task(rj._act())
+    await asyncio.wait_for(asked.wait(), DEADLINE_S)
+    if how == "its task cancelled":
+        attempt.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await attempt
+    else:
+        await asyncio.wait_for(attempt, DEADLINE_S)
+    assert (node.status, node.status_reason) == ("stopping", "shutting down")
