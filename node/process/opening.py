@@ -32,6 +32,7 @@ from node.errors import ConfigError, StorageError
 from node.fence import wal_present
 from node.identity.signature import InitialSignature, initial_from_wire, initial_to_wire
 from node.journal import Journal
+from node.process.ports import ENDING
 from node.rejoin import WAL_NOT_STARTED, finish_interrupted, receive_snapshot
 from node.storage.store import Store
 from node.wal.gc import gc_at_wal_start
@@ -210,7 +211,8 @@ class Opening:
             self.open_bootstrapped()
             node.life.after_open()
             node.journal.wal and node.journal.wal.rotate(node.store.vclock.to_dict(), node.store.table.rows())
-            node.status, node.status_reason = "running", ""
+            if node.status not in ENDING:     # a stop that came meanwhile stands
+                node.status, node.status_reason = "running", ""
         finally:
             node.links_refused = None
         node.set_peers(list(node.peers))

@@ -113,3 +113,14 @@ async def test_a_backup_asked_while_the_node_rejoins_is_refused(node, tmp_path):
     assert (e.value.status, e.value.code) == (503, "not_ready") and "rejoining" in e.value.message
     assert not os.path.exists(tmp_path / "b") and node.backups == []
 
+
+
+async def test_a_stop_begun_during_the_swap_is_not_undone_by_its_end(node):
+    """The stop's status stands: the swap shows no `running`, and starts no applier."""
+    node.peers = ["127.0.0.1:9"]                    # (nobody listens there: it would only try)
+
+    def swap(data_dir):
+        node.status, node.status_reason = "stopping", "shutting down"     # the stop begins meanwhile
+    await node.reopen_after_rejoin(swap)
+    assert (node.status, node.status_reason) == ("stopping", "shutting down")
+    assert node.appliers == {}, "appliers started on a node that stops"
