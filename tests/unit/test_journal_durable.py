@@ -88,9 +88,8 @@ async def test_durable_during_a_workload_covers_every_batch_submitted_before_it(
         j = 0
         while not done.is_set():
             txn = node.txn([Op(OP_PUT, "data", f"w{w}-{j}", j)])
-            await node.journal.submit([txn])
+            await node.journal.submit([txn])      # (waits for its batch: the others run meanwhile)
             j += 1
-            await asyncio.sleep(0)
 
     writers = [asyncio.create_task(writer(w)) for w in range(3)]
     await until(lambda: node.journal.batches > 20, DEADLINE_S, "batches under way")
