@@ -24,6 +24,7 @@ from node.cluster_space.table import STATE_MEMBER, Member
 from node.core import messages as m
 from node.errors import ClientError, RemoteProtocolError
 from node.identity.signature import FinalSignature, StoreStatus, final_from_wire, final_to_wire
+from node.process.ports import ENDING
 
 if TYPE_CHECKING:
     from node.process.ports import ShutdownHost
@@ -70,7 +71,7 @@ class ClusterShutdown:
         if not isinstance(sid, str) or not sid:
             raise ClientError(400, "bad_body", "a shutdown phase needs a shutdown_id")
         if phase == "quiesce":
-            if node.core is None:
+            if node.core is None or node.status in ENDING:      # (a stopping node stays stopping)
                 raise ClientError(409, "not_ready", f"node is {node.status}")
             if self.shutdown_id not in (None, sid):
                 raise ClientError(409, "shutdown_conflict", f"already quiesced for shutdown {self.shutdown_id}")
