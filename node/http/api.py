@@ -152,9 +152,9 @@ def path_key(request: web.Request) -> str:
     it was by the URL decoder, so `/keys/%ff` and `/keys/%25ff` would name one key: refused."""
     key = request.match_info["key"]
     if "%" in key:
-        raw = request.raw_path.split("?", 1)[0]
+        raw_key = request.raw_path.split("?", 1)[0].split("/", 5)[5]   # /v1/spaces/{space}/keys/{key}
         try:
-            unquote_to_bytes(raw[raw.index("/keys/") + len("/keys/"):]).decode("utf-8")
+            unquote_to_bytes(raw_key).decode("utf-8")
         except UnicodeDecodeError:
             raise ClientError(400, "bad_key", "the key's percent-escapes are not UTF-8") from None
     return key
