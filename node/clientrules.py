@@ -116,17 +116,17 @@ def check_vclock_uuid(v: Any) -> dict[str, int]:
     return v
 
 
-def parse_vclock_text(text: str) -> dict[str, int]:
-    """`uuid:lsn[,uuid:lsn...]`, the query-string form of an after_vclock."""
+def parse_vclock_text(text: str, name: str) -> dict[str, int]:
+    """`uuid:lsn[,uuid:lsn...]`, the query-string form of a vclock (the parameter `name`)."""
     out: dict[str, int] = {}
     if len(text) > limits.members_max * (limits.uuid_chars + 22):
         raise ClientError(400, "bad_vclock", f"a vclock names at most {limits.members_max} members")
     for part in text.split(","):
         uuid, sep, lsn = part.strip().partition(":")
         if not sep or not lsn.isdigit() or len(lsn) > 19:
-            raise ClientError(400, "bad_vclock", f"after_vclock is uuid:lsn[,uuid:lsn...], not {part[:80]!r}")
+            raise ClientError(400, "bad_vclock", f"{name} is uuid:lsn[,uuid:lsn...], not {part[:80]!r}")
         if uuid in out:
-            raise ClientError(400, "bad_vclock", f"after_vclock names {uuid[:40]} twice")
+            raise ClientError(400, "bad_vclock", f"{name} names {uuid[:40]} twice")
         out[uuid] = int(lsn)
     return check_vclock_uuid(out)
 

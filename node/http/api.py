@@ -12,7 +12,7 @@ import json
 import logging
 import math
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote_to_bytes
+from urllib.parse import parse_qsl, unquote_to_bytes
 
 import msgpack
 from aiohttp import web
@@ -160,6 +160,18 @@ def path_key(request: web.Request) -> str:
     return key
 
 
+def query_key(request: web.Request, name: str) -> str | None:
+    """A key given in the query string. The query's decoder turns a percent-escape that is not
+    UTF-8 (`?after=%ff`) into U+FFFD, silently another key: refused."""
+    key = request.query.get(name)
+    if key is not None and "\ufffd" in key:
+        try:
+            parse_qsl(request.rel_url.raw_query_string, keep_blank_values=True, errors="strict")
+        except UnicodeDecodeError:
+            raise ClientError(400, "bad_key", f"{name}'s percent-escapes are not UTF-8") from None
+    return key
+
+
 async def put_key(request: web.Request) -> web.Response:
     space, key = request.match_info["space"], path_key(request)
     check_space(space, write=True)     # before the body is read: a bad path costs nothing
@@ -178,7 +190,7 @@ async def after_vclock(request: web.Request) -> None:
     """`?after_vclock=uuid:lsn,...[&timeout_ms=N]`: wait until this node has applied it."""
     text = request.query.get("after_vclock")
     if text is not None:
-        vclock = clientrules.parse_vclock_text(text)
+        vclock = clientrules.parse_vclock_text(text, "after_vclock")
         timeout_ms = clientrules.parse_timeout_text(request.query.get("timeout_ms"))
         node = _node(request)
         if not node.has_applied(vclock):
@@ -199,7 +211,7 @@ async def range_keys(request: web.Request) -> web.Response:
     node = _node(request)
     space = request.match_info["space"]
     clientrules.space_for_read(node, space)
-    after = request.query.get("after")
+    after = query_key(request, "after")
     if after is not None:
         check_key(after)
     try:
@@ -227,7 +239,7 @@ async def get_wait(request: web.Request) -> web.Response:
     text = request.query.get("vclock")
     if text is None:
         raise ClientError(400, "bad_vclock", "GET /v1/wait needs ?vclock=uuid:lsn[,uuid:lsn...]")
-    vclock = clientrules.parse_vclock_text(text)
+    vclock = clientrules.parse_vclock_text(text, "vclock")
     timeout_ms = clientrules.parse_timeout_text(request.query.get("timeout_ms"))
     return reply(request, {"vclock": await _node(request).wait_applied(vclock, timeout_ms / 1000)})
 

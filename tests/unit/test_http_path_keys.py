@@ -56,3 +56,33 @@ async def test_a_path_key_whose_escapes_are_utf8_names_its_key(base):
         assert [i["key"] for i in body["items"]] == [key]
         status, body = await call(s, "DELETE", url + escaped)
         assert status == 200, (escaped, body)
+
+
+async def test_a_range_after_key_whose_escapes_are_not_utf8_is_refused(base):
+    """`?after=%ff` was decoded to U+FFFD, another key: the range answered from there."""
+    s, url = base
+    rng = url.rstrip("/")
+    for key in ("a", "z", "\ufffd"):
+        status, _ = await call(s, "PUT", url + aiohttp.helpers.quote(key, safe=""), b"1")
+        assert status == 200
+    for escaped in NOT_UTF8:
+        status, body = await call(s, "GET", f"{rng}?after={escaped}&limit=10")
+        assert status == 400 and body["error"]["code"] == "bad_key", (escaped, status, body)
+    # U+FFFD spelled as UTF-8 is a key like any other; and a bad escape in another parameter
+    # is not the key's fault (limit's own check answers it)
+    status, body = await call(s, "GET", f"{rng}?after=%EF%BF%BD&limit=10")
+    assert (status, body["items"]) == (200, [])
+    status, body = await call(s, "GET", f"{rng}?after=a&limit=10")
+    assert (status, [i["key"] for i in body["items"]]) == (200, ["z", "\ufffd"])
+    status, body = await call(s, "GET", f"{rng}?after=a&limit=%ff")
+    assert (status, body["error"]["code"]) == (400, "bad_limit")
+
+
+async def test_a_bad_vclock_in_the_query_names_its_parameter(base):
+    s, url = base
+    status, body = await call(s, "GET", url.rstrip("/") + "?after_vclock=x")
+    assert (status, body["error"]["code"]) == (400, "bad_vclock")
+    assert body["error"]["message"].startswith("after_vclock is uuid:lsn"), body
+    status, body = await call(s, "GET", url.split("/v1/")[0] + "/v1/wait?vclock=x")
+    assert (status, body["error"]["code"]) == (400, "bad_vclock")
+    assert body["error"]["message"].startswith("vclock is uuid:lsn"), body
