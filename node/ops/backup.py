@@ -211,7 +211,11 @@ class BackupJob:
         check_destination(self.out)
         if not os.path.isfile(os.path.join(self.data_dir, "store", "data.mdb")):
             raise BackupError(400, "no_store", f"{self.data_dir}: no store here (no store/data.mdb)")
-        os.makedirs(os.path.join(self.tmp, "store"))
+        try:
+            os.makedirs(os.path.join(self.tmp, "store"))
+        except OSError as e:     # a directory nothing may be written in (/proc, read-only, not ours)
+            raise BackupError(400, "bad_destination", f"{self.out}: cannot write in {os.path.dirname(self.out)}: "
+                              f"{e.strerror}") from None
         os.makedirs(os.path.join(self.tmp, "wal"))
         self.hold = Hold(self.data_dir)
         self._open_segments()
