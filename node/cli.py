@@ -122,11 +122,21 @@ def sdk_call(args: argparse.Namespace, call) -> Any:
         fail(str(e))
 
 
-def cmd_put(args: argparse.Namespace) -> int:
+def put_value(text: str, as_string: bool) -> Any:
+    """VALUE as JSON, else the text itself; but text that opens like JSON (`{`, `[`, `"`) and
+    does not parse is a typo, not a string to store."""
+    if as_string:
+        return text
     try:
-        value = json.loads(args.value)
-    except ValueError:
-        value = args.value
+        return json.loads(text)
+    except ValueError as e:
+        if text.lstrip()[:1] in ("{", "[", '"'):
+            fail(f"VALUE is not valid JSON ({e}); --string stores it as text")
+        return text
+
+
+def cmd_put(args: argparse.Namespace) -> int:
+    value = put_value(args.value, args.string)
     out(sdk_call(args, lambda c: c.put(args.space, args.key, value)._asdict()))
     return 0
 
@@ -276,7 +286,9 @@ def build_parser() -> Parser:
         c.add_argument("space")
         c.add_argument("key")
         if name == "put":
-            c.add_argument("value", help="JSON value (or a plain string)")
+            c.add_argument("value", help="a JSON value; text that is not JSON is stored as a string, unless it "
+                                         "opens like JSON ({, [ or \") and is a typo: exit 2")
+            c.add_argument("--string", action="store_true", help="store VALUE as a string as it is (no JSON)")
         _client_args(c)
         c.set_defaults(fn=fn)
 

@@ -25,6 +25,11 @@ def test_put_get_delete_and_status_commands(tmp_path, procs):
     assert r.returncode == 0 and json.loads(r.stdout)["value"] == {"a": 1}
     r = run("put", n.address, "kv", "plain", "not json")
     assert r.returncode == 0 and n.kv_get("kv", "plain")[1]["value"] == "not json"
+    r = run("put", n.address, "kv", "typo", '{"a": 1,}')       # opens like JSON: a typo, not a string
+    assert r.returncode == 2 and "not valid JSON" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert n.kv_get("kv", "typo")[0] == 404
+    r = run("put", n.address, "kv", "typo", "--string", '{"a": 1,}')
+    assert r.returncode == 0 and n.kv_get("kv", "typo")[1]["value"] == '{"a": 1,}'
     r = run("delete", n.address, "kv", "k1")
     assert r.returncode == 0
     r = run("get", n.address, "kv", "k1")                 # the node's error: one line on stderr, exit 1
