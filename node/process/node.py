@@ -173,16 +173,24 @@ class Node:
             await self.lease.acquire()
             self.wal_dir = os.path.join(self.data_dir, "wal")
         install_fault_points()
-        os.makedirs(self.data_dir, exist_ok=True)
-        self.life.lock_data_dir()
+        try:
+            os.makedirs(self.data_dir, exist_ok=True)
+            self.life.lock_data_dir()
+        except (FileExistsError, NotADirectoryError):
+            raise ConfigError("data_dir", f"{self.data_dir} is not a directory") from None
+        except OSError as e:                     # read-only, not ours, a filesystem nothing is made in
+            raise ConfigError("data_dir", f"cannot write in {self.data_dir}: {e.strerror}") from None
         file_uuid = self.life.open_identity()    # a damaged identity file ends start-up here
         self.opening.open(file_uuid)
         self.http_session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, connect=5))
         from node.http.api import make_app
         from node.http import listener
-        self._runner = await listener.start(make_app(self), cfg.host, cfg.port, ssl_context=cfg.server_ssl,
-                                            access_log=None, handle_signals=False,
-                                            shutdown_timeout=limits.http_drain_s)
+        try:
+            self._runner = await listener.start(make_app(self), cfg.host, cfg.port, ssl_context=cfg.server_ssl,
+                                                access_log=None, handle_signals=False,
+                                                shutdown_timeout=limits.http_drain_s)
+        except OSError as e:
+            raise ConfigError("listen", f"cannot listen on {cfg.listen}: {e.strerror}") from None
         log.info("node %s listening on %s%s (data %s)", self.uuid, cfg.listen,
                  " over TLS" + (" (links need a client certificate)" if cfg.tls_client_auth else "")
                  if cfg.tls else "", self.data_dir)

@@ -46,10 +46,10 @@ async def serve(cfg, flags: dict | None = None, config_file: str | None = None) 
             sys.stderr.write(f"replog: error: {e}\n")
             await node.stop()
             return 2
-        except OSError as e:
-            sys.stderr.write(f"replog: error: listen: cannot listen on {cfg.listen}: {e.strerror}\n")
+        except OSError as e:                     # what start-up met on the host (its files, its sockets)
+            sys.stderr.write(f"replog: error: cannot start: {e}\n")
             await node.stop()
-            return 2
+            return 1
         except StorageError as e:
             sys.stderr.write(f"replog: error: {e}\n")
             await node.stop()

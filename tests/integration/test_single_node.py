@@ -177,6 +177,24 @@ def test_bad_option_exits_2_with_one_line(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "wal_mode" in r.stderr
 
 
+@pytest.mark.parametrize("where, said", [
+    ("a-file", "data_dir: {d} is not a directory"),
+    ("/proc/replog-data", "data_dir: cannot write in /proc/replog-data: "),   # procfs: nothing is made there
+])
+def test_a_data_dir_that_cannot_be_one_is_named_not_blamed_on_listen(tmp_path, where, said):
+    """Both were 'listen: cannot listen on ...': any OSError of start-up was taken for the port's."""
+    (tmp_path / "a-file").write_text("")
+    d = str(tmp_path / where) if not where.startswith("/") else where
+    port = PortReservation()
+    try:
+        r = subprocess.run(REPLOG + ["serve", "--data-dir", d, "--listen", f"127.0.0.1:{port.port}"],
+                           capture_output=True, text=True, timeout=30)
+    finally:
+        port.close()
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("replog: error: " + said.format(d=d)), r.stderr
+
+
 @pytest.mark.parametrize("wal_mode", ["write", "fsync"])
 def test_kill9_during_write_load_keeps_every_acknowledged_write(tmp_path, procs, wal_mode):
     n = ReplogProcess(tmp_path, "crash", extra=["--wal-mode", wal_mode]).start()
