@@ -20,7 +20,7 @@ import ssl
 from collections import deque
 
 from node.clientproto import wire
-from replog.errors import ReplogError, Timeout, TooLarge, Unavailable, from_answer
+from replog.errors import BadRequest, ReplogError, Timeout, TooLarge, Unavailable, from_answer
 
 SWEEP_S = 0.05                 # how often deadlines are checked while calls wait
 CONNECT_TIMEOUT_S = 5.0        # connect + TLS + HELLO
@@ -160,12 +160,16 @@ class BinaryConnection(asyncio.Protocol):
             self._send(out[i:i + nmax], bmax)
 
     def _send(self, reqs: list, bmax: int) -> None:
-        data = wire.encode_requests(reqs)
-        if len(data) - wire.HEAD_BYTES > bmax:
+        try:
+            data = wire.encode_requests(reqs)
+        except (TypeError, ValueError, OverflowError) as e:   # an argument msgpack cannot carry
             if len(reqs) == 1:
-                fut = self.pending.pop(reqs[0][0], None)
-                if fut is not None and not fut.done():
-                    fut.set_exception(TooLarge(f"the request encodes to {len(data)} bytes; a frame holds at most "
+                self._refuse(reqs[0][0], BadRequest(f"the request cannot be encoded: {e}", address=self.address))
+                return
+            data = None             # the calls it shares the frame with go without it
+        if data is None or len(data) - wire.HEAD_BYTES > bmax:
+            if len(reqs) == 1:
+                self._refuse(reqs[0][0], TooLarge(f"the request encodes to {len(data)} bytes; a frame holds at most "
                                                   f"{bmax}", address=self.address))
                 return
             half = len(reqs) // 2
@@ -174,6 +178,11 @@ class BinaryConnection(asyncio.Protocol):
             return
         self.transport.write(data)              # type: ignore[union-attr]
         self._frames_sent += 1
+
+    def _refuse(self, rid: int, why: ReplogError) -> None:
+        fut = self.pending.pop(rid, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(why)
 
     def _sweep(self) -> None:
         self._sweeper = None

@@ -17,14 +17,34 @@ import aiohttp
 import msgpack
 
 from node.clientproto import wire
+from node.core import codec, validate
 from replog.binary import ConnectionLost
-from replog.errors import Timeout, from_answer
+from replog.errors import BadRequest, Timeout, from_answer
 
 MSGPACK = "application/msgpack"
 
 
-def _q(s: str) -> str:
+def _q(s: str, rule=validate.key_error, code: str = "bad_key") -> str:
+    """A space or key for the path, checked by the node's own rule first: what cannot be one
+    (not a string, empty, not UTF-8) fails as the binary port answers it, not as a TypeError
+    of the URL's quoting or a 404 of a path that names no key."""
+    err = rule(s)
+    if err is not None:
+        raise BadRequest(err, status=400, code=code)
     return quote(s, safe="")
+
+
+def _s(s: str) -> str:
+    return _q(s, validate.space_name_error, "bad_space_name")
+
+
+def _pack(body: Any) -> bytes:
+    """The body as the binary port encodes its requests (wire's codec), so one value has one
+    fate on both transports."""
+    try:
+        return codec.pack(body)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise BadRequest(f"the request cannot be encoded: {e}", status=400, code="bad_request") from None
 
 
 def vclock_text(v: dict[str, int]) -> str:
@@ -66,7 +86,7 @@ class HttpConnection:
         method, path, query, body = self._route(op, request)
         try:
             async with self.session.request(method, self.base + path, params=query, headers=self.headers,
-                                            data=None if body is None else msgpack.packb(body, use_bin_type=True),
+                                            data=None if body is None else _pack(body),
                                             ssl=self.ssl, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
                 raw = await r.read()
                 status = r.status
@@ -93,16 +113,17 @@ class HttpConnection:
         if op == "GET":
             return "GET", r[1], {}, None
         if op == wire.GET:
-            return "GET", f"/v1/spaces/{_q(r[1])}/keys/{_q(r[2])}", self._after(r, 3), None
+            return "GET", f"/v1/spaces/{_s(r[1])}/keys/{_q(r[2])}", self._after(r, 3), None
         if op == wire.PUT:
-            return "PUT", f"/v1/spaces/{_q(r[1])}/keys/{_q(r[2])}", {}, r[3]
+            return "PUT", f"/v1/spaces/{_s(r[1])}/keys/{_q(r[2])}", {}, r[3]
         if op == wire.DELETE:
-            return "DELETE", f"/v1/spaces/{_q(r[1])}/keys/{_q(r[2])}", {}, None
+            return "DELETE", f"/v1/spaces/{_s(r[1])}/keys/{_q(r[2])}", {}, None
         if op == wire.RANGE:
             q = {"limit": str(r[3])}
             if r[2] is not None:
+                _q(r[2])
                 q["after"] = r[2]
-            return "GET", f"/v1/spaces/{_q(r[1])}/keys", {**q, **self._after(r, 4)}, None
+            return "GET", f"/v1/spaces/{_s(r[1])}/keys", {**q, **self._after(r, 4)}, None
         if op == wire.TXN:
             ops = [{"op": "put", "space": o[1], "key": o[2], "value": o[3]} if o[0] == wire.TXN_PUT
                    else {"op": "delete", "space": o[1], "key": o[2]} for o in r[1]]
@@ -115,7 +136,7 @@ class HttpConnection:
                 q["timeout_ms"] = str(r[2])
             return "GET", "/v1/wait", q, None
         if op == wire.SPACE:
-            return "PUT", f"/v1/spaces/{_q(r[1])}", {}, r[2]
+            return "PUT", f"/v1/spaces/{_s(r[1])}", {}, r[2]
         raise ValueError(f"no HTTP route for op {op}")
 
     @staticmethod

@@ -232,3 +232,39 @@ def test_the_sdk_speaks_tls_with_the_ca_file(tmp_path, procs):
     with pytest.raises(replog.Unavailable):
         with replog.Client([n.address], timeout=3) as c:    # plaintext to a TLS node: no node answers
             c.info()
+
+
+BAD_CALLS = [                                   # (what, put's args, the code both transports raise)
+    ("an int key", ("kv", 123, 1), "bad_key"),
+    ("a bytes key", ("kv", b"abc", 1), "bad_key"),
+    ("an empty key", ("kv", "", 1), "bad_key"),
+    ("a key with a lone surrogate", ("kv", "\ud800", 1), None),
+    ("no space", (None, "a", 1), "bad_space_name"),
+    ("an int past msgpack's", ("kv", "big", 2 ** 64), "bad_request"),
+    ("a negative one", ("kv", "big", -2 ** 63 - 1), "bad_request"),
+]
+
+
+@pytest.mark.parametrize("transport", ["binary", "http"])
+async def test_an_argument_that_cannot_be_sent_fails_its_own_call_at_once_on_both_transports(node, transport):
+    """The binary transport encoded a frame's requests together after the call returned: a value
+    msgpack cannot carry raised inside the event loop's callback, and that call and every call
+    sharing its frame waited out their timeout. The HTTP transport raised TypeError or
+    OverflowError, stored a bytes key, and answered an empty key 404."""
+    async with replog.AsyncClient([node.address], transport=transport, timeout=20) as c:
+        await c.create_space("kv")
+        for what, args, code in BAD_CALLS:
+            t0 = asyncio.get_running_loop().time()
+            with pytest.raises(replog.BadRequest) as e:
+                await c.put(*args)
+            assert asyncio.get_running_loop().time() - t0 < 5, f"{what}: not at once"
+            assert code is None or e.value.code == code, (what, e.value.code, str(e.value))
+        # batched with good calls, a bad one fails alone and the others are written
+        calls = [c.put("kv", f"good{i}", i) for i in range(5)]
+        calls.insert(2, c.put("kv", "bad", 2 ** 70))
+        res = await asyncio.gather(*calls, return_exceptions=True)
+        assert isinstance(res[2], replog.BadRequest)
+        assert all(isinstance(r, replog.WriteResult) for i, r in enumerate(res) if i != 2), res
+        assert [(await c.get("kv", f"good{i}")).value for i in range(5)] == list(range(5))
+        keys = [i.key async for i in c.range("kv")]
+        assert keys == [f"good{i}" for i in range(5)], keys
