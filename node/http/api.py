@@ -123,8 +123,10 @@ async def auth_mw(request: web.Request, handler):
     token = node.cfg.token
     if token and not request.path.startswith(OPEN_PATHS):
         # surrogateescape: a header is bytes, and non-UTF-8 ones are just a wrong token
-        got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-        if not hmac.compare_digest(got, f"Bearer {token}".encode()):
+        scheme, _, got = request.headers.get("Authorization", "").partition(" ")
+        # the scheme's name is case-insensitive (RFC 9110 11.1): "bearer" is "Bearer"
+        if scheme.lower() != "bearer" or not hmac.compare_digest(got.encode("utf-8", "surrogateescape"),
+                                                                 token.encode()):
             raise ClientError(401, "unauthorized", "a valid 'Authorization: Bearer <token>' header is required")
     return await handler(request)
 

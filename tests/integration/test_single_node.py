@@ -154,6 +154,10 @@ def test_token_required_except_health_and_metrics(tmp_path, procs):
     assert n.get("/v1/info", token=None)[0] == 401
     assert n.get("/v1/info", token="wrong")[0] == 401
     assert n.get("/v1/info")[0] == 200
+    for header, status in [("bearer s3cret", 200), ("BEARER s3cret", 200),      # the scheme: any case
+                           ("Bearer S3CRET", 401), ("Basic s3cret", 401), ("Bearer", 401), ("s3cret", 401),
+                           ("Bearer s3cret2", 401), ("Bearer  s3cret", 401), ("Bearers3cret", 401)]:
+        assert request("GET", n.url + "/v1/info", token=None, headers={"Authorization": header})[0] == status, header
     assert n.get("/v1/health", token=None)[0] == 200
     with urllib.request.urlopen(n.url + "/metrics") as r:
         assert b"replog_rows_written" in r.read()
