@@ -155,6 +155,8 @@ applier_pending_rows_max = 20_000    # rows queued to the journal before applier
                                      # group-commit batches keep the writer busy, more only grows the heap
 heartbeat_interval_s = 1.0           # idle links send a heartbeat this often
 peer_timeout_s = 10.0                # no message for this long: the link is dead
+twin_live_s = 3.0                    # a subscriber that ACKed within this is a live process (node/core/link/twins.py)
+twin_confirm_s = 2 * twin_live_s     # refused as a live subscriber's twin for this long: the younger stops
 handshake_timeout_s = 10.0           # a peer must finish auth + greeting within this
 snapshot_message_timeout_s = 60.0    # a joiner waits this long for each message of a snapshot (a chunk of
                                      # 4 MiB read off the donor's store, on a busy donor)

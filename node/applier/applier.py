@@ -54,6 +54,7 @@ class Applier(Upstream):
                 raise
             except Exception as e:  # noqa: BLE001 - after_link maps every error, our bugs included
                 err = e
+                self.node.twin_refused(e)
             nxt = retry.end(err, time.monotonic())
             if not self.ended(err, nxt) or self.stopping:
                 return

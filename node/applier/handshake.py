@@ -44,7 +44,8 @@ async def open_link(node: "Handshake", session: aiohttp.ClientSession, address: 
         node.check_peer_greeting(theirs)
         conn.greeting = theirs
         return conn, theirs
-    except BaseException:
+    except BaseException as e:
+        node.twin_refused(e)
         await conn.close()
         raise
 

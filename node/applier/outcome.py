@@ -15,7 +15,9 @@ Rules kept here:
   for `peer_timeout_s`: this node stalled or was stopped, or the network dropped everything;
   the link broke, so it is retried with the backoff, said as a WARNING), and `lease_fenced` (one
   side is a stale lease holder, which stops within a lease duration, and the address may serve
-  the slot's next holder then: retried with the backoff, said as a WARNING); a broken network is
+  the slot's next holder then: retried with the backoff, said as a WARNING), and `twin` (another
+  process with one member's uuid: the younger stops; retried with the backoff, so that a third
+  node's refusals confirm a live twin soon, said as a WARNING); a broken network is
   retried with capped exponential backoff; our own state asking for a fresh SUBSCRIBE
   (Resubscribe), or the upstream asking for a fresh greeting (`greet_again`), retries at once;
   the disk failing (StorageError) stops the node; anything else is a bug here: this link
@@ -68,6 +70,8 @@ def after_link(e: BaseException | None, backoff: float) -> After:
             return After(RETRY, "disconnected", str(e), backoff, logging.WARNING, str(e))
         if e.code == "lease_fenced":        # a stale holder (it or this node) stops within a lease duration
             return After(RETRY, "lease_fenced", str(e), backoff, logging.WARNING, str(e))
+        if e.code == "twin":                # the younger of two processes of one member stops (node/core/link/twins.py)
+            return After(RETRY, "twin", str(e), backoff, logging.WARNING, str(e))
         if e.code == "need_rejoin":
             return After(REJOIN, "need_rejoin", str(e), limits.rejoin_retry_s, logging.WARNING, str(e))
         # A lasting reason (secret, cluster, options, expelled, this node itself, a second address of

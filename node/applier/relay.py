@@ -70,6 +70,7 @@ async def serve_link(node: "RelayHost", conn: Conn) -> None:
             inp = await _act(node, conn, mach, rd)
     except Exception as e:  # noqa: BLE001 - the relay's one place: relay_end maps every error, our bugs included
         end = relay_end(e, conn.peer)
+        node.twin_refused(e)
         if end.bug:
             node.note_failure(f"relay to {conn.peer}", e)
         elif end.line:

@@ -51,6 +51,7 @@ class Relay:
         self.error = ""
         self.cursor = WalCursor(node.wal_dir, machine.sub, machine.own)
         self._wake = asyncio.Event()     # set by the journal after each durable batch
+        self.started_at = time.monotonic()   # a subscriber that has not ACKed yet is live this long
 
     lag_s = property(lambda self: self.machine.lag_s)
     acked = property(lambda self: self.machine.acked)

@@ -109,6 +109,7 @@ class Node:
         self.spawn, self.supervise, self.note_failure = t.spawn, t.supervise, t.note_failure
         self.task_failures = t.failures                  # task name -> {"failures", "error"}
         self.greeting, self.check_peer_greeting = p.greeting, p.check_peer_greeting
+        self.twin_refused = p.twin_refused
         self.disprove_claim, self.own_rows_awaited = p.disprove_claim, p.own_rows_awaited
         self.own_rows_unheeded = p.own_rows_unheeded
         self.set_peers, self.configure_peers = p.set_peers, p.configure_peers

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
+import time
 from typing import TYPE_CHECKING
 
 from node.applier.applier import Applier
 from node.core.lifecycle_fence import (claims_unheeded, disprove_claim, hear_greeting, own_history_lsn,
                                       own_rows_awaited)
-from node.errors import PeerRefused
+from node import limits
+from node.core.link import twins
+from node.errors import PeerRefused, StorageError
 from node.process.ports import ENDING
 
 if TYPE_CHECKING:
@@ -35,6 +39,9 @@ class Peering:
         # peers that claimed to hold our own rows and, streaming to us, did not send them
         # (Applier.check_claim): their claims are not believed again while this node runs
         self.claims_disproved: set[str] = set()
+        self._twin_since: float | None = None   # refused as a live subscriber's twin since, and last
+        self._twin_last = 0.0
+        self.run = twins.new_run(time.time_ns() // 1000, secrets.token_hex(4))           # this process's run of its member (node/core/link/twins.py)
 
     # --- greetings ------------------------------------------------------------------------------
     def greeting(self) -> dict:
@@ -42,6 +49,7 @@ class Peering:
         core, store, cfg = node.core, node.store, node.cfg
         return {
             "uuid": node.uuid,
+            "run": self.run,
             "cluster_uuid": store.get_meta("cluster_uuid") if store else None,
             "cluster_name": cfg.cluster_name,
             "options_digest": node.options_digest,
@@ -67,6 +75,7 @@ class Peering:
         """Checks beyond check_greeting: lease fencing (raises PeerRefused); then what the
         greeting tells the join protocol, the fence, and the claims on our own rows."""
         node = self.node
+        self._refuse_younger_twin(theirs)
         if node.lease:
             node.lease.check_peer(theirs)
         if theirs.get("anon") and theirs["uuid"] in node.retention.forgotten:
@@ -77,6 +86,38 @@ class Peering:
                               "directory")
         node.life.observe_greeting(theirs)
         hear_greeting(node.core, self.own_claims, self.claims_disproved, theirs, node.uuid)   # fence, claims
+
+    # --- twins: two processes with one uuid (node/core/link/twins.py) ------------------------------
+    def _refuse_younger_twin(self, theirs: dict) -> None:
+        """A greeting of a member subscribed here by a live link of another, older run: refused
+        (the younger stops when told). Lease identities fence their stale holders themselves."""
+        run = twins.run_of(theirs)
+        if run is None or theirs.get("lease") is not None:
+            return
+        now = time.monotonic()
+        for r in self.node.relays:
+            if r.uuid == theirs["uuid"] and not r.conn.closed and \
+                    now - max(r.machine.acked_at, r.started_at) <= limits.twin_live_s:
+                live = twins.run_of(r.machine.greeting or {})
+                if live is not None and live < run:
+                    raise twins.refusal(theirs["uuid"], theirs["address"], run, live,
+                                        f"a member subscribed here from {r.address}", met=False)
+
+    def twin_refused(self, e: BaseException) -> None:
+        """A link ended with `e`: when it is a twin refusal and this process is the younger of
+        the two, it stops before it writes anything the older one may write too; at once when
+        the two met, else once a third node's refusals went on for twin_confirm_s."""
+        if twins.younger_of(e) != self.run:
+            return
+        now = time.monotonic()
+        if not twins.met(e):  # type: ignore[arg-type]
+            if self._twin_since is None or now - self._twin_last > limits.twin_confirm_s:
+                self._twin_since = now
+                log.warning("node: %s; refused so for %g s, this process stops", e, limits.twin_confirm_s)
+            self._twin_last = now
+            if now - self._twin_since < limits.twin_confirm_s:
+                return
+        self.node.on_fatal(StorageError(f"this process stops: {e}"))
 
     # --- claims on our own rows (the rules: node/core/lifecycle_fence.py) -----------------------
     def disprove_claim(self, uuid: str, have: int) -> None:

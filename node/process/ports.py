@@ -83,6 +83,7 @@ class Handshake(Protocol):
 
     def greeting(self) -> dict: ...
     def check_peer_greeting(self, theirs: dict) -> None: ...
+    def twin_refused(self, e: BaseException) -> None: ...
 
 
 # --- replication -------------------------------------------------------------------------------
@@ -381,6 +382,7 @@ class PeeringHost(ApplierHost, Protocol):
     lease: Any
     life: Any                                 # greeting_fields, observe_greeting
     appliers: dict[str, Any]
+    relays: set                               # read only: a live subscriber's run (twins)
     retention: Any                            # forgotten: anonymous replicas refused at their greeting
 
     @property

@@ -85,6 +85,9 @@ class Node:
         self.journal = Journal(self, arrive_at)
         self.rejoiner = Rejoiner()
 
+    def twin_refused(self, e):
+        pass
+
 
 @pytest.fixture
 def sleeps(monkeypatch) -> list[float]:

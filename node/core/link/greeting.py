@@ -7,11 +7,14 @@ Rules kept here:
   lets the node that starts with the other value stop naming both).
 - A peer with this node's uuid is this node itself (`self`), unless both greetings carry lease
   versions and they differ: then it is another holder of the member's slot, and one of the two is
-  stale (`lease_fenced`, which node/applier/outcome.py retries as a transient refusal)."""
+  stale (`lease_fenced`, which node/applier/outcome.py retries as a transient refusal); and unless
+  both greetings carry runs and they differ: another process with this uuid (`twin`,
+  node/core/link/twins.py)."""
 from __future__ import annotations
 
 from typing import Any
 
+from node.core.link import twins
 from node.errors import PeerRefused, RemoteProtocolError
 from node.identity.signature import first_mismatch
 
@@ -29,6 +32,9 @@ def check_greeting(mine: dict, theirs: dict, peer: str, authenticated: str | Non
             raise PeerRefused("lease_fenced", f"{peer} is another process of this node's member (uuid {mine['uuid']}) "
                               f"under lease version {others.get('version')!r:.20}, this node under "
                               f"{ours.get('version')!r:.20}: the older is a stale holder and must stop")
+        run, other = twins.run_of(theirs), twins.run_of(mine)
+        if run is not None and other is not None and run != other:
+            raise twins.refusal(mine["uuid"], peer, run, other, "this node", met=True)
         raise PeerRefused("self", f"{peer} is this node itself (uuid {mine['uuid']})")
     if mine["cluster_uuid"] and theirs["cluster_uuid"] and mine["cluster_uuid"] != theirs["cluster_uuid"]:
         raise PeerRefused("wrong_cluster", f"{peer} belongs to cluster {theirs['cluster_uuid']}, "
