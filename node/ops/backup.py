@@ -117,7 +117,10 @@ def wal_holds(data_dir: str) -> list[dict[int, int]]:
                 if live:
                     out.append({})
                 continue
-            os.unlink(path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue         # its backup ended between our open and our lock, and removed it
             log.warning("backup: removed %s, left by a backup that did not finish", name)
         finally:
             os.close(fd)

@@ -2,6 +2,7 @@
 the checkpoint collects nothing (node/core/holds.py keep_vclock with the hold's position); a hold left
 by a backup that died is removed, not obeyed for ever."""
 import fcntl
+import logging
 import multiprocessing
 import os
 
@@ -49,3 +50,21 @@ def test_a_visible_hold_is_locked_by_its_backup(tmp_path):
         os.close(fd)
     assert locked, "a hold is renamed into sight only once locked"
     hold.release()
+
+
+def test_a_hold_released_between_the_checkpoints_open_and_its_lock_is_no_error(tmp_path, monkeypatch, caplog):
+    """Nemesis seed 131: a backup ended (unlink, then unlock) between the checkpoint's open of its
+    hold and the checkpoint's lock; the lock was free, the unlink found no file, and the
+    checkpoint failed with FileNotFoundError ("a bug; the node serves on")."""
+    hold = Hold(str(tmp_path))
+    real_open = os.open
+
+    def open_then_release(path, flags, *a):
+        fd = real_open(path, flags, *a)
+        hold.release()
+        return fd
+    monkeypatch.setattr(os, "open", open_then_release)
+    with caplog.at_level(logging.WARNING):
+        assert wal_holds(str(tmp_path)) == []
+    assert "did not finish" not in caplog.text
+    assert os.listdir(tmp_path) == []
