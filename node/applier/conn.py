@@ -211,6 +211,14 @@ async def connect(session: aiohttp.ClientSession, address: str, tls: ssl.SSLCont
         if e.status == 403:      # a relay that requires a client certificate (tls_client_auth)
             raise PeerRefused("tls_client_auth", f"{address} refused the link (HTTP 403): it requires a client "
                                                  "certificate signed by its tls_ca_file") from None
+        if e.status == 404:      # an HTTP server, but no replication endpoint there
+            raise ConnectionError(f"cannot connect to {address}: it answered HTTP 404 for /v1/replication: not a "
+                                  "replog node's HTTP address") from None
+        raise ConnectionError(f"cannot connect to {address}: {e}") from None
+    except aiohttp.ClientResponseError as e:
+        if "Bad status line" in str(e.message):
+            raise ConnectionError(f"cannot connect to {address}: it does not answer HTTP (a node's binary client "
+                                  "port? peers are nodes' HTTP addresses)") from None
         raise ConnectionError(f"cannot connect to {address}: {e}") from None
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
         # Under TLS 1.3 a relay that refuses our certificate resets the connection after our
