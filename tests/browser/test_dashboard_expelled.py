@@ -29,11 +29,17 @@ def test_an_expelled_member_is_greyed_and_marked_in_both_matrices(driver, tmp_pa
     until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, 'article.card[data-state="up"]')) == 2, 20,
           "A and B read")
     for table in ("ids", "vclocks"):
-        row = until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f'#{table} tr[data-member="{cu}"], '
-                                                                          f'#{table} tr[data-origin="{cu}"]'), 20,
-                    f"C's row in #{table}")[0]
-        assert "expelled" in row.get_attribute("class").split(), (table, row.get_attribute("class"))
-        assert float(driver.execute_script("return getComputedStyle(arguments[0].cells[0]).opacity", row)) < 1
-    badge = driver.find_element(By.CSS_SELECTOR, f'#ids tr[data-member="{cu}"] .badge.expelled')
-    assert badge.text == "expelled"
+        # read in one script from a row found then: the page redraws its tables as it polls, and
+        # an element found in one call may be gone by the next
+        sel = f'#{table} tr[data-member="{cu}"], #{table} tr[data-origin="{cu}"]'
+        classes, opacity = until(driver, lambda d: d.execute_script(
+            "const r = document.querySelector(arguments[0]);"
+            "return r ? [r.className, getComputedStyle(r.cells[0]).opacity] : null;", sel), 20,
+            f"C's row in #{table}")
+        assert "expelled" in classes.split(), (table, classes)
+        assert float(opacity) < 1, (table, opacity)
+    badge = until(driver, lambda d: d.execute_script(
+        "const b = document.querySelector(arguments[0]); return b ? b.textContent : null;",
+        f'#ids tr[data-member="{cu}"] .badge.expelled'), 20, "C's badge")
+    assert badge.strip() == "expelled", badge
     assert not driver.find_elements(By.CSS_SELECTOR, f'article.card[data-node="{cu}"]'), "the page read C"

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from tests.integration.harness import REPLOG, ReplogProcess, mesh, restore, vclocks_converged, wait_for
-from tests.integration.oracles import no_fork
+from tests.integration.oracles import no_fork, replicated_spaces
 from tests.integration.test_backup import one_row_per_lsn
 
 
@@ -37,6 +37,7 @@ def exits_as_twin(node: ReplogProcess) -> None:
 
 
 def writes_everywhere(nodes: list[ReplogProcess], key: str) -> None:
+    wait_for(lambda: all("kv" in replicated_spaces(n) for n in nodes), 30, "the space on every node")
     for i, n in enumerate(nodes):
         assert n.put(f"/v1/spaces/kv/keys/{key}{i}", i)[0] == 200
     wait_for(lambda: all(n.kv_get("kv", f"{key}{i}")[0] == 200 for n in nodes for i in range(len(nodes))), 30,
