@@ -109,7 +109,7 @@ class Node:
         self.spawn, self.supervise, self.note_failure = t.spawn, t.supervise, t.note_failure
         self.task_failures = t.failures                  # task name -> {"failures", "error"}
         self.greeting, self.check_peer_greeting = p.greeting, p.check_peer_greeting
-        self.twin_refused = p.twin_refused
+        self.twin_refused, self.run = p.twin_refused, p.run
         self.disprove_claim, self.own_rows_awaited = p.disprove_claim, p.own_rows_awaited
         self.own_rows_unheeded = p.own_rows_unheeded
         self.set_peers, self.configure_peers = p.set_peers, p.configure_peers
@@ -192,7 +192,7 @@ class Node:
                                                 shutdown_timeout=limits.http_drain_s)
         except OSError as e:
             raise ConfigError("listen", f"cannot listen on {cfg.listen}: {e.strerror}") from None
-        log.info("node %s listening on %s%s (data %s)", self.uuid, cfg.listen,
+        log.info("node %s listening on %s as run %s%s (data %s)", self.uuid, cfg.listen, self.run,
                  " over TLS" + (" (links need a client certificate)" if cfg.tls_client_auth else "")
                  if cfg.tls else "", self.data_dir)
         if cfg.client_address is not None:

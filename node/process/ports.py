@@ -420,6 +420,7 @@ class InfoHost(Protocol):
     """/v1/info and /v1/cluster (node/process/views.py)."""
     cfg: "Config"
     uuid: str
+    run: str                                  # this process's run of its member (node/core/link/twins.py)
     core: "NodeCore | None"
     store: "Store | None"
     status: str

@@ -27,6 +27,7 @@ def info(node: "InfoHost") -> dict:
     rejoiner = node.rejoiner
     return {
         "uuid": node.uuid,
+        "run": node.run,
         "id": core.self_id if core else None,
         "cluster_uuid": node.store.get_meta("cluster_uuid") if node.store else None,
         "cluster_name": node.cfg.cluster_name,

@@ -7,6 +7,7 @@ on (a restore started in place of a stopped node, and then the old node started 
 node killed and started again at once is no twin of its dead process."""
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -32,7 +33,9 @@ def exits_as_twin(node: ReplogProcess) -> None:
     node.start(wait=False)
     wait_for(lambda: node.proc.poll() is not None, 30, f"{node.name} stops")
     assert node.proc.returncode == 1, node.log_text()[-3000:]
-    log = node.log_text()
+    log = node.log_text().split(f"===== start #{node.starts}")[-1]
+    run = re.search(r"listening on \S+ as run ([0-9a-f]{24})", log)
+    assert run is not None and f"the younger ({run[1]}) stops" in log, log[-3000:]
     assert "another process with the uuid" in log and "younger" in log and "Traceback" not in log, log[-3000:]
 
 
