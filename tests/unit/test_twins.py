@@ -76,3 +76,106 @@ def _wire_greeting(**kw) -> dict:
 def test_a_greetings_run_is_24_hex_digits_or_absent(run, ok):
     g = _wire_greeting(**({} if run is None else {"run": run}))
     assert (greeting_error(g) is None) == ok, greeting_error(g)
+
+
+def test_met_says_whether_the_two_runs_met_in_one_handshake():
+    e = _refusal(_greeting(ME, run=OLD), _greeting(ME, run=NEW))
+    assert twins.met(e) is True
+    e = twins.refusal(ME, "b:1", NEW, OLD, "a member subscribed here", met=False)
+    assert twins.met(e) is False and twins.younger_of(e) == NEW
+
+
+# --- the node's side: node/process/peering.py -------------------------------------------------
+class _Relay:
+    def __init__(self, uuid: str, run: str | None, acked_at: float, closed: bool = False):
+        from types import SimpleNamespace
+        self.uuid, self.address, self.started_at = uuid, "a:1", 0.0
+        self.conn = SimpleNamespace(closed=closed)
+        self.machine = SimpleNamespace(acked_at=acked_at, greeting={"run": run} if run else {})
+
+
+class _Node:
+    def __init__(self, relays=()):
+        self.relays = set(relays)
+        self.fatal: list[BaseException] = []
+        self.lease = None
+
+    def on_fatal(self, e):
+        self.fatal.append(e)
+
+
+def _peering(relays=()):
+    from node.process.peering import Peering
+    return Peering(_Node(relays), [])
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    from node.process import peering
+    now = [1000.0]
+    monkeypatch.setattr(peering.time, "monotonic", lambda: now[0])
+    return now
+
+
+def test_a_greeting_of_a_live_subscribers_younger_twin_is_refused_and_an_older_one_taken(clock):
+    from node import limits
+    p = _peering([_Relay(PEER, OLD, acked_at=clock[0] - limits.twin_live_s)])
+    with pytest.raises(PeerRefused) as e:
+        p._refuse_younger_twin(_greeting(PEER, run=NEW, address="b:1"))
+    assert e.value.code == "twin" and twins.younger_of(e.value) == NEW and twins.met(e.value) is False
+    p._refuse_younger_twin(_greeting(PEER, run=OLD, address="b:1"))            # itself, reconnecting
+    older = twins.new_run(1, "00000000")
+    p._refuse_younger_twin(_greeting(PEER, run=older, address="b:1"))          # older than the live one
+    p._refuse_younger_twin(_greeting(PEER, address="b:1"))                     # no run: an older version
+    p._refuse_younger_twin(_greeting(ME, run=NEW, address="b:1"))              # another member
+    p._refuse_younger_twin(_greeting(PEER, run=NEW, address="b:1", lease={"slot": 1, "version": 2}))
+
+
+@pytest.mark.parametrize("relay", [
+    lambda now: _Relay(PEER, OLD, acked_at=now - 3.01),            # silent past twin_live_s: a dead process's
+    lambda now: _Relay(PEER, OLD, acked_at=now, closed=True),      # its connection closed
+    lambda now: _Relay(PEER, None, acked_at=now),                  # subscribed without a run
+])
+def test_a_subscriber_link_that_is_not_a_live_run_refuses_nobody(clock, relay):
+    _peering([relay(clock[0])])._refuse_younger_twin(_greeting(PEER, run=NEW, address="b:1"))
+
+
+def test_the_younger_stops_at_once_when_the_two_met(clock):
+    p = _peering()
+    p.run = OLD
+    p.twin_refused(twins.refusal(ME, "b:1", NEW, OLD, "this node", met=True))   # it is the older here
+    assert p.node.fatal == []
+    p.run = NEW
+    p.twin_refused(PeerRefused("self", "x"))
+    assert p.node.fatal == []
+    p.twin_refused(twins.refusal(ME, "b:1", NEW, OLD, "this node", met=True))
+    assert len(p.node.fatal) == 1 and "this process stops" in str(p.node.fatal[0])
+
+
+def test_refused_by_a_third_node_the_younger_stops_once_refusals_lasted_twin_confirm_s(clock):
+    from node import limits
+    p = _peering()
+    p.run = NEW
+    told = twins.refusal(ME, "b:1", NEW, OLD, "a member subscribed here", met=False)
+    for _ in range(int(limits.twin_confirm_s)):          # one a second: a live twin's refusals go on
+        p.twin_refused(told)
+        assert p.node.fatal == []
+        clock[0] += 1.0
+    p.twin_refused(told)
+    assert len(p.node.fatal) == 1
+
+
+def test_refusals_that_stopped_for_a_while_start_counting_again(clock):
+    from node import limits
+    p = _peering()
+    p.run = NEW
+    told = twins.refusal(ME, "b:1", NEW, OLD, "a member subscribed here", met=False)
+    p.twin_refused(told)
+    clock[0] += limits.twin_confirm_s + 0.5               # no refusal meanwhile: a dead process's link, gone
+    p.twin_refused(told)
+    clock[0] += limits.twin_confirm_s - 0.5
+    p.twin_refused(told)
+    assert p.node.fatal == []
+    clock[0] += 0.5
+    p.twin_refused(told)
+    assert len(p.node.fatal) == 1
