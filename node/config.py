@@ -149,8 +149,8 @@ def _coerce(name: str, value: Any) -> Any:
                 return False
             raise ValueError(f"not a boolean: {value!r}")
         if t in ("int", int):
-            if isinstance(value, bool):
-                raise ValueError("not an integer")
+            if isinstance(value, (bool, float)):      # (TOML's 1e9 is a float: int() would take it, and 1.5)
+                raise ValueError(f"not an integer: {value!r}")
             return int(value)
         if t in ("float", float):
             return float(value)
@@ -277,8 +277,9 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("ready_upstreams_down_max", "must be >= 0")
     if cfg.lease_store.startswith("s3://") and importlib.util.find_spec("boto3") is None:
         raise ConfigError("lease_store", "s3:// lease stores need boto3: pip install 'replog[s3]'")
-    if cfg.segment_bytes_max < 4096:
-        raise ConfigError("segment_bytes_max", "must be at least 4096")
+    if not 4096 <= cfg.segment_bytes_max <= limits.segment_bytes_max_max:
+        raise ConfigError("segment_bytes_max", f"must be 4096..{limits.segment_bytes_max_max} bytes (a segment is "
+                          f"collected whole: one that never fills is never collected), got {cfg.segment_bytes_max}")
     if not limits.store_map_bytes_min <= cfg.map_size <= limits.store_map_bytes_max:
         raise ConfigError("map_size", f"must be {limits.store_map_bytes_min}..{limits.store_map_bytes_max} bytes, "
                           f"got {cfg.map_size}")

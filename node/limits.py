@@ -128,6 +128,7 @@ frame_bytes_max = 4 * message_bytes_max  # one WAL frame: a local txn, or what t
                                      # one received message, whose txns may each grow by the bytes
                                      # of a rewritten replica id (<= 8 per txn of >= 16 bytes)
 segment_bytes_max = 64 * 1024 * 1024 # rotate a segment past this size
+segment_bytes_max_max = 4 << 30      # the largest segment_bytes_max a node takes (config.py)
 segment_header_bytes_max = 16 * 1024 * 1024  # header holds the whole _cluster table
 group_commit_txns_max = 4096         # transactions that share one write (and one fsync)
 group_commit_bytes_max = 8 * 1024 * 1024  # bytes that share one write

@@ -110,6 +110,7 @@ BAD_FLAGS = [
     ({"cluster_name": ""}, "cluster_name"),
     ({"cluster_name": "x" * 65}, "cluster_name"),
     ({"segment_bytes_max": "100"}, "segment_bytes_max"),
+    ({"segment_bytes_max": str((4 << 30) + 1)}, "segment_bytes_max"),    # one past the largest: never collected
     ({"anon": "maybe"}, "anon"),
     ({"secret_file": "/nonexistent/secret"}, "secret_file"),
     ({"token_file": "/nonexistent/token"}, "token_file"),
@@ -181,6 +182,9 @@ def test_insecure_lifts_the_non_loopback_refusal(tmp_path, source):
     ("[section]\nlisten = \"127.0.0.1:1\"\n", "section"),
     ("wal_mode = \n", "config"),
     ("this is not toml\n", "config"),
+    ("segment_bytes_max = 1e20\n", "segment_bytes_max"),   # a TOML float for a byte count: int() took it
+    ("segment_bytes_max = 65536.5\n", "segment_bytes_max"),
+    ("map_size = 1e9\n", "map_size"),
 ])
 def test_bad_toml_is_a_config_error_naming_the_option(tmp_path, text, option):
     path = toml(tmp_path, text)
@@ -253,3 +257,8 @@ def test_replog_serve_with_an_unknown_flag_exits_2_with_one_line(tmp_path):
     r = run_serve(tmp_path, "--wal_mode", "fsync")
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("value", [4096, 4 << 30])
+def test_segment_bytes_max_takes_its_bounds(tmp_path, value):
+    assert load({}, toml(tmp_path, f"segment_bytes_max = {value}\n"), env={}).segment_bytes_max == value
