@@ -37,6 +37,7 @@ from node import limits
 from node.applier.handshake import PROBE_ERRORS, probe
 from node.cluster_space.table import STATE_MEMBER
 from node.core.lifecycle_join_rules import wrong_store
+from node.core.link import twins
 from node.core.membership import greeting_vclock
 from node.errors import ConfigError, PeerRefused, StorageError
 from node.identity import identity_file as idf
@@ -88,6 +89,21 @@ class Lifecycle:
             os.close(fd)
             raise StorageError(f"data dir {self.node.data_dir} is in use by another replog process") from None
         self._lock_fd = fd
+        self._refuse_a_stopped_twin()
+
+    def _refuse_a_stopped_twin(self) -> None:
+        """A process on this dir stopped as the younger of two processes of its member, with no
+        fence up (node/core/link/twins.py): it may hold rows under lsns the other one used."""
+        path = os.path.join(self.node.data_dir, twins.STOPPED_FILE)
+        try:
+            with open(path, "rb") as f:
+                note = f.read(4096).decode("utf-8", "replace")
+        except FileNotFoundError:
+            return
+        raise ConfigError("data_dir", f"{self.node.data_dir} served a process that stopped as the younger of two "
+                          f"processes of its member ({path}: {note[:600]}); it may hold rows under lsns the other "
+                          "used. Discard this directory, or take its data as a new member (replog backup, then "
+                          "replog restore --as-new-member); remove the file only if that process wrote nothing")
 
     def unlock_data_dir(self) -> None:
         if self._lock_fd is not None:

@@ -290,6 +290,11 @@ def mark_active(data_dir: os.PathLike | str) -> None:
         _write_atomic(d, IDENTITY_FILE, _encode(replace(ident, active=True)))
 
 
+def write_note(data_dir: os.PathLike | str, name: str, text: str) -> None:
+    """A small file beside the identity, durable (file and directory) when this returns."""
+    _write_atomic(Path(data_dir), name, text.encode())
+
+
 def discard_pending(data_dir: os.PathLike | str) -> None:
     _unlink_durable(Path(data_dir), PENDING_FILE)
 

@@ -10,7 +10,9 @@ simulation runs too):
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import secrets
 import time
 from typing import TYPE_CHECKING
@@ -21,6 +23,7 @@ from node.core.lifecycle_fence import (claims_unheeded, disprove_claim, hear_gre
 from node import limits
 from node.core.link import twins
 from node.errors import PeerRefused, StorageError
+from node.identity import identity_file as idf
 from node.process.ports import ENDING
 
 if TYPE_CHECKING:
@@ -117,7 +120,16 @@ class Peering:
             self._twin_last = now
             if now - self._twin_since < limits.twin_confirm_s:
                 return
-        self.node.on_fatal(StorageError(f"this process stops: {e}"))
+        node = self.node
+        if node.lease is None and node.core is not None and node.core.fence is None:
+            # it may have written under lsns the older twin used: this dir must not serve again
+            path = os.path.join(node.data_dir, twins.STOPPED_FILE)
+            try:
+                idf.write_note(node.data_dir, twins.STOPPED_FILE,
+                               json.dumps({"run": self.run, "stopped_s": time.time(), "reason": str(e)}))
+            except idf.IdentityFileError as oe:
+                log.error("node: could not write %s: %s", path, oe)
+        node.on_fatal(StorageError(f"this process stops: {e}"))
 
     # --- claims on our own rows (the rules: node/core/lifecycle_fence.py) -----------------------
     def disprove_claim(self, uuid: str, have: int) -> None:

@@ -383,6 +383,7 @@ class PeeringHost(ApplierHost, Protocol):
     life: Any                                 # greeting_fields, observe_greeting
     appliers: dict[str, Any]
     relays: set                               # read only: a live subscriber's run (twins)
+    data_dir: str                             # where a stopped twin leaves its note
     retention: Any                            # forgotten: anonymous replicas refused at their greeting
 
     @property

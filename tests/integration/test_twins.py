@@ -7,7 +7,9 @@ on (a restore started in place of a stopped node, and then the old node started 
 node killed and started again at once is no twin of its dead process."""
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -67,6 +69,14 @@ def test_a_restore_started_beside_its_running_node_stops_and_forks_nothing(tmp_p
     one_row_per_lsn(*(n.data_dir for n in nodes + [clone]))     # the stopped twin's WAL too
     for n in nodes:
         assert n.get("/readyz")[0] == 200, n.name
+    if not names_original:
+        # fenced, it wrote nothing of its own: once the original is gone it takes its place
+        assert a.stop() == 0
+        clone.start()
+        wait_for(lambda: clone.get("/readyz")[0] == 200, 60, "the restore serves in place of its node")
+        live = [clone, b, c]
+        writes_everywhere(live, "in-place")
+        no_fork(live)
 
 
 def test_the_younger_run_stops_whichever_started_in_place_of_the_other(tmp_path, procs):
@@ -102,5 +112,29 @@ def test_a_node_killed_and_started_again_at_once_is_not_its_own_twin(tmp_path, p
         a.start()
         wait_for(lambda: a.get("/readyz")[0] == 200, 30, "a serves again")
         assert a.proc.poll() is None and "another process with the uuid" not in a.log_text()
+    writes_everywhere(nodes, "after")
+    no_fork(nodes)
+
+
+def test_a_copy_made_by_hand_that_met_its_node_never_serves_again(tmp_path, procs):
+    """No fence: it may have written under the member's next lsns before it met its twin. Its dir
+    keeps a note, and `replog serve` on it exits 2 naming it."""
+    nodes = mesh(tmp_path, 3)
+    procs.extend(nodes)
+    a, b, c = nodes
+    a.create_space("kv")
+    writes_everywhere(nodes, "before")
+    assert a.stop() == 0
+    copy = ReplogProcess(tmp_path, "copy", peers=[a, b, c])
+    procs.append(copy)
+    shutil.copytree(a.data_dir, copy.data_dir)
+    a.start()
+    exits_as_twin(copy)
+    assert os.path.exists(os.path.join(copy.data_dir, "twin-stopped"))
+    copy.start(wait=False)
+    wait_for(lambda: copy.proc.poll() is not None, 30, "the copy refuses to start")
+    assert copy.proc.returncode == 2
+    tail = copy.log_text().split(f"===== start #{copy.starts}")[-1]
+    assert "replog: error: data_dir:" in tail and "younger of two processes" in tail, tail[-2000:]
     writes_everywhere(nodes, "after")
     no_fork(nodes)

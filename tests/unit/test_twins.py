@@ -95,10 +95,13 @@ class _Relay:
 
 
 class _Node:
-    def __init__(self, relays=()):
+    def __init__(self, relays=(), data_dir: str = "/nonexistent", fence: object = "up"):
+        from types import SimpleNamespace
         self.relays = set(relays)
         self.fatal: list[BaseException] = []
         self.lease = None
+        self.data_dir = data_dir
+        self.core = SimpleNamespace(fence=fence)
 
     def on_fatal(self, e):
         self.fatal.append(e)
@@ -179,3 +182,21 @@ def test_refusals_that_stopped_for_a_while_start_counting_again(clock):
     clock[0] += 0.5
     p.twin_refused(told)
     assert len(p.node.fatal) == 1
+
+
+def test_a_younger_twin_with_no_fence_up_leaves_a_note_that_keeps_its_dir_from_serving(tmp_path):
+    from node.process.peering import Peering
+    p = Peering(_Node(data_dir=str(tmp_path), fence=None), [])
+    p.run = NEW
+    p.twin_refused(twins.refusal(ME, "b:1", NEW, OLD, "this node", met=True))
+    assert len(p.node.fatal) == 1
+    note = (tmp_path / twins.STOPPED_FILE).read_text()
+    assert NEW in note and "another process with the uuid" in note
+
+
+def test_a_fenced_younger_twin_leaves_no_note(tmp_path):
+    from node.process.peering import Peering
+    p = Peering(_Node(data_dir=str(tmp_path), fence=object()), [])
+    p.run = NEW
+    p.twin_refused(twins.refusal(ME, "b:1", NEW, OLD, "this node", met=True))
+    assert len(p.node.fatal) == 1 and not (tmp_path / twins.STOPPED_FILE).exists()

@@ -20,6 +20,10 @@ Rules kept here:
   dead process's link stops looking live within `twin_live_s`, so only a live twin's refusals
   last that long. The refusal is retried as a broken link is (within a second or so).
 - Greetings without `run` (an older version; the simulation's) are never twins.
+- A younger twin that stops with no own-rows fence up may have written rows under lsns the older
+  one used (a copy made by hand has no fence): its data dir gets `STOPPED_FILE`, and no process
+  starts on that dir again until the operator removes it. A fenced one (a restore) wrote nothing
+  under its own id and may start again once the other is gone.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from node.errors import PeerRefused
 
 RUN_RE = re.compile(r"[0-9a-f]{24}\Z")
 CODE = "twin"
+STOPPED_FILE = "twin-stopped"   # in the data dir of a younger twin that stopped with no fence up
 
 
 def new_run(wall_us: int, random_hex: str) -> str:
