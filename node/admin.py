@@ -18,6 +18,7 @@ import os
 import sys
 from pathlib import Path
 
+from node.core.link import twins
 from node.core.vclock import Order
 from node.errors import ReplogError
 from node.identity import identity_file as idf
@@ -118,6 +119,10 @@ def cmd_inspect(data_dir: str) -> int:
         lines.append(("restored from", f"backup of {restored.get('backup_uuid')} at vclock "
                       f"{json.dumps(restored.get('vclock'), sort_keys=True)}"
                       + (" as a new member" if restored.get("as_new_member") else "")))
+    twin = os.path.join(data_dir, twins.STOPPED_FILE)
+    if os.path.exists(twin):             # node/core/link/twins.py: this dir does not serve again unasked
+        lines.append(("twin stopped", f"a process on this dir stopped as the younger of two processes of its "
+                      f"member, with no fence up ({twin}): it may hold rows under lsns the other used"))
     if info["wal_note"]:
         lines.append(("wal", info["wal_note"]))
     width = max(len(k) for k, _ in lines) + 1

@@ -136,5 +136,7 @@ def test_a_copy_made_by_hand_that_met_its_node_never_serves_again(tmp_path, proc
     assert copy.proc.returncode == 2
     tail = copy.log_text().split(f"===== start #{copy.starts}")[-1]
     assert "replog: error: data_dir:" in tail and "younger of two processes" in tail, tail[-2000:]
+    r = subprocess.run(REPLOG + ["admin", "inspect", copy.data_dir], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "twin stopped:" in r.stdout, r.stdout + r.stderr
     writes_everywhere(nodes, "after")
     no_fork(nodes)
