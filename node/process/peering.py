@@ -17,10 +17,10 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
+from node import limits
 from node.applier.applier import Applier
 from node.core.lifecycle_fence import (claims_unheeded, disprove_claim, hear_greeting, own_history_lsn,
                                       own_rows_awaited)
-from node import limits
 from node.core.link import twins
 from node.errors import PeerRefused, StorageError
 from node.identity import identity_file as idf
@@ -44,7 +44,8 @@ class Peering:
         self.claims_disproved: set[str] = set()
         self._twin_since: float | None = None   # refused as a live subscriber's twin since, and last
         self._twin_last = 0.0
-        self.run = twins.new_run(time.time_ns() // 1000, secrets.token_hex(4))           # this process's run of its member (node/core/link/twins.py)
+        # this process's run of its member (node/core/link/twins.py)
+        self.run = twins.new_run(time.time_ns() // 1000, secrets.token_hex(4))
 
     # --- greetings ------------------------------------------------------------------------------
     def greeting(self) -> dict:
