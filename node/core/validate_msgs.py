@@ -11,7 +11,7 @@ from typing import Any
 
 from node import limits
 from node.core import record
-from node.core.link.twins import RUN_RE
+from node.core.link.twins import valid_run
 from node.core.validate import (address_error, cluster_fields_error, is_uuid, key_error, lsn_error, space_def_error,
                                 space_name_error, value_error)
 
@@ -132,8 +132,7 @@ def greeting_error(g: dict) -> str | None:
         err = vclock_uuid_error(g["vclock_uuid"])
     if err is None:
         err = uuid_list_error(g.get("expels_heard"), "expels_heard")
-    run = g.get("run")
-    if err is None and run is not None and not (type(run) is str and RUN_RE.match(run)):
+    if err is None and g.get("run") is not None and valid_run(g["run"]) is None:
         err = "run is 24 hex digits or null"
     for name, types in (("options", (dict,)), ("lease", (dict,)), ("wait_for", (int,))):
         if err is None and g.get(name) is not None and type(g[name]) not in types:

@@ -155,11 +155,16 @@ def test_the_younger_stops_at_once_when_the_two_met(clock):
     assert len(p.node.fatal) == 1 and "this process stops" in str(p.node.fatal[0])
 
 
-def test_refused_by_a_third_node_the_younger_stops_once_refusals_lasted_twin_confirm_s(clock):
-    from node import limits
+def _younger_told_by_a_third_node() -> tuple:
+    """A node whose run is the younger, and a third node's refusal naming it."""
     p = _peering()
     p.run = NEW
-    told = twins.refusal(ME, "b:1", NEW, OLD, "a member subscribed here", met=False)
+    return p, twins.refusal(ME, "b:1", NEW, OLD, "a member subscribed here", met=False)
+
+
+def test_refused_by_a_third_node_the_younger_stops_once_refusals_lasted_twin_confirm_s(clock):
+    from node import limits
+    p, told = _younger_told_by_a_third_node()
     for _ in range(int(limits.twin_confirm_s)):          # one a second: a live twin's refusals go on
         p.twin_refused(told)
         assert p.node.fatal == []
@@ -170,9 +175,7 @@ def test_refused_by_a_third_node_the_younger_stops_once_refusals_lasted_twin_con
 
 def test_refusals_that_stopped_for_a_while_start_counting_again(clock):
     from node import limits
-    p = _peering()
-    p.run = NEW
-    told = twins.refusal(ME, "b:1", NEW, OLD, "a member subscribed here", met=False)
+    p, told = _younger_told_by_a_third_node()
     p.twin_refused(told)
     clock[0] += limits.twin_confirm_s + 0.5               # no refusal meanwhile: a dead process's link, gone
     p.twin_refused(told)

@@ -42,9 +42,13 @@ def new_run(wall_us: int, random_hex: str) -> str:
     return f"{wall_us:016x}{random_hex[:8]:0>8}"
 
 
+def valid_run(value: object) -> str | None:
+    """`value` if it is a run (24 hex digits), else None."""
+    return value if type(value) is str and RUN_RE.match(value) else None
+
+
 def run_of(greeting: dict) -> str | None:
-    run = greeting.get("run")
-    return run if type(run) is str and RUN_RE.match(run) else None
+    return valid_run(greeting.get("run"))
 
 
 def refusal(uuid: str, peer: str, run: str, other: str, where: str, met: bool) -> PeerRefused:
@@ -71,5 +75,4 @@ def younger_of(e: BaseException) -> str | None:
     if not isinstance(e, PeerRefused) or e.code != CODE:
         return None
     body = getattr(e, "body", None)
-    run = body.get("younger") if isinstance(body, dict) else None
-    return run if type(run) is str and RUN_RE.match(run) else None
+    return valid_run(body.get("younger")) if isinstance(body, dict) else None
